@@ -1,0 +1,498 @@
+//! The batch: the calls one model turn asked for, with the batch's own narrowing, error
+//! policy, deadline and budget (SPEC section 3).
+//!
+//! Accepted shapes: the full document (`tenant`, `calls`, …), a bare sequence of calls, the
+//! same as JSON, and JSON Lines (one call object per line). A batch is untrusted (a model
+//! wrote it): ids are restricted to a safe alphabet, unknown fields are errors, and
+//! `${env:…}` is rejected. Every problem is collected with its location.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::{suggest, Diagnostic, SourceFile};
+use crate::reference::Args;
+use crate::yaml::{self, Locator};
+
+/// `on_tool_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnToolError {
+    /// A failed call loses only itself.
+    Surface,
+    /// The first failure ends the run.
+    FailRun,
+}
+
+/// The batch's `concurrency:` block: it can only narrow the manifest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Narrowing {
+    pub max_concurrent_tools: Option<u32>,
+    pub per_tenant: Option<u32>,
+    pub per_tool: BTreeMap<String, u32>,
+}
+
+/// One call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub id: String,
+    pub tool: String,
+    pub args: Args,
+    pub after: Vec<String>,
+}
+
+/// A parsed batch.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub file: SourceFile,
+    pub tenant: Option<String>,
+    pub concurrency: Narrowing,
+    pub on_tool_error: Option<OnToolError>,
+    pub run_deadline: Option<Duration>,
+    pub tool_call_deadline: Option<Duration>,
+    pub max_cost: Option<f64>,
+    pub calls: Vec<Call>,
+    pub locator: Locator,
+}
+
+const DOC_KEYS: &[&str] = &["tenant", "concurrency", "on_tool_error", "deadline", "budget", "calls"];
+const CALL_KEYS: &[&str] = &["id", "tool", "args", "after"];
+
+/// Longest call id accepted.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Call ids are untrusted and end up in file names, environment variables and references:
+/// letters, digits, `_`, `-` and `:` only.
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("a call id cannot be empty".into());
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(format!("call id is {} characters long; the limit is {MAX_ID_LEN}", id.len()));
+    }
+    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))) {
+        return Err(format!(
+            "call id `{}` contains `{}`; ids may use letters, digits, `_`, `-` and `:`",
+            id.escape_default(),
+            c.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+impl Batch {
+    /// Parse batch text. Errors are returned with every problem found.
+    pub fn parse(file: SourceFile) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
+        let text = file.text.clone();
+        let (value, jsonl) = match parse_jsonl(&text) {
+            Some(Ok(calls)) => (Value::Array(calls), true),
+            Some(Err((line, msg))) => {
+                let loc = file.location_at(line, 1, 1);
+                return Err(vec![Diagnostic::error(format!("invalid JSON Lines: {msg}")).at(Some(loc))]);
+            }
+            None => match yaml::parse(&text) {
+                Ok(v) => (v, false),
+                Err(e) => {
+                    let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
+                    return Err(vec![Diagnostic::error(format!("invalid batch: {}", e.message))
+                        .at(loc)
+                        .in_file(&file.name)
+                        .hint("a batch is YAML or JSON with `calls:`, a sequence of calls, or JSON Lines")]);
+                }
+            },
+        };
+        let mut p = Parser {
+            file: &file,
+            diags: Vec::new(),
+            locator: Locator::default(),
+        };
+        let mut batch = Batch {
+            file: file.clone(),
+            tenant: None,
+            concurrency: Narrowing::default(),
+            on_tool_error: None,
+            run_deadline: None,
+            tool_call_deadline: None,
+            max_cost: None,
+            calls: Vec::new(),
+            locator: Locator::default(),
+        };
+        let calls = match value {
+            Value::Array(calls) => calls,
+            Value::Object(doc) => p.document(doc, &mut batch),
+            Value::Null => {
+                p.file_error("the batch is empty", Some("add `calls:` with at least one call".into()));
+                Vec::new()
+            }
+            other => {
+                p.file_error(
+                    format!("a batch must be a document with `calls:` or a sequence of calls, not {}", crate::schema::value_kind(&other)),
+                    None,
+                );
+                Vec::new()
+            }
+        };
+        p.locator = Locator::new(&text, calls.len(), jsonl);
+        for (i, c) in calls.into_iter().enumerate() {
+            if let Some(call) = p.call(i, c) {
+                batch.calls.push(call);
+            }
+        }
+        batch.locator = p.locator.clone();
+        let diags = p.diags;
+        if diags.iter().any(Diagnostic::is_error) {
+            return Err(diags);
+        }
+        Ok((batch, diags))
+    }
+
+    /// The location of `needle` in call `index` (after `key`), falling back to the call's start.
+    pub fn locate(&self, index: usize, key: Option<&str>, needle: &str) -> Option<crate::error::Location> {
+        let text = &self.file.text;
+        self.locator
+            .find(text, index, key, needle)
+            .or_else(|| self.locator.call_start(text, index))
+            .map(|r| self.file.location(r.start, r.end))
+    }
+
+    /// Position of a call id among the calls.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.calls.iter().position(|c| c.id == id)
+    }
+}
+
+/// JSON Lines: more than one non-empty line, each a JSON object. `None` when the text is not
+/// in that shape (it is then read as YAML/JSON).
+fn parse_jsonl(text: &str) -> Option<Result<Vec<Value>, (usize, String)>> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    if lines.len() < 2 || !lines.iter().all(|(_, l)| l.trim_start().starts_with('{')) {
+        return None;
+    }
+    // A pretty-printed JSON document also has several lines starting with `{`; only treat
+    // the text as JSON Lines when the first line is a whole object by itself.
+    serde_json::from_str::<Value>(lines[0].1).ok()?;
+    let mut out = Vec::with_capacity(lines.len());
+    for (n, l) in lines {
+        match serde_json::from_str::<Value>(l) {
+            Ok(v) => out.push(v),
+            Err(e) => return Some(Err((n + 1, e.to_string()))),
+        }
+    }
+    Some(Ok(out))
+}
+
+struct Parser<'a> {
+    file: &'a SourceFile,
+    diags: Vec<Diagnostic>,
+    locator: Locator,
+}
+
+impl Parser<'_> {
+    fn file_error(&mut self, msg: impl Into<String>, hint: Option<String>) {
+        self.diags
+            .push(Diagnostic::error(msg).in_file(&self.file.name).maybe_hint(hint));
+    }
+
+    /// Locate a top-level key `key:` of the document.
+    fn key_loc(&self, key: &str) -> Option<crate::error::Location> {
+        let text = &self.file.text;
+        let mut offset = 0;
+        for line in text.split_inclusive('\n') {
+            let t = line.trim_start_matches([' ', '{', '"']);
+            if t.starts_with(key) && t[key.len()..].trim_start_matches('"').trim_start().starts_with(':') {
+                let start = offset + (line.len() - t.len());
+                return Some(self.file.location(start, start + key.len()));
+            }
+            offset += line.len();
+        }
+        None
+    }
+
+    fn doc_error(&mut self, key: &str, msg: impl Into<String>, hint: Option<String>) {
+        let loc = self.key_loc(key);
+        self.diags
+            .push(Diagnostic::error(msg).at(loc).in_file(&self.file.name).maybe_hint(hint));
+    }
+
+    fn document(&mut self, doc: Map<String, Value>, batch: &mut Batch) -> Vec<Value> {
+        for k in doc.keys() {
+            if !DOC_KEYS.contains(&k.as_str()) {
+                let hint = suggest(k, DOC_KEYS.iter().copied())
+                    .or_else(|| Some(format!("known fields: {}", DOC_KEYS.join(", "))));
+                self.doc_error(k, format!("unknown field `{k}` in the batch"), hint);
+            }
+        }
+        match doc.get("tenant") {
+            Some(Value::String(t)) if !t.is_empty() && check_id(t).is_ok() => batch.tenant = Some(t.clone()),
+            Some(Value::String(t)) => {
+                let why = check_id(t).err().unwrap_or_default().replace("call id", "tenant");
+                self.doc_error("tenant", format!("invalid tenant: {why}"), None)
+            }
+            Some(other) => self.doc_error("tenant", format!("`tenant` should be a string, found {}", crate::schema::value_kind(other)), None),
+            None => {}
+        }
+        if let Some(c) = doc.get("concurrency") {
+            batch.concurrency = self.narrowing(c);
+        }
+        match doc.get("on_tool_error") {
+            Some(Value::String(s)) if s == "surface" => batch.on_tool_error = Some(OnToolError::Surface),
+            Some(Value::String(s)) if s == "fail_run" => batch.on_tool_error = Some(OnToolError::FailRun),
+            Some(other) => self.doc_error(
+                "on_tool_error",
+                format!("`on_tool_error` is {other}; use `surface` or `fail_run`"),
+                other.as_str().and_then(|s| suggest(s, ["surface", "fail_run"])),
+            ),
+            None => {}
+        }
+        if let Some(d) = doc.get("deadline") {
+            match d.as_object() {
+                Some(m) => {
+                    for (k, v) in m {
+                        let secs = v.as_f64().and_then(crate::duration::from_secs_f64).filter(|d| !d.is_zero());
+                        match (k.as_str(), secs) {
+                            ("run_seconds", Some(s)) => batch.run_deadline = Some(s),
+                            ("tool_call_seconds", Some(s)) => batch.tool_call_deadline = Some(s),
+                            ("run_seconds" | "tool_call_seconds", None) => {
+                                self.doc_error("deadline", format!("`deadline.{k}` must be a positive number of seconds, found {v}"), None)
+                            }
+                            _ => self.doc_error(
+                                "deadline",
+                                format!("unknown field `{k}` in `deadline`"),
+                                suggest(k, ["run_seconds", "tool_call_seconds"]),
+                            ),
+                        }
+                    }
+                }
+                None => self.doc_error("deadline", "`deadline` should be a mapping like { run_seconds: 30 }", None),
+            }
+        }
+        if let Some(b) = doc.get("budget") {
+            match b.as_object() {
+                Some(m) => {
+                    for (k, v) in m {
+                        match (k.as_str(), v.as_f64()) {
+                            ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => batch.max_cost = Some(c),
+                            ("max_cost", _) => self.doc_error("budget", format!("`budget.max_cost` must be a non-negative number, found {v}"), None),
+                            _ => self.doc_error("budget", format!("unknown field `{k}` in `budget`"), suggest(k, ["max_cost"])),
+                        }
+                    }
+                }
+                None => self.doc_error("budget", "`budget` should be a mapping like { max_cost: 0.5 }", None),
+            }
+        }
+        match doc.get("calls") {
+            Some(Value::Array(a)) => a.clone(),
+            Some(other) => {
+                self.doc_error("calls", format!("`calls` should be a sequence of calls, found {}", crate::schema::value_kind(other)), None);
+                Vec::new()
+            }
+            None => {
+                self.file_error("the batch has no `calls`", Some("add `calls:` with a sequence of { tool, args }".into()));
+                Vec::new()
+            }
+        }
+    }
+
+    fn narrowing(&mut self, c: &Value) -> Narrowing {
+        let mut n = Narrowing::default();
+        let Some(m) = c.as_object() else {
+            self.doc_error("concurrency", "`concurrency` should be a mapping like { max_concurrent_tools: 2 }", None);
+            return n;
+        };
+        let count = |p: &mut Self, key: &str, v: &Value| -> Option<u32> {
+            match v.as_u64() {
+                Some(x) if (1..=1_000_000).contains(&x) => u32::try_from(x).ok(),
+                _ => {
+                    p.doc_error("concurrency", format!("`concurrency.{key}` must be a whole number from 1 to 1000000, found {v}"), None);
+                    None
+                }
+            }
+        };
+        for (k, v) in m {
+            match k.as_str() {
+                "max_concurrent_tools" => n.max_concurrent_tools = count(self, k, v),
+                "per_tenant" => n.per_tenant = count(self, k, v),
+                "per_tool" => match v.as_object() {
+                    Some(pt) => {
+                        for (tool, lim) in pt {
+                            if let Some(x) = count(self, &format!("per_tool.{tool}"), lim) {
+                                n.per_tool.insert(tool.clone(), x);
+                            }
+                        }
+                    }
+                    None => self.doc_error("concurrency", "`concurrency.per_tool` should be a mapping of tool to limit", None),
+                },
+                _ => self.doc_error(
+                    "concurrency",
+                    format!("unknown field `{k}` in `concurrency`"),
+                    suggest(k, ["max_concurrent_tools", "per_tenant", "per_tool"]),
+                ),
+            }
+        }
+        n
+    }
+
+    fn call_error(&mut self, index: usize, key: Option<&str>, needle: &str, msg: String, hint: Option<String>) {
+        let text = &self.file.text;
+        let loc = self
+            .locator
+            .find(text, index, key, needle)
+            .or_else(|| self.locator.call_start(text, index))
+            .map(|r| self.file.location(r.start, r.end));
+        self.diags
+            .push(Diagnostic::error(msg).at(loc).in_file(&self.file.name).maybe_hint(hint));
+    }
+
+    fn call(&mut self, index: usize, value: Value) -> Option<Call> {
+        let default_id = format!("c{}", index + 1);
+        let Value::Object(mut m) = value else {
+            self.call_error(
+                index,
+                None,
+                "-",
+                format!("call #{} should be a mapping with `tool` and `args`, found {}", index + 1, crate::schema::value_kind(&value)),
+                None,
+            );
+            return None;
+        };
+        let id = match m.remove("id") {
+            None | Some(Value::Null) => default_id,
+            Some(Value::String(s)) => {
+                if let Err(e) = check_id(&s) {
+                    self.call_error(index, Some("id"), &s, format!("call #{}: {e}", index + 1), None);
+                    return None;
+                }
+                s
+            }
+            Some(Value::Number(n)) => n.to_string(),
+            Some(other) => {
+                self.call_error(index, Some("id"), "id", format!("call #{}: `id` should be a string, found {}", index + 1, crate::schema::value_kind(&other)), None);
+                return None;
+            }
+        };
+        for k in m.keys() {
+            if !CALL_KEYS.contains(&k.as_str()) {
+                let hint = match k.as_str() {
+                    "name" | "function" => Some("the tool is named by `tool:`".to_string()),
+                    "arguments" | "input" | "params" => Some("arguments go under `args:`".to_string()),
+                    _ => suggest(k, CALL_KEYS.iter().copied()),
+                };
+                self.call_error(index, None, k, format!("unknown field `{k}` in call `{id}`"), hint);
+            }
+        }
+        let tool = match m.get("tool") {
+            Some(Value::String(t)) if !t.is_empty() => t.clone(),
+            Some(other) if !other.is_string() => {
+                self.call_error(index, Some("tool"), "tool", format!("call `{id}`: `tool` should be a string, found {}", crate::schema::value_kind(other)), None);
+                return None;
+            }
+            _ => {
+                self.call_error(index, None, "-", format!("call `{id}` names no `tool`"), Some("add `tool: NAME`".into()));
+                return None;
+            }
+        };
+        let args = match m.remove("args") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a,
+            Some(other) => {
+                self.call_error(index, Some("args"), "args", format!("call `{id}`: `args` should be a mapping, found {}", crate::schema::value_kind(&other)), None);
+                return None;
+            }
+        };
+        let (args, errors) = Args::compile(args);
+        for e in errors {
+            self.call_error(index, None, &e.text, format!("call `{id}`: {}", e.message), None);
+        }
+        let after = match m.get("after") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => {
+                let mut out = Vec::new();
+                for x in a {
+                    match x.as_str() {
+                        Some(s) => out.push(s.to_string()),
+                        None => self.call_error(index, Some("after"), "after", format!("call `{id}`: each entry of `after` should be a call id, found {x}"), None),
+                    }
+                }
+                out
+            }
+            Some(other) => {
+                self.call_error(index, Some("after"), "after", format!("call `{id}`: `after` should be a list of call ids, found {}", crate::schema::value_kind(other)), None);
+                Vec::new()
+            }
+        };
+        Some(Call { id, tool, args, after })
+    }
+}
+
+/// Apply the batch's narrowing to a manifest limit: the smaller wins; a larger batch value
+/// is clamped with a warning.
+pub fn narrow(manifest: Option<u32>, batch: Option<u32>, what: &str, warnings: &mut Vec<Diagnostic>, file: &str) -> Option<u32> {
+    match (manifest, batch) {
+        (Some(m), Some(b)) if b > m => {
+            warnings.push(
+                Diagnostic::warning(format!("the batch asks for {what} = {b}, wider than the manifest's {m}; clamped to {m}"))
+                    .in_file(file)
+                    .hint("a batch can narrow the manifest's limits, never widen them"),
+            );
+            Some(m)
+        }
+        (Some(m), Some(b)) => Some(m.min(b)),
+        (m, b) => m.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
+        Batch::parse(SourceFile::new("b.yaml", text))
+    }
+
+    #[test]
+    fn accepts_every_shape_with_default_ids() {
+        let doc = parse("tenant: acme\ncalls:\n  - tool: a\n  - id: x\n    tool: b\n    after: [c1]\n").unwrap().0;
+        assert_eq!(doc.tenant.as_deref(), Some("acme"));
+        assert_eq!(doc.calls[0].id, "c1");
+        assert_eq!(doc.calls[1].after, vec!["c1"]);
+        let seq = parse("- tool: a\n- tool: b\n").unwrap().0;
+        assert_eq!(seq.calls[1].id, "c2");
+        let json = parse(r#"{"calls": [{"tool": "a", "args": {"q": 1}}]}"#).unwrap().0;
+        assert_eq!(json.calls[0].args.value["q"], 1);
+        let jsonl = parse("{\"tool\": \"a\"}\n{\"tool\": \"b\", \"id\": \"z\"}\n").unwrap().0;
+        assert_eq!(jsonl.calls[1].id, "z");
+    }
+
+    #[test]
+    fn rejects_env_in_a_batch_with_location() {
+        let e = parse("calls:\n  - tool: a\n    args: { p: \"${env:HOME}\" }\n").unwrap_err();
+        assert!(e[0].message.contains("never read the environment"), "{}", e[0]);
+        assert_eq!(e[0].location.as_ref().unwrap().line, 3);
+    }
+
+    #[test]
+    fn reports_unknown_fields_and_bad_ids() {
+        let e = parse("calls:\n  - tool: a\n    argz: {}\n  - id: \"a;rm\"\n    tool: b\n").unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].message.contains("unknown field `argz`"));
+        assert_eq!(e[0].hint.as_deref(), Some("did you mean `args`?"));
+        assert!(e[1].message.contains("contains `;`"));
+    }
+
+    #[test]
+    fn narrowing_takes_the_smaller_and_warns_on_widening() {
+        let mut w = Vec::new();
+        assert_eq!(narrow(Some(8), Some(2), "x", &mut w, "f"), Some(2));
+        assert!(w.is_empty());
+        assert_eq!(narrow(Some(8), Some(20), "x", &mut w, "f"), Some(8));
+        assert_eq!(w.len(), 1);
+        assert_eq!(narrow(None, Some(3), "x", &mut w, "f"), Some(3));
+        assert_eq!(narrow(Some(3), None, "x", &mut w, "f"), Some(3));
+    }
+}

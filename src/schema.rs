@@ -1,0 +1,236 @@
+//! Argument schemas (`[tools.NAME.args]`): the guardrail checked before a call is dispatched.
+//!
+//! A schema lists the arguments a tool takes with a type and simple bounds. Checking returns
+//! every problem, each naming the argument, so a literal argument that fails is a validation
+//! error before anything runs and one that fails after a reference resolves is a `guardrail`
+//! result for that call alone.
+
+use serde_json::{Map, Value};
+
+/// JSON types an argument may be declared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArgType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Object,
+    Array,
+    Any,
+}
+
+impl ArgType {
+    pub fn parse(s: &str) -> Option<ArgType> {
+        Some(match s {
+            "string" => ArgType::String,
+            "integer" => ArgType::Integer,
+            "number" => ArgType::Number,
+            "boolean" | "bool" => ArgType::Boolean,
+            "object" => ArgType::Object,
+            "array" => ArgType::Array,
+            "any" => ArgType::Any,
+            _ => return None,
+        })
+    }
+
+    pub const NAMES: [&'static str; 7] = [
+        "string", "integer", "number", "boolean", "object", "array", "any",
+    ];
+
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            ArgType::String => v.is_string(),
+            ArgType::Integer => v.is_i64() || v.is_u64(),
+            ArgType::Number => v.is_number(),
+            ArgType::Boolean => v.is_boolean(),
+            ArgType::Object => v.is_object(),
+            ArgType::Array => v.is_array(),
+            ArgType::Any => true,
+        }
+    }
+}
+
+/// One declared argument.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ArgSpec {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ArgType,
+    pub required: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_length: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+    #[serde(rename = "enum", skip_serializing_if = "Option::is_none")]
+    pub one_of: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The whole schema of a tool's arguments.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ArgSchema {
+    pub args: Vec<ArgSpec>,
+}
+
+/// Arguments every scripted tool accepts in addition to its schema (SPEC section 2).
+pub const SCRIPTED_RESERVED: [&str; 5] = ["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
+
+impl ArgSchema {
+    /// Every problem with `args`; empty when they conform. `extra` names arguments that are
+    /// always allowed (the scripted kind's reserved ones).
+    pub fn check(&self, args: &Map<String, Value>, extra: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        for spec in &self.args {
+            match args.get(&spec.name) {
+                None if spec.required => {
+                    problems.push(format!("required argument `{}` is missing", spec.name))
+                }
+                None => {}
+                Some(v) => spec.check(v, &mut problems),
+            }
+        }
+        for key in args.keys() {
+            if extra.contains(&key.as_str()) || self.args.iter().any(|a| &a.name == key) {
+                continue;
+            }
+            let mut msg = format!("unknown argument `{key}`");
+            if let Some(h) = crate::error::suggest(key, self.args.iter().map(|a| a.name.as_str())) {
+                msg.push_str(&format!(" ({h})"));
+            }
+            problems.push(msg);
+        }
+        problems
+    }
+}
+
+impl ArgSpec {
+    fn check(&self, v: &Value, problems: &mut Vec<String>) {
+        let name = &self.name;
+        if !self.ty.accepts(v) {
+            problems.push(format!(
+                "argument `{name}` should be {}, found {}",
+                type_phrase(self.ty),
+                value_kind(v)
+            ));
+            return;
+        }
+        if let Some(n) = v.as_f64() {
+            if let Some(min) = self.min.filter(|m| n < *m) {
+                problems.push(format!("argument `{name}` is {v}, below its minimum {min}"));
+            }
+            if let Some(max) = self.max.filter(|m| n > *m) {
+                problems.push(format!("argument `{name}` is {v}, above its maximum {max}"));
+            }
+        }
+        let len = match v {
+            Value::String(s) => Some(s.chars().count() as u64),
+            Value::Array(a) => Some(a.len() as u64),
+            _ => None,
+        };
+        if let Some(len) = len {
+            if let Some(max) = self.max_length.filter(|m| len > *m) {
+                problems.push(format!("argument `{name}` has length {len}, over its max_length {max}"));
+            }
+            if let Some(min) = self.min_length.filter(|m| len < *m) {
+                problems.push(format!("argument `{name}` has length {len}, under its min_length {min}"));
+            }
+        }
+        if let Some(one_of) = &self.one_of {
+            if !one_of.contains(v) {
+                let allowed: Vec<String> = one_of.iter().map(|x| x.to_string()).collect();
+                problems.push(format!("argument `{name}` is {v}, not one of {}", allowed.join(", ")));
+            }
+        }
+    }
+}
+
+fn type_phrase(t: ArgType) -> &'static str {
+    match t {
+        ArgType::String => "a string",
+        ArgType::Integer => "an integer",
+        ArgType::Number => "a number",
+        ArgType::Boolean => "a boolean",
+        ArgType::Object => "an object",
+        ArgType::Array => "an array",
+        ArgType::Any => "anything",
+    }
+}
+
+/// A short name for a JSON value's type, for messages.
+pub fn value_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a number",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> ArgSchema {
+        ArgSchema {
+            args: vec![
+                ArgSpec {
+                    name: "query".into(),
+                    ty: ArgType::String,
+                    required: true,
+                    min: None,
+                    max: None,
+                    min_length: None,
+                    max_length: Some(5),
+                    one_of: None,
+                    description: None,
+                },
+                ArgSpec {
+                    name: "limit".into(),
+                    ty: ArgType::Integer,
+                    required: false,
+                    min: Some(1.0),
+                    max: Some(50.0),
+                    min_length: None,
+                    max_length: None,
+                    one_of: None,
+                    description: None,
+                },
+            ],
+        }
+    }
+
+    fn check(v: Value) -> Vec<String> {
+        schema().check(v.as_object().unwrap(), &[])
+    }
+
+    #[test]
+    fn accepts_conforming_args() {
+        assert!(check(json!({"query": "abc", "limit": 3})).is_empty());
+    }
+
+    #[test]
+    fn reports_every_problem() {
+        let p = check(json!({"limit": 99, "querry": "x"}));
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].contains("required argument `query` is missing"));
+        assert!(p[1].contains("above its maximum 50"));
+        assert!(p[2].contains("unknown argument `querry` (did you mean `query`?)"));
+    }
+
+    #[test]
+    fn checks_types_and_lengths() {
+        let p = check(json!({"query": "toolong", "limit": "3"}));
+        assert!(p[0].contains("max_length 5"), "{p:?}");
+        assert!(p[1].contains("should be an integer, found a string"), "{p:?}");
+    }
+}
