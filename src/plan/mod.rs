@@ -6,6 +6,6 @@ mod graph;
 mod schedule;
 
 pub use graph::{
-    build, CallPlan, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
+    build, CallPlan, ASSUMED_LATENCY, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
 };
 pub use schedule::{simulate, Estimate};

@@ -1,0 +1,303 @@
+//! The commands: each turns a [`Config`](crate::config)-resolved command line into work and an
+//! exit code. This is the edge where typed errors become messages on stderr.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{CommandFactory, Parser};
+use tokio::sync::mpsc;
+
+use crate::batch::Batch;
+use crate::cli::{Args, Command, Format, PlanArgs, ProgressChoice, RunArgs};
+use crate::config;
+use crate::error::{self, render_all, Diagnostic, Error};
+use crate::manifest::Manifest;
+use crate::plan::{self, Plan, PlanOptions};
+use crate::report::events::{Event, Outcome};
+use crate::report::output::{self, RunDocument, StreamWriter};
+use crate::report::progress::Progress;
+use crate::report::{self, Reporter};
+use crate::run::{self, lanes::MemoryLanes, RunConfig};
+
+/// Entry point used by `main`.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let quiet = args.quiet;
+    match dispatch(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            let _ = quiet;
+            if matches!(e, Error::Invalid(_)) {
+                eprint!("{text}");
+            } else {
+                eprintln!("error: {text}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn is_broken_pipe(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn dispatch(args: Args) -> Result<u8, Error> {
+    match &args.command {
+        Command::Completions { shell } => {
+            let mut cmd = Args::command();
+            clap_complete::generate(*shell, &mut cmd, "flux-tools", &mut std::io::stdout());
+            Ok(error::EXIT_OK)
+        }
+        Command::Tools => tools(&args),
+        Command::Validate { batches } => validate(&args, batches),
+        Command::Plan(p) => plan_cmd(&args, p),
+        Command::Run(r) => run_cmd(&args, r),
+    }
+}
+
+fn stdout_write(bytes: &[u8]) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io("cannot write to stdout", e))
+}
+
+fn load_manifest(args: &Args) -> Result<Manifest, Error> {
+    let path = config::manifest_path(args.manifest.as_deref())?;
+    Manifest::load(&path).map_err(Error::Invalid)
+}
+
+fn print_warnings(args: &Args, warnings: &[Diagnostic]) {
+    if !args.quiet && !warnings.is_empty() {
+        eprint!("{}", render_all(warnings));
+    }
+}
+
+fn tools(args: &Args) -> Result<u8, Error> {
+    let m = load_manifest(args)?;
+    let text = match args.format {
+        Some(Format::Json | Format::Jsonl) => format!("{}\n", report::tools::to_json(&m)),
+        Some(Format::Dot | Format::Mermaid) => return Err(Error::Usage("`tools` prints a table or json".into())),
+        _ => report::tools::to_table(&m),
+    };
+    stdout_write(text.as_bytes())?;
+    Ok(error::EXIT_OK)
+}
+
+fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
+    let mut diags: Vec<Diagnostic> = Vec::new();
+    let mut summary: Vec<String> = Vec::new();
+    let path = config::manifest_path(args.manifest.as_deref())?;
+    let manifest = match Manifest::load(&path) {
+        Ok(m) => {
+            diags.extend(m.warnings.iter().cloned());
+            summary.push(format!("{}: {} tools", m.name(), m.tools.len()));
+            Some(m)
+        }
+        Err(d) => {
+            diags.extend(d);
+            None
+        }
+    };
+    for b in batches {
+        let file = match config::read_batch(Some(&b.to_string_lossy())) {
+            Ok(f) => f,
+            Err(e) => {
+                diags.push(Diagnostic::error(e.to_string()).in_file(&b.to_string_lossy()));
+                continue;
+            }
+        };
+        match Batch::parse(file) {
+            Ok((batch, warnings)) => {
+                diags.extend(warnings);
+                if let Some(m) = &manifest {
+                    match plan::build(m, &batch, &PlanOptions::default()) {
+                        Ok(p) => {
+                            diags.extend(p.warnings.iter().filter(|w| !w.is_error()).cloned());
+                            summary.push(format!("{}: {} calls in {} phases", batch.file.name, p.calls.len(), p.phases.len()));
+                        }
+                        Err(d) => diags.extend(d),
+                    }
+                }
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    diags.sort_by_key(|d| d.severity);
+    if matches!(args.format, Some(Format::Json | Format::Jsonl)) {
+        let doc = serde_json::json!({
+            "valid": errors == 0,
+            "errors": errors,
+            "diagnostics": diags.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+        });
+        stdout_write(format!("{doc}\n").as_bytes())?;
+    } else {
+        let shown: Vec<Diagnostic> = diags.iter().filter(|d| d.is_error() || !args.quiet).cloned().collect();
+        eprint!("{}", render_all(&shown));
+        if errors == 0 && !args.quiet {
+            eprintln!("ok: {}", summary.join("; "));
+        } else if errors > 0 {
+            eprintln!("{errors} error{} found", if errors == 1 { "" } else { "s" });
+        }
+    }
+    Ok(if errors > 0 { error::EXIT_INVALID } else { error::EXIT_OK })
+}
+
+fn build_plan(args: &Args, batch_arg: Option<&str>, opts: &PlanOptions) -> Result<(Manifest, Plan), Error> {
+    let manifest = load_manifest(args)?;
+    let file = config::read_batch(batch_arg)?;
+    let (batch, warnings) = Batch::parse(file).map_err(Error::Invalid)?;
+    let plan = plan::build(&manifest, &batch, opts).map_err(Error::Invalid)?;
+    print_warnings(args, &warnings);
+    Ok((manifest, plan))
+}
+
+fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
+    let opts = PlanOptions { tenant: p.tenant.clone(), max_concurrent_tools: p.max_concurrent_tools, ..Default::default() };
+    let (manifest, plan) = build_plan(args, p.batch.as_deref(), &opts)?;
+    print_warnings(args, &plan.warnings);
+    let est = plan::simulate(&plan);
+    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() { Format::Table } else { Format::Json });
+    let text = match format {
+        Format::Table => report::plan::to_table(&plan, &est),
+        Format::Json | Format::Jsonl => {
+            let v = report::plan::to_json(&plan, &est, &manifest);
+            if format == Format::Json {
+                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+            } else {
+                format!("{v}\n")
+            }
+        }
+        Format::Dot => report::plan::to_dot(&plan, &est),
+        Format::Mermaid => report::plan::to_mermaid(&plan),
+    };
+    stdout_write(text.as_bytes())?;
+    Ok(error::EXIT_OK)
+}
+
+fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
+    let format = config::results_format(args.format)?;
+    if let Some(out) = &r.output {
+        config::check_output_path(out)?;
+    }
+    let deadline = match &r.deadline {
+        Some(d) => Some(crate::duration::parse(d).map_err(|e| Error::Usage(format!("--deadline: {e}")))?),
+        None => None,
+    };
+    if r.max_cost.is_some_and(|c| !(c.is_finite() && c >= 0.0)) {
+        return Err(Error::Usage("--max-cost must be a non-negative number".into()));
+    }
+    if let Some(t) = &r.tenant {
+        crate::batch::check_id(t).map_err(|e| Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant"))))?;
+    }
+    let opts = PlanOptions {
+        tenant: r.tenant.clone(),
+        max_concurrent_tools: r.max_concurrent_tools,
+        on_tool_error: r.on_tool_error,
+        deadline,
+        max_cost: r.max_cost,
+    };
+    let (manifest, plan) = build_plan(args, r.batch.as_deref(), &opts)?;
+    print_warnings(args, &plan.warnings);
+    let manifest = Arc::new(manifest);
+    let plan = Arc::new(plan);
+
+    let show_progress = match r.progress {
+        ProgressChoice::Always => true,
+        ProgressChoice::Never => false,
+        ProgressChoice::Auto => std::io::stderr().is_terminal() && std::env::var_os("CI").is_none(),
+    };
+    let streaming = r.stream || format == Format::Jsonl;
+
+    let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
+    if show_progress {
+        reporters.push(Box::new(Progress::new(r.progress == ProgressChoice::Always)));
+    }
+    if streaming {
+        reporters.push(Box::new(StreamWriter::new(std::io::stdout(), None)));
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    let consumer = std::thread::spawn(move || {
+        while let Some(ev) = rx.blocking_recv() {
+            for rep in reporters.iter_mut() {
+                rep.handle(&ev);
+            }
+        }
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    let report = runtime.block_on(async {
+        let (sig_tx, sig_rx) = mpsc::unbounded_channel();
+        spawn_signal_forwarder(sig_tx);
+        let config = RunConfig {
+            run_id: run::scheduler::new_run_id(),
+            lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
+            events: Some(tx),
+            lane_events: show_progress,
+        };
+        run::execute(manifest.clone(), plan.clone(), config, sig_rx).await
+    });
+    // Tasks that outlived the run (none should) must not keep the process alive.
+    runtime.shutdown_background();
+    let _ = consumer.join();
+
+    let doc = RunDocument { run_id: &report.run_id, outcome: report.outcome, results: &report.results, stats: &report.stats };
+    if let Some(path) = &r.output {
+        let mut bytes = Vec::new();
+        output::write_json(&mut bytes, &doc).map_err(|e| Error::io("cannot render results", e))?;
+        config::write_atomic(path, &bytes)?;
+    }
+    if !streaming {
+        let mut buf = Vec::new();
+        let res = match format {
+            Format::Json => output::write_json(&mut buf, &doc),
+            _ => output::write_table(&mut buf, &doc, config::use_color(args.color)),
+        };
+        res.map_err(|e| Error::io("cannot render results", e))?;
+        match stdout_write(&buf) {
+            Err(e) if is_broken_pipe(&e) => {}
+            other => other?,
+        }
+    }
+    if !args.quiet {
+        let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
+        eprintln!("{}", report::summary::line(report.outcome, &report.stats, &statuses));
+        for l in report::summary::lane_lines(&report.stats) {
+            eprintln!("  {l}");
+        }
+    }
+    Ok(match report.outcome {
+        Outcome::Completed if report.stats.failed == 0 => error::EXIT_OK,
+        Outcome::Completed => error::EXIT_CALLS_FAILED,
+        Outcome::Interrupted => error::EXIT_INTERRUPTED,
+        _ => error::EXIT_ENDED_EARLY,
+    })
+}
+
+/// Forward SIGINT and SIGTERM to the scheduler: the first stops gracefully, the second at once.
+fn spawn_signal_forwarder(tx: mpsc::UnboundedSender<()>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+}

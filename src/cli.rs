@@ -1,0 +1,139 @@
+//! The command line (clap derive only: no I/O here).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::batch::OnToolError;
+
+/// Run a batch of agent tool calls concurrently inside declared lanes, with call-ordered,
+/// classified results.
+#[derive(Debug, Parser)]
+#[command(name = "flux-tools", version, about, max_term_width = 100)]
+pub struct Args {
+    /// The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]
+    #[arg(long, global = true, env = "FLUX_TOOLS_MANIFEST", value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+
+    /// Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<Format>,
+
+    /// Print no summary or warnings on stderr (errors still show)
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// When to use color (NO_COLOR is honoured)
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Execute a batch
+    Run(RunArgs),
+    /// Dry run: phases, dependency graph, lanes, critical path; executes nothing
+    Plan(PlanArgs),
+    /// Check the manifest (and batches) and report every problem with its location
+    Validate {
+        /// Batches to check against the manifest
+        batches: Vec<PathBuf>,
+    },
+    /// List the manifest's tools and their declarations
+    Tools,
+    /// Print a shell completion script
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The batch file ("-" or absent with piped stdin: read stdin)
+    pub batch: Option<String>,
+
+    /// Tenant for the tenant lane (overrides the batch's)
+    #[arg(long)]
+    pub tenant: Option<String>,
+
+    /// Narrow the turn lane (never widens the manifest's)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tools: Option<u32>,
+
+    /// What a failed call does to the run
+    #[arg(long, value_enum)]
+    pub on_tool_error: Option<OnToolError>,
+
+    /// End the whole run after this long (e.g. 30s, 2m)
+    #[arg(long, value_name = "DURATION")]
+    pub deadline: Option<String>,
+
+    /// Most the run may spend (sum of the tools' `cost`); overrides the batch's budget
+    #[arg(long, value_name = "AMOUNT")]
+    pub max_cost: Option<f64>,
+
+    /// Also write the results document (json) to FILE, atomically
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Live lane display on stderr (auto: only when stderr is a terminal)
+    #[arg(long, value_enum, default_value_t = ProgressChoice::Auto)]
+    pub progress: ProgressChoice,
+
+    /// Emit each result as a JSON line as soon as it and every earlier call have resolved
+    #[arg(long)]
+    pub stream: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The batch file ("-" or absent with piped stdin: read stdin)
+    pub batch: Option<String>,
+
+    /// Tenant for the tenant lane (overrides the batch's)
+    #[arg(long)]
+    pub tenant: Option<String>,
+
+    /// Narrow the turn lane (never widens the manifest's)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tools: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Jsonl,
+    Dot,
+    Mermaid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn verify_cli() {
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,130 @@
+//! From command-line arguments to what a command needs: the manifest path (discovery), the
+//! output format, color, and the batch text (file or stdin).
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+use crate::cli::{ColorChoice, Format};
+use crate::error::{Error, SourceFile};
+
+/// Where the manifest is: `--manifest` / `$FLUX_TOOLS_MANIFEST` (clap fills both), else
+/// `tools.toml` in the current directory or the nearest parent.
+pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let mut dir: Option<&Path> = Some(&cwd);
+    while let Some(d) = dir {
+        let candidate = d.join("tools.toml");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        dir = d.parent();
+    }
+    Err(Error::Usage(
+        "no tools.toml found here or in any parent directory\nhint: pass --manifest PATH or set FLUX_TOOLS_MANIFEST".into(),
+    ))
+}
+
+/// The results format: as asked, else `table` on a terminal and `jsonl` otherwise.
+pub fn results_format(asked: Option<Format>) -> Result<Format, Error> {
+    match asked {
+        Some(Format::Dot | Format::Mermaid) => Err(Error::Usage(
+            "--format dot and mermaid are for `plan`; results are table, json or jsonl".into(),
+        )),
+        Some(f) => Ok(f),
+        None if std::io::stdout().is_terminal() => Ok(Format::Table),
+        None => Ok(Format::Jsonl),
+    }
+}
+
+/// Whether to color stdout.
+pub fn use_color(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var("TERM").map_or(true, |t| t != "dumb")
+                && std::io::stdout().is_terminal()
+        }
+    }
+}
+
+/// Largest batch accepted, to keep memory bounded on hostile input.
+pub const MAX_BATCH_BYTES: u64 = 256 << 20;
+
+/// Read the batch: a path, `-` for stdin, or stdin when nothing is given and it is piped.
+pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
+    let from_stdin = match arg {
+        Some("-") => true,
+        Some(_) => false,
+        None if !std::io::stdin().is_terminal() => true,
+        None => {
+            return Err(Error::Usage(
+                "no batch given\nhint: flux-tools run BATCH.yaml, or pipe one in: cat batch.yaml | flux-tools run".into(),
+            ))
+        }
+    };
+    let mut bytes = Vec::new();
+    let name = if from_stdin {
+        std::io::stdin()
+            .take(MAX_BATCH_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("cannot read the batch from stdin", e))?;
+        "<stdin>".to_string()
+    } else {
+        let path = arg.unwrap_or_default();
+        let f = std::fs::File::open(path).map_err(|e| Error::io(format!("cannot read batch `{path}`"), e))?;
+        if f.metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(Error::Usage(format!("batch `{path}` is a directory")));
+        }
+        f.take(MAX_BATCH_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("cannot read batch `{path}`"), e))?;
+        path.to_string()
+    };
+    if bytes.len() as u64 > MAX_BATCH_BYTES {
+        return Err(Error::Usage(format!("batch `{name}` is larger than {} MiB", MAX_BATCH_BYTES >> 20)));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::Usage(format!("batch `{name}` is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()))
+    })?;
+    if text.contains('\0') {
+        return Err(Error::Usage(format!("batch `{name}` contains a NUL byte")));
+    }
+    Ok(SourceFile::new(name, text))
+}
+
+/// Check before running that an `--output` file can be written (its folder exists and it is
+/// not a directory), so nothing runs only to fail at the end.
+pub fn check_output_path(path: &Path) -> Result<(), Error> {
+    if path.is_dir() {
+        return Err(Error::Usage(format!("--output `{}` is a directory", path.display())));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(Error::Usage(format!("--output `{}`: folder `{}` does not exist", path.display(), parent.display())));
+    }
+    Ok(())
+}
+
+/// Write `bytes` to `path` atomically: a temporary file beside it, fsynced, then renamed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "results".into());
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(format!("cannot write `{}`", path.display()), e));
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Events from the scheduler to the reporters, and the result types they carry. This is the
+//! only contact point between `run` and `report`: the scheduler emits [`Event`]s and knows
+//! nothing of terminals; reporters render them and know nothing of scheduling.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// How a call ended (SPEC section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Error,
+    TimedOut,
+    NeverDispatched,
+    Cancelled,
+    Indeterminate,
+}
+
+impl Status {
+    /// The transcript event name.
+    pub fn event(self) -> &'static str {
+        match self {
+            Status::Ok => "TOOL_RESULT",
+            Status::Indeterminate => "TOOL_INDETERMINATE",
+            _ => "TOOL_ERROR",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::TimedOut => "timed_out",
+            Status::NeverDispatched => "never_dispatched",
+            Status::Cancelled => "cancelled",
+            Status::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+/// `error` of a result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorInfo {
+    pub kind: String,
+    pub message: String,
+}
+
+/// One call's result, in the shape SPEC section 5 gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallResult {
+    pub index: usize,
+    pub id: String,
+    pub tool: String,
+    pub status: Status,
+    pub event: &'static str,
+    pub output: Value,
+    pub error: Option<ErrorInfo>,
+    pub attempts: u32,
+    pub phase: usize,
+    pub idempotency_key: Option<String>,
+    pub queued_ms: Option<u64>,
+    pub waited_on: Option<String>,
+    pub started_ms: Option<u64>,
+    pub duration_ms: Option<u64>,
+}
+
+impl CallResult {
+    pub fn is_ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+/// How the run as a whole ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Failed,
+    DeadlineExceeded,
+    BudgetExhausted,
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Failed => "failed",
+            Outcome::DeadlineExceeded => "deadline_exceeded",
+            Outcome::BudgetExhausted => "budget_exhausted",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Per-lane figures for the stats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaneStats {
+    pub lane: String,
+    pub limit: Option<u32>,
+    pub rate: Option<String>,
+    pub peak_in_flight: u64,
+    /// Total time calls spent waiting for this lane (permits and tokens).
+    pub wait_ms: u64,
+    /// How many calls had to wait for it.
+    pub waits: u64,
+    /// How many calls waited for a rate token.
+    pub rate_limit_waits: u64,
+}
+
+/// Run statistics (SPEC section 5).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    pub calls: usize,
+    pub ok: usize,
+    pub failed: usize,
+    pub wall_ms: u64,
+    /// Sum of every call's duration.
+    pub tool_time_ms: u64,
+    /// The longest chain of edges and phase barriers, measured.
+    pub critical_path_ms: u64,
+    pub critical_path: Vec<String>,
+    /// Summed tool time over wall time.
+    pub speedup: f64,
+    pub retries: u64,
+    pub rate_limit_waits: u64,
+    pub http_429: u64,
+    pub cost: f64,
+    pub cost_by_tool: BTreeMap<String, f64>,
+    pub lanes: Vec<LaneStats>,
+}
+
+/// A lane as the run starts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaneInfo {
+    pub name: String,
+    pub limit: Option<u32>,
+    pub rate: Option<String>,
+}
+
+/// What the scheduler tells the reporters.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The run began.
+    RunStarted {
+        run_id: String,
+        /// Number of calls.
+        total: usize,
+        /// Every lane the run uses, indexed by the `lane` fields below.
+        lanes: Vec<LaneInfo>,
+    },
+    /// Call `call` began waiting for `weight` permits of `lane`.
+    LaneWaiting { call: usize, lane: usize, weight: u32 },
+    /// Call `call` now holds `weight` permits of `lane`.
+    LaneAcquired { call: usize, lane: usize, weight: u32 },
+    /// Call `call` gave back its permits of `lane` (also sent when it stopped waiting).
+    LaneReleased { call: usize, lane: usize, weight: u32, held: bool },
+    /// Call `call` was invoked (attempt 1) or re-invoked after a retryable failure.
+    CallStarted { call: usize, attempt: u32 },
+    /// Call `call` has its final result.
+    CallFinished { result: Box<CallResult> },
+    /// The run ended; no event follows.
+    RunFinished { outcome: Outcome, stats: Box<Stats> },
+}

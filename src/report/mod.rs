@@ -1,0 +1,17 @@
+//! Reporters: everything a user sees. They consume [`events::Event`]s and finished results and
+//! render them — results on stdout (jsonl, json, table), progress and summaries on stderr.
+//! Nothing here spawns, sleeps or schedules.
+
+pub mod events;
+pub mod output;
+pub mod plan;
+pub mod progress;
+pub mod summary;
+pub mod tools;
+
+use events::Event;
+
+/// Something that renders events as they happen.
+pub trait Reporter: Send {
+    fn handle(&mut self, event: &Event);
+}

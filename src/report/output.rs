@@ -1,0 +1,186 @@
+//! Results on stdout: `jsonl` (one result per line, call order), `json` (one document with
+//! outcome and stats), `table` (comfy-table), and the streaming writer that prints each result
+//! as soon as it and every earlier call have resolved.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
+use serde_json::{json, Value};
+
+use super::events::{CallResult, Event, Outcome, Stats, Status};
+use super::Reporter;
+
+/// What a finished run looks like to the writers.
+pub struct RunDocument<'a> {
+    pub run_id: &'a str,
+    pub outcome: Outcome,
+    pub results: &'a [CallResult],
+    pub stats: &'a Stats,
+}
+
+impl RunDocument<'_> {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "run_id": self.run_id,
+            "outcome": self.outcome,
+            "results": self.results,
+            "stats": self.stats,
+        })
+    }
+}
+
+/// One result as a JSON line.
+pub fn write_jsonl_line(w: &mut dyn Write, r: &CallResult) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, r)?;
+    w.write_all(b"\n")
+}
+
+pub fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
+    for r in doc.results {
+        write_jsonl_line(w, r)?;
+    }
+    Ok(())
+}
+
+pub fn write_json(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, &doc.to_json())?;
+    w.write_all(b"\n")
+}
+
+/// A short, single-line rendering of a value for tables.
+pub fn shorten(text: &str, max: usize) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let mut s: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+fn status_color(s: Status) -> Color {
+    match s {
+        Status::Ok => Color::Green,
+        Status::Error | Status::TimedOut => Color::Red,
+        Status::Indeterminate => Color::Magenta,
+        Status::Cancelled | Status::NeverDispatched => Color::Yellow,
+    }
+}
+
+pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io::Result<()> {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(["#", "id", "tool", "status", "time", "output / error"]);
+    if !color {
+        t.force_no_tty();
+    }
+    for r in doc.results {
+        let time = r.duration_ms.map_or_else(|| "—".to_string(), |ms| crate::duration::format(std::time::Duration::from_millis(ms)));
+        let detail = match &r.error {
+            Some(e) => shorten(&e.message, 70),
+            None => shorten(&match &r.output {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            }, 70),
+        };
+        let mut status = Cell::new(r.status.as_str());
+        if color {
+            status = status.fg(status_color(r.status));
+        }
+        t.add_row(vec![Cell::new(r.index), Cell::new(&r.id), Cell::new(&r.tool), status, Cell::new(time), Cell::new(detail)]);
+    }
+    writeln!(w, "{t}")
+}
+
+/// Prints results as JSON lines in call order while the run goes on: a result is written
+/// once it and every earlier call have resolved.
+pub struct StreamWriter<W: Write + Send> {
+    out: W,
+    next: usize,
+    waiting: BTreeMap<usize, CallResult>,
+    /// Render a result as one line (`None`: the default result line).
+    render: Option<Box<dyn Fn(&CallResult) -> Value + Send>>,
+    /// Set when stdout has gone away (a closed pipe); the run carries on regardless.
+    pub broken: bool,
+}
+
+impl<W: Write + Send> StreamWriter<W> {
+    pub fn new(out: W, render: Option<Box<dyn Fn(&CallResult) -> Value + Send>>) -> Self {
+        StreamWriter { out, next: 0, waiting: BTreeMap::new(), render, broken: false }
+    }
+
+    fn write(&mut self, r: &CallResult) {
+        if self.broken {
+            return;
+        }
+        let res = match &self.render {
+            Some(f) => serde_json::to_writer(&mut self.out, &f(r)).map_err(io::Error::from).and_then(|_| self.out.write_all(b"\n")),
+            None => write_jsonl_line(&mut self.out, r),
+        };
+        if res.and_then(|_| self.out.flush()).is_err() {
+            self.broken = true;
+        }
+    }
+}
+
+impl<W: Write + Send> Reporter for StreamWriter<W> {
+    fn handle(&mut self, event: &Event) {
+        if let Event::CallFinished { result } = event {
+            self.waiting.insert(result.index, (**result).clone());
+            while let Some(r) = self.waiting.remove(&self.next) {
+                self.write(&r);
+                self.next += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(index: usize, status: Status) -> CallResult {
+        CallResult {
+            index,
+            id: format!("c{}", index + 1),
+            tool: "t".into(),
+            status,
+            event: status.event(),
+            output: json!({"n": index}),
+            error: None,
+            attempts: 1,
+            phase: 0,
+            idempotency_key: None,
+            queued_ms: Some(0),
+            waited_on: None,
+            started_ms: Some(0),
+            duration_ms: Some(5),
+        }
+    }
+
+    #[test]
+    fn stream_writer_keeps_call_order() {
+        let mut out = Vec::new();
+        {
+            let mut s = StreamWriter::new(&mut out, None);
+            for i in [2, 0, 1] {
+                s.handle(&Event::CallFinished { result: Box::new(result(i, Status::Ok)) });
+                if i == 2 {
+                    assert!(s.waiting.contains_key(&2));
+                }
+            }
+        }
+        let lines: Vec<Value> = String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let idx: Vec<u64> = lines.iter().map(|l| l["index"].as_u64().unwrap()).collect();
+        assert_eq!(idx, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn shorten_folds_whitespace_and_cuts() {
+        assert_eq!(shorten("a\n  b", 10), "a b");
+        assert_eq!(shorten("abcdefghijkl", 5), "abcd…");
+    }
+}

@@ -1,0 +1,199 @@
+//! Rendering a plan: `table` (per phase, with edges and estimates), `json`, `dot` and
+//! `mermaid`. Pure string building from a [`Plan`] and its [`Estimate`].
+
+use std::fmt::Write as _;
+
+use comfy_table::{presets, ContentArrangement, Table};
+use serde_json::{json, Value};
+
+use crate::duration::{format, millis};
+use crate::manifest::Manifest;
+use crate::plan::{EdgeReason, Estimate, Plan};
+
+fn reason_str(r: EdgeReason) -> &'static str {
+    match r {
+        EdgeReason::Reference => "reference",
+        EdgeReason::After => "after",
+        EdgeReason::WriteChain => "write chain",
+    }
+}
+
+fn id_of(plan: &Plan, index: usize) -> &str {
+    plan.calls.iter().find(|c| c.index == index).map_or("?", |c| c.id.as_str())
+}
+
+/// Waves of each phase: calls grouped by dependency depth.
+fn waves(plan: &Plan, est: &Estimate) -> Vec<Vec<Vec<String>>> {
+    let mut out: Vec<Vec<Vec<String>>> = vec![Vec::new(); plan.phases.len()];
+    for (p, c) in plan.calls.iter().enumerate() {
+        let phase = &mut out[c.phase];
+        let w = est.wave[p];
+        if phase.len() <= w {
+            phase.resize(w + 1, Vec::new());
+        }
+        phase[w].push(c.id.clone());
+    }
+    out
+}
+
+pub fn to_json(plan: &Plan, est: &Estimate, manifest: &Manifest) -> Value {
+    let waves = waves(plan, est);
+    let phases: Vec<Value> = plan
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, ph)| {
+            json!({
+                "phase": i,
+                "alone": ph.alone,
+                "calls": plan.calls.iter().filter(|c| c.phase == i).map(|c| c.id.clone()).collect::<Vec<_>>(),
+                "waves": waves[i],
+            })
+        })
+        .collect();
+    let calls: Vec<Value> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| {
+            let tool = &manifest.tools[c.tool];
+            json!({
+                "index": c.index,
+                "id": c.id,
+                "tool": c.tool_name,
+                "phase": c.phase,
+                "own_phase": plan.phases[c.phase].alone,
+                "wave": est.wave[p],
+                "effect": tool.effect,
+                "effect_from": tool.effect_origin,
+                "idempotent": tool.idempotent,
+                "idempotent_from": tool.idempotent_origin,
+                "weight": c.weight,
+                "lanes": c.lanes.iter().map(|&l| plan.lanes[l].name.clone()).collect::<Vec<_>>(),
+                "edges": c.edges.iter().map(|e| json!({"from": id_of(plan, e.from), "reason": e.reason})).collect::<Vec<_>>(),
+                "est_start_ms": millis(est.start[p]),
+                "est_end_ms": millis(est.end[p]),
+                "estimate_assumed": !c.estimate_known,
+                "cost": c.cost,
+            })
+        })
+        .collect();
+    json!({
+        "tenant": plan.settings.tenant,
+        "on_tool_error": plan.settings.on_tool_error,
+        "phases": phases,
+        "calls": calls,
+        "lanes": plan.lanes.iter().map(|l| json!({
+            "name": l.name,
+            "limit": l.limit,
+            "rate": l.rate.map(|r| r.to_string()),
+            "burst": l.burst,
+        })).collect::<Vec<_>>(),
+        "width": est.width,
+        "critical_path": est.critical_path.iter().map(|&p| plan.calls[p].id.clone()).collect::<Vec<_>>(),
+        "critical_path_ms": millis(est.critical_path_time),
+        "total_tool_ms": millis(est.total_tool_time),
+        "makespan_ms": millis(est.makespan),
+        "cost": est.cost,
+        "warnings": plan.warnings.iter().map(|w| w.message.clone()).collect::<Vec<_>>(),
+    })
+}
+
+pub fn to_table(plan: &Plan, est: &Estimate) -> String {
+    let mut out = String::new();
+    let waves = waves(plan, est);
+    for (i, ph) in plan.phases.iter().enumerate() {
+        let what = if ph.alone { " — alone (parallel_safe = false)" } else { "" };
+        let _ = writeln!(out, "phase {i}{what}: {} wave(s)", waves[i].len());
+        let mut t = Table::new();
+        t.load_preset(presets::UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .force_no_tty()
+            .set_header(["#", "id", "tool", "lanes", "waits for", "est. start → end"]);
+        for (p, c) in plan.calls.iter().enumerate().filter(|(_, c)| c.phase == i) {
+            let edges: Vec<String> = c.edges.iter().map(|e| format!("{} ({})", id_of(plan, e.from), reason_str(e.reason))).collect();
+            let lanes: Vec<String> = c.lanes.iter().map(|&l| {
+                let lane = &plan.lanes[l];
+                match lane.limit {
+                    Some(n) => format!("{} ({n})", lane.name),
+                    None => lane.name.clone(),
+                }
+            }).collect();
+            let assumed = if c.estimate_known { "" } else { " ?" };
+            t.add_row(vec![
+                c.index.to_string(),
+                c.id.clone(),
+                c.tool_name.clone(),
+                lanes.join(", "),
+                if edges.is_empty() { "—".into() } else { edges.join(", ") },
+                format!("{} → {}{assumed}", format(est.start[p]), format(est.end[p])),
+            ]);
+        }
+        let _ = writeln!(out, "{t}");
+    }
+    let path: Vec<&str> = est.critical_path.iter().map(|&p| plan.calls[p].id.as_str()).collect();
+    let _ = writeln!(out, "width:              {}", est.width);
+    let _ = writeln!(out, "critical path:      {} ({})", path.join(" → "), format(est.critical_path_time));
+    let _ = writeln!(out, "total tool time:    {}", format(est.total_tool_time));
+    let _ = writeln!(out, "estimated makespan: {}", format(est.makespan));
+    if est.cost > 0.0 {
+        let _ = writeln!(out, "estimated cost:     {}", super::summary::trim_float(est.cost));
+    }
+    if plan.calls.iter().any(|c| !c.estimate_known) {
+        let _ = writeln!(out, "(? = no `expected` latency declared; assumed {})", format(crate::plan::ASSUMED_LATENCY));
+    }
+    out
+}
+
+fn dot_id(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+pub fn to_dot(plan: &Plan, est: &Estimate) -> String {
+    let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
+    let on_path = |a: usize, b: usize| est.critical_path.windows(2).any(|w| w[0] == a && w[1] == b);
+    for (i, ph) in plan.phases.iter().enumerate() {
+        let label = if ph.alone { format!("phase {i} (alone)") } else { format!("phase {i}") };
+        let _ = writeln!(out, "  subgraph cluster_{i} {{\n    label={};", dot_id(&label));
+        for c in plan.calls.iter().filter(|c| c.phase == i) {
+            let _ = writeln!(out, "    {} [label={}];", dot_id(&c.id), dot_id(&format!("{}\\n{}", c.id, c.tool_name)));
+        }
+        out.push_str("  }\n");
+    }
+    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    for (p, c) in plan.calls.iter().enumerate() {
+        for e in &c.edges {
+            let bold = pos.get(&e.from).is_some_and(|&f| on_path(f, p));
+            let style = if bold { ", penwidth=2" } else { "" };
+            let _ = writeln!(out, "  {} -> {} [label={}{style}];", dot_id(id_of(plan, e.from)), dot_id(&c.id), dot_id(reason_str(e.reason)));
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn mermaid_id(p: usize) -> String {
+    format!("n{p}")
+}
+
+pub fn to_mermaid(plan: &Plan) -> String {
+    let mut out = String::from("flowchart LR\n");
+    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    for (i, ph) in plan.phases.iter().enumerate() {
+        let label = if ph.alone { format!("phase {i} (alone)") } else { format!("phase {i}") };
+        let _ = writeln!(out, "  subgraph phase{i} [\"{label}\"]");
+        for (p, c) in plan.calls.iter().enumerate().filter(|(_, c)| c.phase == i) {
+            let text = format!("{}<br/>{}", c.id, c.tool_name).replace('"', "#quot;");
+            let _ = writeln!(out, "    {}[\"{text}\"]", mermaid_id(p));
+        }
+        out.push_str("  end\n");
+    }
+    for (p, c) in plan.calls.iter().enumerate() {
+        for e in &c.edges {
+            if let Some(&f) = pos.get(&e.from) {
+                let _ = writeln!(out, "  {} -->|{}| {}", mermaid_id(f), reason_str(e.reason), mermaid_id(p));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,165 @@
+//! The live display on stderr (indicatif): an overall line (done/total, ok, failed, elapsed)
+//! and one line per lane in use with permits held / limit and calls queued behind it.
+//!
+//! It is one [`Reporter`] among others: it learns everything from events and knows nothing of
+//! scheduling. Lane lines appear the first time a lane is waited on or held.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
+
+use super::events::{Event, LaneInfo, Status};
+use super::Reporter;
+
+struct LaneLine {
+    info: LaneInfo,
+    held: u64,
+    queued: u64,
+    bar: Option<ProgressBar>,
+}
+
+/// The live display.
+pub struct Progress {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    lanes: Vec<LaneLine>,
+    ok: u64,
+    failed: u64,
+}
+
+/// Writes ANSI to stderr even when it is not a terminal (`--progress always`).
+#[derive(Debug)]
+struct RawStderr;
+
+impl TermLike for RawStderr {
+    fn width(&self) -> u16 {
+        100
+    }
+    fn move_cursor_up(&self, n: usize) -> io::Result<()> {
+        if n > 0 {
+            write!(io::stderr(), "\x1b[{n}A")?;
+        }
+        Ok(())
+    }
+    fn move_cursor_down(&self, n: usize) -> io::Result<()> {
+        if n > 0 {
+            write!(io::stderr(), "\x1b[{n}B")?;
+        }
+        Ok(())
+    }
+    fn move_cursor_right(&self, n: usize) -> io::Result<()> {
+        if n > 0 {
+            write!(io::stderr(), "\x1b[{n}C")?;
+        }
+        Ok(())
+    }
+    fn move_cursor_left(&self, n: usize) -> io::Result<()> {
+        if n > 0 {
+            write!(io::stderr(), "\x1b[{n}D")?;
+        }
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> io::Result<()> {
+        writeln!(io::stderr(), "{s}")
+    }
+    fn write_str(&self, s: &str) -> io::Result<()> {
+        write!(io::stderr(), "{s}")
+    }
+    fn clear_line(&self) -> io::Result<()> {
+        write!(io::stderr(), "\r\x1b[2K")
+    }
+    fn flush(&self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+impl Progress {
+    /// `force`: draw even when stderr is not a terminal.
+    pub fn new(force: bool) -> Progress {
+        let target = if force {
+            ProgressDrawTarget::term_like_with_hz(Box::new(RawStderr), 10)
+        } else {
+            ProgressDrawTarget::stderr_with_hz(10)
+        };
+        let multi = MultiProgress::with_draw_target(target);
+        let overall = multi.add(ProgressBar::new(0));
+        overall.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} calls · {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        overall.enable_steady_tick(Duration::from_millis(100));
+        Progress { multi, overall, lanes: Vec::new(), ok: 0, failed: 0 }
+    }
+
+    fn refresh_lane(&mut self, lane: usize) {
+        let multi = &self.multi;
+        let Some(l) = self.lanes.get_mut(lane) else { return };
+        let bar = l.bar.get_or_insert_with(|| {
+            let b = multi.add(ProgressBar::new(0));
+            b.set_style(ProgressStyle::with_template("  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+            b
+        });
+        let limit = l.info.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
+        let rate = l.info.rate.as_ref().map(|r| format!(" · rate {r}")).unwrap_or_default();
+        bar.set_message(format!("{:<28} {:>4}/{limit:<4} held · {} queued{rate}", l.info.name, l.held, l.queued));
+    }
+
+    fn refresh_overall(&self) {
+        self.overall.set_message(format!("{} ok · {} failed", self.ok, self.failed));
+    }
+}
+
+impl Reporter for Progress {
+    fn handle(&mut self, event: &Event) {
+        match event {
+            Event::RunStarted { total, lanes, .. } => {
+                self.overall.set_length(*total as u64);
+                self.lanes = lanes.iter().map(|info| LaneLine { info: info.clone(), held: 0, queued: 0, bar: None }).collect();
+                self.refresh_overall();
+            }
+            Event::LaneWaiting { lane, .. } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    l.queued += 1;
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::LaneAcquired { lane, weight, .. } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    l.queued = l.queued.saturating_sub(1);
+                    l.held += u64::from(*weight);
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::LaneReleased { lane, weight, held, .. } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    if *held {
+                        l.held = l.held.saturating_sub(u64::from(*weight));
+                    } else {
+                        l.queued = l.queued.saturating_sub(1);
+                    }
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::CallStarted { .. } => {}
+            Event::CallFinished { result } => {
+                if result.status == Status::Ok {
+                    self.ok += 1;
+                } else {
+                    self.failed += 1;
+                }
+                self.overall.inc(1);
+                self.refresh_overall();
+            }
+            Event::RunFinished { .. } => {
+                self.overall.finish();
+                for l in &self.lanes {
+                    if let Some(b) = &l.bar {
+                        b.finish();
+                    }
+                }
+                let _ = self.multi.clear();
+            }
+        }
+    }
+}

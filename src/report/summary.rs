@@ -1,0 +1,65 @@
+//! The one-line summary and the stats block printed on stderr after a run.
+
+use std::time::Duration;
+
+use super::events::{Outcome, Stats, Status};
+use crate::duration::format;
+
+fn ms(v: u64) -> String {
+    format(Duration::from_millis(v))
+}
+
+/// `5 calls: 4 ok, 1 failed (1 timed_out) in 1.02s · tool time 3.9s · speed-up 3.8× · critical path 1s`
+pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
+    let count = |s: Status| statuses.iter().filter(|x| **x == s).count();
+    let mut kinds = Vec::new();
+    for s in [Status::Error, Status::TimedOut, Status::NeverDispatched, Status::Cancelled, Status::Indeterminate] {
+        let c = count(s);
+        if c > 0 {
+            kinds.push(format!("{c} {}", s.as_str()));
+        }
+    }
+    let failed = if stats.failed > 0 {
+        format!(", {} failed ({})", stats.failed, kinds.join(", "))
+    } else {
+        String::new()
+    };
+    let mut s = format!(
+        "{} calls: {} ok{failed} in {} · tool time {} · speed-up {:.1}× · critical path {}",
+        stats.calls,
+        stats.ok,
+        ms(stats.wall_ms),
+        ms(stats.tool_time_ms),
+        stats.speedup,
+        ms(stats.critical_path_ms),
+    );
+    if stats.cost > 0.0 {
+        s.push_str(&format!(" · cost {}", trim_float(stats.cost)));
+    }
+    if outcome != Outcome::Completed {
+        s.push_str(&format!(" · outcome {}", outcome.as_str()));
+    }
+    s
+}
+
+/// Lanes that held calls back: `lane tool:search: peak 4/4, waited 1.2s over 6 calls`.
+pub fn lane_lines(stats: &Stats) -> Vec<String> {
+    stats
+        .lanes
+        .iter()
+        .filter(|l| l.waits > 0)
+        .map(|l| {
+            let limit = l.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
+            let mut s = format!("lane {}: peak {}/{limit}, waited {} over {} calls", l.lane, l.peak_in_flight, ms(l.wait_ms), l.waits);
+            if let Some(r) = &l.rate {
+                s.push_str(&format!(" (rate {r}, {} token waits)", l.rate_limit_waits));
+            }
+            s
+        })
+        .collect()
+}
+
+pub fn trim_float(v: f64) -> String {
+    let s = format!("{v:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}

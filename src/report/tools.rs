@@ -1,0 +1,118 @@
+//! `flux-tools tools`: the manifest's tools and their declarations, as a table or JSON.
+//! Every `${env:…}` secret is shown as `***`.
+
+use std::collections::BTreeMap;
+
+use comfy_table::{presets, ContentArrangement, Table};
+use serde_json::{json, Value};
+
+use crate::manifest::{Manifest, Tool, ToolKind};
+use crate::template::Template;
+
+fn redacted_map(m: &BTreeMap<String, Template>) -> Value {
+    Value::Object(m.iter().map(|(k, v)| (k.clone(), Value::String(v.redacted()))).collect())
+}
+
+/// What the tool invokes, in one line.
+pub fn target(t: &Tool) -> String {
+    match &t.kind {
+        ToolKind::Command(c) => c.argv.iter().map(Template::redacted).collect::<Vec<_>>().join(" "),
+        ToolKind::Http(h) => format!("{} {}", h.method, h.url.redacted()),
+        ToolKind::Mcp(m) => format!("{}:{}", m.server, m.tool),
+        ToolKind::Scripted(s) => {
+            if s.hang {
+                "scripted (hangs)".into()
+            } else {
+                format!("scripted {}", crate::duration::format(s.latency))
+            }
+        }
+    }
+}
+
+pub fn tool_json(t: &Tool) -> Value {
+    let kind = match &t.kind {
+        ToolKind::Command(c) => json!({
+            "command": c.argv.iter().map(Template::redacted).collect::<Vec<_>>(),
+            "stdin": if c.stdin_json { "json" } else { "none" },
+            "env": redacted_map(&c.env),
+            "max_output": c.max_output,
+            "kill_grace": crate::duration::format(c.kill_grace),
+            "retry_on_exit": c.retry_on_exit,
+        }),
+        ToolKind::Http(h) => json!({
+            "method": h.method,
+            "url": h.url.redacted(),
+            "headers": redacted_map(&h.headers),
+            "body": if h.body_json { "json" } else { "none" },
+            "query": h.query,
+        }),
+        ToolKind::Mcp(m) => json!({"server": m.server, "tool": m.tool}),
+        ToolKind::Scripted(s) => json!({
+            "latency": crate::duration::format(s.latency),
+            "output": s.output,
+            "fail": s.fail,
+            "hang": s.hang,
+        }),
+    };
+    json!({
+        "name": t.name,
+        "kind": t.kind_name(),
+        "description": t.description.as_deref().map(crate::template::redact_raw),
+        "effect": t.effect,
+        "effect_from": t.effect_origin,
+        "idempotent": t.idempotent,
+        "idempotent_from": t.idempotent_origin,
+        "parallel_safe": t.parallel_safe,
+        "concurrent_writes": t.concurrent_writes,
+        "timeout": t.timeout_text,
+        "lanes": t.lanes,
+        "weight": t.weight,
+        "retries": t.retries,
+        "cost": t.cost,
+        "expected": t.expected.map(crate::duration::format),
+        "requires_approval": t.requires_approval,
+        "args": t.args,
+        "settings": kind,
+    })
+}
+
+pub fn to_json(m: &Manifest) -> Value {
+    json!({
+        "manifest": m.file.name,
+        "concurrency": {
+            "max_concurrent_tools": m.concurrency.max_concurrent_tools,
+            "per_tenant": m.concurrency.per_tenant,
+            "per_tool": m.concurrency.per_tool,
+        },
+        "lanes": m.lanes.values().map(|l| json!({
+            "name": l.name, "concurrency": l.concurrency, "rate": l.rate.map(|r| r.to_string()), "burst": l.burst,
+        })).collect::<Vec<_>>(),
+        "tools": m.tools.iter().map(tool_json).collect::<Vec<_>>(),
+    })
+}
+
+pub fn to_table(m: &Manifest) -> String {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .force_no_tty()
+        .set_header(["tool", "kind", "effect", "idempotent", "parallel", "limit", "lanes", "timeout", "invokes"]);
+    for tool in &m.tools {
+        let effect = match tool.effect_origin {
+            crate::manifest::Origin::Default => format!("{:?} (default)", tool.effect).to_lowercase(),
+            crate::manifest::Origin::Manifest => format!("{:?}", tool.effect).to_lowercase(),
+        };
+        t.add_row(vec![
+            tool.name.clone(),
+            tool.kind_name().to_string(),
+            effect,
+            if tool.idempotent { "yes".into() } else { "no".into() },
+            if tool.parallel_safe { "yes".into() } else { "alone".into() },
+            m.concurrency.per_tool.get(&tool.name).map_or_else(|| "—".into(), |n| n.to_string()),
+            if tool.lanes.is_empty() { "—".into() } else { tool.lanes.join(", ") },
+            tool.timeout_text.clone().unwrap_or_else(|| "—".into()),
+            super::output::shorten(&target(tool), 50),
+        ]);
+    }
+    format!("{t}\n")
+}

@@ -1,0 +1,223 @@
+//! Lanes: counting permits (with weights) and token buckets, behind the [`LaneStore`] trait.
+//!
+//! A call acquires its lanes one at a time in the plan's fixed order (tenant → turn → tool →
+//! shared lanes by name) and releases them in reverse when its [`Lease`]s drop, so no two
+//! calls can each hold what the other waits for. A rate-limited lane takes a token *after*
+//! its permit. [`MemoryLanes`] keeps everything in this process (tokio's semaphores are
+//! FIFO, so a heavy call is not starved by light ones); stores shared across processes and
+//! machines implement the same trait.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::plan::LaneSpec;
+use crate::report::events::LaneStats;
+
+/// A boxed future, for the object-safe store trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Permits held in one lane; dropping it gives them back.
+pub struct Lease {
+    _permit: Option<OwnedSemaphorePermit>,
+    counters: Arc<Counters>,
+    weight: u64,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
+    }
+}
+
+/// Why a lane could not be acquired.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("lane store: {0}")]
+pub struct LaneError(pub String);
+
+/// Where lane permits and tokens live.
+pub trait LaneStore: Send + Sync {
+    /// Wait for `weight` permits of `lane`.
+    fn acquire(&self, lane: usize, weight: u32) -> BoxFuture<'_, Result<Lease, LaneError>>;
+    /// Reserve one rate token of `lane`; returns how long the caller must wait before using it.
+    fn reserve_token(&self, lane: usize) -> Result<Duration, LaneError>;
+    /// Whether `lane` has a rate.
+    fn has_rate(&self, lane: usize) -> bool;
+    /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool);
+    /// Figures for the stats.
+    fn stats(&self) -> Vec<LaneStats>;
+}
+
+#[derive(Default)]
+struct Counters {
+    held: AtomicU64,
+    peak: AtomicU64,
+    wait_ns: AtomicU64,
+    waits: AtomicU64,
+    rate_waits: AtomicU64,
+}
+
+struct Bucket {
+    per_sec: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+struct Lane {
+    spec: LaneSpec,
+    sem: Option<Arc<Semaphore>>,
+    bucket: Option<Mutex<Bucket>>,
+    counters: Arc<Counters>,
+}
+
+/// Lanes kept in this process only.
+pub struct MemoryLanes {
+    lanes: Vec<Lane>,
+}
+
+impl MemoryLanes {
+    pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
+        let now = Instant::now();
+        MemoryLanes {
+            lanes: specs
+                .iter()
+                .map(|s| Lane {
+                    spec: s.clone(),
+                    sem: s.limit.map(|l| Arc::new(Semaphore::new(l as usize))),
+                    bucket: s.rate.map(|r| {
+                        let burst = f64::from(s.burst.unwrap_or(r.count));
+                        Mutex::new(Bucket { per_sec: r.per_second(), burst, tokens: burst, at: now })
+                    }),
+                    counters: Arc::new(Counters::default()),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl LaneStore for MemoryLanes {
+    fn acquire(&self, lane: usize, weight: u32) -> BoxFuture<'_, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            let l = self
+                .lanes
+                .get(lane)
+                .ok_or_else(|| LaneError(format!("no lane #{lane}")))?;
+            let permit = match &l.sem {
+                Some(sem) => Some(
+                    sem.clone()
+                        .acquire_many_owned(weight)
+                        .await
+                        .map_err(|_| LaneError(format!("lane {} was closed", l.spec.name)))?,
+                ),
+                None => None,
+            };
+            let w = u64::from(weight);
+            let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
+            l.counters.peak.fetch_max(now, Ordering::Relaxed);
+            Ok(Lease { _permit: permit, counters: l.counters.clone(), weight: w })
+        })
+    }
+
+    fn reserve_token(&self, lane: usize) -> Result<Duration, LaneError> {
+        let Some(bucket) = self.lanes.get(lane).and_then(|l| l.bucket.as_ref()) else {
+            return Ok(Duration::ZERO);
+        };
+        let mut b = bucket.lock().map_err(|_| LaneError("rate bucket poisoned".into()))?;
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * b.per_sec).min(b.burst);
+        b.at = now;
+        // Reserve the token even if it is not there yet: waiters queue up behind each other
+        // and the lane never exceeds its rate, even when a waiter gives up.
+        b.tokens -= 1.0;
+        if b.tokens >= 0.0 {
+            Ok(Duration::ZERO)
+        } else {
+            Ok(Duration::from_secs_f64(-b.tokens / b.per_sec))
+        }
+    }
+
+    fn has_rate(&self, lane: usize) -> bool {
+        self.lanes.get(lane).is_some_and(|l| l.bucket.is_some())
+    }
+
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        if let Some(l) = self.lanes.get(lane) {
+            let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+            l.counters.wait_ns.fetch_add(ns, Ordering::Relaxed);
+            l.counters.waits.fetch_add(1, Ordering::Relaxed);
+            if token {
+                l.counters.rate_waits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<LaneStats> {
+        self.lanes
+            .iter()
+            .map(|l| LaneStats {
+                lane: l.spec.name.clone(),
+                limit: l.spec.limit,
+                rate: l.spec.rate.map(|r| r.to_string()),
+                peak_in_flight: l.counters.peak.load(Ordering::Relaxed),
+                wait_ms: l.counters.wait_ns.load(Ordering::Relaxed) / 1_000_000,
+                waits: l.counters.waits.load(Ordering::Relaxed),
+                rate_limit_waits: l.counters.rate_waits.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Rate;
+    use crate::plan::LaneKey;
+
+    fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
+        LaneSpec { key: LaneKey::Turn, name: "turn".into(), limit, rate, burst }
+    }
+
+    #[tokio::test]
+    async fn weights_take_several_permits_and_peaks_are_recorded() {
+        let lanes = MemoryLanes::new(&[spec(Some(3), None, None)]);
+        let a = lanes.acquire(0, 2).await.unwrap();
+        let b = lanes.acquire(0, 1).await.unwrap();
+        // A third acquisition must wait until something is released.
+        let pending = tokio::time::timeout(Duration::from_millis(50), lanes.acquire(0, 1)).await;
+        assert!(pending.is_err());
+        drop(a);
+        let c = tokio::time::timeout(Duration::from_millis(50), lanes.acquire(0, 2)).await;
+        assert!(c.is_ok());
+        drop(b);
+        assert_eq!(lanes.stats()[0].peak_in_flight, 3);
+    }
+
+    #[tokio::test]
+    async fn unbounded_lanes_never_wait() {
+        let lanes = MemoryLanes::new(&[spec(None, None, None)]);
+        let mut held = Vec::new();
+        for _ in 0..1000 {
+            held.push(lanes.acquire(0, 1).await.unwrap());
+        }
+        assert_eq!(lanes.stats()[0].peak_in_flight, 1000);
+    }
+
+    #[test]
+    fn token_bucket_allows_the_burst_then_spaces_calls() {
+        let rate = Rate { count: 10, per: Duration::from_secs(1) };
+        let lanes = MemoryLanes::new(&[spec(None, Some(rate), Some(2))]);
+        assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
+        assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
+        let w3 = lanes.reserve_token(0).unwrap();
+        let w4 = lanes.reserve_token(0).unwrap();
+        assert!(w3 > Duration::from_millis(90) && w3 <= Duration::from_millis(100), "{w3:?}");
+        assert!(w4 > Duration::from_millis(190) && w4 <= Duration::from_millis(200), "{w4:?}");
+    }
+}

@@ -1,0 +1,19 @@
+//! The runner: executes a [`Plan`](crate::plan::Plan).
+//!
+//! Design — who owns what:
+//! - [`scheduler`] owns all run state in one task (the coordinator): which calls are ready,
+//!   the serial pre-dispatch steps (resolve references, guardrail, budget) done one call at a
+//!   time in call order, phase barriers, `on_tool_error`, deadlines and signals. It emits
+//!   [`Event`](crate::report::events::Event)s and never prints.
+//! - Each dispatched call is one task: it takes its lanes in the fixed order through a
+//!   [`lanes::LaneStore`], invokes its [`tools::ToolImpl`] (retrying transient failures of
+//!   idempotent tools), classifies how it ended, and sends the result back to the coordinator.
+//! - Stopping flows one way: the coordinator flips a `watch` channel (graceful, then force);
+//!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
+
+pub mod lanes;
+pub mod scheduler;
+mod stats;
+pub mod tools;
+
+pub use scheduler::{execute, RunConfig, RunReport};

@@ -1,0 +1,79 @@
+//! Stats computed from a finished run: tool time, the measured critical path, speed-up and
+//! cost by tool.
+
+use std::collections::BTreeMap;
+
+use crate::plan::Plan;
+use crate::report::events::{CallResult, LaneStats, Stats, Status};
+
+/// Stats for `results` (indexed like `plan.calls`).
+pub fn compute(plan: &Plan, results: &[CallResult], wall_ms: u64, lanes: Vec<LaneStats>, http_429: u64) -> Stats {
+    let n = results.len();
+    let dur: Vec<u64> = results.iter().map(|r| r.duration_ms.unwrap_or(0)).collect();
+    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    // Longest chain through edges and phase barriers, with measured durations.
+    let mut chain = vec![0u64; n];
+    let mut prev: Vec<Option<usize>> = vec![None; n];
+    let mut barrier: (u64, Option<usize>) = (0, None);
+    let mut phase_best = barrier;
+    let mut cur_phase = usize::MAX;
+    for p in 0..n {
+        let c = &plan.calls[p];
+        if c.phase != cur_phase {
+            if cur_phase != usize::MAX {
+                barrier = phase_best;
+            }
+            phase_best = barrier;
+            cur_phase = c.phase;
+        }
+        let (mut best, mut via) = barrier;
+        for e in &c.edges {
+            if let Some(&f) = pos.get(&e.from) {
+                if plan.calls[f].phase == c.phase && (chain[f] > best || via.is_none()) {
+                    best = chain[f];
+                    via = Some(f);
+                }
+            }
+        }
+        chain[p] = best + dur[p];
+        prev[p] = via;
+        if chain[p] > phase_best.0 || phase_best.1.is_none() {
+            phase_best = (chain[p], Some(p));
+        }
+    }
+    let mut path = Vec::new();
+    let mut cur = (0..n).max_by(|&a, &b| chain[a].cmp(&chain[b]).then(b.cmp(&a)));
+    let critical_path_ms = cur.map_or(0, |c| chain[c]);
+    while let Some(c) = cur {
+        path.push(results[c].id.clone());
+        cur = prev[c];
+    }
+    path.reverse();
+
+    let tool_time_ms: u64 = dur.iter().sum();
+    let mut cost_by_tool: BTreeMap<String, f64> = BTreeMap::new();
+    let mut cost = 0.0;
+    for (p, r) in results.iter().enumerate() {
+        if r.started_ms.is_some() && plan.calls[p].cost > 0.0 {
+            *cost_by_tool.entry(r.tool.clone()).or_default() += plan.calls[p].cost;
+            cost += plan.calls[p].cost;
+        }
+    }
+    let ok = results.iter().filter(|r| r.status == Status::Ok).count();
+    Stats {
+        calls: n,
+        ok,
+        failed: n - ok,
+        wall_ms,
+        tool_time_ms,
+        critical_path_ms,
+        critical_path: path,
+        speedup: if wall_ms > 0 { (tool_time_ms as f64 / wall_ms as f64 * 100.0).round() / 100.0 } else { 0.0 },
+        retries: results.iter().map(|r| u64::from(r.attempts.saturating_sub(1))).sum(),
+        rate_limit_waits: lanes.iter().map(|l| l.rate_limit_waits).sum(),
+        http_429,
+        cost: (cost * 1e9).round() / 1e9,
+        cost_by_tool,
+        lanes,
+    }
+}

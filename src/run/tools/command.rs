@@ -1,0 +1,223 @@
+//! The `command` kind: a program run directly (never through a shell) in its own process
+//! group.
+//!
+//! Placeholders become whole argv elements; the arguments go to stdin as one JSON object;
+//! stdout is read while the program runs and bounded by `max_output` (beyond it the group is
+//! killed: memory stays bounded whatever the tool prints); stderr keeps only its tail. On a
+//! timeout or when the run ends, the whole group gets SIGTERM, then SIGKILL after
+//! `kill_grace`; when the program exits, anything it left running in its group is killed, so
+//! no child outlives the call.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use super::{parse_output, Failure, Invocation, Stop};
+use crate::manifest::{CommandSpec, Tool};
+use crate::template::RenderError;
+
+/// How much of stderr an error keeps.
+const STDERR_TAIL: usize = 2048;
+/// How long to wait for pipes to close after the program exited and its group was killed
+/// (a grandchild that escaped the group with setsid can hold them open).
+const DRAIN_WAIT: Duration = Duration::from_millis(500);
+
+pub struct CommandTool {
+    name: String,
+    spec: CommandSpec,
+}
+
+impl CommandTool {
+    pub fn new(tool: &Tool, spec: CommandSpec) -> CommandTool {
+        CommandTool { name: tool.name.clone(), spec }
+    }
+
+    fn command(&self, inv: &Invocation) -> Result<Command, Failure> {
+        let render_err = |e: RenderError| match e {
+            RenderError::Env(m) => Failure::failed("spawn_failed", m.to_string()),
+            RenderError::MissingArg(_) => Failure::failed("guardrail", e.to_string()),
+        };
+        let mut argv = Vec::with_capacity(self.spec.argv.len());
+        for t in &self.spec.argv {
+            argv.push(t.render(&inv.args, &|s| s.to_string()).map_err(render_err)?);
+        }
+        let Some((program, rest)) = argv.split_first() else {
+            return Err(Failure::failed("spawn_failed", format!("tool `{}` has an empty command", self.name)));
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(rest)
+            .stdin(if self.spec.stdin_json { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .env("FLUX_CALL_ID", &inv.call_id)
+            .env("FLUX_TOOL", &inv.tool)
+            .env("FLUX_TENANT", &inv.tenant)
+            .env("FLUX_RUN_ID", &inv.run_id)
+            .env("FLUX_IDEMPOTENCY_KEY", inv.idempotency_key.as_deref().unwrap_or(""))
+            .env("FLUX_TOOLS_LEASE", &inv.lease);
+        for (k, v) in &self.spec.env {
+            cmd.env(k, v.render(&inv.args, &|s| s.to_string()).map_err(render_err)?);
+        }
+        if let Some(cwd) = &self.spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        Ok(cmd)
+    }
+
+    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        let mut cmd = self.command(inv)?;
+        let mut child = cmd.spawn().map_err(|e| {
+            Failure::failed("spawn_failed", format!("cannot start `{}`: {e}", self.spec.argv.first().map(|t| t.redacted()).unwrap_or_default()))
+        })?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let guard = GroupGuard { pgid };
+
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = serde_json::to_vec(&inv.args).unwrap_or_default();
+            // A tool that does not read stdin may close it early: that is not an error.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(Failure::failed("spawn_failed", "the child's pipes were not captured"));
+        };
+
+        let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
+        let mut out: Vec<u8> = Vec::with_capacity(4096.min(max + 1));
+        let mut err_tail: Vec<u8> = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut ebuf = vec![0u8; 4 * 1024];
+        let (mut out_open, mut err_open) = (true, true);
+        let mut status = None;
+        let mut drain_deadline: Option<tokio::time::Instant> = None;
+
+        loop {
+            if status.is_some() && !out_open && !err_open {
+                break;
+            }
+            let drain = async {
+                match drain_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                n = stdout.read(&mut buf), if out_open => match n {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => {
+                        if out.len() + n > max {
+                            guard.signal(libc::SIGKILL);
+                            let _ = child.wait().await;
+                            return Err(Failure::failed(
+                                "output_too_large",
+                                format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
+                            ));
+                        }
+                        out.extend_from_slice(&buf[..n]);
+                    }
+                },
+                n = stderr.read(&mut ebuf), if err_open => match n {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => {
+                        err_tail.extend_from_slice(&ebuf[..n]);
+                        if err_tail.len() > STDERR_TAIL * 2 {
+                            err_tail.drain(..err_tail.len() - STDERR_TAIL);
+                        }
+                    }
+                },
+                s = child.wait(), if status.is_none() => {
+                    status = Some(s.map_err(|e| Failure::failed("spawn_failed", format!("waiting for the tool failed: {e}")))?);
+                    // The program is done: nothing it started may outlive the call.
+                    guard.signal(libc::SIGKILL);
+                    drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
+                },
+                _ = drain => break,
+                _ = stop.stopped(), if status.is_none() => {
+                    terminate(&guard, &mut child, self.spec.kill_grace, stop).await;
+                    return Err(Failure::Stopped);
+                }
+            }
+        }
+        let Some(status) = status else {
+            return Err(Failure::failed("spawn_failed", "the tool's exit status was lost"));
+        };
+        if status.success() {
+            return match String::from_utf8(out) {
+                Ok(text) => Ok(parse_output(&text)),
+                Err(_) => Err(Failure::failed("invalid_output", format!("tool `{}` printed output that is not UTF-8", self.name))),
+            };
+        }
+        let code = status.code();
+        let tail = String::from_utf8_lossy(&err_tail);
+        let tail = tail.trim();
+        let tail: String = if tail.len() > STDERR_TAIL {
+            let mut start = tail.len() - STDERR_TAIL;
+            while !tail.is_char_boundary(start) {
+                start += 1;
+            }
+            format!("…{}", &tail[start..])
+        } else {
+            tail.to_string()
+        };
+        let how = match code {
+            Some(c) => format!("exited with status {c}"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("was killed by signal {}", status.signal().unwrap_or(0))
+            }
+        };
+        let message = if tail.is_empty() {
+            format!("tool `{}` {how}", self.name)
+        } else {
+            format!("tool `{}` {how}: {tail}", self.name)
+        };
+        Err(Failure::Failed {
+            kind: "exit_status",
+            message,
+            transient: code.is_some_and(|c| self.spec.retry_on_exit.contains(&c)),
+            retry_after: None,
+        })
+    }
+}
+
+/// SIGTERM the group; SIGKILL it after `grace` or when the run forces; reap the child.
+async fn terminate(guard: &GroupGuard, child: &mut Child, grace: Duration, stop: &mut Stop) {
+    guard.signal(libc::SIGTERM);
+    tokio::select! {
+        _ = child.wait() => {}
+        _ = tokio::time::sleep(grace) => {}
+        _ = stop.forced() => {}
+    }
+    guard.signal(libc::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// Kills the process group when the call is dropped half-way (e.g. a forced exit), so that
+/// even an abandoned invocation leaves nothing running.
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    fn signal(&self, sig: i32) {
+        if let Some(pgid) = self.pgid {
+            // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
+            unsafe {
+                libc::killpg(pgid, sig);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}

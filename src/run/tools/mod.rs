@@ -1,0 +1,178 @@
+//! Tool kinds: one file each, one entry point ([`ToolImpl::invoke`]).
+//!
+//! An invocation gets the resolved arguments and a [`Stop`]: the call's own timeout, the run's
+//! `tool_call_seconds` ceiling and the run ending all arrive through it, and each kind cleans
+//! up its own way (a command terminates its process group) before returning
+//! [`Failure::Stopped`]. Retries, lanes and classification are the scheduler's business.
+
+mod command;
+mod scripted;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::manifest::{Tool, ToolKind};
+
+/// How hard the run is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopLevel {
+    Running,
+    /// Stop gracefully: SIGTERM, then SIGKILL after the tool's grace.
+    Graceful,
+    /// Stop now: SIGKILL.
+    Force,
+}
+
+/// Why an invocation was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// The tool's own `timeout`.
+    Timeout,
+    /// The run's `deadline.tool_call_seconds`.
+    Ceiling,
+    /// The run is ending.
+    RunEnded,
+}
+
+/// What an invocation watches to know it must stop.
+pub struct Stop {
+    timeout: Option<Instant>,
+    ceiling: Option<Instant>,
+    run: watch::Receiver<StopLevel>,
+    cause: Option<StopCause>,
+}
+
+impl Stop {
+    pub fn new(timeout: Option<Instant>, ceiling: Option<Instant>, run: watch::Receiver<StopLevel>) -> Stop {
+        Stop { timeout, ceiling, run, cause: None }
+    }
+
+    /// Resolves when the call must stop, with the reason (remembered for [`Stop::cause`]).
+    pub async fn stopped(&mut self) -> StopCause {
+        if let Some(c) = self.cause {
+            return c;
+        }
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let timeout = tokio::time::sleep_until(self.timeout.unwrap_or(far));
+        let ceiling = tokio::time::sleep_until(self.ceiling.unwrap_or(far));
+        let run = self.run.wait_for(|l| *l >= StopLevel::Graceful);
+        let cause = tokio::select! {
+            biased;
+            r = run => {
+                // A dropped sender means the scheduler is gone: stop as well.
+                let _ = r;
+                StopCause::RunEnded
+            }
+            _ = ceiling => StopCause::Ceiling,
+            _ = timeout => StopCause::Timeout,
+        };
+        // The earliest of a timeout and a ceiling that land together is the tool's own.
+        let cause = match (cause, self.timeout, self.ceiling) {
+            (StopCause::Ceiling, Some(t), Some(c)) if t <= c => StopCause::Timeout,
+            (c, _, _) => c,
+        };
+        self.cause = Some(cause);
+        cause
+    }
+
+    /// Resolves when the run asks for an immediate stop (a second Ctrl-C).
+    pub async fn forced(&mut self) {
+        let _ = self.run.wait_for(|l| *l >= StopLevel::Force).await;
+    }
+
+    pub fn cause(&self) -> Option<StopCause> {
+        self.cause
+    }
+}
+
+/// What a tool is asked to do.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub call_id: String,
+    pub tool: String,
+    pub tenant: String,
+    pub run_id: String,
+    pub idempotency_key: Option<String>,
+    pub args: Map<String, Value>,
+    /// `FLUX_TOOLS_LEASE`: the permits this call holds, for nested runs.
+    pub lease: String,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+}
+
+/// A failed invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The tool failed; `transient` failures of idempotent tools are retried.
+    Failed {
+        kind: &'static str,
+        message: String,
+        transient: bool,
+        retry_after: Option<Duration>,
+    },
+    /// The call was stopped through its [`Stop`] and has been cleaned up.
+    Stopped,
+}
+
+impl Failure {
+    pub fn failed(kind: &'static str, message: impl Into<String>) -> Failure {
+        Failure::Failed { kind, message: message.into(), transient: false, retry_after: None }
+    }
+}
+
+/// A tool, ready to invoke.
+pub enum ToolImpl {
+    Command(command::CommandTool),
+    Scripted(scripted::ScriptedTool),
+    /// A kind this build cannot invoke yet; each call fails with this message.
+    Unsupported(String),
+}
+
+impl ToolImpl {
+    pub fn from_tool(tool: &Tool) -> Arc<ToolImpl> {
+        Arc::new(match &tool.kind {
+            ToolKind::Command(spec) => ToolImpl::Command(command::CommandTool::new(tool, spec.clone())),
+            ToolKind::Scripted(spec) => ToolImpl::Scripted(scripted::ScriptedTool::new(spec.clone())),
+            ToolKind::Http(_) => ToolImpl::Unsupported(format!("tool `{}`: http tools are not supported by this build yet", tool.name)),
+            ToolKind::Mcp(_) => ToolImpl::Unsupported(format!("tool `{}`: mcp tools are not supported by this build yet", tool.name)),
+        })
+    }
+
+    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        match self {
+            ToolImpl::Command(c) => c.invoke(inv, stop).await,
+            ToolImpl::Scripted(s) => s.invoke(inv, stop).await,
+            ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),
+        }
+    }
+}
+
+/// Parse tool output text: JSON when it is JSON, else the text with one trailing newline trimmed.
+pub fn parse_output(text: &str) -> Value {
+    let trimmed = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(text);
+    let probe = trimmed.trim_start();
+    if probe.starts_with(['{', '[', '"']) || probe == "true" || probe == "false" || probe == "null" || probe.parse::<f64>().is_ok() {
+        if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+            return v;
+        }
+    }
+    Value::String(trimmed.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_json_when_json_else_text() {
+        assert_eq!(parse_output("{\"a\":1}\n"), serde_json::json!({"a": 1}));
+        assert_eq!(parse_output("42\n"), serde_json::json!(42));
+        assert_eq!(parse_output("hello\n"), serde_json::json!("hello"));
+        assert_eq!(parse_output("hello\n\n"), serde_json::json!("hello\n"));
+        assert_eq!(parse_output("{not json"), serde_json::json!("{not json"));
+    }
+}
