@@ -82,7 +82,9 @@ fn tools(args: &Args) -> Result<u8, Error> {
     let m = load_manifest(args)?;
     let text = match args.format {
         Some(Format::Json | Format::Jsonl) => format!("{}\n", report::tools::to_json(&m)),
-        Some(Format::Dot | Format::Mermaid) => return Err(Error::Usage("`tools` prints a table or json".into())),
+        Some(Format::Dot | Format::Mermaid) => {
+            return Err(Error::Usage("`tools` prints a table or json".into()))
+        }
         _ => report::tools::to_table(&m),
     };
     stdout_write(text.as_bytes())?;
@@ -119,7 +121,12 @@ fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
                     match plan::build(m, &batch, &PlanOptions::default()) {
                         Ok(p) => {
                             diags.extend(p.warnings.iter().filter(|w| !w.is_error()).cloned());
-                            summary.push(format!("{}: {} calls in {} phases", batch.file.name, p.calls.len(), p.phases.len()));
+                            summary.push(format!(
+                                "{}: {} calls in {} phases",
+                                batch.file.name,
+                                p.calls.len(),
+                                p.phases.len()
+                            ));
                         }
                         Err(d) => diags.extend(d),
                     }
@@ -138,7 +145,11 @@ fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
         });
         stdout_write(format!("{doc}\n").as_bytes())?;
     } else {
-        let shown: Vec<Diagnostic> = diags.iter().filter(|d| d.is_error() || !args.quiet).cloned().collect();
+        let shown: Vec<Diagnostic> = diags
+            .iter()
+            .filter(|d| d.is_error() || !args.quiet)
+            .cloned()
+            .collect();
         eprint!("{}", render_all(&shown));
         if errors == 0 && !args.quiet {
             eprintln!("ok: {}", summary.join("; "));
@@ -146,10 +157,18 @@ fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
             eprintln!("{errors} error{} found", if errors == 1 { "" } else { "s" });
         }
     }
-    Ok(if errors > 0 { error::EXIT_INVALID } else { error::EXIT_OK })
+    Ok(if errors > 0 {
+        error::EXIT_INVALID
+    } else {
+        error::EXIT_OK
+    })
 }
 
-fn build_plan(args: &Args, batch_arg: Option<&str>, opts: &PlanOptions) -> Result<(Manifest, Plan), Error> {
+fn build_plan(
+    args: &Args,
+    batch_arg: Option<&str>,
+    opts: &PlanOptions,
+) -> Result<(Manifest, Plan), Error> {
     let manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
     let (batch, warnings) = Batch::parse(file).map_err(Error::Invalid)?;
@@ -159,11 +178,19 @@ fn build_plan(args: &Args, batch_arg: Option<&str>, opts: &PlanOptions) -> Resul
 }
 
 fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
-    let opts = PlanOptions { tenant: p.tenant.clone(), max_concurrent_tools: p.max_concurrent_tools, ..Default::default() };
+    let opts = PlanOptions {
+        tenant: p.tenant.clone(),
+        max_concurrent_tools: p.max_concurrent_tools,
+        ..Default::default()
+    };
     let (manifest, plan) = build_plan(args, p.batch.as_deref(), &opts)?;
     print_warnings(args, &plan.warnings);
     let est = plan::simulate(&plan);
-    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() { Format::Table } else { Format::Json });
+    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
+        Format::Table
+    } else {
+        Format::Json
+    });
     let text = match format {
         Format::Table => report::plan::to_table(&plan, &est),
         Format::Json | Format::Jsonl => {
@@ -187,14 +214,19 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         config::check_output_path(out)?;
     }
     let deadline = match &r.deadline {
-        Some(d) => Some(crate::duration::parse(d).map_err(|e| Error::Usage(format!("--deadline: {e}")))?),
+        Some(d) => {
+            Some(crate::duration::parse(d).map_err(|e| Error::Usage(format!("--deadline: {e}")))?)
+        }
         None => None,
     };
     if r.max_cost.is_some_and(|c| !(c.is_finite() && c >= 0.0)) {
-        return Err(Error::Usage("--max-cost must be a non-negative number".into()));
+        return Err(Error::Usage(
+            "--max-cost must be a non-negative number".into(),
+        ));
     }
     if let Some(t) = &r.tenant {
-        crate::batch::check_id(t).map_err(|e| Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant"))))?;
+        crate::batch::check_id(t)
+            .map_err(|e| Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant"))))?;
     }
     let opts = PlanOptions {
         tenant: r.tenant.clone(),
@@ -217,7 +249,9 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
 
     let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
     if show_progress {
-        reporters.push(Box::new(Progress::new(r.progress == ProgressChoice::Always)));
+        reporters.push(Box::new(Progress::new(
+            r.progress == ProgressChoice::Always,
+        )));
     }
     if streaming {
         reporters.push(Box::new(StreamWriter::new(std::io::stdout(), None)));
@@ -250,7 +284,12 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     runtime.shutdown_background();
     let _ = consumer.join();
 
-    let doc = RunDocument { run_id: &report.run_id, outcome: report.outcome, results: &report.results, stats: &report.stats };
+    let doc = RunDocument {
+        run_id: &report.run_id,
+        outcome: report.outcome,
+        results: &report.results,
+        stats: &report.stats,
+    };
     if let Some(path) = &r.output {
         let mut bytes = Vec::new();
         output::write_json(&mut bytes, &doc).map_err(|e| Error::io("cannot render results", e))?;
@@ -270,7 +309,10 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     }
     if !args.quiet {
         let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
-        eprintln!("{}", report::summary::line(report.outcome, &report.stats, &statuses));
+        eprintln!(
+            "{}",
+            report::summary::line(report.outcome, &report.stats, &statuses)
+        );
         for l in report::summary::lane_lines(&report.stats) {
             eprintln!("  {l}");
         }
@@ -286,7 +328,10 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
 /// Forward SIGINT and SIGTERM to the scheduler: the first stops gracefully, the second at once.
 fn spawn_signal_forwarder(tx: mpsc::UnboundedSender<()>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         return;
     };
     tokio::spawn(async move {

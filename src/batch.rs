@@ -56,7 +56,14 @@ pub struct Batch {
     pub locator: Locator,
 }
 
-const DOC_KEYS: &[&str] = &["tenant", "concurrency", "on_tool_error", "deadline", "budget", "calls"];
+const DOC_KEYS: &[&str] = &[
+    "tenant",
+    "concurrency",
+    "on_tool_error",
+    "deadline",
+    "budget",
+    "calls",
+];
 const CALL_KEYS: &[&str] = &["id", "tool", "args", "after"];
 
 /// Longest call id accepted.
@@ -69,9 +76,15 @@ pub fn check_id(id: &str) -> Result<(), String> {
         return Err("a call id cannot be empty".into());
     }
     if id.len() > MAX_ID_LEN {
-        return Err(format!("call id is {} characters long; the limit is {MAX_ID_LEN}", id.len()));
+        return Err(format!(
+            "call id is {} characters long; the limit is {MAX_ID_LEN}",
+            id.len()
+        ));
     }
-    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))) {
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':')))
+    {
         return Err(format!(
             "call id `{}` contains `{}`; ids may use letters, digits, `_`, `-` and `:`",
             id.escape_default(),
@@ -89,18 +102,23 @@ impl Batch {
             Some(Ok(calls)) => (Value::Array(calls), true),
             Some(Err((line, msg))) => {
                 let loc = file.location_at(line, 1, 1);
-                return Err(vec![Diagnostic::error(format!("invalid JSON Lines: {msg}")).at(Some(loc))]);
+                return Err(vec![Diagnostic::error(format!(
+                    "invalid JSON Lines: {msg}"
+                ))
+                .at(Some(loc))]);
             }
-            None => match yaml::parse(&text) {
-                Ok(v) => (v, false),
-                Err(e) => {
-                    let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
-                    return Err(vec![Diagnostic::error(format!("invalid batch: {}", e.message))
+            None => {
+                match yaml::parse(&text) {
+                    Ok(v) => (v, false),
+                    Err(e) => {
+                        let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
+                        return Err(vec![Diagnostic::error(format!("invalid batch: {}", e.message))
                         .at(loc)
                         .in_file(&file.name)
                         .hint("a batch is YAML or JSON with `calls:`, a sequence of calls, or JSON Lines")]);
+                    }
                 }
-            },
+            }
         };
         let mut p = Parser {
             file: &file,
@@ -122,12 +140,18 @@ impl Batch {
             Value::Array(calls) => calls,
             Value::Object(doc) => p.document(doc, &mut batch),
             Value::Null => {
-                p.file_error("the batch is empty", Some("add `calls:` with at least one call".into()));
+                p.file_error(
+                    "the batch is empty",
+                    Some("add `calls:` with at least one call".into()),
+                );
                 Vec::new()
             }
             other => {
                 p.file_error(
-                    format!("a batch must be a document with `calls:` or a sequence of calls, not {}", crate::schema::value_kind(&other)),
+                    format!(
+                        "a batch must be a document with `calls:` or a sequence of calls, not {}",
+                        crate::schema::value_kind(&other)
+                    ),
                     None,
                 );
                 Vec::new()
@@ -148,7 +172,12 @@ impl Batch {
     }
 
     /// The location of `needle` in call `index` (after `key`), falling back to the call's start.
-    pub fn locate(&self, index: usize, key: Option<&str>, needle: &str) -> Option<crate::error::Location> {
+    pub fn locate(
+        &self,
+        index: usize,
+        key: Option<&str>,
+        needle: &str,
+    ) -> Option<crate::error::Location> {
         let text = &self.file.text;
         self.locator
             .find(text, index, key, needle)
@@ -194,8 +223,11 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn file_error(&mut self, msg: impl Into<String>, hint: Option<String>) {
-        self.diags
-            .push(Diagnostic::error(msg).in_file(&self.file.name).maybe_hint(hint));
+        self.diags.push(
+            Diagnostic::error(msg)
+                .in_file(&self.file.name)
+                .maybe_hint(hint),
+        );
     }
 
     /// Locate a top-level key `key:` of the document.
@@ -204,7 +236,12 @@ impl Parser<'_> {
         let mut offset = 0;
         for line in text.split_inclusive('\n') {
             let t = line.trim_start_matches([' ', '{', '"']);
-            if t.starts_with(key) && t[key.len()..].trim_start_matches('"').trim_start().starts_with(':') {
+            if t.starts_with(key)
+                && t[key.len()..]
+                    .trim_start_matches('"')
+                    .trim_start()
+                    .starts_with(':')
+            {
                 let start = offset + (line.len() - t.len());
                 return Some(self.file.location(start, start + key.len()));
             }
@@ -215,8 +252,12 @@ impl Parser<'_> {
 
     fn doc_error(&mut self, key: &str, msg: impl Into<String>, hint: Option<String>) {
         let loc = self.key_loc(key);
-        self.diags
-            .push(Diagnostic::error(msg).at(loc).in_file(&self.file.name).maybe_hint(hint));
+        self.diags.push(
+            Diagnostic::error(msg)
+                .at(loc)
+                .in_file(&self.file.name)
+                .maybe_hint(hint),
+        );
     }
 
     fn document(&mut self, doc: Map<String, Value>, batch: &mut Batch) -> Vec<Value> {
@@ -228,24 +269,42 @@ impl Parser<'_> {
             }
         }
         match doc.get("tenant") {
-            Some(Value::String(t)) if !t.is_empty() && check_id(t).is_ok() => batch.tenant = Some(t.clone()),
+            Some(Value::String(t)) if !t.is_empty() && check_id(t).is_ok() => {
+                batch.tenant = Some(t.clone())
+            }
             Some(Value::String(t)) => {
-                let why = check_id(t).err().unwrap_or_default().replace("call id", "tenant");
+                let why = check_id(t)
+                    .err()
+                    .unwrap_or_default()
+                    .replace("call id", "tenant");
                 self.doc_error("tenant", format!("invalid tenant: {why}"), None)
             }
-            Some(other) => self.doc_error("tenant", format!("`tenant` should be a string, found {}", crate::schema::value_kind(other)), None),
+            Some(other) => self.doc_error(
+                "tenant",
+                format!(
+                    "`tenant` should be a string, found {}",
+                    crate::schema::value_kind(other)
+                ),
+                None,
+            ),
             None => {}
         }
         if let Some(c) = doc.get("concurrency") {
             batch.concurrency = self.narrowing(c);
         }
         match doc.get("on_tool_error") {
-            Some(Value::String(s)) if s == "surface" => batch.on_tool_error = Some(OnToolError::Surface),
-            Some(Value::String(s)) if s == "fail_run" => batch.on_tool_error = Some(OnToolError::FailRun),
+            Some(Value::String(s)) if s == "surface" => {
+                batch.on_tool_error = Some(OnToolError::Surface)
+            }
+            Some(Value::String(s)) if s == "fail_run" => {
+                batch.on_tool_error = Some(OnToolError::FailRun)
+            }
             Some(other) => self.doc_error(
                 "on_tool_error",
                 format!("`on_tool_error` is {other}; use `surface` or `fail_run`"),
-                other.as_str().and_then(|s| suggest(s, ["surface", "fail_run"])),
+                other
+                    .as_str()
+                    .and_then(|s| suggest(s, ["surface", "fail_run"])),
             ),
             None => {}
         }
@@ -253,7 +312,10 @@ impl Parser<'_> {
             match d.as_object() {
                 Some(m) => {
                     for (k, v) in m {
-                        let secs = v.as_f64().and_then(crate::duration::from_secs_f64).filter(|d| !d.is_zero());
+                        let secs = v
+                            .as_f64()
+                            .and_then(crate::duration::from_secs_f64)
+                            .filter(|d| !d.is_zero());
                         match (k.as_str(), secs) {
                             ("run_seconds", Some(s)) => batch.run_deadline = Some(s),
                             ("tool_call_seconds", Some(s)) => batch.tool_call_deadline = Some(s),
@@ -268,7 +330,11 @@ impl Parser<'_> {
                         }
                     }
                 }
-                None => self.doc_error("deadline", "`deadline` should be a mapping like { run_seconds: 30 }", None),
+                None => self.doc_error(
+                    "deadline",
+                    "`deadline` should be a mapping like { run_seconds: 30 }",
+                    None,
+                ),
             }
         }
         if let Some(b) = doc.get("budget") {
@@ -276,23 +342,49 @@ impl Parser<'_> {
                 Some(m) => {
                     for (k, v) in m {
                         match (k.as_str(), v.as_f64()) {
-                            ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => batch.max_cost = Some(c),
-                            ("max_cost", _) => self.doc_error("budget", format!("`budget.max_cost` must be a non-negative number, found {v}"), None),
-                            _ => self.doc_error("budget", format!("unknown field `{k}` in `budget`"), suggest(k, ["max_cost"])),
+                            ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => {
+                                batch.max_cost = Some(c)
+                            }
+                            ("max_cost", _) => self.doc_error(
+                                "budget",
+                                format!(
+                                    "`budget.max_cost` must be a non-negative number, found {v}"
+                                ),
+                                None,
+                            ),
+                            _ => self.doc_error(
+                                "budget",
+                                format!("unknown field `{k}` in `budget`"),
+                                suggest(k, ["max_cost"]),
+                            ),
                         }
                     }
                 }
-                None => self.doc_error("budget", "`budget` should be a mapping like { max_cost: 0.5 }", None),
+                None => self.doc_error(
+                    "budget",
+                    "`budget` should be a mapping like { max_cost: 0.5 }",
+                    None,
+                ),
             }
         }
         match doc.get("calls") {
             Some(Value::Array(a)) => a.clone(),
             Some(other) => {
-                self.doc_error("calls", format!("`calls` should be a sequence of calls, found {}", crate::schema::value_kind(other)), None);
+                self.doc_error(
+                    "calls",
+                    format!(
+                        "`calls` should be a sequence of calls, found {}",
+                        crate::schema::value_kind(other)
+                    ),
+                    None,
+                );
                 Vec::new()
             }
             None => {
-                self.file_error("the batch has no `calls`", Some("add `calls:` with a sequence of { tool, args }".into()));
+                self.file_error(
+                    "the batch has no `calls`",
+                    Some("add `calls:` with a sequence of { tool, args }".into()),
+                );
                 Vec::new()
             }
         }
@@ -301,7 +393,11 @@ impl Parser<'_> {
     fn narrowing(&mut self, c: &Value) -> Narrowing {
         let mut n = Narrowing::default();
         let Some(m) = c.as_object() else {
-            self.doc_error("concurrency", "`concurrency` should be a mapping like { max_concurrent_tools: 2 }", None);
+            self.doc_error(
+                "concurrency",
+                "`concurrency` should be a mapping like { max_concurrent_tools: 2 }",
+                None,
+            );
             return n;
         };
         let count = |p: &mut Self, key: &str, v: &Value| -> Option<u32> {
@@ -325,7 +421,11 @@ impl Parser<'_> {
                             }
                         }
                     }
-                    None => self.doc_error("concurrency", "`concurrency.per_tool` should be a mapping of tool to limit", None),
+                    None => self.doc_error(
+                        "concurrency",
+                        "`concurrency.per_tool` should be a mapping of tool to limit",
+                        None,
+                    ),
                 },
                 _ => self.doc_error(
                     "concurrency",
@@ -337,15 +437,26 @@ impl Parser<'_> {
         n
     }
 
-    fn call_error(&mut self, index: usize, key: Option<&str>, needle: &str, msg: String, hint: Option<String>) {
+    fn call_error(
+        &mut self,
+        index: usize,
+        key: Option<&str>,
+        needle: &str,
+        msg: String,
+        hint: Option<String>,
+    ) {
         let text = &self.file.text;
         let loc = self
             .locator
             .find(text, index, key, needle)
             .or_else(|| self.locator.call_start(text, index))
             .map(|r| self.file.location(r.start, r.end));
-        self.diags
-            .push(Diagnostic::error(msg).at(loc).in_file(&self.file.name).maybe_hint(hint));
+        self.diags.push(
+            Diagnostic::error(msg)
+                .at(loc)
+                .in_file(&self.file.name)
+                .maybe_hint(hint),
+        );
     }
 
     fn call(&mut self, index: usize, value: Value) -> Option<Call> {
@@ -355,7 +466,11 @@ impl Parser<'_> {
                 index,
                 None,
                 "-",
-                format!("call #{} should be a mapping with `tool` and `args`, found {}", index + 1, crate::schema::value_kind(&value)),
+                format!(
+                    "call #{} should be a mapping with `tool` and `args`, found {}",
+                    index + 1,
+                    crate::schema::value_kind(&value)
+                ),
                 None,
             );
             return None;
@@ -364,14 +479,30 @@ impl Parser<'_> {
             None | Some(Value::Null) => default_id,
             Some(Value::String(s)) => {
                 if let Err(e) = check_id(&s) {
-                    self.call_error(index, Some("id"), &s, format!("call #{}: {e}", index + 1), None);
+                    self.call_error(
+                        index,
+                        Some("id"),
+                        &s,
+                        format!("call #{}: {e}", index + 1),
+                        None,
+                    );
                     return None;
                 }
                 s
             }
             Some(Value::Number(n)) => n.to_string(),
             Some(other) => {
-                self.call_error(index, Some("id"), "id", format!("call #{}: `id` should be a string, found {}", index + 1, crate::schema::value_kind(&other)), None);
+                self.call_error(
+                    index,
+                    Some("id"),
+                    "id",
+                    format!(
+                        "call #{}: `id` should be a string, found {}",
+                        index + 1,
+                        crate::schema::value_kind(&other)
+                    ),
+                    None,
+                );
                 return None;
             }
         };
@@ -379,20 +510,43 @@ impl Parser<'_> {
             if !CALL_KEYS.contains(&k.as_str()) {
                 let hint = match k.as_str() {
                     "name" | "function" => Some("the tool is named by `tool:`".to_string()),
-                    "arguments" | "input" | "params" => Some("arguments go under `args:`".to_string()),
+                    "arguments" | "input" | "params" => {
+                        Some("arguments go under `args:`".to_string())
+                    }
                     _ => suggest(k, CALL_KEYS.iter().copied()),
                 };
-                self.call_error(index, None, k, format!("unknown field `{k}` in call `{id}`"), hint);
+                self.call_error(
+                    index,
+                    None,
+                    k,
+                    format!("unknown field `{k}` in call `{id}`"),
+                    hint,
+                );
             }
         }
         let tool = match m.get("tool") {
             Some(Value::String(t)) if !t.is_empty() => t.clone(),
             Some(other) if !other.is_string() => {
-                self.call_error(index, Some("tool"), "tool", format!("call `{id}`: `tool` should be a string, found {}", crate::schema::value_kind(other)), None);
+                self.call_error(
+                    index,
+                    Some("tool"),
+                    "tool",
+                    format!(
+                        "call `{id}`: `tool` should be a string, found {}",
+                        crate::schema::value_kind(other)
+                    ),
+                    None,
+                );
                 return None;
             }
             _ => {
-                self.call_error(index, None, "-", format!("call `{id}` names no `tool`"), Some("add `tool: NAME`".into()));
+                self.call_error(
+                    index,
+                    None,
+                    "-",
+                    format!("call `{id}` names no `tool`"),
+                    Some("add `tool: NAME`".into()),
+                );
                 return None;
             }
         };
@@ -400,13 +554,28 @@ impl Parser<'_> {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(a)) => a,
             Some(other) => {
-                self.call_error(index, Some("args"), "args", format!("call `{id}`: `args` should be a mapping, found {}", crate::schema::value_kind(&other)), None);
+                self.call_error(
+                    index,
+                    Some("args"),
+                    "args",
+                    format!(
+                        "call `{id}`: `args` should be a mapping, found {}",
+                        crate::schema::value_kind(&other)
+                    ),
+                    None,
+                );
                 return None;
             }
         };
         let (args, errors) = Args::compile(args);
         for e in errors {
-            self.call_error(index, None, &e.text, format!("call `{id}`: {}", e.message), None);
+            self.call_error(
+                index,
+                None,
+                &e.text,
+                format!("call `{id}`: {}", e.message),
+                None,
+            );
         }
         let after = match m.get("after") {
             None | Some(Value::Null) => Vec::new(),
@@ -416,23 +585,51 @@ impl Parser<'_> {
                 for x in a {
                     match x.as_str() {
                         Some(s) => out.push(s.to_string()),
-                        None => self.call_error(index, Some("after"), "after", format!("call `{id}`: each entry of `after` should be a call id, found {x}"), None),
+                        None => self.call_error(
+                            index,
+                            Some("after"),
+                            "after",
+                            format!(
+                                "call `{id}`: each entry of `after` should be a call id, found {x}"
+                            ),
+                            None,
+                        ),
                     }
                 }
                 out
             }
             Some(other) => {
-                self.call_error(index, Some("after"), "after", format!("call `{id}`: `after` should be a list of call ids, found {}", crate::schema::value_kind(other)), None);
+                self.call_error(
+                    index,
+                    Some("after"),
+                    "after",
+                    format!(
+                        "call `{id}`: `after` should be a list of call ids, found {}",
+                        crate::schema::value_kind(other)
+                    ),
+                    None,
+                );
                 Vec::new()
             }
         };
-        Some(Call { id, tool, args, after })
+        Some(Call {
+            id,
+            tool,
+            args,
+            after,
+        })
     }
 }
 
 /// Apply the batch's narrowing to a manifest limit: the smaller wins; a larger batch value
 /// is clamped with a warning.
-pub fn narrow(manifest: Option<u32>, batch: Option<u32>, what: &str, warnings: &mut Vec<Diagnostic>, file: &str) -> Option<u32> {
+pub fn narrow(
+    manifest: Option<u32>,
+    batch: Option<u32>,
+    what: &str,
+    warnings: &mut Vec<Diagnostic>,
+    file: &str,
+) -> Option<u32> {
     match (manifest, batch) {
         (Some(m), Some(b)) if b > m => {
             warnings.push(
@@ -457,28 +654,40 @@ mod tests {
 
     #[test]
     fn accepts_every_shape_with_default_ids() {
-        let doc = parse("tenant: acme\ncalls:\n  - tool: a\n  - id: x\n    tool: b\n    after: [c1]\n").unwrap().0;
+        let doc =
+            parse("tenant: acme\ncalls:\n  - tool: a\n  - id: x\n    tool: b\n    after: [c1]\n")
+                .unwrap()
+                .0;
         assert_eq!(doc.tenant.as_deref(), Some("acme"));
         assert_eq!(doc.calls[0].id, "c1");
         assert_eq!(doc.calls[1].after, vec!["c1"]);
         let seq = parse("- tool: a\n- tool: b\n").unwrap().0;
         assert_eq!(seq.calls[1].id, "c2");
-        let json = parse(r#"{"calls": [{"tool": "a", "args": {"q": 1}}]}"#).unwrap().0;
+        let json = parse(r#"{"calls": [{"tool": "a", "args": {"q": 1}}]}"#)
+            .unwrap()
+            .0;
         assert_eq!(json.calls[0].args.value["q"], 1);
-        let jsonl = parse("{\"tool\": \"a\"}\n{\"tool\": \"b\", \"id\": \"z\"}\n").unwrap().0;
+        let jsonl = parse("{\"tool\": \"a\"}\n{\"tool\": \"b\", \"id\": \"z\"}\n")
+            .unwrap()
+            .0;
         assert_eq!(jsonl.calls[1].id, "z");
     }
 
     #[test]
     fn rejects_env_in_a_batch_with_location() {
         let e = parse("calls:\n  - tool: a\n    args: { p: \"${env:HOME}\" }\n").unwrap_err();
-        assert!(e[0].message.contains("never read the environment"), "{}", e[0]);
+        assert!(
+            e[0].message.contains("never read the environment"),
+            "{}",
+            e[0]
+        );
         assert_eq!(e[0].location.as_ref().unwrap().line, 3);
     }
 
     #[test]
     fn reports_unknown_fields_and_bad_ids() {
-        let e = parse("calls:\n  - tool: a\n    argz: {}\n  - id: \"a;rm\"\n    tool: b\n").unwrap_err();
+        let e = parse("calls:\n  - tool: a\n    argz: {}\n  - id: \"a;rm\"\n    tool: b\n")
+            .unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(e[0].message.contains("unknown field `argz`"));
         assert_eq!(e[0].hint.as_deref(), Some("did you mean `args`?"));

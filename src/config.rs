@@ -13,12 +13,18 @@ pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
     if let Some(p) = given {
         return Ok(p.to_path_buf());
     }
-    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
     let mut dir: Option<&Path> = Some(&cwd);
     while let Some(d) = dir {
         let candidate = d.join("tools.toml");
         if candidate.is_file() {
-            return Ok(candidate);
+            // Shown in messages: keep it short when it is right here.
+            return Ok(if d == cwd {
+                PathBuf::from("tools.toml")
+            } else {
+                candidate
+            });
         }
         dir = d.parent();
     }
@@ -76,7 +82,8 @@ pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
         "<stdin>".to_string()
     } else {
         let path = arg.unwrap_or_default();
-        let f = std::fs::File::open(path).map_err(|e| Error::io(format!("cannot read batch `{path}`"), e))?;
+        let f = std::fs::File::open(path)
+            .map_err(|e| Error::io(format!("cannot read batch `{path}`"), e))?;
         if f.metadata().is_ok_and(|m| m.is_dir()) {
             return Err(Error::Usage(format!("batch `{path}` is a directory")));
         }
@@ -86,10 +93,16 @@ pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
         path.to_string()
     };
     if bytes.len() as u64 > MAX_BATCH_BYTES {
-        return Err(Error::Usage(format!("batch `{name}` is larger than {} MiB", MAX_BATCH_BYTES >> 20)));
+        return Err(Error::Usage(format!(
+            "batch `{name}` is larger than {} MiB",
+            MAX_BATCH_BYTES >> 20
+        )));
     }
     let text = String::from_utf8(bytes).map_err(|e| {
-        Error::Usage(format!("batch `{name}` is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()))
+        Error::Usage(format!(
+            "batch `{name}` is not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
     })?;
     if text.contains('\0') {
         return Err(Error::Usage(format!("batch `{name}` contains a NUL byte")));
@@ -101,11 +114,21 @@ pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
 /// not a directory), so nothing runs only to fail at the end.
 pub fn check_output_path(path: &Path) -> Result<(), Error> {
     if path.is_dir() {
-        return Err(Error::Usage(format!("--output `{}` is a directory", path.display())));
+        return Err(Error::Usage(format!(
+            "--output `{}` is a directory",
+            path.display()
+        )));
     }
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !parent.is_dir() {
-        return Err(Error::Usage(format!("--output `{}`: folder `{}` does not exist", path.display(), parent.display())));
+        return Err(Error::Usage(format!(
+            "--output `{}`: folder `{}` does not exist",
+            path.display(),
+            parent.display()
+        )));
     }
     Ok(())
 }
@@ -113,8 +136,14 @@ pub fn check_output_path(path: &Path) -> Result<(), Error> {
 /// Write `bytes` to `path` atomically: a temporary file beside it, fsynced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "results".into());
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "results".into());
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;

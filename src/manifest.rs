@@ -73,7 +73,9 @@ impl Rate {
             _ => return Err(bad()),
         };
         if count == 0 {
-            return Err(format!("`{text}` allows no calls at all; use a positive count"));
+            return Err(format!(
+                "`{text}` allows no calls at all; use a positive count"
+            ));
         }
         Ok(Rate { count, per })
     }
@@ -239,7 +241,14 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
 /// Default time between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
-const TOP_KEYS: &[&str] = &["concurrency", "deadline", "lanes", "tools", "mcp_servers", "hooks"];
+const TOP_KEYS: &[&str] = &[
+    "concurrency",
+    "deadline",
+    "lanes",
+    "tools",
+    "mcp_servers",
+    "hooks",
+];
 const COMMON_TOOL_KEYS: &[&str] = &[
     "kind",
     "description",
@@ -256,7 +265,15 @@ const COMMON_TOOL_KEYS: &[&str] = &[
     "requires_approval",
     "args",
 ];
-const COMMAND_KEYS: &[&str] = &["command", "stdin", "env", "cwd", "max_output", "kill_grace", "retry_on_exit"];
+const COMMAND_KEYS: &[&str] = &[
+    "command",
+    "stdin",
+    "env",
+    "cwd",
+    "max_output",
+    "kill_grace",
+    "retry_on_exit",
+];
 const HTTP_KEYS: &[&str] = &["method", "url", "headers", "body", "query"];
 const MCP_KEYS: &[&str] = &["server", "tool"];
 const SCRIPTED_KEYS: &[&str] = &["latency", "output", "fail", "hang"];
@@ -266,8 +283,10 @@ impl Manifest {
     /// Read and parse the manifest at `path`.
     pub fn load(path: &Path) -> Result<Manifest, Vec<Diagnostic>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            vec![Diagnostic::error(format!("cannot read manifest `{}`: {e}", path.display()))
-                .hint("pass --manifest PATH, set FLUX_TOOLS_MANIFEST, or create tools.toml")]
+            vec![
+                Diagnostic::error(format!("cannot read manifest `{}`: {e}", path.display()))
+                    .hint("pass --manifest PATH, set FLUX_TOOLS_MANIFEST, or create tools.toml"),
+            ]
         })?;
         let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         Manifest::parse(SourceFile::new(path.display().to_string(), text), canonical)
@@ -323,8 +342,11 @@ impl Manifest {
                 }
             }
         }
-        let tool_index: HashMap<String, usize> =
-            tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        let tool_index: HashMap<String, usize> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
 
         let mut m = Manifest {
             file: file.clone(),
@@ -364,7 +386,9 @@ impl Manifest {
 }
 
 fn quote_key(k: &str) -> String {
-    if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if k.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         k.to_string()
     } else {
         format!("\"{k}\"")
@@ -377,7 +401,10 @@ struct Reader<'a> {
     diags: Vec<Diagnostic>,
 }
 
-type Entry<'a, 'i> = (&'a Spanned<std::borrow::Cow<'i, str>>, &'a Spanned<DeValue<'i>>);
+type Entry<'a, 'i> = (
+    &'a Spanned<std::borrow::Cow<'i, str>>,
+    &'a Spanned<DeValue<'i>>,
+);
 
 impl<'a> Reader<'a> {
     fn error(&mut self, span: Range<usize>, msg: impl Into<String>, hint: Option<String>) {
@@ -415,7 +442,12 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn table<'t, 'i>(&mut self, t: &'t DeTable<'i>, key: &str, ctx: &str) -> Option<&'t DeTable<'i>> {
+    fn table<'t, 'i>(
+        &mut self,
+        t: &'t DeTable<'i>,
+        key: &str,
+        ctx: &str,
+    ) -> Option<&'t DeTable<'i>> {
         let (_, v) = Self::entry(t, key)?;
         match v.get_ref() {
             DeValue::Table(tt) => Some(tt),
@@ -442,7 +474,12 @@ impl<'a> Reader<'a> {
         match v.get_ref() {
             DeValue::Boolean(b) => Some(*b),
             other => {
-                self.type_error(v.span(), &format!("`{key}` in {ctx}"), "true or false", other);
+                self.type_error(
+                    v.span(),
+                    &format!("`{key}` in {ctx}"),
+                    "true or false",
+                    other,
+                );
                 None
             }
         }
@@ -486,7 +523,9 @@ impl<'a> Reader<'a> {
     fn number(&mut self, t: &DeTable<'_>, key: &str, ctx: &str) -> Option<(f64, Range<usize>)> {
         let (_, v) = Self::entry(t, key)?;
         let n = match v.get_ref() {
-            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).ok().map(|n| n as f64),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
             DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
             other => {
                 self.type_error(v.span(), &format!("`{key}` in {ctx}"), "a number", other);
@@ -496,7 +535,11 @@ impl<'a> Reader<'a> {
         match n {
             Some(n) if n.is_finite() => Some((n, v.span())),
             _ => {
-                self.error(v.span(), format!("`{key}` in {ctx} is not a finite number"), None);
+                self.error(
+                    v.span(),
+                    format!("`{key}` in {ctx} is not a finite number"),
+                    None,
+                );
                 None
             }
         }
@@ -507,7 +550,11 @@ impl<'a> Reader<'a> {
         match duration::from_secs_f64(n) {
             Some(d) if n > 0.0 => Some(d),
             _ => {
-                self.error(span, format!("`{key}` in {ctx} must be a positive number of seconds"), None);
+                self.error(
+                    span,
+                    format!("`{key}` in {ctx} must be a positive number of seconds"),
+                    None,
+                );
                 None
             }
         }
@@ -524,23 +571,43 @@ impl<'a> Reader<'a> {
                 }
             },
             other => {
-                self.type_error(v.span(), &format!("`{key}` in {ctx}"), "a duration string like \"5s\"", other);
+                self.type_error(
+                    v.span(),
+                    &format!("`{key}` in {ctx}"),
+                    "a duration string like \"5s\"",
+                    other,
+                );
                 None
             }
         }
     }
 
-    fn strings(&mut self, t: &DeTable<'_>, key: &str, ctx: &str) -> Option<Vec<(String, Range<usize>)>> {
+    fn strings(
+        &mut self,
+        t: &DeTable<'_>,
+        key: &str,
+        ctx: &str,
+    ) -> Option<Vec<(String, Range<usize>)>> {
         let (_, v) = Self::entry(t, key)?;
         let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), &format!("`{key}` in {ctx}"), "an array of strings", v.get_ref());
+            self.type_error(
+                v.span(),
+                &format!("`{key}` in {ctx}"),
+                "an array of strings",
+                v.get_ref(),
+            );
             return None;
         };
         let mut out = Vec::new();
         for item in items.iter() {
             match item.get_ref() {
                 DeValue::String(s) => out.push((s.to_string(), item.span())),
-                other => self.type_error(item.span(), &format!("each of `{key}` in {ctx}"), "a string", other),
+                other => self.type_error(
+                    item.span(),
+                    &format!("each of `{key}` in {ctx}"),
+                    "a string",
+                    other,
+                ),
             }
         }
         Some(out)
@@ -551,12 +618,20 @@ impl<'a> Reader<'a> {
             Ok(t) => t,
             Err(e) => {
                 self.error(span, e, None);
-                Template { segments: Vec::new() }
+                Template {
+                    segments: Vec::new(),
+                }
             }
         }
     }
 
-    fn templates(&mut self, t: &DeTable<'_>, key: &str, ctx: &str, placeholders: bool) -> Option<Vec<Template>> {
+    fn templates(
+        &mut self,
+        t: &DeTable<'_>,
+        key: &str,
+        ctx: &str,
+        placeholders: bool,
+    ) -> Option<Vec<Template>> {
         let items = self.strings(t, key, ctx)?;
         Some(
             items
@@ -566,7 +641,12 @@ impl<'a> Reader<'a> {
         )
     }
 
-    fn template_map(&mut self, t: &DeTable<'_>, key: &str, ctx: &str) -> BTreeMap<String, Template> {
+    fn template_map(
+        &mut self,
+        t: &DeTable<'_>,
+        key: &str,
+        ctx: &str,
+    ) -> BTreeMap<String, Template> {
         let mut out = BTreeMap::new();
         if let Some(tt) = self.table(t, key, ctx) {
             for (k, v) in tt.iter() {
@@ -575,7 +655,12 @@ impl<'a> Reader<'a> {
                         let tpl = self.template(s, v.span(), false);
                         out.insert(k.get_ref().to_string(), tpl);
                     }
-                    other => self.type_error(v.span(), &format!("`{key}.{}` in {ctx}", k.get_ref()), "a string", other),
+                    other => self.type_error(
+                        v.span(),
+                        &format!("`{key}.{}` in {ctx}", k.get_ref()),
+                        "a string",
+                        other,
+                    ),
                 }
             }
         }
@@ -615,13 +700,15 @@ impl<'a> Reader<'a> {
                 continue;
             };
             self.check_keys(lt, &["concurrency", "rate", "burst"], &ctx);
-            let rate = self.string(lt, "rate", &ctx).and_then(|(s, span)| match Rate::parse(&s) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    self.error(span, format!("`rate` in {ctx}: {e}"), None);
-                    None
-                }
-            });
+            let rate = self
+                .string(lt, "rate", &ctx)
+                .and_then(|(s, span)| match Rate::parse(&s) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        self.error(span, format!("`rate` in {ctx}: {e}"), None);
+                        None
+                    }
+                });
             let lane = LaneDecl {
                 name: name.clone(),
                 concurrency: self.count_field(lt, "concurrency", &ctx),
@@ -658,7 +745,9 @@ impl<'a> Reader<'a> {
             if command.is_some() == url.is_some() {
                 self.error(
                     k.span(),
-                    format!("{ctx} needs exactly one of `command` (stdio) or `url` (streamable HTTP)"),
+                    format!(
+                        "{ctx} needs exactly one of `command` (stdio) or `url` (streamable HTTP)"
+                    ),
                     None,
                 );
             }
@@ -688,7 +777,10 @@ impl<'a> Reader<'a> {
             before_call: self.templates(t, "before_call", "[hooks]", false),
             after_call: self.templates(t, "after_call", "[hooks]", false),
         };
-        for (key, hook) in [("before_call", &mut h.before_call), ("after_call", &mut h.after_call)] {
+        for (key, hook) in [
+            ("before_call", &mut h.before_call),
+            ("after_call", &mut h.after_call),
+        ] {
             if hook.as_ref().is_some_and(Vec::is_empty) {
                 if let Some((k, _)) = Self::entry(t, key) {
                     self.error(k.span(), format!("`{key}` in [hooks] is empty"), None);
@@ -743,13 +835,20 @@ impl<'a> Reader<'a> {
             if COMMON_TOOL_KEYS.contains(&key) || own.contains(&key) {
                 continue;
             }
-            let other_kind = [("command", COMMAND_KEYS), ("http", HTTP_KEYS), ("mcp", MCP_KEYS), ("scripted", SCRIPTED_KEYS)]
-                .into_iter()
-                .find(|(_, keys)| keys.contains(&key))
-                .map(|(kn, _)| kn);
+            let other_kind = [
+                ("command", COMMAND_KEYS),
+                ("http", HTTP_KEYS),
+                ("mcp", MCP_KEYS),
+                ("scripted", SCRIPTED_KEYS),
+            ]
+            .into_iter()
+            .find(|(_, keys)| keys.contains(&key))
+            .map(|(kn, _)| kn);
             let all: Vec<&str> = COMMON_TOOL_KEYS.iter().chain(own.iter()).copied().collect();
             let hint = match other_kind {
-                Some(kn) => Some(format!("`{key}` belongs to {kn} tools; this tool is kind = \"{kind_name}\"")),
+                Some(kn) => Some(format!(
+                    "`{key}` belongs to {kn} tools; this tool is kind = \"{kind_name}\""
+                )),
                 None => suggest(key, all.iter().copied()),
             };
             self.error(k.span(), format!("unknown field `{key}` in {ctx}"), hint);
@@ -762,28 +861,42 @@ impl<'a> Reader<'a> {
                 server: match self.string(t, "server", ctx) {
                     Some((s, _)) => s,
                     None => {
-                        self.error(span.clone(), format!("{ctx} has no `server`"), Some("name one of [mcp_servers.*]".into()));
+                        self.error(
+                            span.clone(),
+                            format!("{ctx} has no `server`"),
+                            Some("name one of [mcp_servers.*]".into()),
+                        );
                         String::new()
                     }
                 },
-                tool: self.string(t, "tool", ctx).map_or_else(|| name.to_string(), |(s, _)| s),
+                tool: self
+                    .string(t, "tool", ctx)
+                    .map_or_else(|| name.to_string(), |(s, _)| s),
             }),
             _ => ToolKind::Scripted(ScriptedSpec {
-                latency: self.duration(t, "latency", ctx).map_or(Duration::ZERO, |(d, _)| d),
+                latency: self
+                    .duration(t, "latency", ctx)
+                    .map_or(Duration::ZERO, |(d, _)| d),
                 output: Self::entry(t, "output").map(|(_, v)| de_to_json(v.get_ref())),
                 fail: self.string(t, "fail", ctx).map(|(s, _)| s),
                 hang: self.boolean(t, "hang", ctx).unwrap_or(false),
             }),
         };
 
-        let effect_decl = self.string(t, "effect", ctx).and_then(|(s, es)| match s.as_str() {
-            "read" => Some(Effect::Read),
-            "write" => Some(Effect::Write),
-            _ => {
-                self.error(es, format!("`effect` in {ctx} is `{s}`; use \"read\" or \"write\""), None);
-                None
-            }
-        });
+        let effect_decl = self
+            .string(t, "effect", ctx)
+            .and_then(|(s, es)| match s.as_str() {
+                "read" => Some(Effect::Read),
+                "write" => Some(Effect::Write),
+                _ => {
+                    self.error(
+                        es,
+                        format!("`effect` in {ctx} is `{s}`; use \"read\" or \"write\""),
+                        None,
+                    );
+                    None
+                }
+            });
         let effect = effect_decl.unwrap_or(Effect::Write);
         // An MCP tool's annotations supply these defaults at run time (issue 5); until then
         // the manifest's silence means "write".
@@ -799,14 +912,22 @@ impl<'a> Reader<'a> {
         let concurrent_writes = self.boolean(t, "concurrent_writes", ctx).unwrap_or(false);
         if concurrent_writes && effect == Effect::Read {
             if let Some((k, _)) = Self::entry(t, "concurrent_writes") {
-                self.warn(k.span(), format!("`concurrent_writes` in {ctx} has no effect on a read tool"), None);
+                self.warn(
+                    k.span(),
+                    format!("`concurrent_writes` in {ctx} has no effect on a read tool"),
+                    None,
+                );
             }
         }
         let retries = match Self::entry(t, "retries") {
             Some((_, v)) => match self.int(v, &format!("`retries` in {ctx}")) {
                 Some(n) if (0..=100).contains(&n) => n as u32,
                 Some(n) => {
-                    self.error(v.span(), format!("`retries` in {ctx} is {n}; it must be between 0 and 100"), None);
+                    self.error(
+                        v.span(),
+                        format!("`retries` in {ctx} is {n}; it must be between 0 and 100"),
+                        None,
+                    );
                     0
                 }
                 None => 0,
@@ -841,7 +962,11 @@ impl<'a> Reader<'a> {
         if let Some((d, _)) = &timeout {
             if d.is_zero() {
                 if let Some((_, v)) = Self::entry(t, "timeout") {
-                    self.error(v.span(), format!("`timeout` in {ctx} must be longer than zero"), None);
+                    self.error(
+                        v.span(),
+                        format!("`timeout` in {ctx} must be longer than zero"),
+                        None,
+                    );
                 }
             }
         }
@@ -857,9 +982,17 @@ impl<'a> Reader<'a> {
             kind,
             description: self.string(t, "description", ctx).map(|(s, _)| s),
             effect,
-            effect_origin: if effect_decl.is_some() { Origin::Manifest } else { Origin::Default },
+            effect_origin: if effect_decl.is_some() {
+                Origin::Manifest
+            } else {
+                Origin::Default
+            },
             idempotent,
-            idempotent_origin: if idempotent_decl.is_some() { Origin::Manifest } else { Origin::Default },
+            idempotent_origin: if idempotent_decl.is_some() {
+                Origin::Manifest
+            } else {
+                Origin::Default
+            },
             parallel_safe: self.boolean(t, "parallel_safe", ctx).unwrap_or(true),
             concurrent_writes,
             timeout_text: timeout.as_ref().map(|(_, s)| s.clone()),
@@ -877,7 +1010,13 @@ impl<'a> Reader<'a> {
         Some(tool)
     }
 
-    fn command_spec(&mut self, t: &DeTable<'_>, ctx: &str, span: Range<usize>, base: &Path) -> CommandSpec {
+    fn command_spec(
+        &mut self,
+        t: &DeTable<'_>,
+        ctx: &str,
+        span: Range<usize>,
+        base: &Path,
+    ) -> CommandSpec {
         let argv = self.templates(t, "command", ctx, true).unwrap_or_default();
         if argv.is_empty() {
             self.error(
@@ -887,14 +1026,22 @@ impl<'a> Reader<'a> {
             );
         } else if argv[0].placeholders().next().is_some() {
             if let Some((_, v)) = Self::entry(t, "command") {
-                self.error(v.span(), format!("the program in {ctx} cannot come from an argument"), Some("a batch must never choose which program runs".into()));
+                self.error(
+                    v.span(),
+                    format!("the program in {ctx} cannot come from an argument"),
+                    Some("a batch must never choose which program runs".into()),
+                );
             }
         }
         let stdin_json = match self.string(t, "stdin", ctx) {
             Some((s, _)) if s == "json" => true,
             Some((s, _)) if s == "none" => false,
             Some((s, ss)) => {
-                self.error(ss, format!("`stdin` in {ctx} is `{s}`; use \"json\" or \"none\""), None);
+                self.error(
+                    ss,
+                    format!("`stdin` in {ctx} is `{s}`; use \"json\" or \"none\""),
+                    None,
+                );
                 true
             }
             None => true,
@@ -903,7 +1050,11 @@ impl<'a> Reader<'a> {
             Some((s, ss)) => match parse_size(&s) {
                 Some(n) if n > 0 => n,
                 _ => {
-                    self.error(ss, format!("`max_output` in {ctx}: `{s}` is not a size"), Some("write it like \"1MiB\", \"512KiB\" or \"100000\"".into()));
+                    self.error(
+                        ss,
+                        format!("`max_output` in {ctx}: `{s}` is not a size"),
+                        Some("write it like \"1MiB\", \"512KiB\" or \"100000\"".into()),
+                    );
                     DEFAULT_MAX_OUTPUT
                 }
             },
@@ -917,7 +1068,12 @@ impl<'a> Reader<'a> {
                     .filter_map(|n| i32::try_from(n).ok())
                     .collect(),
                 other => {
-                    self.type_error(v.span(), &format!("`retry_on_exit` in {ctx}"), "an array of exit codes", other);
+                    self.type_error(
+                        v.span(),
+                        &format!("`retry_on_exit` in {ctx}"),
+                        "an array of exit codes",
+                        other,
+                    );
                     Vec::new()
                 }
             },
@@ -929,7 +1085,9 @@ impl<'a> Reader<'a> {
             env: self.template_map(t, "env", ctx),
             cwd: self.string(t, "cwd", ctx).map(|(s, _)| base.join(s)),
             max_output,
-            kill_grace: self.duration(t, "kill_grace", ctx).map_or(DEFAULT_KILL_GRACE, |(d, _)| d),
+            kill_grace: self
+                .duration(t, "kill_grace", ctx)
+                .map_or(DEFAULT_KILL_GRACE, |(d, _)| d),
             retry_on_exit,
         }
     }
@@ -942,14 +1100,20 @@ impl<'a> Reader<'a> {
             Some((s, us)) => self.template(&s, us, true),
             None => {
                 self.error(span, format!("{ctx} needs `url`"), None);
-                Template { segments: Vec::new() }
+                Template {
+                    segments: Vec::new(),
+                }
             }
         };
         let body_json = match self.string(t, "body", ctx) {
             Some((s, _)) if s == "json" => true,
             Some((s, _)) if s == "none" => false,
             Some((s, bs)) => {
-                self.error(bs, format!("`body` in {ctx} is `{s}`; use \"json\" or \"none\""), None);
+                self.error(
+                    bs,
+                    format!("`body` in {ctx} is `{s}`; use \"json\" or \"none\""),
+                    None,
+                );
                 false
             }
             None => !matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS"),
@@ -959,7 +1123,12 @@ impl<'a> Reader<'a> {
             url,
             headers: self.template_map(t, "headers", ctx),
             body_json,
-            query: self.strings(t, "query", ctx).unwrap_or_default().into_iter().map(|(s, _)| s).collect(),
+            query: self
+                .strings(t, "query", ctx)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
         }
     }
 
@@ -970,15 +1139,37 @@ impl<'a> Reader<'a> {
             let name = k.get_ref().to_string();
             let actx = format!("argument `{name}` of {ctx}");
             let DeValue::Table(spec) = v.get_ref() else {
-                self.type_error(v.span(), &actx, "a table like { type = \"string\", required = true }", v.get_ref());
+                self.type_error(
+                    v.span(),
+                    &actx,
+                    "a table like { type = \"string\", required = true }",
+                    v.get_ref(),
+                );
                 continue;
             };
-            self.check_keys(spec, &["type", "required", "min", "max", "min_length", "max_length", "enum", "description"], &actx);
+            self.check_keys(
+                spec,
+                &[
+                    "type",
+                    "required",
+                    "min",
+                    "max",
+                    "min_length",
+                    "max_length",
+                    "enum",
+                    "description",
+                ],
+                &actx,
+            );
             let ty = match self.string(spec, "type", &actx) {
                 Some((s, ts)) => match ArgType::parse(&s) {
                     Some(ty) => ty,
                     None => {
-                        self.error(ts, format!("unknown type `{s}` for {actx}"), suggest(&s, ArgType::NAMES));
+                        self.error(
+                            ts,
+                            format!("unknown type `{s}` for {actx}"),
+                            suggest(&s, ArgType::NAMES),
+                        );
                         ArgType::Any
                     }
                 },
@@ -987,20 +1178,30 @@ impl<'a> Reader<'a> {
             let length = |r: &mut Self, key: &str| -> Option<u64> {
                 let (n, ns) = r.number(spec, key, &actx)?;
                 if n < 0.0 || n.fract() != 0.0 {
-                    r.error(ns, format!("`{key}` of {actx} must be a whole number"), None);
+                    r.error(
+                        ns,
+                        format!("`{key}` of {actx} must be a whole number"),
+                        None,
+                    );
                     return None;
                 }
                 Some(n as u64)
             };
             let min_length = length(self, "min_length");
             let max_length = length(self, "max_length");
-            let one_of = Self::entry(spec, "enum").and_then(|(_, ev)| match de_to_json(ev.get_ref()) {
-                Value::Array(a) => Some(a),
-                _ => {
-                    self.type_error(ev.span(), &format!("`enum` of {actx}"), "an array", ev.get_ref());
-                    None
-                }
-            });
+            let one_of =
+                Self::entry(spec, "enum").and_then(|(_, ev)| match de_to_json(ev.get_ref()) {
+                    Value::Array(a) => Some(a),
+                    _ => {
+                        self.type_error(
+                            ev.span(),
+                            &format!("`enum` of {actx}"),
+                            "an array",
+                            ev.get_ref(),
+                        );
+                        None
+                    }
+                });
             schema.args.push(ArgSpec {
                 ty,
                 required: self.boolean(spec, "required", &actx).unwrap_or(false),
@@ -1021,22 +1222,33 @@ impl<'a> Reader<'a> {
     fn cross_checks(&mut self, m: &Manifest, root: &DeTable<'_>) {
         let tools_table = Self::entry(root, "tools").and_then(|(_, v)| v.get_ref().as_table());
         for tool in &m.tools {
-            let tt = tools_table.and_then(|t| Self::entry(t, &tool.name)).and_then(|(_, v)| v.get_ref().as_table());
+            let tt = tools_table
+                .and_then(|t| Self::entry(t, &tool.name))
+                .and_then(|(_, v)| v.get_ref().as_table());
             let lane_spans: Vec<(String, Range<usize>)> = tt
                 .and_then(|t| Self::entry(t, "lanes"))
-                .and_then(|(_, v)| v.get_ref().as_array().map(|a| {
-                    a.iter()
-                        .filter_map(|i| i.get_ref().as_str().map(|s| (s.to_string(), i.span())))
-                        .collect()
-                }))
+                .and_then(|(_, v)| {
+                    v.get_ref().as_array().map(|a| {
+                        a.iter()
+                            .filter_map(|i| i.get_ref().as_str().map(|s| (s.to_string(), i.span())))
+                            .collect()
+                    })
+                })
                 .unwrap_or_default();
             for (lane, lspan) in &lane_spans {
                 if !m.lanes.contains_key(lane) {
                     self.error(
                         lspan.clone(),
-                        format!("tool `{}` draws on lane `{lane}`, which [lanes] does not declare", tool.name),
-                        suggest(lane, m.lanes.keys().map(String::as_str))
-                            .or_else(|| Some(format!("declare it: [lanes.{}] concurrency = 4", quote_key(lane)))),
+                        format!(
+                            "tool `{}` draws on lane `{lane}`, which [lanes] does not declare",
+                            tool.name
+                        ),
+                        suggest(lane, m.lanes.keys().map(String::as_str)).or_else(|| {
+                            Some(format!(
+                                "declare it: [lanes.{}] concurrency = 4",
+                                quote_key(lane)
+                            ))
+                        }),
                     );
                 }
             }
@@ -1068,7 +1280,10 @@ impl<'a> Reader<'a> {
                 if !spec.server.is_empty() && !m.mcp_servers.contains_key(&spec.server) {
                     self.error(
                         tool.span.clone(),
-                        format!("tool `{}` names MCP server `{}`, which [mcp_servers] does not declare", tool.name, spec.server),
+                        format!(
+                            "tool `{}` names MCP server `{}`, which [mcp_servers] does not declare",
+                            tool.name, spec.server
+                        ),
                         suggest(&spec.server, m.mcp_servers.keys().map(String::as_str)),
                     );
                 }
@@ -1090,8 +1305,10 @@ impl<'a> Reader<'a> {
                 }
             }
         }
-        if let Some(ct) = Self::entry(root, "concurrency").and_then(|(_, v)| v.get_ref().as_table()) {
-            if let Some(pt) = Self::entry(ct, "per_tool").and_then(|(_, v)| v.get_ref().as_table()) {
+        if let Some(ct) = Self::entry(root, "concurrency").and_then(|(_, v)| v.get_ref().as_table())
+        {
+            if let Some(pt) = Self::entry(ct, "per_tool").and_then(|(_, v)| v.get_ref().as_table())
+            {
                 for (k, _) in pt.iter() {
                     let name = k.get_ref().as_ref();
                     if m.tool(name).is_none() {

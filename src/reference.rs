@@ -182,9 +182,13 @@ impl StrTemplate {
     }
 }
 
-fn follow<'v>(r: &Reference, lookup: &dyn Fn(&str) -> Option<&'v Value>) -> Result<&'v Value, ResolveError> {
+fn follow<'v>(
+    r: &Reference,
+    lookup: &dyn Fn(&str) -> Option<&'v Value>,
+) -> Result<&'v Value, ResolveError> {
     let out = lookup(&r.target).ok_or_else(|| ResolveError::NoOutput(r.target.clone()))?;
-    r.walk(out).map_err(|m| ResolveError::Path(r.to_string(), m))
+    r.walk(out)
+        .map_err(|m| ResolveError::Path(r.to_string(), m))
 }
 
 /// Why a reference could not be resolved at dispatch time.
@@ -218,7 +222,9 @@ fn parse_ref(body: &str) -> Result<Reference, String> {
             path.push(PathSeg::Key(r[..e].to_string()));
             rest = &r[e..];
         } else if let Some(r) = rest.strip_prefix('[') {
-            let e = r.find(']').ok_or_else(|| format!("`${{{body}}}` has an unclosed `[`"))?;
+            let e = r
+                .find(']')
+                .ok_or_else(|| format!("`${{{body}}}` has an unclosed `[`"))?;
             let idx: usize = r[..e]
                 .trim()
                 .parse()
@@ -226,7 +232,9 @@ fn parse_ref(body: &str) -> Result<Reference, String> {
             path.push(PathSeg::Index(idx));
             rest = &r[e + 1..];
         } else {
-            return Err(format!("`${{{body}}}` is not a reference (write `${{id.key[0]}}`)"));
+            return Err(format!(
+                "`${{{body}}}` is not a reference (write `${{id.key[0]}}`)"
+            ));
         }
     }
     Ok(Reference {
@@ -279,7 +287,9 @@ impl Args {
 
     /// Every reference, with the argument it sits in.
     pub fn refs(&self) -> impl Iterator<Item = (&Hole, &Reference)> {
-        self.holes.iter().flat_map(|h| h.template.refs().map(move |r| (h, r)))
+        self.holes
+            .iter()
+            .flat_map(|h| h.template.refs().map(move |r| (h, r)))
     }
 
     /// The arguments with every hole filled.
@@ -331,7 +341,12 @@ impl Args {
     }
 }
 
-fn scan(v: &Value, pointer: &mut Vec<PathSeg>, holes: &mut Vec<Hole>, errors: &mut Vec<RefSyntaxError>) {
+fn scan(
+    v: &Value,
+    pointer: &mut Vec<PathSeg>,
+    holes: &mut Vec<Hole>,
+    errors: &mut Vec<RefSyntaxError>,
+) {
     match v {
         Value::String(s) => match StrTemplate::parse(s) {
             Ok(Some(template)) => holes.push(Hole {
@@ -380,12 +395,18 @@ mod tests {
 
     #[test]
     fn parses_refs_and_escapes() {
-        let t = StrTemplate::parse("${orders.orders[0].id}").unwrap().unwrap();
+        let t = StrTemplate::parse("${orders.orders[0].id}")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             t.pieces,
             vec![Piece::Ref(Reference {
                 target: "orders".into(),
-                path: vec![PathSeg::Key("orders".into()), PathSeg::Index(0), PathSeg::Key("id".into())],
+                path: vec![
+                    PathSeg::Key("orders".into()),
+                    PathSeg::Index(0),
+                    PathSeg::Key("id".into())
+                ],
             })]
         );
         let t = StrTemplate::parse("cost $${x} for ${a}").unwrap().unwrap();
@@ -424,7 +445,12 @@ mod tests {
     fn missing_paths_name_the_argument_and_path() {
         let out = json!({"orders": []});
         let lookup = |_: &str| Some(&out);
-        let (args, _) = Args::compile(json!({"order_id": "${orders.orders[0].id}"}).as_object().unwrap().clone());
+        let (args, _) = Args::compile(
+            json!({"order_id": "${orders.orders[0].id}"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
         let (arg, err) = args.resolve(&lookup).unwrap_err();
         assert_eq!(arg, "order_id");
         match err {

@@ -79,7 +79,8 @@ pub struct ArgSchema {
 }
 
 /// Arguments every scripted tool accepts in addition to its schema (SPEC section 2).
-pub const SCRIPTED_RESERVED: [&str; 5] = ["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
+pub const SCRIPTED_RESERVED: [&str; 5] =
+    ["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
 
 impl ArgSchema {
     /// Every problem with `args`; empty when they conform. `extra` names arguments that are
@@ -135,16 +136,23 @@ impl ArgSpec {
         };
         if let Some(len) = len {
             if let Some(max) = self.max_length.filter(|m| len > *m) {
-                problems.push(format!("argument `{name}` has length {len}, over its max_length {max}"));
+                problems.push(format!(
+                    "argument `{name}` has length {len}, over its max_length {max}"
+                ));
             }
             if let Some(min) = self.min_length.filter(|m| len < *m) {
-                problems.push(format!("argument `{name}` has length {len}, under its min_length {min}"));
+                problems.push(format!(
+                    "argument `{name}` has length {len}, under its min_length {min}"
+                ));
             }
         }
         if let Some(one_of) = &self.one_of {
             if !one_of.contains(v) {
                 let allowed: Vec<String> = one_of.iter().map(|x| x.to_string()).collect();
-                problems.push(format!("argument `{name}` is {v}, not one of {}", allowed.join(", ")));
+                problems.push(format!(
+                    "argument `{name}` is {v}, not one of {}",
+                    allowed.join(", ")
+                ));
             }
         }
     }
@@ -231,6 +239,9 @@ mod tests {
     fn checks_types_and_lengths() {
         let p = check(json!({"query": "toolong", "limit": "3"}));
         assert!(p[0].contains("max_length 5"), "{p:?}");
-        assert!(p[1].contains("should be an integer, found a string"), "{p:?}");
+        assert!(
+            p[1].contains("should be an integer, found a string"),
+            "{p:?}"
+        );
     }
 }

@@ -40,12 +40,10 @@ impl Template {
                     .find('}')
                     .ok_or_else(|| format!("unclosed `${{env:` in `{}`", redact_raw(text)))?;
                 let name = &after[..end];
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                {
-                    return Err(format!("`${{env:{name}}}` is not a valid environment variable name"));
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    return Err(format!(
+                        "`${{env:{name}}}` is not a valid environment variable name"
+                    ));
                 }
                 flush(&mut lit, &mut segments);
                 segments.push(Segment::Env(name.to_string()));
@@ -222,7 +220,10 @@ mod tests {
         args.insert("q".into(), Value::String("${env:HOME}".into()));
         assert_eq!(t.render(&args, &|s| s.to_string()).unwrap(), "${env:HOME}");
         args.insert("q".into(), serde_json::json!({"a": [1, 2]}));
-        assert_eq!(t.render(&args, &|s| s.to_string()).unwrap(), r#"{"a":[1,2]}"#);
+        assert_eq!(
+            t.render(&args, &|s| s.to_string()).unwrap(),
+            r#"{"a":[1,2]}"#
+        );
     }
 
     #[test]

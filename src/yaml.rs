@@ -73,7 +73,13 @@ impl Locator {
     }
 
     /// Where `needle` appears in call `index`, after the key `key` when one is given.
-    pub fn find(&self, text: &str, index: usize, key: Option<&str>, needle: &str) -> Option<Range<usize>> {
+    pub fn find(
+        &self,
+        text: &str,
+        index: usize,
+        key: Option<&str>,
+        needle: &str,
+    ) -> Option<Range<usize>> {
         let region = self.region(index);
         let body = text.get(region.clone())?;
         let mut from = 0;
@@ -101,7 +107,10 @@ fn find_key(body: &str, key: &str) -> Option<usize> {
         let start = from + i;
         let end = start + key.len();
         let before_ok = start == 0
-            || matches!(body.as_bytes()[start - 1], b' ' | b'\t' | b'\n' | b'{' | b',' | b'"' | b'\'' | b'-');
+            || matches!(
+                body.as_bytes()[start - 1],
+                b' ' | b'\t' | b'\n' | b'{' | b',' | b'"' | b'\'' | b'-'
+            );
         let rest = body[end..].trim_start_matches(['"', '\'']).trim_start();
         if before_ok && rest.starts_with(':') {
             return Some(end);
@@ -143,7 +152,9 @@ fn block_items(text: &str) -> Option<Vec<Range<usize>>> {
         }
         let ind = indent(line);
         let trimmed = line.trim_start();
-        if ind < item_indent || (ind == item_indent && !(trimmed.starts_with("- ") || trimmed.trim_end() == "-")) {
+        if ind < item_indent
+            || (ind == item_indent && !(trimmed.starts_with("- ") || trimmed.trim_end() == "-"))
+        {
             end = off;
             break;
         }
@@ -169,7 +180,10 @@ mod tests {
     #[test]
     fn parses_yaml_and_json() {
         assert_eq!(parse("a: 1").unwrap(), serde_json::json!({"a": 1}));
-        assert_eq!(parse("{\"a\": [1]}").unwrap(), serde_json::json!({"a": [1]}));
+        assert_eq!(
+            parse("{\"a\": [1]}").unwrap(),
+            serde_json::json!({"a": [1]})
+        );
         let e = parse("a: [1,").unwrap_err();
         assert!(e.line.is_some());
     }

@@ -88,7 +88,10 @@ impl LaneKey {
 
     /// Whether the lane is shared with other runs (tenant, tool, shared) or this run's own.
     pub fn across_runs(&self) -> bool {
-        matches!(self, LaneKey::Tenant(_) | LaneKey::Tool(_) | LaneKey::Shared(_))
+        matches!(
+            self,
+            LaneKey::Tenant(_) | LaneKey::Tool(_) | LaneKey::Shared(_)
+        )
     }
 }
 
@@ -146,7 +149,11 @@ pub struct Plan {
 pub const ASSUMED_LATENCY: Duration = Duration::from_millis(100);
 
 /// Validate `batch` against `manifest` and plan it. `Err` holds every error (and warnings).
-pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<Plan, Vec<Diagnostic>> {
+pub fn build(
+    manifest: &Manifest,
+    batch: &Batch,
+    opts: &PlanOptions,
+) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags: Vec<Diagnostic> = Vec::new();
     let file = batch.file.name.clone();
     let n = batch.calls.len();
@@ -156,10 +163,15 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
     for (i, c) in batch.calls.iter().enumerate() {
         if let Some(&first) = ids.get(c.id.as_str()) {
             diags.push(
-                Diagnostic::error(format!("call id `{}` is used twice (calls #{} and #{})", c.id, first + 1, i + 1))
-                    .at(batch.locate(i, Some("id"), &c.id))
-                    .in_file(&file)
-                    .hint("give each call its own id"),
+                Diagnostic::error(format!(
+                    "call id `{}` is used twice (calls #{} and #{})",
+                    c.id,
+                    first + 1,
+                    i + 1
+                ))
+                .at(batch.locate(i, Some("id"), &c.id))
+                .in_file(&file)
+                .hint("give each call its own id"),
             );
         } else {
             ids.insert(&c.id, i);
@@ -192,7 +204,11 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
                 p.end = i + 1;
             }
         } else {
-            phases.push(Phase { start: i, end: i + 1, alone });
+            phases.push(Phase {
+                start: i,
+                end: i + 1,
+                alone,
+            });
         }
         phase_of[i] = phases.len() - 1;
     }
@@ -217,12 +233,19 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
                     ))
                     .at(batch.locate(i, None, &needle))
                     .in_file(&file)
-                    .maybe_hint(suggest(&r.target, batch.calls.iter().map(|c| c.id.as_str()))),
+                    .maybe_hint(suggest(
+                        &r.target,
+                        batch.calls.iter().map(|c| c.id.as_str()),
+                    )),
                 ),
                 Some(&j) if j == i => diags.push(
-                    Diagnostic::error(format!("reference cycle: call `{}` references itself in argument `{}`", c.id, hole.arg_name()))
-                        .at(batch.locate(i, None, &needle))
-                        .in_file(&file),
+                    Diagnostic::error(format!(
+                        "reference cycle: call `{}` references itself in argument `{}`",
+                        c.id,
+                        hole.arg_name()
+                    ))
+                    .at(batch.locate(i, None, &needle))
+                    .in_file(&file),
                 ),
                 Some(&j) if phase_of[j] > phase_of[i] => diags.push(
                     Diagnostic::error(format!(
@@ -252,10 +275,13 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
                         .in_file(&file),
                 ),
                 Some(&j) if phase_of[j] > phase_of[i] => diags.push(
-                    Diagnostic::error(format!("call `{}` is `after` `{a}`, which runs in a later phase", c.id))
-                        .at(batch.locate(i, Some("after"), a))
-                        .in_file(&file)
-                        .hint(later_phase_hint(&phases, phase_of[i], phase_of[j])),
+                    Diagnostic::error(format!(
+                        "call `{}` is `after` `{a}`, which runs in a later phase",
+                        c.id
+                    ))
+                    .at(batch.locate(i, Some("after"), a))
+                    .in_file(&file)
+                    .hint(later_phase_hint(&phases, phase_of[i], phase_of[j])),
                 ),
                 Some(&j) => add(j, EdgeReason::After, &mut edges),
             }
@@ -297,7 +323,10 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
         if tool.is_write() {
             if let Some(w) = last_write {
                 if !tool.concurrent_writes && !edges[i].iter().any(|e| e.from == w) {
-                    edges[i].push(Edge { from: w, reason: EdgeReason::WriteChain });
+                    edges[i].push(Edge {
+                        from: w,
+                        reason: EdgeReason::WriteChain,
+                    });
                 }
             }
             last_write = Some(i);
@@ -306,28 +335,53 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
 
     // Settings and narrowing.
     let mut warnings: Vec<Diagnostic> = Vec::new();
-    let tenant = opts.tenant.clone().or_else(|| batch.tenant.clone()).unwrap_or_else(|| "default".into());
-    let turn = narrow(manifest.concurrency.max_concurrent_tools, batch.concurrency.max_concurrent_tools, "max_concurrent_tools", &mut warnings, &file);
+    let tenant = opts
+        .tenant
+        .clone()
+        .or_else(|| batch.tenant.clone())
+        .unwrap_or_else(|| "default".into());
+    let turn = narrow(
+        manifest.concurrency.max_concurrent_tools,
+        batch.concurrency.max_concurrent_tools,
+        "max_concurrent_tools",
+        &mut warnings,
+        &file,
+    );
     let turn = match (turn, opts.max_concurrent_tools) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
     let batch_tenant = batch.concurrency.per_tenant.map(|b| {
-        narrow(manifest.concurrency.per_tenant, Some(b), "per_tenant", &mut warnings, &file).unwrap_or(b)
+        narrow(
+            manifest.concurrency.per_tenant,
+            Some(b),
+            "per_tenant",
+            &mut warnings,
+            &file,
+        )
+        .unwrap_or(b)
     });
     for t in batch.concurrency.per_tool.keys() {
         if manifest.tool(t).is_none() {
             diags.push(
-                Diagnostic::error(format!("the batch's concurrency.per_tool limits `{t}`, which is not a tool"))
-                    .in_file(&file)
-                    .maybe_hint(manifest.suggest_tool(t)),
+                Diagnostic::error(format!(
+                    "the batch's concurrency.per_tool limits `{t}`, which is not a tool"
+                ))
+                .in_file(&file)
+                .maybe_hint(manifest.suggest_tool(t)),
             );
         }
     }
     let settings = RunSettings {
         tenant: tenant.clone(),
-        on_tool_error: opts.on_tool_error.or(batch.on_tool_error).unwrap_or(OnToolError::Surface),
-        run_deadline: min_opt(min_opt(manifest.deadline.run, batch.run_deadline), opts.deadline),
+        on_tool_error: opts
+            .on_tool_error
+            .or(batch.on_tool_error)
+            .unwrap_or(OnToolError::Surface),
+        run_deadline: min_opt(
+            min_opt(manifest.deadline.run, batch.run_deadline),
+            opts.deadline,
+        ),
         tool_call_deadline: min_opt(manifest.deadline.tool_call, batch.tool_call_deadline),
         max_cost: opts.max_cost.or(batch.max_cost),
     };
@@ -335,13 +389,25 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
     // Lanes.
     let mut lanes: Vec<LaneSpec> = Vec::new();
     let mut lane_ids: BTreeMap<LaneKey, usize> = BTreeMap::new();
-    let mut lane = |key: LaneKey, limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>| -> usize {
-        *lane_ids.entry(key.clone()).or_insert_with(|| {
-            lanes.push(LaneSpec { name: key.display(), key, limit, rate, burst });
-            lanes.len() - 1
-        })
-    };
-    let tenant_lane = lane(LaneKey::Tenant(tenant.clone()), manifest.concurrency.per_tenant, None, None);
+    let mut lane =
+        |key: LaneKey, limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>| -> usize {
+            *lane_ids.entry(key.clone()).or_insert_with(|| {
+                lanes.push(LaneSpec {
+                    name: key.display(),
+                    key,
+                    limit,
+                    rate,
+                    burst,
+                });
+                lanes.len() - 1
+            })
+        };
+    let tenant_lane = lane(
+        LaneKey::Tenant(tenant.clone()),
+        manifest.concurrency.per_tenant,
+        None,
+        None,
+    );
     let batch_tenant_lane = batch_tenant
         .filter(|b| manifest.concurrency.per_tenant.is_none_or(|m| *b < m))
         .map(|b| lane(LaneKey::BatchTenant(tenant.clone()), Some(b), None, None));
@@ -387,10 +453,17 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
         for r in &referenced {
             literal.remove(r);
         }
-        let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) { &SCRIPTED_RESERVED } else { &[] };
+        let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
+            &SCRIPTED_RESERVED
+        } else {
+            &[]
+        };
         if let Some(schema) = &tool.args {
             for problem in schema.check(&literal, extra) {
-                if referenced.iter().any(|r| problem.contains(&format!("`{r}` is missing"))) {
+                if referenced
+                    .iter()
+                    .any(|r| problem.contains(&format!("`{r}` is missing")))
+                {
                     continue;
                 }
                 let arg = problem.split('`').nth(1).unwrap_or("args").to_string();
@@ -405,9 +478,12 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
             for p in cmd.argv.iter().flat_map(|t| t.placeholders()) {
                 if !c.args.value.contains_key(p) {
                     diags.push(
-                        Diagnostic::error(format!("call `{}` to `{}` gives no argument `{p}`, which the command needs", c.id, tool.name))
-                            .at(batch.locate(i, Some("tool"), &c.tool))
-                            .in_file(&file),
+                        Diagnostic::error(format!(
+                            "call `{}` to `{}` gives no argument `{p}`, which the command needs",
+                            c.id, tool.name
+                        ))
+                        .at(batch.locate(i, Some("tool"), &c.tool))
+                        .in_file(&file),
                     );
                 }
             }
@@ -463,7 +539,10 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
         }
         let mut wide: Vec<(usize, u64)> = per_lane
             .into_iter()
-            .filter(|(l, w)| lanes[*l].limit.is_some_and(|lim| *w > u64::from(lim)) && !matches!(lanes[*l].key, LaneKey::Turn))
+            .filter(|(l, w)| {
+                lanes[*l].limit.is_some_and(|lim| *w > u64::from(lim))
+                    && !matches!(lanes[*l].key, LaneKey::Turn)
+            })
             .collect();
         wide.sort();
         for (l, w) in wide {
@@ -478,7 +557,13 @@ pub fn build(manifest: &Manifest, batch: &Batch, opts: &PlanOptions) -> Result<P
         }
     }
     warnings.extend(diags);
-    Ok(Plan { settings, calls, phases, lanes, warnings })
+    Ok(Plan {
+        settings,
+        calls,
+        phases,
+        lanes,
+        warnings,
+    })
 }
 
 fn estimate_of(tool: &crate::manifest::Tool) -> Duration {
@@ -592,7 +677,11 @@ latency = "1s"
 "#;
 
     pub fn manifest() -> Manifest {
-        Manifest::parse(SourceFile::new("tools.toml", MANIFEST), PathBuf::from("/tmp/tools.toml")).unwrap()
+        Manifest::parse(
+            SourceFile::new("tools.toml", MANIFEST),
+            PathBuf::from("/tmp/tools.toml"),
+        )
+        .unwrap()
     }
 
     pub fn plan_of(batch: &str) -> Result<Plan, Vec<Diagnostic>> {
@@ -626,29 +715,61 @@ calls:
         let p = plan_of(REFUND).unwrap();
         assert_eq!(p.phases.len(), 1);
         assert!(p.calls[..3].iter().all(|c| c.edges.is_empty()));
-        assert_eq!(p.calls[3].edges, vec![Edge { from: 2, reason: EdgeReason::Reference }]);
+        assert_eq!(
+            p.calls[3].edges,
+            vec![Edge {
+                from: 2,
+                reason: EdgeReason::Reference
+            }]
+        );
         // `after` and the write chain both point at the refund: one edge, the stronger reason.
-        assert_eq!(p.calls[4].edges, vec![Edge { from: 3, reason: EdgeReason::After }]);
+        assert_eq!(
+            p.calls[4].edges,
+            vec![Edge {
+                from: 3,
+                reason: EdgeReason::After
+            }]
+        );
     }
 
     #[test]
     fn lanes_are_in_fixed_order() {
         let p = plan_of(REFUND).unwrap();
-        let names: Vec<&str> = p.calls[0].lanes.iter().map(|&l| p.lanes[l].name.as_str()).collect();
-        assert_eq!(names, ["tenant:acme", "turn", "tool:search", "lane:partner-api"]);
+        let names: Vec<&str> = p.calls[0]
+            .lanes
+            .iter()
+            .map(|&l| p.lanes[l].name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["tenant:acme", "turn", "tool:search", "lane:partner-api"]
+        );
         assert_eq!(p.lanes[p.calls[0].lanes[2]].limit, Some(4));
         assert_eq!(p.lanes[p.calls[0].lanes[3]].rate.map(|r| r.count), Some(10));
     }
 
     #[test]
     fn non_parallel_safe_calls_get_their_own_phase() {
-        let p = plan_of("- tool: search\n- tool: booking\n- tool: search\n- tool: search\n").unwrap();
+        let p =
+            plan_of("- tool: search\n- tool: booking\n- tool: search\n- tool: search\n").unwrap();
         assert_eq!(
             p.phases,
             vec![
-                Phase { start: 0, end: 1, alone: false },
-                Phase { start: 1, end: 2, alone: true },
-                Phase { start: 2, end: 4, alone: false },
+                Phase {
+                    start: 0,
+                    end: 1,
+                    alone: false
+                },
+                Phase {
+                    start: 1,
+                    end: 2,
+                    alone: true
+                },
+                Phase {
+                    start: 2,
+                    end: 4,
+                    alone: false
+                },
             ]
         );
         assert_eq!(p.calls[3].phase, 2);
@@ -656,9 +777,24 @@ calls:
 
     #[test]
     fn write_chain_links_consecutive_writes_only_within_a_phase() {
-        let p = plan_of("- tool: email.send\n- tool: search\n- tool: email.send\n- tool: api.createRefund\n").unwrap();
-        assert_eq!(p.calls[2].edges, vec![Edge { from: 0, reason: EdgeReason::WriteChain }]);
-        assert_eq!(p.calls[3].edges, vec![Edge { from: 2, reason: EdgeReason::WriteChain }]);
+        let p = plan_of(
+            "- tool: email.send\n- tool: search\n- tool: email.send\n- tool: api.createRefund\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p.calls[2].edges,
+            vec![Edge {
+                from: 0,
+                reason: EdgeReason::WriteChain
+            }]
+        );
+        assert_eq!(
+            p.calls[3].edges,
+            vec![Edge {
+                from: 2,
+                reason: EdgeReason::WriteChain
+            }]
+        );
         assert!(p.calls[1].edges.is_empty());
     }
 
@@ -667,11 +803,35 @@ calls:
         let p = plan_of("concurrency: { max_concurrent_tools: 20, per_tool: { search: 2 } }\ncalls:\n  - tool: search\n").unwrap();
         let turn = p.lanes.iter().find(|l| l.key == LaneKey::Turn).unwrap();
         assert_eq!(turn.limit, Some(8));
-        assert!(p.warnings.iter().any(|w| w.message.contains("clamped to 8")));
-        let names: Vec<&str> = p.calls[0].lanes.iter().map(|&l| p.lanes[l].name.as_str()).collect();
-        assert_eq!(names, ["tenant:default", "turn", "tool:search", "tool:search (batch)", "lane:partner-api"]);
-        let p = plan_of("concurrency: { max_concurrent_tools: 3 }\ncalls:\n  - tool: search\n").unwrap();
-        assert_eq!(p.lanes.iter().find(|l| l.key == LaneKey::Turn).unwrap().limit, Some(3));
+        assert!(p
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("clamped to 8")));
+        let names: Vec<&str> = p.calls[0]
+            .lanes
+            .iter()
+            .map(|&l| p.lanes[l].name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "tenant:default",
+                "turn",
+                "tool:search",
+                "tool:search (batch)",
+                "lane:partner-api"
+            ]
+        );
+        let p = plan_of("concurrency: { max_concurrent_tools: 3 }\ncalls:\n  - tool: search\n")
+            .unwrap();
+        assert_eq!(
+            p.lanes
+                .iter()
+                .find(|l| l.key == LaneKey::Turn)
+                .unwrap()
+                .limit,
+            Some(3)
+        );
     }
 
     #[test]
@@ -684,18 +844,35 @@ calls:
         assert_eq!(errors.len(), 3, "{e:#?}");
         assert!(errors[0].message.contains("unknown tool `serch`"));
         assert_eq!(errors[0].hint.as_deref(), Some("did you mean `search`?"));
-        assert_eq!((errors[0].location.as_ref().unwrap().line, errors[0].location.as_ref().unwrap().col), (3, 11));
+        assert_eq!(
+            (
+                errors[0].location.as_ref().unwrap().line,
+                errors[0].location.as_ref().unwrap().col
+            ),
+            (3, 11)
+        );
         assert!(errors[1].message.contains("unknown call `nope`"));
         assert_eq!(errors[1].location.as_ref().unwrap().line, 12);
-        assert!(errors[2].message.contains("reference cycle: b → c → b") || errors[2].message.contains("reference cycle: c → b → c"), "{}", errors[2].message);
+        assert!(
+            errors[2].message.contains("reference cycle: b → c → b")
+                || errors[2].message.contains("reference cycle: c → b → c"),
+            "{}",
+            errors[2].message
+        );
         assert!(errors[2].location.is_some());
     }
 
     #[test]
     fn reference_into_a_later_phase_is_an_error() {
-        let e = plan_of("- id: a\n  tool: search\n  args: { q: \"${b}\" }\n- id: b\n  tool: booking\n").unwrap_err();
+        let e =
+            plan_of("- id: a\n  tool: search\n  args: { q: \"${b}\" }\n- id: b\n  tool: booking\n")
+                .unwrap_err();
         assert!(e[0].message.contains("runs in a later phase"), "{e:?}");
-        assert!(e[0].hint.as_ref().unwrap().contains("parallel_safe = false"));
+        assert!(e[0]
+            .hint
+            .as_ref()
+            .unwrap()
+            .contains("parallel_safe = false"));
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod graph;
 mod schedule;
 
 pub use graph::{
-    build, CallPlan, ASSUMED_LATENCY, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
+    build, CallPlan, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
+    ASSUMED_LATENCY,
 };
 pub use schedule::{simulate, Estimate};

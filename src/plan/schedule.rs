@@ -42,8 +42,17 @@ struct Bucket {
 /// Simulate `plan`. Times are in seconds as f64 internally.
 pub fn simulate(plan: &Plan) -> Estimate {
     let n = plan.calls.len();
-    let pos: HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
-    let est: Vec<f64> = plan.calls.iter().map(|c| c.estimate.as_secs_f64()).collect();
+    let pos: HashMap<usize, usize> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
+    let est: Vec<f64> = plan
+        .calls
+        .iter()
+        .map(|c| c.estimate.as_secs_f64())
+        .collect();
     let mut start = vec![0f64; n];
     let mut end = vec![0f64; n];
 
@@ -69,7 +78,12 @@ pub fn simulate(plan: &Plan) -> Estimate {
         .map(|l| {
             l.rate.map(|r| {
                 let burst = f64::from(l.burst.unwrap_or(r.count));
-                Bucket { rate: r.per_second(), burst, tokens: burst, at: 0.0 }
+                Bucket {
+                    rate: r.per_second(),
+                    burst,
+                    tokens: burst,
+                    at: 0.0,
+                }
             })
         })
         .collect();
@@ -98,7 +112,9 @@ pub fn simulate(plan: &Plan) -> Estimate {
 
     for phase in &plan.phases {
         // Calls of this phase, as positions in plan.calls.
-        let members: Vec<usize> = (phase.start..phase.end).filter_map(|i| pos.get(&i).copied()).collect();
+        let members: Vec<usize> = (phase.start..phase.end)
+            .filter_map(|i| pos.get(&i).copied())
+            .collect();
         let mut left = members.len();
         for &p in &members {
             if pending[p] == 0 {
@@ -112,15 +128,19 @@ pub fn simulate(plan: &Plan) -> Estimate {
                 for (g, q) in groups.iter().enumerate() {
                     let Some(&head) = q.front() else { continue };
                     let w = u64::from(plan.calls[head].weight);
-                    let fits = group_sig[g]
-                        .iter()
-                        .all(|&l| plan.lanes[l].limit.is_none_or(|lim| in_use[l] + w <= u64::from(lim)));
+                    let fits = group_sig[g].iter().all(|&l| {
+                        plan.lanes[l]
+                            .limit
+                            .is_none_or(|lim| in_use[l] + w <= u64::from(lim))
+                    });
                     if fits && best.is_none_or(|b| head < groups[b][0]) {
                         best = Some(g);
                     }
                 }
                 let Some(g) = best else { break };
-                let Some(p) = groups[g].pop_front() else { break };
+                let Some(p) = groups[g].pop_front() else {
+                    break;
+                };
                 let w = u64::from(plan.calls[p].weight);
                 let mut at = now;
                 for &l in group_sig[g] {
@@ -141,7 +161,9 @@ pub fn simulate(plan: &Plan) -> Estimate {
                 running.push(Reverse((to_ns(end[p]), p)));
             }
             // Advance to the next completion.
-            let Some(Reverse((t, p))) = running.pop() else { break };
+            let Some(Reverse((t, p))) = running.pop() else {
+                break;
+            };
             now = now.max(t as f64 / 1e9);
             in_flight -= 1;
             left -= 1;
@@ -223,7 +245,6 @@ pub fn simulate(plan: &Plan) -> Estimate {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::super::graph::tests::{plan_of, REFUND};
@@ -237,7 +258,11 @@ mod tests {
     fn refund_turn_critical_path_is_the_write_chain() {
         let p = plan_of(REFUND).unwrap();
         let e = simulate(&p);
-        let names: Vec<&str> = e.critical_path.iter().map(|&i| p.calls[i].id.as_str()).collect();
+        let names: Vec<&str> = e
+            .critical_path
+            .iter()
+            .map(|&i| p.calls[i].id.as_str())
+            .collect();
         assert_eq!(names, ["orders", "refund", "mail"]);
         assert_eq!(ms(e.critical_path_time), 800);
         assert_eq!(e.wave, vec![0, 0, 0, 1, 2]);
@@ -288,7 +313,11 @@ mod tests {
         let e = simulate(&p);
         assert_eq!(ms(e.start[1]), 300);
         assert_eq!(ms(e.start[2]), 1300);
-        let names: Vec<&str> = e.critical_path.iter().map(|&i| p.calls[i].id.as_str()).collect();
+        let names: Vec<&str> = e
+            .critical_path
+            .iter()
+            .map(|&i| p.calls[i].id.as_str())
+            .collect();
         assert_eq!(names, ["c1", "c2", "c3"]);
     }
 
@@ -297,7 +326,9 @@ mod tests {
         let mut batch = String::from("calls:\n");
         for i in 0..100_000 {
             if i % 10 == 9 {
-                batch.push_str(&format!("  - {{ tool: db.getOrders, args: {{ x: \"${{c{i}}}\" }} }}\n"));
+                batch.push_str(&format!(
+                    "  - {{ tool: db.getOrders, args: {{ x: \"${{c{i}}}\" }} }}\n"
+                ));
             } else {
                 batch.push_str("  - { tool: search }\n");
             }

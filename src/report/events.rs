@@ -153,11 +153,24 @@ pub enum Event {
         lanes: Vec<LaneInfo>,
     },
     /// Call `call` began waiting for `weight` permits of `lane`.
-    LaneWaiting { call: usize, lane: usize, weight: u32 },
+    LaneWaiting {
+        call: usize,
+        lane: usize,
+        weight: u32,
+    },
     /// Call `call` now holds `weight` permits of `lane`.
-    LaneAcquired { call: usize, lane: usize, weight: u32 },
+    LaneAcquired {
+        call: usize,
+        lane: usize,
+        weight: u32,
+    },
     /// Call `call` gave back its permits of `lane` (also sent when it stopped waiting).
-    LaneReleased { call: usize, lane: usize, weight: u32, held: bool },
+    LaneReleased {
+        call: usize,
+        lane: usize,
+        weight: u32,
+        held: bool,
+    },
     /// Call `call` was invoked (attempt 1) or re-invoked after a retryable failure.
     CallStarted { call: usize, attempt: u32 },
     /// Call `call` has its final result.

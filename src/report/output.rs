@@ -78,22 +78,38 @@ pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io:
         t.force_no_tty();
     }
     for r in doc.results {
-        let time = r.duration_ms.map_or_else(|| "—".to_string(), |ms| crate::duration::format(std::time::Duration::from_millis(ms)));
+        let time = r.duration_ms.map_or_else(
+            || "—".to_string(),
+            |ms| crate::duration::format(std::time::Duration::from_millis(ms)),
+        );
         let detail = match &r.error {
             Some(e) => shorten(&e.message, 70),
-            None => shorten(&match &r.output {
-                Value::String(s) => s.clone(),
-                v => v.to_string(),
-            }, 70),
+            None => shorten(
+                &match &r.output {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                },
+                70,
+            ),
         };
         let mut status = Cell::new(r.status.as_str());
         if color {
             status = status.fg(status_color(r.status));
         }
-        t.add_row(vec![Cell::new(r.index), Cell::new(&r.id), Cell::new(&r.tool), status, Cell::new(time), Cell::new(detail)]);
+        t.add_row(vec![
+            Cell::new(r.index),
+            Cell::new(&r.id),
+            Cell::new(&r.tool),
+            status,
+            Cell::new(time),
+            Cell::new(detail),
+        ]);
     }
     writeln!(w, "{t}")
 }
+
+/// Renders one result as a JSON line's value (for `--emit` formats).
+pub type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
 
 /// Prints results as JSON lines in call order while the run goes on: a result is written
 /// once it and every earlier call have resolved.
@@ -102,14 +118,20 @@ pub struct StreamWriter<W: Write + Send> {
     next: usize,
     waiting: BTreeMap<usize, CallResult>,
     /// Render a result as one line (`None`: the default result line).
-    render: Option<Box<dyn Fn(&CallResult) -> Value + Send>>,
+    render: Option<RenderFn>,
     /// Set when stdout has gone away (a closed pipe); the run carries on regardless.
     pub broken: bool,
 }
 
 impl<W: Write + Send> StreamWriter<W> {
-    pub fn new(out: W, render: Option<Box<dyn Fn(&CallResult) -> Value + Send>>) -> Self {
-        StreamWriter { out, next: 0, waiting: BTreeMap::new(), render, broken: false }
+    pub fn new(out: W, render: Option<RenderFn>) -> Self {
+        StreamWriter {
+            out,
+            next: 0,
+            waiting: BTreeMap::new(),
+            render,
+            broken: false,
+        }
     }
 
     fn write(&mut self, r: &CallResult) {
@@ -117,7 +139,9 @@ impl<W: Write + Send> StreamWriter<W> {
             return;
         }
         let res = match &self.render {
-            Some(f) => serde_json::to_writer(&mut self.out, &f(r)).map_err(io::Error::from).and_then(|_| self.out.write_all(b"\n")),
+            Some(f) => serde_json::to_writer(&mut self.out, &f(r))
+                .map_err(io::Error::from)
+                .and_then(|_| self.out.write_all(b"\n")),
             None => write_jsonl_line(&mut self.out, r),
         };
         if res.and_then(|_| self.out.flush()).is_err() {
@@ -167,13 +191,19 @@ mod tests {
         {
             let mut s = StreamWriter::new(&mut out, None);
             for i in [2, 0, 1] {
-                s.handle(&Event::CallFinished { result: Box::new(result(i, Status::Ok)) });
+                s.handle(&Event::CallFinished {
+                    result: Box::new(result(i, Status::Ok)),
+                });
                 if i == 2 {
                     assert!(s.waiting.contains_key(&2));
                 }
             }
         }
-        let lines: Vec<Value> = String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         let idx: Vec<u64> = lines.iter().map(|l| l["index"].as_u64().unwrap()).collect();
         assert_eq!(idx, vec![0, 1, 2]);
     }

@@ -19,7 +19,10 @@ fn reason_str(r: EdgeReason) -> &'static str {
 }
 
 fn id_of(plan: &Plan, index: usize) -> &str {
-    plan.calls.iter().find(|c| c.index == index).map_or("?", |c| c.id.as_str())
+    plan.calls
+        .iter()
+        .find(|c| c.index == index)
+        .map_or("?", |c| c.id.as_str())
 }
 
 /// Waves of each phase: calls grouped by dependency depth.
@@ -103,7 +106,11 @@ pub fn to_table(plan: &Plan, est: &Estimate) -> String {
     let mut out = String::new();
     let waves = waves(plan, est);
     for (i, ph) in plan.phases.iter().enumerate() {
-        let what = if ph.alone { " — alone (parallel_safe = false)" } else { "" };
+        let what = if ph.alone {
+            " — alone (parallel_safe = false)"
+        } else {
+            ""
+        };
         let _ = writeln!(out, "phase {i}{what}: {} wave(s)", waves[i].len());
         let mut t = Table::new();
         t.load_preset(presets::UTF8_FULL_CONDENSED)
@@ -111,36 +118,65 @@ pub fn to_table(plan: &Plan, est: &Estimate) -> String {
             .force_no_tty()
             .set_header(["#", "id", "tool", "lanes", "waits for", "est. start → end"]);
         for (p, c) in plan.calls.iter().enumerate().filter(|(_, c)| c.phase == i) {
-            let edges: Vec<String> = c.edges.iter().map(|e| format!("{} ({})", id_of(plan, e.from), reason_str(e.reason))).collect();
-            let lanes: Vec<String> = c.lanes.iter().map(|&l| {
-                let lane = &plan.lanes[l];
-                match lane.limit {
-                    Some(n) => format!("{} ({n})", lane.name),
-                    None => lane.name.clone(),
-                }
-            }).collect();
+            let edges: Vec<String> = c
+                .edges
+                .iter()
+                .map(|e| format!("{} ({})", id_of(plan, e.from), reason_str(e.reason)))
+                .collect();
+            let lanes: Vec<String> = c
+                .lanes
+                .iter()
+                .map(|&l| {
+                    let lane = &plan.lanes[l];
+                    match lane.limit {
+                        Some(n) => format!("{} ({n})", lane.name),
+                        None => lane.name.clone(),
+                    }
+                })
+                .collect();
             let assumed = if c.estimate_known { "" } else { " ?" };
             t.add_row(vec![
                 c.index.to_string(),
                 c.id.clone(),
                 c.tool_name.clone(),
                 lanes.join(", "),
-                if edges.is_empty() { "—".into() } else { edges.join(", ") },
+                if edges.is_empty() {
+                    "—".into()
+                } else {
+                    edges.join(", ")
+                },
                 format!("{} → {}{assumed}", format(est.start[p]), format(est.end[p])),
             ]);
         }
         let _ = writeln!(out, "{t}");
     }
-    let path: Vec<&str> = est.critical_path.iter().map(|&p| plan.calls[p].id.as_str()).collect();
+    let path: Vec<&str> = est
+        .critical_path
+        .iter()
+        .map(|&p| plan.calls[p].id.as_str())
+        .collect();
     let _ = writeln!(out, "width:              {}", est.width);
-    let _ = writeln!(out, "critical path:      {} ({})", path.join(" → "), format(est.critical_path_time));
+    let _ = writeln!(
+        out,
+        "critical path:      {} ({})",
+        path.join(" → "),
+        format(est.critical_path_time)
+    );
     let _ = writeln!(out, "total tool time:    {}", format(est.total_tool_time));
     let _ = writeln!(out, "estimated makespan: {}", format(est.makespan));
     if est.cost > 0.0 {
-        let _ = writeln!(out, "estimated cost:     {}", super::summary::trim_float(est.cost));
+        let _ = writeln!(
+            out,
+            "estimated cost:     {}",
+            super::summary::trim_float(est.cost)
+        );
     }
     if plan.calls.iter().any(|c| !c.estimate_known) {
-        let _ = writeln!(out, "(? = no `expected` latency declared; assumed {})", format(crate::plan::ASSUMED_LATENCY));
+        let _ = writeln!(
+            out,
+            "(? = no `expected` latency declared; assumed {})",
+            format(crate::plan::ASSUMED_LATENCY)
+        );
     }
     out
 }
@@ -153,19 +189,43 @@ pub fn to_dot(plan: &Plan, est: &Estimate) -> String {
     let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
     let on_path = |a: usize, b: usize| est.critical_path.windows(2).any(|w| w[0] == a && w[1] == b);
     for (i, ph) in plan.phases.iter().enumerate() {
-        let label = if ph.alone { format!("phase {i} (alone)") } else { format!("phase {i}") };
-        let _ = writeln!(out, "  subgraph cluster_{i} {{\n    label={};", dot_id(&label));
+        let label = if ph.alone {
+            format!("phase {i} (alone)")
+        } else {
+            format!("phase {i}")
+        };
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_{i} {{\n    label={};",
+            dot_id(&label)
+        );
         for c in plan.calls.iter().filter(|c| c.phase == i) {
-            let _ = writeln!(out, "    {} [label={}];", dot_id(&c.id), dot_id(&format!("{}\\n{}", c.id, c.tool_name)));
+            let _ = writeln!(
+                out,
+                "    {} [label={}];",
+                dot_id(&c.id),
+                dot_id(&format!("{}\\n{}", c.id, c.tool_name))
+            );
         }
         out.push_str("  }\n");
     }
-    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    let pos: std::collections::HashMap<usize, usize> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
     for (p, c) in plan.calls.iter().enumerate() {
         for e in &c.edges {
             let bold = pos.get(&e.from).is_some_and(|&f| on_path(f, p));
             let style = if bold { ", penwidth=2" } else { "" };
-            let _ = writeln!(out, "  {} -> {} [label={}{style}];", dot_id(id_of(plan, e.from)), dot_id(&c.id), dot_id(reason_str(e.reason)));
+            let _ = writeln!(
+                out,
+                "  {} -> {} [label={}{style}];",
+                dot_id(id_of(plan, e.from)),
+                dot_id(&c.id),
+                dot_id(reason_str(e.reason))
+            );
         }
     }
     out.push_str("}\n");
@@ -178,9 +238,18 @@ fn mermaid_id(p: usize) -> String {
 
 pub fn to_mermaid(plan: &Plan) -> String {
     let mut out = String::from("flowchart LR\n");
-    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    let pos: std::collections::HashMap<usize, usize> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
     for (i, ph) in plan.phases.iter().enumerate() {
-        let label = if ph.alone { format!("phase {i} (alone)") } else { format!("phase {i}") };
+        let label = if ph.alone {
+            format!("phase {i} (alone)")
+        } else {
+            format!("phase {i}")
+        };
         let _ = writeln!(out, "  subgraph phase{i} [\"{label}\"]");
         for (p, c) in plan.calls.iter().enumerate().filter(|(_, c)| c.phase == i) {
             let text = format!("{}<br/>{}", c.id, c.tool_name).replace('"', "#quot;");
@@ -191,7 +260,13 @@ pub fn to_mermaid(plan: &Plan) -> String {
     for (p, c) in plan.calls.iter().enumerate() {
         for e in &c.edges {
             if let Some(&f) = pos.get(&e.from) {
-                let _ = writeln!(out, "  {} -->|{}| {}", mermaid_id(f), reason_str(e.reason), mermaid_id(p));
+                let _ = writeln!(
+                    out,
+                    "  {} -->|{}| {}",
+                    mermaid_id(f),
+                    reason_str(e.reason),
+                    mermaid_id(p)
+                );
             }
         }
     }

@@ -85,28 +85,53 @@ impl Progress {
         let multi = MultiProgress::with_draw_target(target);
         let overall = multi.add(ProgressBar::new(0));
         overall.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} calls · {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} calls · {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         overall.enable_steady_tick(Duration::from_millis(100));
-        Progress { multi, overall, lanes: Vec::new(), ok: 0, failed: 0 }
+        Progress {
+            multi,
+            overall,
+            lanes: Vec::new(),
+            ok: 0,
+            failed: 0,
+        }
     }
 
     fn refresh_lane(&mut self, lane: usize) {
         let multi = &self.multi;
-        let Some(l) = self.lanes.get_mut(lane) else { return };
+        let Some(l) = self.lanes.get_mut(lane) else {
+            return;
+        };
         let bar = l.bar.get_or_insert_with(|| {
             let b = multi.add(ProgressBar::new(0));
-            b.set_style(ProgressStyle::with_template("  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+            b.set_style(
+                ProgressStyle::with_template("  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
             b
         });
-        let limit = l.info.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
-        let rate = l.info.rate.as_ref().map(|r| format!(" · rate {r}")).unwrap_or_default();
-        bar.set_message(format!("{:<28} {:>4}/{limit:<4} held · {} queued{rate}", l.info.name, l.held, l.queued));
+        let limit = l
+            .info
+            .limit
+            .map_or_else(|| "∞".to_string(), |n| n.to_string());
+        let rate = l
+            .info
+            .rate
+            .as_ref()
+            .map(|r| format!(" · rate {r}"))
+            .unwrap_or_default();
+        bar.set_message(format!(
+            "{:<28} {:>4}/{limit:<4} held · {} queued{rate}",
+            l.info.name, l.held, l.queued
+        ));
     }
 
     fn refresh_overall(&self) {
-        self.overall.set_message(format!("{} ok · {} failed", self.ok, self.failed));
+        self.overall
+            .set_message(format!("{} ok · {} failed", self.ok, self.failed));
     }
 }
 
@@ -115,7 +140,15 @@ impl Reporter for Progress {
         match event {
             Event::RunStarted { total, lanes, .. } => {
                 self.overall.set_length(*total as u64);
-                self.lanes = lanes.iter().map(|info| LaneLine { info: info.clone(), held: 0, queued: 0, bar: None }).collect();
+                self.lanes = lanes
+                    .iter()
+                    .map(|info| LaneLine {
+                        info: info.clone(),
+                        held: 0,
+                        queued: 0,
+                        bar: None,
+                    })
+                    .collect();
                 self.refresh_overall();
             }
             Event::LaneWaiting { lane, .. } => {
@@ -131,7 +164,9 @@ impl Reporter for Progress {
                 }
                 self.refresh_lane(*lane);
             }
-            Event::LaneReleased { lane, weight, held, .. } => {
+            Event::LaneReleased {
+                lane, weight, held, ..
+            } => {
                 if let Some(l) = self.lanes.get_mut(*lane) {
                     if *held {
                         l.held = l.held.saturating_sub(u64::from(*weight));

@@ -13,7 +13,13 @@ fn ms(v: u64) -> String {
 pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
     let count = |s: Status| statuses.iter().filter(|x| **x == s).count();
     let mut kinds = Vec::new();
-    for s in [Status::Error, Status::TimedOut, Status::NeverDispatched, Status::Cancelled, Status::Indeterminate] {
+    for s in [
+        Status::Error,
+        Status::TimedOut,
+        Status::NeverDispatched,
+        Status::Cancelled,
+        Status::Indeterminate,
+    ] {
         let c = count(s);
         if c > 0 {
             kinds.push(format!("{c} {}", s.as_str()));
@@ -50,7 +56,13 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
         .filter(|l| l.waits > 0)
         .map(|l| {
             let limit = l.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
-            let mut s = format!("lane {}: peak {}/{limit}, waited {} over {} calls", l.lane, l.peak_in_flight, ms(l.wait_ms), l.waits);
+            let mut s = format!(
+                "lane {}: peak {}/{limit}, waited {} over {} calls",
+                l.lane,
+                l.peak_in_flight,
+                ms(l.wait_ms),
+                l.waits
+            );
             if let Some(r) = &l.rate {
                 s.push_str(&format!(" (rate {r}, {} token waits)", l.rate_limit_waits));
             }

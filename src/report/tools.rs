@@ -10,13 +10,22 @@ use crate::manifest::{Manifest, Tool, ToolKind};
 use crate::template::Template;
 
 fn redacted_map(m: &BTreeMap<String, Template>) -> Value {
-    Value::Object(m.iter().map(|(k, v)| (k.clone(), Value::String(v.redacted()))).collect())
+    Value::Object(
+        m.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.redacted())))
+            .collect(),
+    )
 }
 
 /// What the tool invokes, in one line.
 pub fn target(t: &Tool) -> String {
     match &t.kind {
-        ToolKind::Command(c) => c.argv.iter().map(Template::redacted).collect::<Vec<_>>().join(" "),
+        ToolKind::Command(c) => c
+            .argv
+            .iter()
+            .map(Template::redacted)
+            .collect::<Vec<_>>()
+            .join(" "),
         ToolKind::Http(h) => format!("{} {}", h.method, h.url.redacted()),
         ToolKind::Mcp(m) => format!("{}:{}", m.server, m.tool),
         ToolKind::Scripted(s) => {
@@ -96,20 +105,47 @@ pub fn to_table(m: &Manifest) -> String {
     t.load_preset(presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .force_no_tty()
-        .set_header(["tool", "kind", "effect", "idempotent", "parallel", "limit", "lanes", "timeout", "invokes"]);
+        .set_header([
+            "tool",
+            "kind",
+            "effect",
+            "idempotent",
+            "parallel",
+            "limit",
+            "lanes",
+            "timeout",
+            "invokes",
+        ]);
     for tool in &m.tools {
         let effect = match tool.effect_origin {
-            crate::manifest::Origin::Default => format!("{:?} (default)", tool.effect).to_lowercase(),
+            crate::manifest::Origin::Default => {
+                format!("{:?} (default)", tool.effect).to_lowercase()
+            }
             crate::manifest::Origin::Manifest => format!("{:?}", tool.effect).to_lowercase(),
         };
         t.add_row(vec![
             tool.name.clone(),
             tool.kind_name().to_string(),
             effect,
-            if tool.idempotent { "yes".into() } else { "no".into() },
-            if tool.parallel_safe { "yes".into() } else { "alone".into() },
-            m.concurrency.per_tool.get(&tool.name).map_or_else(|| "—".into(), |n| n.to_string()),
-            if tool.lanes.is_empty() { "—".into() } else { tool.lanes.join(", ") },
+            if tool.idempotent {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+            if tool.parallel_safe {
+                "yes".into()
+            } else {
+                "alone".into()
+            },
+            m.concurrency
+                .per_tool
+                .get(&tool.name)
+                .map_or_else(|| "—".into(), |n| n.to_string()),
+            if tool.lanes.is_empty() {
+                "—".into()
+            } else {
+                tool.lanes.join(", ")
+            },
             tool.timeout_text.clone().unwrap_or_else(|| "—".into()),
             super::output::shorten(&target(tool), 50),
         ]);

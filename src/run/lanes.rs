@@ -3,8 +3,10 @@
 //! A call acquires its lanes one at a time in the plan's fixed order (tenant → turn → tool →
 //! shared lanes by name) and releases them in reverse when its [`Lease`]s drop, so no two
 //! calls can each hold what the other waits for. A rate-limited lane takes a token *after*
-//! its permit. [`MemoryLanes`] keeps everything in this process (tokio's semaphores are
-//! FIFO, so a heavy call is not starved by light ones); stores shared across processes and
+//! its permit. [`MemoryLanes`] keeps everything in this process. Its permits are granted
+//! strictly in call order ([`OrderedSemaphore`]): whichever task happens to be polled first, a
+//! lane never lets a later call overtake an earlier one waiting for it, and a heavy call at
+//! the head is not starved by light ones behind it. Stores shared across processes and
 //! machines implement the same trait.
 
 use std::future::Future;
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 use crate::plan::LaneSpec;
 use crate::report::events::LaneStats;
@@ -23,7 +25,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Permits held in one lane; dropping it gives them back.
 pub struct Lease {
-    _permit: Option<OwnedSemaphorePermit>,
+    sem: Option<Arc<OrderedSemaphore>>,
     counters: Arc<Counters>,
     weight: u64,
 }
@@ -31,6 +33,102 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
+        if let Some(sem) = &self.sem {
+            sem.release(self.weight);
+        }
+    }
+}
+
+/// A counting semaphore whose waiters are served in order of a key (the call's position),
+/// not of arrival.
+pub struct OrderedSemaphore {
+    state: Mutex<SemState>,
+}
+
+struct SemState {
+    available: u64,
+    waiters: std::collections::BTreeMap<u64, (u64, oneshot::Sender<()>)>,
+}
+
+impl OrderedSemaphore {
+    pub fn new(permits: u64) -> OrderedSemaphore {
+        OrderedSemaphore {
+            state: Mutex::new(SemState {
+                available: permits,
+                waiters: Default::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SemState> {
+        // The state stays consistent even if a holder panicked: every update is one step.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait for `weight` permits; `key` orders the waiters (smaller first).
+    pub async fn acquire(self: &Arc<Self>, key: u64, weight: u64) {
+        let rx = {
+            let mut s = self.lock();
+            let first = s.waiters.keys().next().is_none_or(|&k| k > key);
+            if first && s.available >= weight {
+                s.available -= weight;
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            s.waiters.insert(key, (weight, tx));
+            rx
+        };
+        let mut guard = WaitGuard {
+            sem: self,
+            key,
+            weight,
+            armed: true,
+        };
+        let _ = rx.await;
+        guard.armed = false;
+    }
+
+    pub fn release(&self, weight: u64) {
+        let mut s = self.lock();
+        s.available += weight;
+        Self::grant(&mut s);
+    }
+
+    fn grant(s: &mut SemState) {
+        while let Some((&key, &(w, _))) = s.waiters.iter().next() {
+            if s.available < w {
+                break;
+            }
+            if let Some((_, tx)) = s.waiters.remove(&key) {
+                s.available -= w;
+                if tx.send(()).is_err() {
+                    s.available += w;
+                }
+            }
+        }
+    }
+}
+
+/// Takes a waiter out of the queue if its future is dropped (the run ended while it waited),
+/// and gives back permits that were granted but never picked up.
+struct WaitGuard<'a> {
+    sem: &'a OrderedSemaphore,
+    key: u64,
+    weight: u64,
+    armed: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut s = self.sem.lock();
+        if s.waiters.remove(&self.key).is_none() {
+            // Granted while we were being dropped: hand the permits on.
+            s.available += self.weight;
+        }
+        OrderedSemaphore::grant(&mut s);
     }
 }
 
@@ -41,8 +139,15 @@ pub struct LaneError(pub String);
 
 /// Where lane permits and tokens live.
 pub trait LaneStore: Send + Sync {
-    /// Wait for `weight` permits of `lane`.
-    fn acquire(&self, lane: usize, weight: u32) -> BoxFuture<'_, Result<Lease, LaneError>>;
+    /// Wait for `weight` permits of `lane`; `order` is the call's position (earlier first).
+    /// The returned future is polled once by the coordinator as soon as the call is ready, so
+    /// waiters register in call order; the call's own task then awaits it.
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>>;
     /// Reserve one rate token of `lane`; returns how long the caller must wait before using it.
     fn reserve_token(&self, lane: usize) -> Result<Duration, LaneError>;
     /// Whether `lane` has a rate.
@@ -71,7 +176,7 @@ struct Bucket {
 
 struct Lane {
     spec: LaneSpec,
-    sem: Option<Arc<Semaphore>>,
+    sem: Option<Arc<OrderedSemaphore>>,
     bucket: Option<Mutex<Bucket>>,
     counters: Arc<Counters>,
 }
@@ -89,10 +194,17 @@ impl MemoryLanes {
                 .iter()
                 .map(|s| Lane {
                     spec: s.clone(),
-                    sem: s.limit.map(|l| Arc::new(Semaphore::new(l as usize))),
+                    sem: s
+                        .limit
+                        .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
                     bucket: s.rate.map(|r| {
                         let burst = f64::from(s.burst.unwrap_or(r.count));
-                        Mutex::new(Bucket { per_sec: r.per_second(), burst, tokens: burst, at: now })
+                        Mutex::new(Bucket {
+                            per_sec: r.per_second(),
+                            burst,
+                            tokens: burst,
+                            at: now,
+                        })
                     }),
                     counters: Arc::new(Counters::default()),
                 })
@@ -102,25 +214,28 @@ impl MemoryLanes {
 }
 
 impl LaneStore for MemoryLanes {
-    fn acquire(&self, lane: usize, weight: u32) -> BoxFuture<'_, Result<Lease, LaneError>> {
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
         Box::pin(async move {
             let l = self
                 .lanes
                 .get(lane)
                 .ok_or_else(|| LaneError(format!("no lane #{lane}")))?;
-            let permit = match &l.sem {
-                Some(sem) => Some(
-                    sem.clone()
-                        .acquire_many_owned(weight)
-                        .await
-                        .map_err(|_| LaneError(format!("lane {} was closed", l.spec.name)))?,
-                ),
-                None => None,
-            };
             let w = u64::from(weight);
+            if let Some(sem) = &l.sem {
+                sem.acquire(order, w).await;
+            }
             let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
             l.counters.peak.fetch_max(now, Ordering::Relaxed);
-            Ok(Lease { _permit: permit, counters: l.counters.clone(), weight: w })
+            Ok(Lease {
+                sem: l.sem.clone(),
+                counters: l.counters.clone(),
+                weight: w,
+            })
         })
     }
 
@@ -128,7 +243,9 @@ impl LaneStore for MemoryLanes {
         let Some(bucket) = self.lanes.get(lane).and_then(|l| l.bucket.as_ref()) else {
             return Ok(Duration::ZERO);
         };
-        let mut b = bucket.lock().map_err(|_| LaneError("rate bucket poisoned".into()))?;
+        let mut b = bucket
+            .lock()
+            .map_err(|_| LaneError("rate bucket poisoned".into()))?;
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
         b.tokens = (b.tokens + elapsed * b.per_sec).min(b.burst);
@@ -181,19 +298,27 @@ mod tests {
     use crate::plan::LaneKey;
 
     fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
-        LaneSpec { key: LaneKey::Turn, name: "turn".into(), limit, rate, burst }
+        LaneSpec {
+            key: LaneKey::Turn,
+            name: "turn".into(),
+            limit,
+            rate,
+            burst,
+        }
     }
 
     #[tokio::test]
     async fn weights_take_several_permits_and_peaks_are_recorded() {
-        let lanes = MemoryLanes::new(&[spec(Some(3), None, None)]);
-        let a = lanes.acquire(0, 2).await.unwrap();
-        let b = lanes.acquire(0, 1).await.unwrap();
+        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(3), None, None)]));
+        let a = lanes.clone().acquire(0, 2, 0).await.unwrap();
+        let b = lanes.clone().acquire(0, 1, 1).await.unwrap();
         // A third acquisition must wait until something is released.
-        let pending = tokio::time::timeout(Duration::from_millis(50), lanes.acquire(0, 1)).await;
+        let pending =
+            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 1, 2)).await;
         assert!(pending.is_err());
         drop(a);
-        let c = tokio::time::timeout(Duration::from_millis(50), lanes.acquire(0, 2)).await;
+        let c =
+            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 2, 3)).await;
         assert!(c.is_ok());
         drop(b);
         assert_eq!(lanes.stats()[0].peak_in_flight, 3);
@@ -201,23 +326,70 @@ mod tests {
 
     #[tokio::test]
     async fn unbounded_lanes_never_wait() {
-        let lanes = MemoryLanes::new(&[spec(None, None, None)]);
+        let lanes = Arc::new(MemoryLanes::new(&[spec(None, None, None)]));
         let mut held = Vec::new();
         for _ in 0..1000 {
-            held.push(lanes.acquire(0, 1).await.unwrap());
+            held.push(lanes.clone().acquire(0, 1, 0).await.unwrap());
         }
         assert_eq!(lanes.stats()[0].peak_in_flight, 1000);
     }
 
+    #[tokio::test]
+    async fn waiters_are_served_in_call_order_not_arrival_order() {
+        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(1), None, None)]));
+        let first = lanes.clone().acquire(0, 1, 0).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Calls 9, 5 and 7 arrive in that order; they must be served 5, 7, 9.
+        for order in [9u64, 5, 7] {
+            let lanes = lanes.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let lease = lanes.acquire(0, 1, order).await.unwrap();
+                let _ = tx.send(order);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(lease);
+            });
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(first);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(got, vec![5, 7, 9]);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_the_queue() {
+        let sem = Arc::new(OrderedSemaphore::new(1));
+        sem.acquire(0, 1).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), sem.acquire(1, 1)).await;
+        assert!(gave_up.is_err());
+        sem.release(1);
+        // The abandoned waiter must not have swallowed the permit.
+        tokio::time::timeout(Duration::from_millis(20), sem.acquire(2, 1))
+            .await
+            .unwrap();
+    }
+
     #[test]
     fn token_bucket_allows_the_burst_then_spaces_calls() {
-        let rate = Rate { count: 10, per: Duration::from_secs(1) };
+        let rate = Rate {
+            count: 10,
+            per: Duration::from_secs(1),
+        };
         let lanes = MemoryLanes::new(&[spec(None, Some(rate), Some(2))]);
         assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
         assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
         let w3 = lanes.reserve_token(0).unwrap();
         let w4 = lanes.reserve_token(0).unwrap();
-        assert!(w3 > Duration::from_millis(90) && w3 <= Duration::from_millis(100), "{w3:?}");
-        assert!(w4 > Duration::from_millis(190) && w4 <= Duration::from_millis(200), "{w4:?}");
+        assert!(
+            w3 > Duration::from_millis(90) && w3 <= Duration::from_millis(100),
+            "{w3:?}"
+        );
+        assert!(
+            w4 > Duration::from_millis(190) && w4 <= Duration::from_millis(200),
+            "{w4:?}"
+        );
     }
 }

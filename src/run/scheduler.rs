@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::lanes::LaneStore;
+use super::lanes::{BoxFuture, LaneError, LaneStore, Lease};
 use super::stats;
 use super::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
 use crate::batch::OnToolError;
@@ -84,7 +84,10 @@ pub async fn execute(
     mut signals: mpsc::UnboundedReceiver<()>,
 ) -> RunReport {
     let start = Instant::now();
-    let emitter = Emitter { tx: config.events.clone(), lanes: config.lane_events };
+    let emitter = Emitter {
+        tx: config.events.clone(),
+        lanes: config.lane_events,
+    };
     let n = plan.calls.len();
     emitter.emit(Event::RunStarted {
         run_id: config.run_id.clone(),
@@ -92,12 +95,21 @@ pub async fn execute(
         lanes: plan
             .lanes
             .iter()
-            .map(|l| LaneInfo { name: l.name.clone(), limit: l.limit, rate: l.rate.map(|r| r.to_string()) })
+            .map(|l| LaneInfo {
+                name: l.name.clone(),
+                limit: l.limit,
+                rate: l.rate.map(|r| r.to_string()),
+            })
             .collect(),
     });
     let tools: Vec<Arc<ToolImpl>> = manifest.tools.iter().map(ToolImpl::from_tool).collect();
 
-    let pos_of: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    let pos_of: std::collections::HashMap<usize, usize> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
     let mut pending = vec![0usize; n];
     let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (p, c) in plan.calls.iter().enumerate() {
@@ -116,6 +128,8 @@ pub async fn execute(
     let mut ready: BTreeSet<usize> = BTreeSet::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::Running);
+    let stop_tx = Arc::new(stop_tx);
+    let fail_run = plan.settings.on_tool_error == OnToolError::FailRun;
     let mut ending: Option<(Outcome, String)> = None;
     let mut budget_hit = false;
     let mut spent = 0.0f64;
@@ -125,7 +139,11 @@ pub async fn execute(
     let run_deadline = plan.settings.run_deadline.map(|d| start + d);
     let mut signals_open = true;
 
-    let start_phase = |phase: usize, ready: &mut BTreeSet<usize>, ready_at: &mut Vec<Option<Instant>>, pending: &[usize]| -> usize {
+    let start_phase = |phase: usize,
+                       ready: &mut BTreeSet<usize>,
+                       ready_at: &mut Vec<Option<Instant>>,
+                       pending: &[usize]|
+     -> usize {
         let ph = &plan.phases[phase];
         let mut count = 0;
         for i in ph.start..ph.end {
@@ -148,21 +166,53 @@ pub async fn execute(
         while ending.is_none() {
             let Some(p) = ready.pop_first() else { break };
             let call = &plan.calls[p];
-            match pre_dispatch(&manifest, &plan, call, &results, &mut spent, &mut budget_hit) {
+            match pre_dispatch(
+                &manifest,
+                &plan,
+                call,
+                &results,
+                &mut spent,
+                &mut budget_hit,
+            ) {
                 Ok(args) => {
                     let tool = &manifest.tools[call.tool];
+                    let acquisition = match begin_acquire(&config.lanes, &plan, p, &emitter) {
+                        Ok(a) => a,
+                        Err(e) => {
+                            let r = never_dispatched(&plan, p, "lane_store", &e);
+                            finish(
+                                p,
+                                r,
+                                &mut Ctx {
+                                    plan: &plan,
+                                    results: &mut results,
+                                    pending: &mut pending,
+                                    dependants: &dependants,
+                                    ready: &mut ready,
+                                    ready_at: &mut ready_at,
+                                    phase_left: &mut phase_left,
+                                    phase,
+                                    emitter: &emitter,
+                                },
+                            );
+                            continue;
+                        }
+                    };
                     let inv = Invocation {
                         call_id: call.id.clone(),
                         tool: call.tool_name.clone(),
                         tenant: plan.settings.tenant.clone(),
                         run_id: config.run_id.clone(),
-                        idempotency_key: call.write.then(|| idempotency_key(&config.run_id, &call.id)),
+                        idempotency_key: call
+                            .write
+                            .then(|| idempotency_key(&config.run_id, &call.id)),
                         args,
                         lease: lease_text(&config.run_id, &plan, call),
                         attempt: 1,
                     };
                     let job = Job {
                         pos: p,
+                        acquisition: Some(acquisition),
                         plan: plan.clone(),
                         tool: tools[call.tool].clone(),
                         lanes: config.lanes.clone(),
@@ -175,6 +225,8 @@ pub async fn execute(
                         timeout_text: tool.timeout_text.clone(),
                         ceiling: plan.settings.tool_call_deadline,
                         retries: if tool.idempotent { tool.retries } else { 0 },
+                        stop_tx: stop_tx.clone(),
+                        fail_run,
                     };
                     in_flight += 1;
                     let done = done_tx.clone();
@@ -185,19 +237,26 @@ pub async fn execute(
                 }
                 Err((kind, why)) => {
                     let r = never_dispatched(&plan, p, kind, &why);
-                    finish(p, r, &mut Ctx {
-                        plan: &plan,
-                        results: &mut results,
-                        pending: &mut pending,
-                        dependants: &dependants,
-                        ready: &mut ready,
-                        ready_at: &mut ready_at,
-                        phase_left: &mut phase_left,
-                        phase,
-                        emitter: &emitter,
-                    });
+                    finish(
+                        p,
+                        r,
+                        &mut Ctx {
+                            plan: &plan,
+                            results: &mut results,
+                            pending: &mut pending,
+                            dependants: &dependants,
+                            ready: &mut ready,
+                            ready_at: &mut ready_at,
+                            phase_left: &mut phase_left,
+                            phase,
+                            emitter: &emitter,
+                        },
+                    );
                     if plan.settings.on_tool_error == OnToolError::FailRun && ending.is_none() {
-                        ending = Some((Outcome::Failed, format!("call `{}` failed", plan.calls[p].id)));
+                        ending = Some((
+                            Outcome::Failed,
+                            format!("call `{}` failed", plan.calls[p].id),
+                        ));
                         let _ = stop_tx.send(StopLevel::Graceful);
                     }
                 }
@@ -277,12 +336,17 @@ pub async fn execute(
     }
 
     // Everything without a result never went out.
-    let why = ending.as_ref().map_or_else(|| "the run ended".to_string(), |(_, w)| format!("run ended: {w}"));
-    for p in 0..n {
-        if results[p].is_none() {
+    let why = ending.as_ref().map_or_else(
+        || "the run ended".to_string(),
+        |(_, w)| format!("run ended: {w}"),
+    );
+    for (p, slot) in results.iter_mut().enumerate() {
+        if slot.is_none() {
             let r = never_dispatched(&plan, p, "run_ended", &why);
-            emitter.emit(Event::CallFinished { result: Box::new(r.clone()) });
-            results[p] = Some(r);
+            emitter.emit(Event::CallFinished {
+                result: Box::new(r.clone()),
+            });
+            *slot = Some(r);
         }
     }
     let results: Vec<CallResult> = results.into_iter().flatten().collect();
@@ -293,8 +357,16 @@ pub async fn execute(
     };
     let wall_ms = millis(start.elapsed());
     let stats = stats::compute(&plan, &results, wall_ms, config.lanes.stats(), 0);
-    emitter.emit(Event::RunFinished { outcome, stats: Box::new(stats.clone()) });
-    RunReport { run_id: config.run_id, outcome, results, stats }
+    emitter.emit(Event::RunFinished {
+        outcome,
+        stats: Box::new(stats.clone()),
+    });
+    RunReport {
+        run_id: config.run_id,
+        outcome,
+        results,
+        stats,
+    }
 }
 
 struct Ctx<'a> {
@@ -311,7 +383,9 @@ struct Ctx<'a> {
 
 /// Record a call's final result and release whatever waited for it.
 fn finish(p: usize, r: CallResult, ctx: &mut Ctx<'_>) {
-    ctx.emitter.emit(Event::CallFinished { result: Box::new(r.clone()) });
+    ctx.emitter.emit(Event::CallFinished {
+        result: Box::new(r.clone()),
+    });
     ctx.results[p] = Some(r);
     if ctx.plan.calls[p].phase == ctx.phase {
         *ctx.phase_left = ctx.phase_left.saturating_sub(1);
@@ -356,13 +430,20 @@ fn pre_dispatch(
     let args = call.args.resolve(&lookup).map_err(|(arg, e)| {
         let msg = match e {
             ResolveError::NoOutput(t) => format!("argument `{arg}`: call `{t}` has no output"),
-            ResolveError::Path(r, m) => format!("argument `{arg}`: {r} cannot be resolved: `{}` — {}", m.at, m.why),
+            ResolveError::Path(r, m) => format!(
+                "argument `{arg}`: {r} cannot be resolved: `{}` — {}",
+                m.at, m.why
+            ),
         };
         ("dependency_failed", msg)
     })?;
     let tool = &manifest.tools[call.tool];
     if let Some(schema) = &tool.args {
-        let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) { &SCRIPTED_RESERVED } else { &[] };
+        let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
+            &SCRIPTED_RESERVED
+        } else {
+            &[]
+        };
         let problems = schema.check(&args, extra);
         if !problems.is_empty() {
             return Err(("guardrail", format!("guardrail: {}", problems.join("; "))));
@@ -372,7 +453,13 @@ fn pre_dispatch(
         if call.cost > 0.0 {
             if *spent + call.cost > max + 1e-9 {
                 *budget_hit = true;
-                return Err(("budget_exhausted", format!("budget exhausted ({:.4} of {max} spent; this call costs {})", *spent, call.cost)));
+                return Err((
+                    "budget_exhausted",
+                    format!(
+                        "budget exhausted ({:.4} of {max} spent; this call costs {})",
+                        *spent, call.cost
+                    ),
+                ));
             }
             *spent += call.cost;
         }
@@ -402,7 +489,10 @@ fn base_result(plan: &Plan, p: usize) -> CallResult {
 
 fn never_dispatched(plan: &Plan, p: usize, kind: &str, why: &str) -> CallResult {
     let mut r = base_result(plan, p);
-    r.error = Some(ErrorInfo { kind: kind.to_string(), message: format!("never dispatched: {why}") });
+    r.error = Some(ErrorInfo {
+        kind: kind.to_string(),
+        message: format!("never dispatched: {why}"),
+    });
     r
 }
 
@@ -423,6 +513,7 @@ fn lease_text(run_id: &str, plan: &Plan, call: &CallPlan) -> String {
 /// One dispatched call.
 struct Job {
     pos: usize,
+    acquisition: Option<Acquisition>,
     plan: Arc<Plan>,
     tool: Arc<ToolImpl>,
     lanes: Arc<dyn LaneStore>,
@@ -435,72 +526,199 @@ struct Job {
     timeout_text: Option<String>,
     ceiling: Option<Duration>,
     retries: u32,
+    /// To end the run *before* this call gives its lanes back, so that under fail_run (or a
+    /// reached ceiling) no queued call slips into the freed permits.
+    stop_tx: Arc<watch::Sender<StopLevel>>,
+    fail_run: bool,
+}
+
+/// A lane acquisition in progress.
+type LeaseFuture = BoxFuture<'static, Result<Lease, LaneError>>;
+
+/// Lanes a call holds, and where its acquisition stands.
+struct Acquisition {
+    leases: Vec<(usize, Lease)>,
+    /// Next position in the call's lane list still to acquire.
+    next: usize,
+    /// A lane wait the coordinator began (so it is queued in call order): lane, since, future.
+    pending: Option<(usize, Instant, LeaseFuture)>,
+    /// A rate token reserved but not yet due: lane, since, how long to wait.
+    token: Option<(usize, Instant, Duration)>,
+    /// The lane waited on longest so far.
+    longest: Option<(Duration, usize)>,
+}
+
+impl Acquisition {
+    fn note_wait(&mut self, lanes: &dyn LaneStore, lane: usize, since: Instant, token: bool) {
+        let waited = since.elapsed();
+        if waited >= Duration::from_millis(1) {
+            lanes.record_wait(lane, waited, token);
+            if self.longest.is_none_or(|(w, _)| waited > w) {
+                self.longest = Some((waited, lane));
+            }
+        }
+    }
+}
+
+/// Start acquiring a ready call's lanes, synchronously and in call order: every lane that is
+/// free is taken at once; the first that is not is queued for (its future polled once) and
+/// the call's task finishes the job.
+fn begin_acquire(
+    store: &Arc<dyn LaneStore>,
+    plan: &Plan,
+    pos: usize,
+    emitter: &Emitter,
+) -> Result<Acquisition, String> {
+    let call = &plan.calls[pos];
+    let mut acq = Acquisition {
+        leases: Vec::with_capacity(call.lanes.len()),
+        next: 0,
+        pending: None,
+        token: None,
+        longest: None,
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while acq.next < call.lanes.len() {
+        let lane = call.lanes[acq.next];
+        acq.next += 1;
+        let since = Instant::now();
+        let mut fut = store.clone().acquire(lane, call.weight, pos as u64);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(lease)) => {
+                emitter.lane(|| Event::LaneAcquired {
+                    call: pos,
+                    lane,
+                    weight: call.weight,
+                });
+                acq.leases.push((lane, lease));
+                if store.has_rate(lane) {
+                    let wait = store.reserve_token(lane).map_err(|e| e.to_string())?;
+                    if !wait.is_zero() {
+                        acq.token = Some((lane, since, wait));
+                        break;
+                    }
+                }
+            }
+            std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
+            std::task::Poll::Pending => {
+                emitter.lane(|| Event::LaneWaiting {
+                    call: pos,
+                    lane,
+                    weight: call.weight,
+                });
+                acq.pending = Some((lane, since, fut));
+                break;
+            }
+        }
+    }
+    Ok(acq)
 }
 
 impl Job {
-    async fn run(mut self) -> Completion {
+    /// Finish acquiring lanes. `Err` is the never-dispatched result.
+    async fn finish_acquire(
+        &mut self,
+        acq: &mut Acquisition,
+        result: &mut CallResult,
+    ) -> Result<(), CallResult> {
         let call = &self.plan.calls[self.pos];
-        let weight = call.weight;
-        let mut leases = Vec::with_capacity(call.lanes.len());
-        let mut longest: Option<(Duration, usize)> = None;
-        let mut result = base_result(&self.plan, self.pos);
-        result.idempotency_key = self.inv.idempotency_key.clone();
-
-        // Lanes, in the plan's fixed order.
-        for &lane in &call.lanes {
-            let t0 = Instant::now();
-            let pos = self.pos;
-            self.emitter.lane(|| Event::LaneWaiting { call: pos, lane, weight });
-            let mut stop = self.stop_rx.clone();
-            let lease = tokio::select! {
-                biased;
-                _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
-                r = self.lanes.acquire(lane, weight) => Some(r),
-            };
-            let lease = match lease {
-                Some(Ok(l)) => l,
-                other => {
-                    self.emitter.lane(|| Event::LaneReleased { call: pos, lane, weight, held: false });
-                    let (kind, why) = match other {
-                        Some(Err(e)) => ("lane_store", e.to_string()),
-                        _ => ("run_ended", format!("run ended while queued on lane {}", self.plan.lanes[lane].name)),
-                    };
-                    return self.release(leases, never(&mut result, kind, &why), false);
-                }
-            };
-            let mut token_wait = false;
-            if self.lanes.has_rate(lane) {
-                match self.lanes.reserve_token(lane) {
-                    Ok(wait) if !wait.is_zero() => {
-                        token_wait = true;
-                        let mut stop = self.stop_rx.clone();
-                        tokio::select! {
-                            biased;
-                            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => {
-                                leases.push((lane, lease));
-                                let why = format!("run ended while waiting for a rate token of lane {}", self.plan.lanes[lane].name);
-                                return self.release(leases, never(&mut result, "run_ended", &why), false);
+        let (pos, weight) = (self.pos, call.weight);
+        loop {
+            if let Some((lane, since, fut)) = acq.pending.take() {
+                let mut stop = self.stop_rx.clone();
+                let lease = tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
+                    r = fut => Some(r),
+                };
+                match lease {
+                    Some(Ok(lease)) => {
+                        self.emitter.lane(|| Event::LaneAcquired {
+                            call: pos,
+                            lane,
+                            weight,
+                        });
+                        acq.leases.push((lane, lease));
+                        acq.note_wait(self.lanes.as_ref(), lane, since, false);
+                        if self.lanes.has_rate(lane) {
+                            let wait = self
+                                .lanes
+                                .reserve_token(lane)
+                                .map_err(|e| never(result, "lane_store", &e.to_string()))?;
+                            if !wait.is_zero() {
+                                acq.token = Some((lane, Instant::now(), wait));
                             }
-                            _ = tokio::time::sleep(wait) => {}
                         }
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        leases.push((lane, lease));
-                        return self.release(leases, never(&mut result, "lane_store", &e.to_string()), false);
+                    other => {
+                        self.emitter.lane(|| Event::LaneReleased {
+                            call: pos,
+                            lane,
+                            weight,
+                            held: false,
+                        });
+                        return Err(match other {
+                            Some(Err(e)) => never(result, "lane_store", &e.to_string()),
+                            _ => never(
+                                result,
+                                "run_ended",
+                                &format!(
+                                    "run ended while queued on lane {}",
+                                    self.plan.lanes[lane].name
+                                ),
+                            ),
+                        });
                     }
                 }
             }
-            let waited = t0.elapsed();
-            if waited >= Duration::from_millis(1) {
-                self.lanes.record_wait(lane, waited, token_wait);
-                if longest.is_none_or(|(w, _)| waited > w) {
-                    longest = Some((waited, lane));
+            if let Some((lane, since, wait)) = acq.token.take() {
+                let mut stop = self.stop_rx.clone();
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => {
+                        let why = format!("run ended while waiting for a rate token of lane {}", self.plan.lanes[lane].name);
+                        return Err(never(result, "run_ended", &why));
+                    }
+                    _ = tokio::time::sleep(wait) => {}
                 }
+                acq.note_wait(self.lanes.as_ref(), lane, since, true);
             }
-            self.emitter.lane(|| Event::LaneAcquired { call: pos, lane, weight });
-            leases.push((lane, lease));
+            if acq.next >= call.lanes.len() {
+                return Ok(());
+            }
+            let lane = call.lanes[acq.next];
+            acq.next += 1;
+            self.emitter.lane(|| Event::LaneWaiting {
+                call: pos,
+                lane,
+                weight,
+            });
+            acq.pending = Some((
+                lane,
+                Instant::now(),
+                self.lanes.clone().acquire(lane, weight, pos as u64),
+            ));
         }
+    }
+
+    async fn run(mut self) -> Completion {
+        let mut result = base_result(&self.plan, self.pos);
+        result.idempotency_key = self.inv.idempotency_key.clone();
+        let mut acq = match self.acquisition.take() {
+            Some(a) => a,
+            None => {
+                return self.release(
+                    Vec::new(),
+                    never(&mut result, "lane_store", "no lanes"),
+                    false,
+                )
+            }
+        };
+        if let Err(r) = self.finish_acquire(&mut acq, &mut result).await {
+            return self.release(acq.leases, r, false);
+        }
+        let leases = std::mem::take(&mut acq.leases);
+        let longest = acq.longest;
 
         let dispatched = Instant::now();
         result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));
@@ -508,21 +726,29 @@ impl Job {
         result.started_ms = Some(millis(dispatched.saturating_duration_since(self.run_start)));
         let ceiling_at = self.ceiling.map(|c| dispatched + c);
         let mut ceiling_hit = false;
-
         let mut attempt = 1u32;
         loop {
             self.inv.attempt = attempt;
             result.attempts = attempt;
             let pos = self.pos;
             self.emitter.emit(Event::CallStarted { call: pos, attempt });
-            let mut stop = Stop::new(self.timeout.map(|t| Instant::now() + t), ceiling_at, self.stop_rx.clone());
+            let mut stop = Stop::new(
+                self.timeout.map(|t| Instant::now() + t),
+                ceiling_at,
+                self.stop_rx.clone(),
+            );
             let outcome = self.tool.invoke(&self.inv, &mut stop).await;
             match outcome {
                 Ok(v) => {
                     result.status = Status::Ok;
                     result.output = v;
                 }
-                Err(Failure::Failed { kind, message, transient, retry_after }) => {
+                Err(Failure::Failed {
+                    kind,
+                    message,
+                    transient,
+                    retry_after,
+                }) => {
                     if transient && attempt <= self.retries {
                         let wait = backoff(attempt).max(retry_after.unwrap_or_default());
                         let mut stop_wait = self.stop_rx.clone();
@@ -537,20 +763,33 @@ impl Job {
                         // Stopped between attempts: the last attempt's failure stands.
                     }
                     result.status = Status::Error;
-                    result.error = Some(ErrorInfo { kind: kind.to_string(), message });
+                    result.error = Some(ErrorInfo {
+                        kind: kind.to_string(),
+                        message,
+                    });
                 }
                 Err(Failure::Stopped) => match stop.cause() {
                     Some(StopCause::Timeout) => {
-                        let text = self.timeout_text.clone().unwrap_or_else(|| self.timeout.map(crate::duration::format).unwrap_or_default());
+                        let text = self.timeout_text.clone().unwrap_or_else(|| {
+                            self.timeout
+                                .map(crate::duration::format)
+                                .unwrap_or_default()
+                        });
                         result.status = Status::TimedOut;
                         result.error = Some(ErrorInfo {
                             kind: "timeout".into(),
-                            message: format!("tool '{}' exceeded its {text} timeout", self.inv.tool),
+                            message: format!(
+                                "tool '{}' exceeded its {text} timeout",
+                                self.inv.tool
+                            ),
                         });
                     }
                     Some(StopCause::Ceiling) => {
                         ceiling_hit = true;
-                        let text = self.ceiling.map(crate::duration::format).unwrap_or_default();
+                        let text = self
+                            .ceiling
+                            .map(crate::duration::format)
+                            .unwrap_or_default();
                         result.status = Status::TimedOut;
                         result.error = Some(ErrorInfo {
                             kind: "timeout".into(),
@@ -559,7 +798,11 @@ impl Job {
                     }
                     Some(StopCause::RunEnded) | None => {
                         let idempotent = self.plan.calls[self.pos].idempotent;
-                        result.status = if idempotent { Status::Cancelled } else { Status::Indeterminate };
+                        result.status = if idempotent {
+                            Status::Cancelled
+                        } else {
+                            Status::Indeterminate
+                        };
                         result.error = Some(ErrorInfo {
                             kind: "run_ended".into(),
                             message: if idempotent {
@@ -579,14 +822,37 @@ impl Job {
     }
 
     /// Give the lanes back in reverse order of acquisition and package the result.
-    fn release(&self, mut leases: Vec<(usize, super::lanes::Lease)>, result: CallResult, ceiling_hit: bool) -> Completion {
+    fn release(
+        &self,
+        mut leases: Vec<(usize, Lease)>,
+        result: CallResult,
+        ceiling_hit: bool,
+    ) -> Completion {
+        if ceiling_hit || (self.fail_run && !result.is_ok()) {
+            self.stop_tx.send_if_modified(|l| {
+                let running = *l == StopLevel::Running;
+                if running {
+                    *l = StopLevel::Graceful;
+                }
+                running
+            });
+        }
         let weight = self.plan.calls[self.pos].weight;
         while let Some((lane, lease)) = leases.pop() {
             drop(lease);
             let pos = self.pos;
-            self.emitter.lane(|| Event::LaneReleased { call: pos, lane, weight, held: true });
+            self.emitter.lane(|| Event::LaneReleased {
+                call: pos,
+                lane,
+                weight,
+                held: true,
+            });
         }
-        Completion { pos: self.pos, result, ceiling_hit }
+        Completion {
+            pos: self.pos,
+            result,
+            ceiling_hit,
+        }
     }
 }
 
@@ -594,19 +860,27 @@ fn never(result: &mut CallResult, kind: &str, why: &str) -> CallResult {
     let mut r = result.clone();
     r.status = Status::NeverDispatched;
     r.event = Status::NeverDispatched.event();
-    r.error = Some(ErrorInfo { kind: kind.to_string(), message: format!("never dispatched: {why}") });
+    r.error = Some(ErrorInfo {
+        kind: kind.to_string(),
+        message: format!("never dispatched: {why}"),
+    });
     r
 }
 
 /// Exponential backoff with jitter: 100ms, 200ms, 400ms, … (each 50–100% of that), capped.
 fn backoff(attempt: u32) -> Duration {
-    let exp = BACKOFF_BASE.saturating_mul(1u32 << attempt.saturating_sub(1).min(16)).min(BACKOFF_MAX);
+    let exp = BACKOFF_BASE
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(BACKOFF_MAX);
     exp.mul_f64(0.5 + fastrand::f64() * 0.5)
 }
 
 /// A run id: time-ordered and unique enough to key idempotency across runs.
 pub fn new_run_id() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     format!("run-{secs:x}-{:08x}", fastrand::u32(..))
 }
 

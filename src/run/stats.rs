@@ -7,10 +7,21 @@ use crate::plan::Plan;
 use crate::report::events::{CallResult, LaneStats, Stats, Status};
 
 /// Stats for `results` (indexed like `plan.calls`).
-pub fn compute(plan: &Plan, results: &[CallResult], wall_ms: u64, lanes: Vec<LaneStats>, http_429: u64) -> Stats {
+pub fn compute(
+    plan: &Plan,
+    results: &[CallResult],
+    wall_ms: u64,
+    lanes: Vec<LaneStats>,
+    http_429: u64,
+) -> Stats {
     let n = results.len();
     let dur: Vec<u64> = results.iter().map(|r| r.duration_ms.unwrap_or(0)).collect();
-    let pos: std::collections::HashMap<usize, usize> = plan.calls.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    let pos: std::collections::HashMap<usize, usize> = plan
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
     // Longest chain through edges and phase barriers, with measured durations.
     let mut chain = vec![0u64; n];
     let mut prev: Vec<Option<usize>> = vec![None; n];
@@ -68,8 +79,15 @@ pub fn compute(plan: &Plan, results: &[CallResult], wall_ms: u64, lanes: Vec<Lan
         tool_time_ms,
         critical_path_ms,
         critical_path: path,
-        speedup: if wall_ms > 0 { (tool_time_ms as f64 / wall_ms as f64 * 100.0).round() / 100.0 } else { 0.0 },
-        retries: results.iter().map(|r| u64::from(r.attempts.saturating_sub(1))).sum(),
+        speedup: if wall_ms > 0 {
+            (tool_time_ms as f64 / wall_ms as f64 * 100.0).round() / 100.0
+        } else {
+            0.0
+        },
+        retries: results
+            .iter()
+            .map(|r| u64::from(r.attempts.saturating_sub(1)))
+            .sum(),
         rate_limit_waits: lanes.iter().map(|l| l.rate_limit_waits).sum(),
         http_429,
         cost: (cost * 1e9).round() / 1e9,

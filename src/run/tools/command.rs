@@ -32,7 +32,10 @@ pub struct CommandTool {
 
 impl CommandTool {
     pub fn new(tool: &Tool, spec: CommandSpec) -> CommandTool {
-        CommandTool { name: tool.name.clone(), spec }
+        CommandTool {
+            name: tool.name.clone(),
+            spec,
+        }
     }
 
     fn command(&self, inv: &Invocation) -> Result<Command, Failure> {
@@ -42,14 +45,24 @@ impl CommandTool {
         };
         let mut argv = Vec::with_capacity(self.spec.argv.len());
         for t in &self.spec.argv {
-            argv.push(t.render(&inv.args, &|s| s.to_string()).map_err(render_err)?);
+            argv.push(
+                t.render(&inv.args, &|s| s.to_string())
+                    .map_err(render_err)?,
+            );
         }
         let Some((program, rest)) = argv.split_first() else {
-            return Err(Failure::failed("spawn_failed", format!("tool `{}` has an empty command", self.name)));
+            return Err(Failure::failed(
+                "spawn_failed",
+                format!("tool `{}` has an empty command", self.name),
+            ));
         };
         let mut cmd = Command::new(program);
         cmd.args(rest)
-            .stdin(if self.spec.stdin_json { Stdio::piped() } else { Stdio::null() })
+            .stdin(if self.spec.stdin_json {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -58,10 +71,17 @@ impl CommandTool {
             .env("FLUX_TOOL", &inv.tool)
             .env("FLUX_TENANT", &inv.tenant)
             .env("FLUX_RUN_ID", &inv.run_id)
-            .env("FLUX_IDEMPOTENCY_KEY", inv.idempotency_key.as_deref().unwrap_or(""))
+            .env(
+                "FLUX_IDEMPOTENCY_KEY",
+                inv.idempotency_key.as_deref().unwrap_or(""),
+            )
             .env("FLUX_TOOLS_LEASE", &inv.lease);
         for (k, v) in &self.spec.env {
-            cmd.env(k, v.render(&inv.args, &|s| s.to_string()).map_err(render_err)?);
+            cmd.env(
+                k,
+                v.render(&inv.args, &|s| s.to_string())
+                    .map_err(render_err)?,
+            );
         }
         if let Some(cwd) = &self.spec.cwd {
             cmd.current_dir(cwd);
@@ -72,7 +92,17 @@ impl CommandTool {
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let mut cmd = self.command(inv)?;
         let mut child = cmd.spawn().map_err(|e| {
-            Failure::failed("spawn_failed", format!("cannot start `{}`: {e}", self.spec.argv.first().map(|t| t.redacted()).unwrap_or_default()))
+            Failure::failed(
+                "spawn_failed",
+                format!(
+                    "cannot start `{}`: {e}",
+                    self.spec
+                        .argv
+                        .first()
+                        .map(|t| t.redacted())
+                        .unwrap_or_default()
+                ),
+            )
         })?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
         let guard = GroupGuard { pgid };
@@ -85,8 +115,12 @@ impl CommandTool {
                 let _ = stdin.shutdown().await;
             });
         }
-        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(Failure::failed("spawn_failed", "the child's pipes were not captured"));
+        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
+        else {
+            return Err(Failure::failed(
+                "spawn_failed",
+                "the child's pipes were not captured",
+            ));
         };
 
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
@@ -146,12 +180,18 @@ impl CommandTool {
             }
         }
         let Some(status) = status else {
-            return Err(Failure::failed("spawn_failed", "the tool's exit status was lost"));
+            return Err(Failure::failed(
+                "spawn_failed",
+                "the tool's exit status was lost",
+            ));
         };
         if status.success() {
             return match String::from_utf8(out) {
                 Ok(text) => Ok(parse_output(&text)),
-                Err(_) => Err(Failure::failed("invalid_output", format!("tool `{}` printed output that is not UTF-8", self.name))),
+                Err(_) => Err(Failure::failed(
+                    "invalid_output",
+                    format!("tool `{}` printed output that is not UTF-8", self.name),
+                )),
             };
         }
         let code = status.code();

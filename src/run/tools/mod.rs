@@ -47,8 +47,17 @@ pub struct Stop {
 }
 
 impl Stop {
-    pub fn new(timeout: Option<Instant>, ceiling: Option<Instant>, run: watch::Receiver<StopLevel>) -> Stop {
-        Stop { timeout, ceiling, run, cause: None }
+    pub fn new(
+        timeout: Option<Instant>,
+        ceiling: Option<Instant>,
+        run: watch::Receiver<StopLevel>,
+    ) -> Stop {
+        Stop {
+            timeout,
+            ceiling,
+            run,
+            cause: None,
+        }
     }
 
     /// Resolves when the call must stop, with the reason (remembered for [`Stop::cause`]).
@@ -120,7 +129,12 @@ pub enum Failure {
 
 impl Failure {
     pub fn failed(kind: &'static str, message: impl Into<String>) -> Failure {
-        Failure::Failed { kind, message: message.into(), transient: false, retry_after: None }
+        Failure::Failed {
+            kind,
+            message: message.into(),
+            transient: false,
+            retry_after: None,
+        }
     }
 }
 
@@ -135,10 +149,20 @@ pub enum ToolImpl {
 impl ToolImpl {
     pub fn from_tool(tool: &Tool) -> Arc<ToolImpl> {
         Arc::new(match &tool.kind {
-            ToolKind::Command(spec) => ToolImpl::Command(command::CommandTool::new(tool, spec.clone())),
-            ToolKind::Scripted(spec) => ToolImpl::Scripted(scripted::ScriptedTool::new(spec.clone())),
-            ToolKind::Http(_) => ToolImpl::Unsupported(format!("tool `{}`: http tools are not supported by this build yet", tool.name)),
-            ToolKind::Mcp(_) => ToolImpl::Unsupported(format!("tool `{}`: mcp tools are not supported by this build yet", tool.name)),
+            ToolKind::Command(spec) => {
+                ToolImpl::Command(command::CommandTool::new(tool, spec.clone()))
+            }
+            ToolKind::Scripted(spec) => {
+                ToolImpl::Scripted(scripted::ScriptedTool::new(spec.clone()))
+            }
+            ToolKind::Http(_) => ToolImpl::Unsupported(format!(
+                "tool `{}`: http tools are not supported by this build yet",
+                tool.name
+            )),
+            ToolKind::Mcp(_) => ToolImpl::Unsupported(format!(
+                "tool `{}`: mcp tools are not supported by this build yet",
+                tool.name
+            )),
         })
     }
 
@@ -153,9 +177,17 @@ impl ToolImpl {
 
 /// Parse tool output text: JSON when it is JSON, else the text with one trailing newline trimmed.
 pub fn parse_output(text: &str) -> Value {
-    let trimmed = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(text);
+    let trimmed = text
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(text);
     let probe = trimmed.trim_start();
-    if probe.starts_with(['{', '[', '"']) || probe == "true" || probe == "false" || probe == "null" || probe.parse::<f64>().is_ok() {
+    if probe.starts_with(['{', '[', '"'])
+        || probe == "true"
+        || probe == "false"
+        || probe == "null"
+        || probe.parse::<f64>().is_ok()
+    {
         if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
             return v;
         }

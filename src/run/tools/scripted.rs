@@ -23,11 +23,15 @@ impl ScriptedTool {
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let args = &inv.args;
         let latency = match args.get("_latency") {
-            Some(Value::String(s)) => crate::duration::parse(s).map_err(|e| Failure::failed("guardrail", format!("_latency: {e}")))?,
+            Some(Value::String(s)) => crate::duration::parse(s)
+                .map_err(|e| Failure::failed("guardrail", format!("_latency: {e}")))?,
             Some(Value::Number(n)) => Duration::from_millis(n.as_u64().unwrap_or(0)),
             _ => self.spec.latency,
         };
-        let hang = args.get("_hang").and_then(Value::as_bool).unwrap_or(self.spec.hang);
+        let hang = args
+            .get("_hang")
+            .and_then(Value::as_bool)
+            .unwrap_or(self.spec.hang);
         if hang {
             stop.stopped().await;
             return Err(Failure::Stopped);
@@ -38,7 +42,10 @@ impl ScriptedTool {
                 _ = stop.stopped() => return Err(Failure::Stopped),
             }
         }
-        let fail_attempts = args.get("_fail_attempts").and_then(Value::as_u64).unwrap_or(0);
+        let fail_attempts = args
+            .get("_fail_attempts")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         if u64::from(inv.attempt) <= fail_attempts {
             return Err(Failure::Failed {
                 kind: "tool_error",
@@ -82,12 +89,15 @@ fn fill(v: &Value, args: &Map<String, Value>) -> Value {
                         return x.clone();
                     }
                 }
-                t.render(args, &|s| s.to_string()).map_or_else(|_| v.clone(), Value::String)
+                t.render(args, &|s| s.to_string())
+                    .map_or_else(|_| v.clone(), Value::String)
             }
             _ => v.clone(),
         },
         Value::Array(a) => Value::Array(a.iter().map(|x| fill(x, args)).collect()),
-        Value::Object(m) => Value::Object(m.iter().map(|(k, x)| (k.clone(), fill(x, args))).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, x)| (k.clone(), fill(x, args))).collect())
+        }
         other => other.clone(),
     }
 }

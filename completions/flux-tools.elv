@@ -1,0 +1,115 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[flux-tools] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'flux-tools'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'flux-tools'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand run 'Execute a batch'
+            cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+            cand validate 'Check the manifest (and batches) and report every problem with its location'
+            cand tools 'List the manifest''s tools and their declarations'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'flux-tools;run'= {
+            cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
+            cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
+            cand --on-tool-error 'What a failed call does to the run'
+            cand --deadline 'End the whole run after this long (e.g. 30s, 2m)'
+            cand --max-cost 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget'
+            cand -o 'Also write the results document (json) to FILE, atomically'
+            cand --output 'Also write the results document (json) to FILE, atomically'
+            cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand --stream 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'flux-tools;plan'= {
+            cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
+            cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;validate'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;tools'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;completions'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;help'= {
+            cand run 'Execute a batch'
+            cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+            cand validate 'Check the manifest (and batches) and report every problem with its location'
+            cand tools 'List the manifest''s tools and their declarations'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'flux-tools;help;run'= {
+        }
+        &'flux-tools;help;plan'= {
+        }
+        &'flux-tools;help;validate'= {
+        }
+        &'flux-tools;help;tools'= {
+        }
+        &'flux-tools;help;completions'= {
+        }
+        &'flux-tools;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

@@ -1,0 +1,118 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_flux_tools_global_optspecs
+    string join \n manifest= format= q/quiet color= h/help V/version
+end
+
+function __fish_flux_tools_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_flux_tools_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_flux_tools_using_subcommand
+    set -l cmd (__fish_flux_tools_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -s V -l version -d 'Print version'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "run" -d 'Execute a batch'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-error -d 'What a failed call does to the run' -r -f -a "surface\t'A failed call loses only itself'
+fail-run\t'The first failure ends the run'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l deadline -d 'End the whole run after this long (e.g. 30s, 2m)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-cost -d 'Most the run may spend (sum of the tools\' `cost`); overrides the batch\'s budget' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l output -d 'Also write the results document (json) to FILE, atomically' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "run" -d 'Execute a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

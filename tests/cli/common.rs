@@ -1,0 +1,143 @@
+//! Helpers: the binary, a temporary project folder with its own `tools.toml`, JSON runs.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The repository root (where the bundled `tools.toml` and `batches/` live).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `flux-tools` with a clean environment for manifest discovery.
+pub fn flux() -> Command {
+    let mut c = Command::cargo_bin("flux-tools").expect("binary built");
+    c.env_remove("FLUX_TOOLS_MANIFEST")
+        .env_remove("NO_COLOR")
+        .env("CI", "true");
+    c
+}
+
+/// A temporary folder holding a manifest and batches.
+pub struct Project {
+    pub dir: TempDir,
+}
+
+impl Project {
+    pub fn new(manifest: &str) -> Project {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("tools.toml"), manifest).expect("write manifest");
+        Project { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+
+    /// `flux-tools` run inside the project folder.
+    pub fn cmd(&self) -> Command {
+        let mut c = flux();
+        c.current_dir(self.dir.path());
+        c
+    }
+
+    /// Run `batch` with `--format json`; returns the document and the exit code.
+    pub fn run_json(&self, batch: &str, extra: &[&str]) -> (Value, i32) {
+        let path = self.write("batch.yaml", batch);
+        let out = self
+            .cmd()
+            .args(["run", path.to_str().unwrap_or_default(), "--format", "json"])
+            .args(extra)
+            .output()
+            .expect("run flux-tools");
+        let code = out.status.code().unwrap_or(-1);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}); exit {code}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (doc, code)
+    }
+}
+
+/// The results of a run document, by position.
+pub fn results(doc: &Value) -> &Vec<Value> {
+    doc["results"].as_array().expect("results array")
+}
+
+/// `stats.lanes[name].peak_in_flight`.
+pub fn peak(doc: &Value, lane: &str) -> u64 {
+    doc["stats"]["lanes"]
+        .as_array()
+        .and_then(|ls| ls.iter().find(|l| l["lane"] == lane))
+        .and_then(|l| l["peak_in_flight"].as_u64())
+        .unwrap_or_else(|| panic!("no lane {lane} in {}", doc["stats"]))
+}
+
+pub fn wall_ms(doc: &Value) -> u64 {
+    doc["stats"]["wall_ms"].as_u64().expect("wall_ms")
+}
+
+/// A manifest of scripted tools used by many tests.
+pub const SCRIPTED: &str = r#"
+[concurrency]
+max_concurrent_tools = 16
+[concurrency.per_tool]
+pair = 2
+
+[tools.read]
+kind = "scripted"
+effect = "read"
+latency = "400ms"
+
+[tools.pair]
+kind = "scripted"
+effect = "read"
+latency = "300ms"
+
+[tools.write]
+kind = "scripted"
+effect = "write"
+latency = "300ms"
+
+[tools.idem_write]
+kind = "scripted"
+effect = "write"
+idempotent = true
+latency = "300ms"
+
+[tools.fails]
+kind = "scripted"
+effect = "read"
+latency = "200ms"
+fail = "backend said no"
+
+[tools.hangs]
+kind = "scripted"
+effect = "read"
+hang = true
+timeout = "500ms"
+
+[tools.alone]
+kind = "scripted"
+effect = "write"
+idempotent = true
+parallel_safe = false
+latency = "300ms"
+
+[tools.retry]
+kind = "scripted"
+effect = "read"
+latency = "10ms"
+retries = 3
+"#;

@@ -1,0 +1,223 @@
+//! Bad input: every problem reported with file, line, column and a hint; exit 2; nothing on
+//! stdout.
+
+use crate::common::{flux, repo, Project, SCRIPTED};
+
+#[test]
+fn bundled_manifest_and_batches_validate() {
+    let mut args = vec!["validate".to_string()];
+    for e in std::fs::read_dir(repo().join("batches")).unwrap() {
+        args.push(e.unwrap().path().to_string_lossy().to_string());
+    }
+    flux().current_dir(repo()).args(&args).assert().success();
+}
+
+#[test]
+fn typo_cycle_and_bad_reference_give_three_located_errors() {
+    let p = Project::new(SCRIPTED);
+    let batch = p.write(
+        "bad.yaml",
+        "calls:\n  - id: a\n    tool: raed\n  - id: b\n    tool: read\n    args: { x: \"${c.y}\" }\n  - id: c\n    tool: read\n    args: { x: \"${b}\" }\n  - id: d\n    tool: read\n    args: { x: \"${nobody.z}\" }\n",
+    );
+    for cmd in ["plan", "run", "validate"] {
+        let out = p
+            .cmd()
+            .args([cmd, batch.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(
+            out.stdout.is_empty(),
+            "{cmd}: stdout must stay empty: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches("error:").count(), 3, "{cmd}: {err}");
+        assert!(err.contains("call `a` uses unknown tool `raed`"), "{err}");
+        assert!(err.contains("bad.yaml:3:11"), "{err}");
+        assert!(err.contains("did you mean `read`?"), "{err}");
+        assert!(err.contains("references unknown call `nobody`"), "{err}");
+        assert!(err.contains("bad.yaml:12:17"), "{err}");
+        assert!(err.contains("reference cycle: b → c → b"), "{err}");
+        assert!(err.contains("bad.yaml:6:17"), "{err}");
+    }
+}
+
+#[test]
+fn manifest_problems_are_all_reported_with_locations() {
+    let p = Project::new(
+        r#"[concurrency]
+max_concurrent_tools = "eight"
+
+[lanes.api]
+rate = "10 per second"
+
+[tools.search]
+kind = "scripted"
+effect = "read"
+lanes = ["apii"]
+latncy = "1s"
+
+[tools.fetch]
+kind = "htp"
+"#,
+    );
+    let out = p.cmd().arg("validate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "`max_concurrent_tools` in [concurrency] should be an integer, found a string"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("tools.toml:2:24"), "{err}");
+    assert!(err.contains("is not a rate"), "{err}");
+    assert!(err.contains("tools.toml:5:8"), "{err}");
+    assert!(
+        err.contains("draws on lane `apii`, which [lanes] does not declare"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `api`?"), "{err}");
+    assert!(
+        err.contains("unknown field `latncy` in [tools.search]"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `latency`?"), "{err}");
+    assert!(err.contains("unknown tool kind `htp`"), "{err}");
+    assert!(err.contains("did you mean `http`?"), "{err}");
+    assert_eq!(err.matches("error:").count(), 5, "{err}");
+}
+
+#[test]
+fn invalid_toml_points_at_the_syntax_error() {
+    let p = Project::new("[tools.a]\nkind = \"scripted\"\neffect = read\n");
+    let out = p.cmd().arg("validate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid TOML"), "{err}");
+    assert!(err.contains("tools.toml:3:"), "{err}");
+}
+
+#[test]
+fn warnings_do_not_fail_validation() {
+    let p = Project::new("[tools.a]\nkind = \"scripted\"\n");
+    let out = p.cmd().arg("validate").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: tool `a` does not declare `effect`"),
+        "{err}"
+    );
+    assert!(err.contains("warning: the turn lane is unbounded"), "{err}");
+    assert!(
+        err.contains("warning: write tool `a` has no idempotency protection"),
+        "{err}"
+    );
+}
+
+#[test]
+fn literal_arguments_failing_the_schema_are_errors_before_anything_runs() {
+    let p = Project::new(
+        "[tools.search]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"touch\", \"ran\"]\nstdin = \"none\"\n[tools.search.args]\nquery = { type = \"string\", required = true, max_length = 5 }\n",
+    );
+    let b = p.write(
+        "b.yaml",
+        "- tool: search\n  args: { query: \"far too long\", qery: 1 }\n",
+    );
+    let out = p.cmd().args(["run", b.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("over its max_length 5"), "{err}");
+    assert!(
+        err.contains("unknown argument `qery` (did you mean `query`?)"),
+        "{err}"
+    );
+    assert!(!p.path().join("ran").exists(), "nothing may run");
+}
+
+#[test]
+fn a_batch_can_never_read_the_environment() {
+    let p = Project::new(SCRIPTED);
+    let b = p.write(
+        "b.yaml",
+        "- tool: read\n  args: { home: \"${env:HOME}\" }\n",
+    );
+    let out = p
+        .cmd()
+        .args(["run", b.to_str().unwrap()])
+        .env("HOME", "/secret-home")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a batch can never read the environment"),
+        "{err}"
+    );
+    assert!(err.contains("b.yaml:2:"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("/secret-home"));
+}
+
+#[test]
+fn unknown_call_fields_and_unsafe_ids_are_rejected() {
+    let p = Project::new(SCRIPTED);
+    let b = p.write(
+        "b.yaml",
+        "- id: \"../../etc\"\n  tool: read\n- tool: read\n  arguments: {}\n",
+    );
+    let out = p
+        .cmd()
+        .args(["validate", b.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("call id `../../etc` contains `.`"), "{err}");
+    assert!(
+        err.contains("unknown field `arguments` in call `c2`"),
+        "{err}"
+    );
+    assert!(err.contains("arguments go under `args:`"), "{err}");
+}
+
+#[test]
+fn manifest_is_found_in_a_parent_or_through_the_environment() {
+    let p = Project::new(SCRIPTED);
+    let sub = p.path().join("a/b");
+    std::fs::create_dir_all(&sub).unwrap();
+    flux().current_dir(&sub).arg("tools").assert().success();
+    let elsewhere = tempfile::tempdir().unwrap();
+    flux()
+        .current_dir(elsewhere.path())
+        .env("FLUX_TOOLS_MANIFEST", p.path().join("tools.toml"))
+        .arg("tools")
+        .assert()
+        .success();
+    let out = flux()
+        .current_dir(elsewhere.path())
+        .arg("tools")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tools.toml found"));
+}
+
+#[test]
+fn secrets_are_never_printed_by_tools() {
+    let p = Project::new(
+        "[tools.api]\nkind = \"http\"\neffect = \"read\"\nurl = \"https://example.test/v1?key=${env:FLUX_TEST_KEY}\"\nheaders = { Authorization = \"Bearer ${env:FLUX_TEST_KEY}\" }\n",
+    );
+    for format in ["table", "json"] {
+        let out = p
+            .cmd()
+            .args(["tools", "--format", format])
+            .env("FLUX_TEST_KEY", "hunter2-secret")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("***"), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+}

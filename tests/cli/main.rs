@@ -1,0 +1,9 @@
+//! The one integration test binary: runs the real `flux-tools` against batches and manifests.
+
+mod common;
+mod completions;
+mod errors;
+mod plan;
+mod processes;
+mod run;
+mod signals;

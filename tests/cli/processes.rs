@@ -1,0 +1,195 @@
+//! `command` tools as real processes: argv without a shell, stdin JSON, environment, exit
+//! status, bounded output, process groups killed on timeout.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{results, Project};
+
+const MANIFEST: &str = r#"
+[concurrency]
+max_concurrent_tools = 8
+
+[tools.echo]
+kind = "command"
+effect = "read"
+command = ["echo", "{text}"]
+stdin = "none"
+
+[tools.args]
+kind = "command"
+effect = "read"
+command = ["printf", "%s|", "{a}", "--b={b}"]
+stdin = "none"
+
+[tools.cat]
+kind = "command"
+effect = "read"
+command = ["cat"]
+
+[tools.env]
+kind = "command"
+effect = "write"
+idempotent = true
+command = ["sh", "-c", "printf '%s %s %s %s' \"$FLUX_CALL_ID\" \"$FLUX_TOOL\" \"$FLUX_TENANT\" \"$FLUX_IDEMPOTENCY_KEY\"; printf ' %s' \"$EXTRA\""]
+stdin = "none"
+env = { EXTRA = "from-manifest" }
+
+[tools.fail]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "echo starting; echo 'something broke' >&2; exit 7"]
+stdin = "none"
+
+[tools.forks]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "sleep 300 & echo $! > \"$1\"; wait", "forks", "{pidfile}"]
+stdin = "none"
+timeout = "500ms"
+kill_grace = "1s"
+
+[tools.flood]
+kind = "command"
+effect = "read"
+command = ["head", "-c", "52428800", "/dev/zero"]
+stdin = "none"
+
+[tools.missing]
+kind = "command"
+effect = "read"
+command = ["/nonexistent/program"]
+"#;
+
+#[test]
+fn shell_metacharacters_reach_the_program_verbatim() {
+    let p = Project::new(MANIFEST);
+    let nasty = "; rm -rf / $(id) `id` && echo pwned | cat > /tmp/x ' \" \\ *";
+    let batch = serde_json::json!([{"tool": "echo", "args": {"text": nasty}}, {"tool": "args", "args": {"a": "$(id)", "b": "`id`;x"}}]);
+    let (doc, code) = p.run_json(&batch.to_string(), &[]);
+    assert_eq!(code, 0, "{doc}");
+    let r = results(&doc);
+    assert_eq!(r[0]["output"], nasty);
+    assert_eq!(r[1]["output"], "$(id)|--b=`id`;x|");
+}
+
+#[test]
+fn arguments_arrive_on_stdin_as_json_and_output_json_is_parsed() {
+    let p = Project::new(MANIFEST);
+    let (doc, code) = p.run_json("- tool: cat\n  args: { n: 1, list: [a, b] }\n", &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        results(&doc)[0]["output"],
+        serde_json::json!({"n": 1, "list": ["a", "b"]})
+    );
+}
+
+#[test]
+fn the_call_gets_its_flux_environment() {
+    let p = Project::new(MANIFEST);
+    let (doc, code) = p.run_json("tenant: acme\ncalls:\n  - { id: w1, tool: env }\n", &[]);
+    assert_eq!(code, 0);
+    let out = results(&doc)[0]["output"].as_str().unwrap().to_string();
+    let run_id = doc["run_id"].as_str().unwrap();
+    assert_eq!(out, format!("w1 env acme {run_id}:w1 from-manifest"));
+}
+
+#[test]
+fn exit_status_and_stderr_tail_are_reported() {
+    let p = Project::new(MANIFEST);
+    let (doc, code) = p.run_json("- tool: fail\n- tool: missing\n", &[]);
+    assert_eq!(code, 1);
+    let r = results(&doc);
+    assert_eq!(r[0]["error"]["kind"], "exit_status");
+    assert_eq!(
+        r[0]["error"]["message"],
+        "tool `fail` exited with status 7: something broke"
+    );
+    assert_eq!(r[1]["error"]["kind"], "spawn_failed");
+    assert!(r[1]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/program"));
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_timed_out_tool_takes_its_grandchildren_with_it() {
+    let p = Project::new(MANIFEST);
+    let pidfile = p.path().join("grandchild.pid");
+    let batch =
+        serde_json::json!([{"tool": "forks", "args": {"pidfile": pidfile.to_str().unwrap()}}]);
+    let started = Instant::now();
+    let (doc, code) = p.run_json(&batch.to_string(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(results(&doc)[0]["status"], "timed_out");
+    assert_eq!(
+        results(&doc)[0]["error"]["message"],
+        "tool 'forks' exceeded its 500ms timeout"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SIGTERM went to the whole group; give the kernel a moment to deliver it.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "grandchild {pid} outlived its call");
+}
+
+#[test]
+#[allow(clippy::zombie_processes)] // reaped below with wait4, which also reports its peak RSS
+fn fifty_megabytes_of_output_is_output_too_large_in_bounded_memory() {
+    let p = Project::new(MANIFEST);
+    let b = p.write(
+        "b.yaml",
+        "- tool: flood\n- tool: echo\n  args: { text: fine }\n",
+    );
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let child = std::process::Command::new(bin)
+        .current_dir(p.path())
+        .args(["run", b.to_str().unwrap(), "--format", "json"])
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut stdout = child.stdout.unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter for wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid pointers.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let r = results(&doc);
+    assert_eq!(r[0]["status"], "error");
+    assert_eq!(r[0]["error"]["kind"], "output_too_large");
+    assert_eq!(r[1]["output"], "fine");
+    let max_rss_mb = usage.ru_maxrss / 1024;
+    assert!(
+        max_rss_mb < 100,
+        "peak RSS {max_rss_mb} MB while a tool printed 50 MB"
+    );
+}
