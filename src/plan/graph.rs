@@ -143,6 +143,9 @@ pub struct Plan {
     pub phases: Vec<Phase>,
     pub lanes: Vec<LaneSpec>,
     pub warnings: Vec<Diagnostic>,
+    /// Call id → position. A built plan holds every call of its batch, so a call's position
+    /// in `calls` is its `index` and an edge's `from` indexes `calls` directly.
+    pub ids: HashMap<String, usize>,
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.
@@ -557,12 +560,15 @@ pub fn build(
         }
     }
     warnings.extend(diags);
+    debug_assert!(calls.iter().enumerate().all(|(p, c)| c.index == p));
+    let ids = calls.iter().map(|c| (c.id.clone(), c.index)).collect();
     Ok(Plan {
         settings,
         calls,
         phases,
         lanes,
         warnings,
+        ids,
     })
 }
 

@@ -42,12 +42,7 @@ struct Bucket {
 /// Simulate `plan`. Times are in seconds as f64 internally.
 pub fn simulate(plan: &Plan) -> Estimate {
     let n = plan.calls.len();
-    let pos: HashMap<usize, usize> = plan
-        .calls
-        .iter()
-        .enumerate()
-        .map(|(p, c)| (c.index, p))
-        .collect();
+
     let est: Vec<f64> = plan
         .calls
         .iter()
@@ -61,11 +56,9 @@ pub fn simulate(plan: &Plan) -> Estimate {
     let mut pending = vec![0usize; n];
     for (p, c) in plan.calls.iter().enumerate() {
         for e in &c.edges {
-            if let Some(&from) = pos.get(&e.from) {
-                if plan.calls[from].phase == c.phase {
-                    dependants[from].push(p);
-                    pending[p] += 1;
-                }
+            if plan.calls[e.from].phase == c.phase {
+                dependants[e.from].push(p);
+                pending[p] += 1;
             }
         }
     }
@@ -112,9 +105,7 @@ pub fn simulate(plan: &Plan) -> Estimate {
 
     for phase in &plan.phases {
         // Calls of this phase, as positions in plan.calls.
-        let members: Vec<usize> = (phase.start..phase.end)
-            .filter_map(|i| pos.get(&i).copied())
-            .collect();
+        let members: Vec<usize> = (phase.start..phase.end).collect();
         let mut left = members.len();
         for &p in &members {
             if pending[p] == 0 {
@@ -209,11 +200,10 @@ pub fn simulate(plan: &Plan) -> Estimate {
         }
         let (mut best, mut via) = barrier;
         for e in &c.edges {
-            if let Some(&from) = pos.get(&e.from) {
-                if plan.calls[from].phase == c.phase && chain[from] > best {
-                    best = chain[from];
-                    via = Some(from);
-                }
+            let from = e.from;
+            if plan.calls[from].phase == c.phase && chain[from] > best {
+                best = chain[from];
+                via = Some(from);
             }
         }
         chain[p] = best + est[p];

@@ -19,10 +19,7 @@ fn reason_str(r: EdgeReason) -> &'static str {
 }
 
 fn id_of(plan: &Plan, index: usize) -> &str {
-    plan.calls
-        .iter()
-        .find(|c| c.index == index)
-        .map_or("?", |c| c.id.as_str())
+    plan.calls.get(index).map_or("?", |c| c.id.as_str())
 }
 
 /// Waves of each phase: calls grouped by dependency depth.

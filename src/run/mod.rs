@@ -11,6 +11,7 @@
 //! - Stopping flows one way: the coordinator flips a `watch` channel (graceful, then force);
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
 
+mod call;
 pub mod lanes;
 pub mod scheduler;
 mod stats;

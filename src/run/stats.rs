@@ -16,12 +16,7 @@ pub fn compute(
 ) -> Stats {
     let n = results.len();
     let dur: Vec<u64> = results.iter().map(|r| r.duration_ms.unwrap_or(0)).collect();
-    let pos: std::collections::HashMap<usize, usize> = plan
-        .calls
-        .iter()
-        .enumerate()
-        .map(|(p, c)| (c.index, p))
-        .collect();
+
     // Longest chain through edges and phase barriers, with measured durations.
     let mut chain = vec![0u64; n];
     let mut prev: Vec<Option<usize>> = vec![None; n];
@@ -39,11 +34,10 @@ pub fn compute(
         }
         let (mut best, mut via) = barrier;
         for e in &c.edges {
-            if let Some(&f) = pos.get(&e.from) {
-                if plan.calls[f].phase == c.phase && (chain[f] > best || via.is_none()) {
-                    best = chain[f];
-                    via = Some(f);
-                }
+            let f = e.from;
+            if plan.calls[f].phase == c.phase && (chain[f] > best || via.is_none()) {
+                best = chain[f];
+                via = Some(f);
             }
         }
         chain[p] = best + dur[p];

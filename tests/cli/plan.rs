@@ -121,3 +121,25 @@ fn plan_reads_a_batch_from_stdin_and_runs_nothing() {
         .success();
     assert!(!p.path().join("ran").exists());
 }
+
+#[test]
+fn refund_plan_table_snapshot() {
+    let out = flux()
+        .current_dir(repo())
+        .args(["plan", "batches/refund.yaml", "--format", "table"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    insta::assert_snapshot!(String::from_utf8(out.stdout).unwrap());
+}
+
+#[test]
+fn tools_table_snapshot() {
+    let out = flux()
+        .current_dir(repo())
+        .args(["tools", "--format", "table"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    insta::assert_snapshot!(String::from_utf8(out.stdout).unwrap());
+}

@@ -46,7 +46,7 @@ impl CommandTool {
         let mut argv = Vec::with_capacity(self.spec.argv.len());
         for t in &self.spec.argv {
             argv.push(
-                t.render(&inv.args, &|s| s.to_string())
+                t.render(inv.args(), &|s| s.to_string())
                     .map_err(render_err)?,
             );
         }
@@ -67,19 +67,19 @@ impl CommandTool {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
-            .env("FLUX_CALL_ID", &inv.call_id)
-            .env("FLUX_TOOL", &inv.tool)
-            .env("FLUX_TENANT", &inv.tenant)
-            .env("FLUX_RUN_ID", &inv.run_id)
+            .env("FLUX_CALL_ID", inv.call_id())
+            .env("FLUX_TOOL", inv.tool())
+            .env("FLUX_TENANT", inv.tenant())
+            .env("FLUX_RUN_ID", inv.run_id())
             .env(
                 "FLUX_IDEMPOTENCY_KEY",
                 inv.idempotency_key.as_deref().unwrap_or(""),
             )
-            .env("FLUX_TOOLS_LEASE", &inv.lease);
+            .env("FLUX_TOOLS_LEASE", inv.lease());
         for (k, v) in &self.spec.env {
             cmd.env(
                 k,
-                v.render(&inv.args, &|s| s.to_string())
+                v.render(inv.args(), &|s| s.to_string())
                     .map_err(render_err)?,
             );
         }
@@ -108,7 +108,7 @@ impl CommandTool {
         let guard = GroupGuard { pgid };
 
         if let Some(mut stdin) = child.stdin.take() {
-            let body = serde_json::to_vec(&inv.args).unwrap_or_default();
+            let body = serde_json::to_vec(inv.args()).unwrap_or_default();
             // A tool that does not read stdin may close it early: that is not an error.
             tokio::spawn(async move {
                 let _ = stdin.write_all(&body).await;

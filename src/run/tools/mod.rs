@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::manifest::{Tool, ToolKind};
+use crate::plan::Plan;
 
 /// How hard the run is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,19 +99,60 @@ impl Stop {
     }
 }
 
-/// What a tool is asked to do.
+/// What every call of a run shares.
+#[derive(Debug)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub tenant: String,
+}
+
+/// What a tool is asked to do. It borrows from the plan rather than copying, so a call in
+/// flight costs little more than its resolved arguments.
 #[derive(Debug, Clone)]
 pub struct Invocation {
-    pub call_id: String,
-    pub tool: String,
-    pub tenant: String,
-    pub run_id: String,
+    pub plan: Arc<Plan>,
+    pub pos: usize,
+    pub run: Arc<RunInfo>,
+    /// The arguments after references were resolved; `None`: the plan's literal arguments.
+    pub resolved: Option<Map<String, Value>>,
     pub idempotency_key: Option<String>,
-    pub args: Map<String, Value>,
-    /// `FLUX_TOOLS_LEASE`: the permits this call holds, for nested runs.
-    pub lease: String,
     /// Attempt number, from 1.
     pub attempt: u32,
+}
+
+impl Invocation {
+    pub fn call_id(&self) -> &str {
+        &self.plan.calls[self.pos].id
+    }
+
+    pub fn tool(&self) -> &str {
+        &self.plan.calls[self.pos].tool_name
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.run.tenant
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run.run_id
+    }
+
+    pub fn args(&self) -> &Map<String, Value> {
+        self.resolved
+            .as_ref()
+            .unwrap_or(&self.plan.calls[self.pos].args.value)
+    }
+
+    /// `FLUX_TOOLS_LEASE`: the permits this call holds, for nested runs.
+    pub fn lease(&self) -> String {
+        let call = &self.plan.calls[self.pos];
+        let lanes: Vec<Value> = call
+            .lanes
+            .iter()
+            .map(|&l| serde_json::json!({"lane": self.plan.lanes[l].name, "weight": call.weight}))
+            .collect();
+        serde_json::json!({"run_id": self.run.run_id, "call": call.id, "lanes": lanes}).to_string()
+    }
 }
 
 /// A failed invocation.

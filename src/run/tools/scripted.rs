@@ -21,7 +21,7 @@ impl ScriptedTool {
     }
 
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        let args = &inv.args;
+        let args = inv.args();
         let latency = match args.get("_latency") {
             Some(Value::String(s)) => crate::duration::parse(s)
                 .map_err(|e| Failure::failed("guardrail", format!("_latency: {e}")))?,

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Benchmarks for flux-tools, printed side by side with peers in one run.
+
+  python3 benches/compare.py            # everything (a few minutes on 2 cores)
+  python3 benches/compare.py --quick    # fewer repetitions
+
+Builds the release binary and the raw tokio floor (benches/spawn_floor.rs), then prints medians
+of several runs:
+  * N /bin/true command calls at concurrency 1, 8, 64: flux-tools vs a raw tokio spawn loop
+    (the floor), xargs -P, GNU parallel and rust-parallel -k (each when installed);
+  * sleep batches (200 x 50 ms at concurrency 8 and 64): makespan against ceil(200/J) x 50 ms;
+  * 100,000 zero-latency scripted calls: calls per second and peak RSS;
+  * plan of a 100,000-call batch with references: time and peak RSS.
+The machine is noisy: compare ratios within one run, not absolute figures across runs.
+"""
+import argparse
+import math
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLUX = os.path.join(ROOT, "target", "release", "flux-tools")
+FLOOR = os.path.join(ROOT, "target", "release", "examples", "spawn_floor")
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor"],
+                   cwd=ROOT, check=True)
+
+
+def timed(cmd, **kw):
+    """Wall seconds and peak RSS (MB) of one command."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise RuntimeError(f"{cmd[0]} exited {os.waitstatus_to_exitcode(status)}")
+    return wall, usage.ru_maxrss / 1024.0
+
+
+def median_of(reps, cmd, **kw):
+    runs = [timed(cmd, **kw) for _ in range(reps)]
+    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def command_throughput(work, n, reps):
+    manifest = os.path.join(work, "cmd.toml")
+    write(manifest, '[tools.t]\nkind = "command"\neffect = "read"\ncommand = ["/bin/true"]\nstdin = "none"\n')
+    batch = os.path.join(work, "true.jsonl")
+    write(batch, "".join('{"tool":"t"}\n' for _ in range(n)))
+    inputs = os.path.join(work, "inputs.txt")
+    write(inputs, "".join(f"{i}\n" for i in range(n)))
+    print(f"\n## {n} /bin/true command calls (median of {reps}; calls/s, ratio to the raw tokio floor)")
+    print(f"{'J':>4}  {'tool':<16} {'calls/s':>10} {'x floor':>8}")
+    for j in (1, 8, 64):
+        rows = []
+        floor, _ = median_of(reps, [FLOOR, str(n), str(j), "/bin/true"])
+        rows.append(("tokio floor", floor))
+        flux, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                  "--max-concurrent-tools", str(j), "--progress", "never"])
+        rows.append(("flux-tools", flux))
+        rows.append(("xargs -P", median_of(reps, ["sh", "-c", f"xargs -P {j} -n 1 /bin/true < {inputs}"])[0]))
+        if shutil.which("parallel"):
+            rows.append(("parallel", median_of(reps, ["sh", "-c", f"parallel -j {j} /bin/true < {inputs}"])[0]))
+        if shutil.which("rust-parallel"):
+            rows.append(("rust-parallel -k", median_of(reps, ["sh", "-c", f"rust-parallel -k -j {j} /bin/true < {inputs}"])[0]))
+        for name, wall in rows:
+            print(f"{j:>4}  {name:<16} {n / wall:>10.0f} {floor / wall:>8.2f}")
+
+
+def sleep_makespan(work, reps):
+    n, ms = 200, 50
+    manifest = os.path.join(work, "sleep.toml")
+    write(manifest, '[tools.s]\nkind = "command"\neffect = "read"\ncommand = ["sleep", "0.05"]\nstdin = "none"\n')
+    batch = os.path.join(work, "sleep.jsonl")
+    write(batch, "".join('{"tool":"s"}\n' for _ in range(n)))
+    print(f"\n## {n} calls sleeping {ms} ms (median of {reps}; makespan vs the lower bound)")
+    print(f"{'J':>4}  {'bound':>8} {'floor':>8} {'flux':>8} {'flux/floor':>10}")
+    for j in (8, 64):
+        bound = math.ceil(n / j) * ms / 1000
+        floor, _ = median_of(reps, [FLOOR, str(n), str(j), "sleep", "0.05"])
+        flux, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                  "--max-concurrent-tools", str(j), "--progress", "never"])
+        print(f"{j:>4}  {bound:>7.2f}s {floor:>7.2f}s {flux:>7.2f}s {flux / floor:>10.3f}")
+
+
+def scripted_throughput(work, reps):
+    n = 100_000
+    manifest = os.path.join(work, "scripted.toml")
+    write(manifest, '[tools.z]\nkind = "scripted"\neffect = "read"\n')
+    batch = os.path.join(work, "zero.jsonl")
+    write(batch, "".join('{"tool":"z"}\n' for _ in range(n)))
+    wall, rss = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q", "--progress", "never"])
+    print(f"\n## {n} zero-latency scripted calls (median of {reps})")
+    print(f"  {n / wall:,.0f} calls/s, {wall * 1e6 / n:.2f} µs per call end to end (parse, plan, run, print); peak RSS {rss:.0f} MB")
+
+
+def plan_time(work, reps):
+    n = 100_000
+    manifest = os.path.join(work, "scripted.toml")
+    batch = os.path.join(work, "plan.jsonl")
+    lines = []
+    for i in range(n):
+        if i % 10 == 9:
+            lines.append('{"tool":"z","args":{"x":"${c%d}"}}\n' % i)
+        else:
+            lines.append('{"tool":"z"}\n')
+    write(batch, "".join(lines))
+    wall, rss = median_of(reps, [FLUX, "--manifest", manifest, "plan", batch, "--format", "json", "-q"])
+    print(f"\n## plan of {n} calls with references (median of {reps})")
+    print(f"  {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB (target: < 1 s)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args()
+    reps = 3 if args.quick else 5
+    build()
+    with tempfile.TemporaryDirectory() as work:
+        print(f"flux-tools benchmarks on {os.cpu_count()} cores")
+        command_throughput(work, args.calls, reps)
+        sleep_makespan(work, reps)
+        scripted_throughput(work, reps)
+        plan_time(work, reps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
