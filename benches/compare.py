@@ -127,15 +127,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--only", default="command,sleep,scripted,plan", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
     with tempfile.TemporaryDirectory() as work:
         print(f"flux-tools benchmarks on {os.cpu_count()} cores")
-        command_throughput(work, args.calls, reps)
-        sleep_makespan(work, reps)
-        scripted_throughput(work, reps)
-        plan_time(work, reps)
+        only = set(args.only.split(","))
+        if "command" in only:
+            command_throughput(work, args.calls, reps)
+        if "sleep" in only:
+            sleep_makespan(work, reps)
+        if "scripted" in only or "plan" in only:
+            scripted_throughput(work, reps)
+        if "plan" in only:
+            plan_time(work, reps)
 
 
 if __name__ == "__main__":

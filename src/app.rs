@@ -194,12 +194,10 @@ fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
     let text = match format {
         Format::Table => report::plan::to_table(&plan, &est),
         Format::Json | Format::Jsonl => {
-            let v = report::plan::to_json(&plan, &est, &manifest);
-            if format == Format::Json {
-                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
-            } else {
-                format!("{v}\n")
-            }
+            let mut out = std::io::stdout().lock();
+            report::plan::write_json(&mut out, &plan, &est, &manifest, format == Format::Json)
+                .map_err(|e| Error::io("cannot write to stdout", e))?;
+            return Ok(error::EXIT_OK);
         }
         Format::Dot => report::plan::to_dot(&plan, &est),
         Format::Mermaid => report::plan::to_mermaid(&plan),

@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use comfy_table::{presets, ContentArrangement, Table};
-use serde_json::{json, Value};
+use serde::Serialize;
+use std::io::Write as _;
 
 use crate::duration::{format, millis};
 use crate::manifest::Manifest;
@@ -36,67 +37,165 @@ fn waves(plan: &Plan, est: &Estimate) -> Vec<Vec<Vec<String>>> {
     out
 }
 
-pub fn to_json(plan: &Plan, est: &Estimate, manifest: &Manifest) -> Value {
-    let waves = waves(plan, est);
-    let phases: Vec<Value> = plan
+#[derive(Serialize)]
+struct PhaseView<'a> {
+    phase: usize,
+    alone: bool,
+    calls: Vec<&'a str>,
+    waves: Vec<Vec<&'a str>>,
+}
+
+#[derive(Serialize)]
+struct EdgeView<'a> {
+    from: &'a str,
+    reason: EdgeReason,
+}
+
+#[derive(Serialize)]
+struct CallView<'a> {
+    index: usize,
+    id: &'a str,
+    tool: &'a str,
+    phase: usize,
+    own_phase: bool,
+    wave: usize,
+    effect: crate::manifest::Effect,
+    effect_from: crate::manifest::Origin,
+    idempotent: bool,
+    idempotent_from: crate::manifest::Origin,
+    weight: u32,
+    lanes: Vec<&'a str>,
+    edges: Vec<EdgeView<'a>>,
+    est_start_ms: u64,
+    est_end_ms: u64,
+    estimate_assumed: bool,
+    cost: f64,
+}
+
+#[derive(Serialize)]
+struct LaneView<'a> {
+    name: &'a str,
+    limit: Option<u32>,
+    rate: Option<String>,
+    burst: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct PlanView<'a> {
+    tenant: &'a str,
+    on_tool_error: crate::batch::OnToolError,
+    phases: Vec<PhaseView<'a>>,
+    calls: Vec<CallView<'a>>,
+    lanes: Vec<LaneView<'a>>,
+    width: usize,
+    critical_path: Vec<&'a str>,
+    critical_path_ms: u64,
+    total_tool_ms: u64,
+    makespan_ms: u64,
+    cost: f64,
+    warnings: Vec<&'a str>,
+}
+
+/// Write the plan as JSON, streaming (a 100,000-call plan is never built as a JSON tree).
+pub fn write_json(
+    w: &mut dyn std::io::Write,
+    plan: &Plan,
+    est: &Estimate,
+    manifest: &Manifest,
+    pretty: bool,
+) -> std::io::Result<()> {
+    let mut phases: Vec<PhaseView<'_>> = plan
         .phases
         .iter()
         .enumerate()
-        .map(|(i, ph)| {
-            json!({
-                "phase": i,
-                "alone": ph.alone,
-                "calls": plan.calls.iter().filter(|c| c.phase == i).map(|c| c.id.clone()).collect::<Vec<_>>(),
-                "waves": waves[i],
-            })
+        .map(|(i, ph)| PhaseView {
+            phase: i,
+            alone: ph.alone,
+            calls: Vec::new(),
+            waves: Vec::new(),
         })
         .collect();
-    let calls: Vec<Value> = plan
-        .calls
-        .iter()
-        .enumerate()
-        .map(|(p, c)| {
-            let tool = &manifest.tools[c.tool];
-            json!({
-                "index": c.index,
-                "id": c.id,
-                "tool": c.tool_name,
-                "phase": c.phase,
-                "own_phase": plan.phases[c.phase].alone,
-                "wave": est.wave[p],
-                "effect": tool.effect,
-                "effect_from": tool.effect_origin,
-                "idempotent": tool.idempotent,
-                "idempotent_from": tool.idempotent_origin,
-                "weight": c.weight,
-                "lanes": c.lanes.iter().map(|&l| plan.lanes[l].name.clone()).collect::<Vec<_>>(),
-                "edges": c.edges.iter().map(|e| json!({"from": id_of(plan, e.from), "reason": e.reason})).collect::<Vec<_>>(),
-                "est_start_ms": millis(est.start[p]),
-                "est_end_ms": millis(est.end[p]),
-                "estimate_assumed": !c.estimate_known,
-                "cost": c.cost,
+    for (p, c) in plan.calls.iter().enumerate() {
+        let ph = &mut phases[c.phase];
+        ph.calls.push(&c.id);
+        let w = est.wave[p];
+        if ph.waves.len() <= w {
+            ph.waves.resize_with(w + 1, Vec::new);
+        }
+        ph.waves[w].push(&c.id);
+    }
+    let view = PlanView {
+        tenant: &plan.settings.tenant,
+        on_tool_error: plan.settings.on_tool_error,
+        phases,
+        calls: plan
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(p, c)| {
+                let tool = &manifest.tools[c.tool];
+                CallView {
+                    index: c.index,
+                    id: &c.id,
+                    tool: &c.tool_name,
+                    phase: c.phase,
+                    own_phase: plan.phases[c.phase].alone,
+                    wave: est.wave[p],
+                    effect: tool.effect,
+                    effect_from: tool.effect_origin,
+                    idempotent: tool.idempotent,
+                    idempotent_from: tool.idempotent_origin,
+                    weight: c.weight,
+                    lanes: c
+                        .lanes
+                        .iter()
+                        .map(|&l| plan.lanes[l].name.as_str())
+                        .collect(),
+                    edges: c
+                        .edges
+                        .iter()
+                        .map(|e| EdgeView {
+                            from: id_of(plan, e.from),
+                            reason: e.reason,
+                        })
+                        .collect(),
+                    est_start_ms: millis(est.start[p]),
+                    est_end_ms: millis(est.end[p]),
+                    estimate_assumed: !c.estimate_known,
+                    cost: c.cost,
+                }
             })
-        })
-        .collect();
-    json!({
-        "tenant": plan.settings.tenant,
-        "on_tool_error": plan.settings.on_tool_error,
-        "phases": phases,
-        "calls": calls,
-        "lanes": plan.lanes.iter().map(|l| json!({
-            "name": l.name,
-            "limit": l.limit,
-            "rate": l.rate.map(|r| r.to_string()),
-            "burst": l.burst,
-        })).collect::<Vec<_>>(),
-        "width": est.width,
-        "critical_path": est.critical_path.iter().map(|&p| plan.calls[p].id.clone()).collect::<Vec<_>>(),
-        "critical_path_ms": millis(est.critical_path_time),
-        "total_tool_ms": millis(est.total_tool_time),
-        "makespan_ms": millis(est.makespan),
-        "cost": est.cost,
-        "warnings": plan.warnings.iter().map(|w| w.message.clone()).collect::<Vec<_>>(),
-    })
+            .collect(),
+        lanes: plan
+            .lanes
+            .iter()
+            .map(|l| LaneView {
+                name: &l.name,
+                limit: l.limit,
+                rate: l.rate.map(|r| r.to_string()),
+                burst: l.burst,
+            })
+            .collect(),
+        width: est.width,
+        critical_path: est
+            .critical_path
+            .iter()
+            .map(|&p| plan.calls[p].id.as_str())
+            .collect(),
+        critical_path_ms: millis(est.critical_path_time),
+        total_tool_ms: millis(est.total_tool_time),
+        makespan_ms: millis(est.makespan),
+        cost: est.cost,
+        warnings: plan.warnings.iter().map(|w| w.message.as_str()).collect(),
+    };
+    let mut buf = std::io::BufWriter::with_capacity(1 << 16, w);
+    if pretty {
+        serde_json::to_writer_pretty(&mut buf, &view)?;
+    } else {
+        serde_json::to_writer(&mut buf, &view)?;
+    }
+    buf.write_all(b"\n")?;
+    buf.flush()
 }
 
 pub fn to_table(plan: &Plan, est: &Estimate) -> String {
