@@ -383,7 +383,7 @@ impl Job {
         }
         let weight = self.plan.calls[self.pos].weight;
         while let Some((lane, lease)) = leases.pop() {
-            drop(lease);
+            // Announce first: whoever the permits go to announces its acquisition after this.
             let pos = self.pos;
             self.emitter.lane(|| Event::LaneReleased {
                 call: pos,
@@ -391,6 +391,7 @@ impl Job {
                 weight,
                 held: true,
             });
+            drop(lease);
         }
         Completion {
             pos: self.pos,

@@ -56,6 +56,22 @@ effect = "read"
 command = ["head", "-c", "52428800", "/dev/zero"]
 stdin = "none"
 
+[tools.flaky]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "if [ -e \"$1\" ]; then echo recovered; else touch \"$1\"; exit 75; fi", "flaky", "{marker}"]
+stdin = "none"
+retries = 2
+retry_on_exit = [75]
+
+[tools.flaky_write]
+kind = "command"
+effect = "write"
+command = ["sh", "-c", "if [ -e \"$1\" ]; then echo recovered; else touch \"$1\"; exit 75; fi", "flaky", "{marker}"]
+stdin = "none"
+retries = 2
+retry_on_exit = [75]
+
 [tools.missing]
 kind = "command"
 effect = "read"
@@ -192,4 +208,25 @@ fn fifty_megabytes_of_output_is_output_too_large_in_bounded_memory() {
         max_rss_mb < 100,
         "peak RSS {max_rss_mb} MB while a tool printed 50 MB"
     );
+}
+
+#[test]
+fn retry_on_exit_retries_idempotent_commands_only() {
+    let p = Project::new(MANIFEST);
+    let a = p.path().join("a.marker");
+    let b = p.path().join("b.marker");
+    let batch = serde_json::json!([
+        {"tool": "flaky", "args": {"marker": a.to_str().unwrap()}},
+        {"tool": "flaky_write", "args": {"marker": b.to_str().unwrap()}},
+    ]);
+    let (doc, code) = p.run_json(&batch.to_string(), &[]);
+    assert_eq!(code, 1);
+    let r = results(&doc);
+    assert_eq!(r[0]["status"], "ok");
+    assert_eq!(r[0]["output"], "recovered");
+    assert_eq!(r[0]["attempts"], 2);
+    // A write that is not idempotent is never retried: a second attempt could be a second effect.
+    assert_eq!(r[1]["status"], "error");
+    assert_eq!(r[1]["attempts"], 1);
+    assert_eq!(r[1]["error"]["kind"], "exit_status");
 }

@@ -125,3 +125,41 @@ fn the_live_display_shows_lane_lines_on_a_terminal() {
         "stdout carried the results, not the display"
     );
 }
+
+#[test]
+fn a_second_sigint_kills_at_once() {
+    // The tool ignores SIGTERM and has a long grace: only the second Ctrl-C's SIGKILL ends it soon.
+    let p = Project::new(
+        "[tools.stubborn]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"trap '' TERM; sleep 60\"]\nstdin = \"none\"\nkill_grace = \"30s\"\n",
+    );
+    let b = p.write("b.yaml", "- tool: stubborn\n");
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let child = std::process::Command::new(bin)
+        .current_dir(p.path())
+        .args(["run", b.to_str().unwrap(), "--format", "json"])
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let second = Instant::now();
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(5),
+        "the second Ctrl-C did not stop it at once"
+    );
+    assert_eq!(out.status.code(), Some(130));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["results"][0]["status"], "cancelled");
+}
