@@ -9,4 +9,4 @@ pub use graph::{
     build, CallPlan, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
     ASSUMED_LATENCY,
 };
-pub use schedule::{simulate, Estimate};
+pub use schedule::{critical_path, simulate, Estimate};

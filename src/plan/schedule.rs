@@ -183,43 +183,9 @@ pub fn simulate(plan: &Plan) -> Estimate {
         }
     }
 
-    // Critical path over edges and phase barriers (ignoring lanes).
-    let mut chain = vec![0f64; n];
-    let mut prev: Vec<Option<usize>> = vec![None; n];
-    let mut barrier: (f64, Option<usize>) = (0.0, None);
-    let mut phase_best: (f64, Option<usize>) = (0.0, None);
-    let mut cur_phase = usize::MAX;
-    for p in 0..n {
-        let c = &plan.calls[p];
-        if c.phase != cur_phase {
-            if cur_phase != usize::MAX {
-                barrier = phase_best;
-            }
-            phase_best = (barrier.0, barrier.1);
-            cur_phase = c.phase;
-        }
-        let (mut best, mut via) = barrier;
-        for e in &c.edges {
-            let from = e.from;
-            if plan.calls[from].phase == c.phase && chain[from] > best {
-                best = chain[from];
-                via = Some(from);
-            }
-        }
-        chain[p] = best + est[p];
-        prev[p] = via;
-        if chain[p] > phase_best.0 || phase_best.1.is_none() {
-            phase_best = (chain[p], Some(p));
-        }
-    }
-    let mut critical_path = Vec::new();
-    let mut cur = (0..n).max_by(|&a, &b| chain[a].total_cmp(&chain[b]).then(b.cmp(&a)));
-    let critical_path_time = cur.map_or(0.0, |c| chain[c]);
-    while let Some(c) = cur {
-        critical_path.push(c);
-        cur = prev[c];
-    }
-    critical_path.reverse();
+    let est_ns: Vec<u64> = est.iter().map(|&s| to_ns(s)).collect();
+    let (critical_path, critical_ns) = critical_path(plan, &est_ns);
+    let critical_path_time = critical_ns as f64 / 1e9;
 
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
     Estimate {
@@ -233,6 +199,51 @@ pub fn simulate(plan: &Plan) -> Estimate {
         total_tool_time: secs(est.iter().sum()),
         cost: plan.calls.iter().map(|c| c.cost).sum(),
     }
+}
+
+/// The longest chain of edges and phase barriers (ignoring lanes) given each call's duration
+/// (any unit): the floor no amount of concurrency beats. Returns the chain as call positions,
+/// first to last, and its length. Used for `plan`'s estimate and a run's measured stats.
+pub fn critical_path(plan: &Plan, dur: &[u64]) -> (Vec<usize>, u64) {
+    let n = plan.calls.len().min(dur.len());
+    let mut chain = vec![0u64; n];
+    let mut prev: Vec<Option<usize>> = vec![None; n];
+    // The longest chain ending in the previous phase, and in the current one so far.
+    let mut barrier: (u64, Option<usize>) = (0, None);
+    let mut phase_best = barrier;
+    let mut cur_phase = usize::MAX;
+    for p in 0..n {
+        let c = &plan.calls[p];
+        if c.phase != cur_phase {
+            if cur_phase != usize::MAX {
+                barrier = phase_best;
+            }
+            phase_best = barrier;
+            cur_phase = c.phase;
+        }
+        let (mut best, mut via) = barrier;
+        for e in &c.edges {
+            let f = e.from;
+            if f < n && plan.calls[f].phase == c.phase && (chain[f] > best || via.is_none()) {
+                best = chain[f];
+                via = Some(f);
+            }
+        }
+        chain[p] = best + dur[p];
+        prev[p] = via;
+        if chain[p] > phase_best.0 || phase_best.1.is_none() {
+            phase_best = (chain[p], Some(p));
+        }
+    }
+    let mut path = Vec::new();
+    let mut cur = (0..n).max_by(|&a, &b| chain[a].cmp(&chain[b]).then(b.cmp(&a)));
+    let total = cur.map_or(0, |c| chain[c]);
+    while let Some(c) = cur {
+        path.push(c);
+        cur = prev[c];
+    }
+    path.reverse();
+    (path, total)
 }
 
 #[cfg(test)]

@@ -17,43 +17,8 @@ pub fn compute(
     let n = results.len();
     let dur: Vec<u64> = results.iter().map(|r| r.duration_ms.unwrap_or(0)).collect();
 
-    // Longest chain through edges and phase barriers, with measured durations.
-    let mut chain = vec![0u64; n];
-    let mut prev: Vec<Option<usize>> = vec![None; n];
-    let mut barrier: (u64, Option<usize>) = (0, None);
-    let mut phase_best = barrier;
-    let mut cur_phase = usize::MAX;
-    for p in 0..n {
-        let c = &plan.calls[p];
-        if c.phase != cur_phase {
-            if cur_phase != usize::MAX {
-                barrier = phase_best;
-            }
-            phase_best = barrier;
-            cur_phase = c.phase;
-        }
-        let (mut best, mut via) = barrier;
-        for e in &c.edges {
-            let f = e.from;
-            if plan.calls[f].phase == c.phase && (chain[f] > best || via.is_none()) {
-                best = chain[f];
-                via = Some(f);
-            }
-        }
-        chain[p] = best + dur[p];
-        prev[p] = via;
-        if chain[p] > phase_best.0 || phase_best.1.is_none() {
-            phase_best = (chain[p], Some(p));
-        }
-    }
-    let mut path = Vec::new();
-    let mut cur = (0..n).max_by(|&a, &b| chain[a].cmp(&chain[b]).then(b.cmp(&a)));
-    let critical_path_ms = cur.map_or(0, |c| chain[c]);
-    while let Some(c) = cur {
-        path.push(results[c].id.clone());
-        cur = prev[c];
-    }
-    path.reverse();
+    let (chain, critical_path_ms) = crate::plan::critical_path(plan, &dur);
+    let path: Vec<String> = chain.into_iter().map(|p| results[p].id.clone()).collect();
 
     let tool_time_ms: u64 = dur.iter().sum();
     let mut cost_by_tool: BTreeMap<String, f64> = BTreeMap::new();

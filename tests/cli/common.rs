@@ -49,6 +49,20 @@ impl Project {
         c
     }
 
+    /// Start `flux-tools ARGS` in the project folder as a child process (for signals and
+    /// rusage), stdout and stderr piped.
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+            .current_dir(self.path())
+            .args(args)
+            .env("CI", "true")
+            .env_remove("FLUX_TOOLS_MANIFEST")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start flux-tools")
+    }
+
     /// Run `batch` with `--format json`; returns the document and the exit code.
     pub fn run_json(&self, batch: &str, extra: &[&str]) -> (Value, i32) {
         let path = self.write("batch.yaml", batch);

@@ -179,15 +179,7 @@ fn fifty_megabytes_of_output_is_output_too_large_in_bounded_memory() {
         "b.yaml",
         "- tool: flood\n- tool: echo\n  args: { text: fine }\n",
     );
-    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
-    let child = std::process::Command::new(bin)
-        .current_dir(p.path())
-        .args(["run", b.to_str().unwrap(), "--format", "json"])
-        .env("CI", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = p.spawn(&["run", b.to_str().unwrap(), "--format", "json"]);
     let pid = child.id() as i32;
     let mut stdout = child.stdout.unwrap();
     let mut text = String::new();

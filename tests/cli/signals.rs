@@ -15,22 +15,14 @@ fn sigint_classifies_in_flight_calls_writes_results_and_exits_130() {
         "b.yaml",
         "concurrency: { max_concurrent_tools: 3 }\ncalls:\n  - { id: read, tool: read, args: { _latency: 30s } }\n  - { id: sleeper, tool: sleeper }\n  - { id: quick, tool: pair }\n  - { id: next, tool: read, args: { _latency: 30s } }\n  - { id: queued, tool: read }\n",
     );
-    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
-    let child = std::process::Command::new(bin)
-        .current_dir(p.path())
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--output",
-            "res.json",
-            "--format",
-            "json",
-        ])
-        .env("CI", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = p.spawn(&[
+        "run",
+        b.to_str().unwrap(),
+        "--output",
+        "res.json",
+        "--format",
+        "json",
+    ]);
     std::thread::sleep(Duration::from_millis(1200));
     // SAFETY: sending SIGINT to our own child.
     unsafe {
@@ -133,15 +125,7 @@ fn a_second_sigint_kills_at_once() {
         "[tools.stubborn]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"trap '' TERM; sleep 60\"]\nstdin = \"none\"\nkill_grace = \"30s\"\n",
     );
     let b = p.write("b.yaml", "- tool: stubborn\n");
-    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
-    let child = std::process::Command::new(bin)
-        .current_dir(p.path())
-        .args(["run", b.to_str().unwrap(), "--format", "json"])
-        .env("CI", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = p.spawn(&["run", b.to_str().unwrap(), "--format", "json"]);
     let pid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(800));
     // SAFETY: signalling our own child.
