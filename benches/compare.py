@@ -10,7 +10,9 @@ of several runs:
     (the floor), xargs -P, GNU parallel and rust-parallel -k (each when installed);
   * sleep batches (200 x 50 ms at concurrency 8 and 64): makespan against ceil(200/J) x 50 ms;
   * 100,000 zero-latency scripted calls: calls per second and peak RSS;
-  * plan of a 100,000-call batch with references: time and peak RSS.
+  * plan of a 100,000-call batch with references: time and peak RSS;
+  * HTTP GETs on a loopback keep-alive server (benches/http_server.rs) at concurrency 1, 8, 64:
+    flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint.
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
 import argparse
@@ -27,10 +29,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLUX = os.path.join(ROOT, "target", "release", "flux-tools")
 FLOOR = os.path.join(ROOT, "target", "release", "examples", "spawn_floor")
+HTTP_SERVER = os.path.join(ROOT, "target", "release", "examples", "http_server")
 
 
 def build():
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor"],
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor", "--example", "http_server"],
                    cwd=ROOT, check=True)
 
 
@@ -123,11 +126,50 @@ def plan_time(work, reps):
     print(f"  {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB (target: < 1 s)")
 
 
+def http_throughput(work, reps):
+    n, port = 20_000, 18766
+    server = subprocess.Popen([HTTP_SERVER, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}/x"
+        manifest = os.path.join(work, "http.toml")
+        write(manifest, f'[tools.h]\nkind = "http"\neffect = "read"\nurl = "{url}"\n')
+        batch = os.path.join(work, "http.jsonl")
+        write(batch, "".join('{"tool":"h"}\n' for _ in range(n)))
+        print(f"\n## HTTP GET on a loopback keep-alive server ({n} calls for flux-tools; median of {reps})")
+        print(f"{'J':>4}  {'flux-tools':>12} {'load gen':>12} {'ratio':>7}")
+        for j in (1, 8, 64):
+            wall, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                      "--max-concurrent-tools", str(j), "--progress", "never"])
+            flux = n / wall
+            gen = None
+            if shutil.which("oha"):
+                out = subprocess.run(["oha", "-n", str(n), "-c", str(j), "--no-tui", "-j", url],
+                                     capture_output=True, text=True).stdout
+                import json
+                gen = json.loads(out)["summary"]["requestsPerSec"]
+                name = "oha"
+            elif shutil.which("wrk"):
+                out = subprocess.run(["wrk", "-t", str(min(j, 2)), "-c", str(j), "-d", "3s", url],
+                                     capture_output=True, text=True).stdout
+                for line in out.splitlines():
+                    if line.startswith("Requests/sec:"):
+                        gen = float(line.split()[1])
+                name = "wrk"
+            gen_text = f"{gen:>12.0f}" if gen else f"{'-':>12}"
+            ratio = f"{flux / gen:>7.2f}" if gen else f"{'-':>7}"
+            print(f"{j:>4}  {flux:>12.0f} {gen_text} {ratio}")
+        if not (shutil.which("oha") or shutil.which("wrk")):
+            print("  (no load generator installed: apt-get install wrk, or cargo install oha)")
+    finally:
+        server.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
@@ -142,6 +184,8 @@ def main():
             scripted_throughput(work, reps)
         if "plan" in only:
             plan_time(work, reps)
+        if "http" in only:
+            http_throughput(work, reps)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,9 @@ pub struct CommandSpec {
 #[derive(Debug, Clone)]
 pub struct HttpSpec {
     pub method: String,
+    /// Placeholders only in the path and query: an argument can never choose the host.
     pub url: Template,
+    pub max_output: u64,
     pub headers: BTreeMap<String, Template>,
     pub body_json: bool,
     pub query: Vec<String>,
@@ -274,7 +276,7 @@ const COMMAND_KEYS: &[&str] = &[
     "kill_grace",
     "retry_on_exit",
 ];
-const HTTP_KEYS: &[&str] = &["method", "url", "headers", "body", "query"];
+const HTTP_KEYS: &[&str] = &["method", "url", "headers", "body", "query", "max_output"];
 const MCP_KEYS: &[&str] = &["server", "tool"];
 const SCRIPTED_KEYS: &[&str] = &["latency", "output", "fail", "hang"];
 const KINDS: &[&str] = &["command", "http", "mcp", "scripted"];
@@ -1046,20 +1048,7 @@ impl<'a> Reader<'a> {
             }
             None => true,
         };
-        let max_output = match self.string(t, "max_output", ctx) {
-            Some((s, ss)) => match parse_size(&s) {
-                Some(n) if n > 0 => n,
-                _ => {
-                    self.error(
-                        ss,
-                        format!("`max_output` in {ctx}: `{s}` is not a size"),
-                        Some("write it like \"1MiB\", \"512KiB\" or \"100000\"".into()),
-                    );
-                    DEFAULT_MAX_OUTPUT
-                }
-            },
-            None => DEFAULT_MAX_OUTPUT,
-        };
+        let max_output = self.max_output(t, ctx);
         let retry_on_exit = match Self::entry(t, "retry_on_exit") {
             Some((_, v)) => match v.get_ref() {
                 DeValue::Array(items) => items
@@ -1092,12 +1081,36 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// `max_output = "1MiB"`: the most output a call may produce.
+    fn max_output(&mut self, t: &DeTable<'_>, ctx: &str) -> u64 {
+        match self.string(t, "max_output", ctx) {
+            Some((s, ss)) => match parse_size(&s) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    self.error(
+                        ss,
+                        format!("`max_output` in {ctx}: `{s}` is not a size"),
+                        Some("write it like \"1MiB\", \"512KiB\" or \"100000\"".into()),
+                    );
+                    DEFAULT_MAX_OUTPUT
+                }
+            },
+            None => DEFAULT_MAX_OUTPUT,
+        }
+    }
+
     fn http_spec(&mut self, t: &DeTable<'_>, ctx: &str, span: Range<usize>) -> HttpSpec {
         let method = self
             .string(t, "method", ctx)
             .map_or_else(|| "GET".to_string(), |(s, _)| s.to_ascii_uppercase());
         let url = match self.string(t, "url", ctx) {
-            Some((s, us)) => self.template(&s, us, true),
+            Some((s, us)) => {
+                let tpl = self.template(&s, us.clone(), true);
+                if let Err(e) = check_url_template(&tpl) {
+                    self.error(us, format!("`url` in {ctx}: {e}"), None);
+                }
+                tpl
+            }
             None => {
                 self.error(span, format!("{ctx} needs `url`"), None);
                 Template {
@@ -1118,9 +1131,11 @@ impl<'a> Reader<'a> {
             }
             None => !matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS"),
         };
+        let max_output = self.max_output(t, ctx);
         HttpSpec {
             method,
             url,
+            max_output,
             headers: self.template_map(t, "headers", ctx),
             body_json,
             query: self
@@ -1365,6 +1380,32 @@ fn de_kind(v: &DeValue<'_>) -> &'static str {
         DeValue::Array(_) => "an array",
         DeValue::Table(_) => "a table",
     }
+}
+
+/// An http tool's URL must be `http(s)://host…`, and every `{placeholder}` must come after the
+/// host (in the path or query), so an argument can never choose where a request goes.
+fn check_url_template(t: &Template) -> Result<(), String> {
+    use crate::template::Segment;
+    let mut prefix = String::new();
+    for seg in &t.segments {
+        match seg {
+            Segment::Lit(l) => prefix.push_str(l),
+            Segment::Env(_) => prefix.push_str("env"),
+            Segment::Arg(a) => {
+                let after_scheme = prefix.split_once("://").map(|(_, rest)| rest);
+                if !after_scheme.is_some_and(|r| r.contains(['/', '?'])) {
+                    return Err(format!("placeholder `{{{a}}}` is in the scheme or host; put arguments in the path or query"));
+                }
+                break;
+            }
+        }
+    }
+    let lower = t.redacted().to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://") || lower.starts_with("***"))
+    {
+        return Err("the URL must start with http:// or https://".into());
+    }
+    Ok(())
 }
 
 /// Parse a byte size: `1048576`, `512KiB`, `1MiB`, `10MB`, `1GiB`.

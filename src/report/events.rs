@@ -109,6 +109,8 @@ pub struct LaneStats {
     pub waits: u64,
     /// How many calls waited for a rate token.
     pub rate_limit_waits: u64,
+    /// How many times a partner rejected a call in this lane (HTTP 429/503 with a wait).
+    pub rejections: u64,
 }
 
 /// Run statistics (SPEC section 5).
@@ -170,6 +172,12 @@ pub enum Event {
         lane: usize,
         weight: u32,
         held: bool,
+    },
+    /// Call `call` began (`waiting`) or stopped waiting for a rate token of `lane`.
+    RateWaiting {
+        call: usize,
+        lane: usize,
+        waiting: bool,
     },
     /// Call `call` was invoked (attempt 1) or re-invoked after a retryable failure.
     CallStarted { call: usize, attempt: u32 },

@@ -16,6 +16,8 @@ struct LaneLine {
     info: LaneInfo,
     held: u64,
     queued: u64,
+    /// Calls holding a permit but waiting for a rate token.
+    token_waiting: u64,
     bar: Option<ProgressBar>,
 }
 
@@ -121,7 +123,7 @@ impl Progress {
             .info
             .rate
             .as_ref()
-            .map(|r| format!(" · rate {r}"))
+            .map(|r| format!(" · rate {r}, {} waiting for a token", l.token_waiting))
             .unwrap_or_default();
         bar.set_message(format!(
             "{:<28} {:>4}/{limit:<4} held · {} queued{rate}",
@@ -146,6 +148,7 @@ impl Reporter for Progress {
                         info: info.clone(),
                         held: 0,
                         queued: 0,
+                        token_waiting: 0,
                         bar: None,
                     })
                     .collect();
@@ -172,6 +175,16 @@ impl Reporter for Progress {
                         l.held = l.held.saturating_sub(u64::from(*weight));
                     } else {
                         l.queued = l.queued.saturating_sub(1);
+                    }
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::RateWaiting { lane, waiting, .. } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    if *waiting {
+                        l.token_waiting += 1;
+                    } else {
+                        l.token_waiting = l.token_waiting.saturating_sub(1);
                     }
                 }
                 self.refresh_lane(*lane);

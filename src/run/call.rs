@@ -9,10 +9,10 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::lanes::{BoxFuture, LaneError, LaneStore, Lease};
+use super::lanes::{Admission, BoxFuture, LaneError, LaneStore, Lease};
 use super::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
 use crate::duration::millis;
-use crate::plan::Plan;
+use crate::plan::{LaneKey, Plan};
 use crate::report::events::{CallResult, ErrorInfo, Event, Status};
 
 /// Sends events, if anybody listens.
@@ -48,6 +48,8 @@ pub(super) struct Completion {
     pub(super) pos: usize,
     pub(super) result: CallResult,
     pub(super) ceiling_hit: bool,
+    /// HTTP 429s this call met.
+    pub(super) rejections: u32,
 }
 
 /// Base of the exponential backoff between retries.
@@ -86,8 +88,8 @@ pub(super) struct Acquisition {
     next: usize,
     /// A lane wait the coordinator began (so it is queued in call order): lane, since, future.
     pending: Option<(usize, Instant, LeaseFuture)>,
-    /// A rate token reserved but not yet due: lane, since, how long to wait.
-    token: Option<(usize, Instant, Duration)>,
+    /// A rate token reserved (or a back-off) not yet due: lane, since, how long to wait.
+    token: Option<(usize, Instant, Admission)>,
     /// The lane waited on longest so far.
     longest: Option<(Duration, usize)>,
 }
@@ -135,12 +137,17 @@ pub(super) fn begin_acquire(
                     weight: call.weight,
                 });
                 acq.leases.push((lane, lease));
-                if store.has_rate(lane) {
-                    let wait = store.reserve_token(lane).map_err(|e| e.to_string())?;
-                    if !wait.is_zero() {
-                        acq.token = Some((lane, since, wait));
-                        break;
+                let adm = store.admission(lane).map_err(|e| e.to_string())?;
+                if !adm.wait.is_zero() {
+                    if adm.token {
+                        emitter.lane(|| Event::RateWaiting {
+                            call: pos,
+                            lane,
+                            waiting: true,
+                        });
                     }
+                    acq.token = Some((lane, since, adm));
+                    break;
                 }
             }
             std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
@@ -184,14 +191,19 @@ impl Job {
                         });
                         acq.leases.push((lane, lease));
                         acq.note_wait(self.lanes.as_ref(), lane, since, false);
-                        if self.lanes.has_rate(lane) {
-                            let wait = self
-                                .lanes
-                                .reserve_token(lane)
-                                .map_err(|e| never(result, "lane_store", &e.to_string()))?;
-                            if !wait.is_zero() {
-                                acq.token = Some((lane, Instant::now(), wait));
+                        let adm = self
+                            .lanes
+                            .admission(lane)
+                            .map_err(|e| never(result, "lane_store", &e.to_string()))?;
+                        if !adm.wait.is_zero() {
+                            if adm.token {
+                                self.emitter.lane(|| Event::RateWaiting {
+                                    call: pos,
+                                    lane,
+                                    waiting: true,
+                                });
                             }
+                            acq.token = Some((lane, Instant::now(), adm));
                         }
                     }
                     other => {
@@ -215,17 +227,28 @@ impl Job {
                     }
                 }
             }
-            if let Some((lane, since, wait)) = acq.token.take() {
+            if let Some((lane, since, adm)) = acq.token.take() {
                 let mut stop = self.stop_rx.clone();
-                tokio::select! {
+                let stopped = tokio::select! {
                     biased;
-                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => {
-                        let why = format!("run ended while waiting for a rate token of lane {}", self.plan.lanes[lane].name);
-                        return Err(never(result, "run_ended", &why));
-                    }
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+                    _ = tokio::time::sleep(adm.wait) => false,
+                };
+                if adm.token {
+                    self.emitter.lane(|| Event::RateWaiting {
+                        call: pos,
+                        lane,
+                        waiting: false,
+                    });
                 }
-                acq.note_wait(self.lanes.as_ref(), lane, since, true);
+                if stopped {
+                    let why = format!(
+                        "run ended while waiting for a rate token of lane {}",
+                        self.plan.lanes[lane].name
+                    );
+                    return Err(never(result, "run_ended", &why));
+                }
+                acq.note_wait(self.lanes.as_ref(), lane, since, adm.token);
             }
             if acq.next >= call.lanes.len() {
                 return Ok(());
@@ -271,6 +294,7 @@ impl Job {
         let ceiling_at = self.ceiling.map(|c| dispatched + c);
         let mut ceiling_hit = false;
         let mut attempt = 1u32;
+        let mut rejections = 0u32;
         loop {
             self.inv.attempt = attempt;
             result.attempts = attempt;
@@ -293,19 +317,28 @@ impl Job {
                     transient,
                     retry_after,
                 }) => {
-                    if transient && attempt <= self.retries {
-                        let wait = backoff(attempt).max(retry_after.unwrap_or_default());
-                        let mut stop_wait = self.stop_rx.clone();
-                        let stopped = tokio::select! {
-                            _ = stop_wait.wait_for(|l| *l >= StopLevel::Graceful) => true,
-                            _ = tokio::time::sleep(wait) => false,
-                        };
-                        if !stopped {
-                            attempt += 1;
-                            continue;
+                    let wait = backoff(attempt).max(retry_after.unwrap_or_default());
+                    if kind == "rate_limited" || retry_after.is_some() {
+                        // The partner pushed back: the tool's own and shared lanes wait it out,
+                        // so the other calls in them do not keep hammering it.
+                        rejections += u32::from(kind == "rate_limited");
+                        for &(lane, _) in &leases {
+                            if matches!(
+                                self.plan.lanes[lane].key,
+                                LaneKey::Tool(_) | LaneKey::BatchTool(_) | LaneKey::Shared(_)
+                            ) {
+                                self.lanes.back_off(lane, wait);
+                            }
                         }
-                        // Stopped between attempts: the last attempt's failure stands.
                     }
+                    if transient
+                        && attempt <= self.retries
+                        && Self::before_retry(&self.lanes, &self.stop_rx, &leases, wait).await
+                    {
+                        attempt += 1;
+                        continue;
+                    }
+                    // Not retryable, or stopped between attempts: the last failure stands.
                     result.status = Status::Error;
                     result.error = Some(ErrorInfo {
                         kind: kind.to_string(),
@@ -362,7 +395,43 @@ impl Job {
         }
         result.event = result.status.event();
         result.duration_ms = Some(millis(dispatched.elapsed()));
-        self.release(leases, result, ceiling_hit)
+        let mut c = self.release(leases, result, ceiling_hit);
+        c.rejections = rejections;
+        c
+    }
+
+    /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane
+    /// (each request spends one). `false` if the run ended meanwhile.
+    async fn before_retry(
+        lanes: &Arc<dyn LaneStore>,
+        stop_rx: &watch::Receiver<StopLevel>,
+        leases: &[(usize, Lease)],
+        wait: Duration,
+    ) -> bool {
+        let mut stop = stop_rx.clone();
+        let stopped = tokio::select! {
+            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+            _ = tokio::time::sleep(wait) => false,
+        };
+        if stopped {
+            return false;
+        }
+        for &(lane, _) in leases {
+            let Ok(adm) = lanes.admission(lane) else {
+                continue;
+            };
+            if !adm.wait.is_zero() {
+                let mut stop = stop_rx.clone();
+                let stopped = tokio::select! {
+                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+                    _ = tokio::time::sleep(adm.wait) => false,
+                };
+                if stopped {
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Give the lanes back in reverse order of acquisition and package the result.
@@ -394,6 +463,7 @@ impl Job {
             drop(lease);
         }
         Completion {
+            rejections: 0,
             pos: self.pos,
             result,
             ceiling_hit,

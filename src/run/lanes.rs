@@ -132,6 +132,13 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
+/// How long a call must wait after taking a permit, and whether that is for a rate token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Admission {
+    pub wait: Duration,
+    pub token: bool,
+}
+
 /// Why a lane could not be acquired.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("lane store: {0}")]
@@ -148,10 +155,13 @@ pub trait LaneStore: Send + Sync {
         weight: u32,
         order: u64,
     ) -> BoxFuture<'static, Result<Lease, LaneError>>;
-    /// Reserve one rate token of `lane`; returns how long the caller must wait before using it.
-    fn reserve_token(&self, lane: usize) -> Result<Duration, LaneError>;
-    /// Whether `lane` has a rate.
-    fn has_rate(&self, lane: usize) -> bool;
+    /// After a permit of `lane` is held: reserve its rate token (if it has a rate) and say how
+    /// long the caller must wait before dispatching — for the token, or while the lane backs
+    /// off after a partner's 429.
+    fn admission(&self, lane: usize) -> Result<Admission, LaneError>;
+    /// A partner answered 429 (or 503) with this wait: nothing more is admitted to `lane`
+    /// until it has passed, and the rejection is counted.
+    fn back_off(&self, lane: usize, wait: Duration);
     /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
     /// Figures for the stats.
@@ -165,6 +175,7 @@ struct Counters {
     wait_ns: AtomicU64,
     waits: AtomicU64,
     rate_waits: AtomicU64,
+    rejections: AtomicU64,
 }
 
 struct Bucket {
@@ -176,6 +187,8 @@ struct Bucket {
 
 struct Lane {
     spec: LaneSpec,
+    /// Nothing is admitted before this instant (a 429's Retry-After).
+    paused_until: Mutex<Option<Instant>>,
     sem: Option<Arc<OrderedSemaphore>>,
     bucket: Option<Mutex<Bucket>>,
     counters: Arc<Counters>,
@@ -194,6 +207,7 @@ impl MemoryLanes {
                 .iter()
                 .map(|s| Lane {
                     spec: s.clone(),
+                    paused_until: Mutex::new(None),
                     sem: s
                         .limit
                         .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
@@ -239,29 +253,65 @@ impl LaneStore for MemoryLanes {
         })
     }
 
-    fn reserve_token(&self, lane: usize) -> Result<Duration, LaneError> {
-        let Some(bucket) = self.lanes.get(lane).and_then(|l| l.bucket.as_ref()) else {
-            return Ok(Duration::ZERO);
+    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
+        let Some(l) = self.lanes.get(lane) else {
+            return Ok(Admission::default());
+        };
+        let now = Instant::now();
+        let paused = l
+            .paused_until
+            .lock()
+            .map_err(|_| LaneError("lane pause poisoned".into()))?
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
+        let Some(bucket) = l.bucket.as_ref() else {
+            return Ok(Admission {
+                wait: paused,
+                token: false,
+            });
         };
         let mut b = bucket
             .lock()
             .map_err(|_| LaneError("rate bucket poisoned".into()))?;
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * b.per_sec).min(b.burst);
-        b.at = now;
+        if now > b.at {
+            let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+            b.tokens = (b.tokens + elapsed * b.per_sec).min(b.burst);
+            b.at = now;
+        }
         // Reserve the token even if it is not there yet: waiters queue up behind each other
         // and the lane never exceeds its rate, even when a waiter gives up.
         b.tokens -= 1.0;
-        if b.tokens >= 0.0 {
-            Ok(Duration::ZERO)
+        let refill_starts = b.at.saturating_duration_since(now);
+        let token_wait = if b.tokens >= 0.0 {
+            refill_starts
         } else {
-            Ok(Duration::from_secs_f64(-b.tokens / b.per_sec))
-        }
+            refill_starts + Duration::from_secs_f64(-b.tokens / b.per_sec)
+        };
+        Ok(Admission {
+            wait: token_wait.max(paused),
+            token: !token_wait.is_zero(),
+        })
     }
 
-    fn has_rate(&self, lane: usize) -> bool {
-        self.lanes.get(lane).is_some_and(|l| l.bucket.is_some())
+    fn back_off(&self, lane: usize, wait: Duration) {
+        let Some(l) = self.lanes.get(lane) else {
+            return;
+        };
+        l.counters.rejections.fetch_add(1, Ordering::Relaxed);
+        let until = Instant::now() + wait;
+        if let Ok(mut p) = l.paused_until.lock() {
+            if p.is_none_or(|cur| cur < until) {
+                *p = Some(until);
+            }
+        }
+        // A rate lane also stops refilling until then, so the partner sees no burst after it.
+        if let Some(bucket) = &l.bucket {
+            if let Ok(mut b) = bucket.lock() {
+                if b.at < until {
+                    b.tokens = b.tokens.min(0.0);
+                    b.at = until;
+                }
+            }
+        }
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
@@ -286,6 +336,7 @@ impl LaneStore for MemoryLanes {
                 wait_ms: l.counters.wait_ns.load(Ordering::Relaxed) / 1_000_000,
                 waits: l.counters.waits.load(Ordering::Relaxed),
                 rate_limit_waits: l.counters.rate_waits.load(Ordering::Relaxed),
+                rejections: l.counters.rejections.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -334,6 +385,22 @@ mod tests {
         assert_eq!(lanes.stats()[0].peak_in_flight, 1000);
     }
 
+    #[test]
+    fn back_off_pauses_a_lane_and_its_bucket() {
+        let rate = Rate {
+            count: 100,
+            per: Duration::from_secs(1),
+        };
+        let lanes = MemoryLanes::new(&[spec(None, Some(rate), None), spec(Some(4), None, None)]);
+        lanes.back_off(0, Duration::from_millis(500));
+        lanes.back_off(1, Duration::from_millis(300));
+        let a = lanes.admission(0).unwrap();
+        assert!(a.wait > Duration::from_millis(490) && a.token, "{a:?}");
+        let b = lanes.admission(1).unwrap();
+        assert!(b.wait > Duration::from_millis(290) && !b.token, "{b:?}");
+        assert_eq!(lanes.stats()[0].rejections, 1);
+    }
+
     #[tokio::test]
     async fn waiters_are_served_in_call_order_not_arrival_order() {
         let lanes = Arc::new(MemoryLanes::new(&[spec(Some(1), None, None)]));
@@ -379,10 +446,10 @@ mod tests {
             per: Duration::from_secs(1),
         };
         let lanes = MemoryLanes::new(&[spec(None, Some(rate), Some(2))]);
-        assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
-        assert_eq!(lanes.reserve_token(0).unwrap(), Duration::ZERO);
-        let w3 = lanes.reserve_token(0).unwrap();
-        let w4 = lanes.reserve_token(0).unwrap();
+        assert_eq!(lanes.admission(0).unwrap().wait, Duration::ZERO);
+        assert_eq!(lanes.admission(0).unwrap().wait, Duration::ZERO);
+        let w3 = lanes.admission(0).unwrap().wait;
+        let w4 = lanes.admission(0).unwrap().wait;
         assert!(
             w3 > Duration::from_millis(90) && w3 <= Duration::from_millis(100),
             "{w3:?}"

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::call::{begin_acquire, never_dispatched, Completion, Emitter, Job};
 use super::lanes::LaneStore;
 use super::stats;
-use super::tools::{Invocation, RunInfo, StopLevel, ToolImpl};
+use super::tools::{Invocation, RunInfo, StopLevel, ToolContext, ToolImpl};
 use crate::batch::OnToolError;
 use crate::duration::millis;
 use crate::manifest::{Manifest, ToolKind};
@@ -74,6 +74,7 @@ struct Coordinator {
     ending: Option<(Outcome, String)>,
     budget_hit: bool,
     spent: f64,
+    http_429: u64,
 }
 
 impl Coordinator {
@@ -130,6 +131,7 @@ impl Coordinator {
 
     fn completed(&mut self, c: Completion) {
         self.in_flight -= 1;
+        self.http_429 += u64::from(c.rejections);
         let id = c.result.id.clone();
         self.finish(c.pos, c.result);
         if c.ceiling_hit {
@@ -325,7 +327,19 @@ pub async fn execute(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::Running);
     let mut co = Coordinator {
-        tools: manifest.tools.iter().map(ToolImpl::from_tool).collect(),
+        tools: {
+            let turn = plan
+                .lanes
+                .iter()
+                .find(|l| l.key == crate::plan::LaneKey::Turn)
+                .and_then(|l| l.limit);
+            let ctx = ToolContext::for_tools(&manifest.tools, turn.map(|n| n as usize));
+            manifest
+                .tools
+                .iter()
+                .map(|t| ToolImpl::from_tool(t, &ctx))
+                .collect()
+        },
         manifest,
         run: Arc::new(RunInfo {
             run_id: config.run_id.clone(),
@@ -349,6 +363,7 @@ pub async fn execute(
         ending: None,
         budget_hit: false,
         spent: 0.0,
+        http_429: 0,
     };
     let run_deadline = plan.settings.run_deadline.map(|d| start + d);
     let mut signals_open = true;
@@ -420,7 +435,7 @@ pub async fn execute(
         &results,
         millis(start.elapsed()),
         config.lanes.stats(),
-        0,
+        co.http_429,
     );
     emitter.emit(Event::RunFinished {
         outcome,

@@ -3,6 +3,8 @@
 mod common;
 mod completions;
 mod errors;
+mod http;
+mod http_server;
 mod plan;
 mod processes;
 mod run;

@@ -6,6 +6,7 @@
 //! [`Failure::Stopped`]. Retries, lanes and classification are the scheduler's business.
 
 mod command;
+pub mod http;
 mod scripted;
 
 use std::sync::Arc;
@@ -180,16 +181,43 @@ impl Failure {
     }
 }
 
+/// What tools of a run share: the one HTTP connection pool.
+#[derive(Default)]
+pub struct ToolContext {
+    /// `Err` holds why the client could not be built; each http call then fails with it.
+    pub http: Option<Result<reqwest::Client, String>>,
+}
+
+impl ToolContext {
+    /// Build what the manifest's tools need. `max_idle_per_host`: the pool never keeps more
+    /// connections to one host than the lanes let calls use at once.
+    pub fn for_tools(tools: &[Tool], max_idle_per_host: Option<usize>) -> ToolContext {
+        let http = tools
+            .iter()
+            .any(|t| matches!(t.kind, ToolKind::Http(_)))
+            .then(|| {
+                let mut b = reqwest::Client::builder();
+                if let Some(n) = max_idle_per_host {
+                    b = b.pool_max_idle_per_host(n);
+                }
+                b.build()
+                    .map_err(|e| format!("cannot set up the HTTP client: {e}"))
+            });
+        ToolContext { http }
+    }
+}
+
 /// A tool, ready to invoke.
 pub enum ToolImpl {
     Command(command::CommandTool),
+    Http(http::HttpTool),
     Scripted(scripted::ScriptedTool),
     /// A kind this build cannot invoke yet; each call fails with this message.
     Unsupported(String),
 }
 
 impl ToolImpl {
-    pub fn from_tool(tool: &Tool) -> Arc<ToolImpl> {
+    pub fn from_tool(tool: &Tool, ctx: &ToolContext) -> Arc<ToolImpl> {
         Arc::new(match &tool.kind {
             ToolKind::Command(spec) => {
                 ToolImpl::Command(command::CommandTool::new(tool, spec.clone()))
@@ -197,10 +225,13 @@ impl ToolImpl {
             ToolKind::Scripted(spec) => {
                 ToolImpl::Scripted(scripted::ScriptedTool::new(spec.clone()))
             }
-            ToolKind::Http(_) => ToolImpl::Unsupported(format!(
-                "tool `{}`: http tools are not supported by this build yet",
-                tool.name
-            )),
+            ToolKind::Http(spec) => match &ctx.http {
+                Some(Ok(client)) => {
+                    ToolImpl::Http(http::HttpTool::new(tool, spec.clone(), client.clone()))
+                }
+                Some(Err(e)) => ToolImpl::Unsupported(e.clone()),
+                None => ToolImpl::Unsupported("the HTTP client was not set up".into()),
+            },
             ToolKind::Mcp(_) => ToolImpl::Unsupported(format!(
                 "tool `{}`: mcp tools are not supported by this build yet",
                 tool.name
@@ -211,6 +242,7 @@ impl ToolImpl {
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         match self {
             ToolImpl::Command(c) => c.invoke(inv, stop).await,
+            ToolImpl::Http(h) => h.invoke(inv, stop).await,
             ToolImpl::Scripted(s) => s.invoke(inv, stop).await,
             ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),
         }

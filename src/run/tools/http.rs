@@ -1,0 +1,279 @@
+//! The `http` kind: one request per call through the run's shared `reqwest::Client`.
+//!
+//! The URL's placeholders are percent-encoded (every byte but the unreserved ones), so a value
+//! can never add a path segment, a query or a fragment, and the manifest check keeps them out
+//! of the host. Arguments named in `query` go to the query string; with `body = "json"` the
+//! rest are the JSON body. Header values may hold `${env:…}` secrets: they are marked
+//! sensitive, and every message names the URL as the manifest wrote it (secrets as `***`),
+//! never the URL that was sent. 2xx is success (JSON when the content type says so); 429 is
+//! `rate_limited` and 502/503/504 `http_status`, both transient with their `Retry-After`.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use serde_json::{Map, Value};
+
+use super::{Failure, Invocation, Stop};
+use crate::manifest::{HttpSpec, Tool};
+use crate::template::{value_text, RenderError};
+
+/// How much of an error response's body a message keeps.
+const EXCERPT: usize = 200;
+
+pub struct HttpTool {
+    name: String,
+    spec: HttpSpec,
+    client: reqwest::Client,
+    /// The URL as the manifest wrote it, secrets as `***`: the only form messages show.
+    shown_url: String,
+}
+
+/// Percent-encode everything but RFC 3986's unreserved characters.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+pub fn retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs.min(3600)));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_secs(3600)),
+    )
+}
+
+impl HttpTool {
+    pub fn new(tool: &Tool, spec: HttpSpec, client: reqwest::Client) -> HttpTool {
+        HttpTool {
+            name: tool.name.clone(),
+            shown_url: spec.url.redacted(),
+            spec,
+            client,
+        }
+    }
+
+    fn failed(&self, kind: &'static str, what: impl std::fmt::Display) -> Failure {
+        Failure::failed(
+            kind,
+            format!(
+                "tool `{}` ({} {}): {what}",
+                self.name, self.spec.method, self.shown_url
+            ),
+        )
+    }
+
+    fn request(&self, inv: &Invocation) -> Result<reqwest::RequestBuilder, Failure> {
+        let args = inv.args();
+        let url = self.spec.url.render(args, &encode).map_err(|e| match e {
+            RenderError::MissingArg(_) => self.failed("guardrail", &e),
+            RenderError::Env(m) => self.failed("spawn_failed", m),
+        })?;
+        let mut url = reqwest::Url::parse(&url)
+            .map_err(|e| self.failed("spawn_failed", format!("invalid URL: {e}")))?;
+        if !self.spec.query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for q in &self.spec.query {
+                if let Some(v) = args.get(q) {
+                    pairs.append_pair(q, &value_text(v));
+                }
+            }
+        }
+        let method = reqwest::Method::from_bytes(self.spec.method.as_bytes()).map_err(|_| {
+            self.failed(
+                "spawn_failed",
+                format!("`{}` is not an HTTP method", self.spec.method),
+            )
+        })?;
+        let mut headers = HeaderMap::new();
+        for (k, t) in &self.spec.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| self.failed("spawn_failed", format!("`{k}` is not a header name")))?;
+            let text = t
+                .render(args, &|s| s.to_string())
+                .map_err(|e| self.failed("spawn_failed", e))?;
+            let mut value = HeaderValue::from_str(&text).map_err(|_| {
+                self.failed(
+                    "spawn_failed",
+                    format!("header `{k}` has a value that cannot be sent"),
+                )
+            })?;
+            value.set_sensitive(t.has_secret());
+            headers.insert(name, value);
+        }
+        if let Some(key) = &inv.idempotency_key {
+            if let Ok(v) = HeaderValue::from_str(key) {
+                headers.insert(HeaderName::from_static("idempotency-key"), v);
+            }
+        }
+        let mut req = self.client.request(method, url).headers(headers);
+        if self.spec.body_json {
+            let body: Map<String, Value> = args
+                .iter()
+                .filter(|(k, _)| !self.spec.query.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let bytes = serde_json::to_vec(&body).map_err(|e| self.failed("spawn_failed", e))?;
+            req = req.header(CONTENT_TYPE, "application/json").body(bytes);
+        }
+        Ok(req)
+    }
+
+    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        let req = self.request(inv)?;
+        tokio::select! {
+            r = self.send(req) => r,
+            _ = stop.stopped() => Err(Failure::Stopped),
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let mut resp = req.send().await.map_err(|e| self.transport_error(e))?;
+        let status = resp.status();
+        let json = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.contains("json"));
+        let wait = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(retry_after);
+        let limit = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
+        let keep = if status.is_success() {
+            limit
+        } else {
+            EXCERPT * 4
+        };
+        let mut body: Vec<u8> = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(e))? {
+            if body.len() + chunk.len() > keep {
+                if status.is_success() {
+                    return Err(self.failed(
+                        "output_too_large",
+                        format!(
+                            "the response is larger than its max_output of {} bytes",
+                            self.spec.max_output
+                        ),
+                    ));
+                }
+                body.extend_from_slice(&chunk[..keep - body.len()]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status.is_success() {
+            if json {
+                return serde_json::from_slice(&body).map_err(|e| {
+                    self.failed(
+                        "invalid_output",
+                        format!("the response says JSON but is not: {e}"),
+                    )
+                });
+            }
+            return match String::from_utf8(body) {
+                Ok(text) => Ok(Value::String(text)),
+                Err(_) => Err(self.failed("invalid_output", "the response is not UTF-8 text")),
+            };
+        }
+        let text = String::from_utf8_lossy(&body);
+        let mut excerpt: String = text
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(EXCERPT)
+            .collect();
+        if truncated || text.chars().count() > EXCERPT {
+            excerpt.push('…');
+        }
+        let code = status.as_u16();
+        let reason = status.canonical_reason().unwrap_or("");
+        let kind = if code == 429 {
+            "rate_limited"
+        } else {
+            "http_status"
+        };
+        let mut message = format!(
+            "tool `{}` ({} {}): HTTP {code} {reason}",
+            self.name, self.spec.method, self.shown_url
+        );
+        if !excerpt.is_empty() {
+            message.push_str(&format!(": {excerpt}"));
+        }
+        Err(Failure::Failed {
+            kind,
+            message,
+            transient: matches!(code, 429 | 502 | 503 | 504),
+            retry_after: wait,
+        })
+    }
+
+    /// A connection, TLS or protocol error: the cause chain without the URL that was sent.
+    fn transport_error(&self, e: reqwest::Error) -> Failure {
+        let transient = e.is_connect();
+        let e = e.without_url();
+        let mut chain = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let t = s.to_string();
+            if !chain.contains(&t) {
+                chain.push_str(": ");
+                chain.push_str(&t);
+            }
+            source = s.source();
+        }
+        Failure::Failed {
+            kind: "http_error",
+            message: format!(
+                "tool `{}` ({} {}): {chain}",
+                self.name, self.spec.method, self.shown_url
+            ),
+            transient,
+            retry_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_keeps_values_inside_their_segment() {
+        assert_eq!(encode("a b/../c?d#e@f"), "a%20b%2F..%2Fc%3Fd%23e%40f");
+        assert_eq!(encode("é"), "%C3%A9");
+        assert_eq!(encode("safe-._~"), "safe-._~");
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_date() {
+        assert_eq!(retry_after("2"), Some(Duration::from_secs(2)));
+        let soon = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+        let d = retry_after(&soon).unwrap();
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("soon"), None);
+    }
+}

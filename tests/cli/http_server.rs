@@ -1,0 +1,195 @@
+//! A real HTTP/1.1 server for the tests, on 127.0.0.1 with an OS-chosen port. It records
+//! every request (arrival time, headers, body) and the peak number in flight, and misbehaves
+//! on demand: 429 with Retry-After, 503, slow answers, a connection closed mid-body, garbage.
+//! Written on raw sockets because the misbehaviour is the point; one thread per connection,
+//! `Connection: close` on every answer.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    requests: Vec<Request>,
+    in_flight: usize,
+    peak: usize,
+    seen: HashMap<String, u32>,
+}
+
+pub struct TestServer {
+    pub base: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(State::default()));
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || handle(conn, &st));
+            }
+        });
+        TestServer { base, state }
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn requests_to(&self, prefix: &str) -> Vec<Request> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with(prefix))
+            .collect()
+    }
+
+    pub fn peak_in_flight(&self) -> usize {
+        self.state.lock().unwrap().peak
+    }
+}
+
+fn handle(stream: TcpStream, state: &Arc<Mutex<State>>) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() || line.is_empty() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let path = parts.next().unwrap_or("").to_string();
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).is_err() || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    let _ = reader.read_exact(&mut body);
+    let req = Request {
+        method,
+        path: path.clone(),
+        headers,
+        body: String::from_utf8_lossy(&body).to_string(),
+        at: Instant::now(),
+    };
+    {
+        let mut s = state.lock().unwrap();
+        s.requests.push(req.clone());
+        s.in_flight += 1;
+        s.peak = s.peak.max(s.in_flight);
+    }
+    let mut out = stream;
+    respond(&mut out, &req, state);
+    state.lock().unwrap().in_flight -= 1;
+}
+
+fn send(out: &mut TcpStream, status: &str, content_type: &str, extra: &str, body: &str) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    );
+    let _ = out.flush();
+}
+
+fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
+    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["echo", ..] => {
+            let body = serde_json::json!({
+                "method": req.method,
+                "path": path,
+                "query": query,
+                "body": serde_json::from_str::<serde_json::Value>(&req.body).ok(),
+                "idempotency_key": req.headers.get("idempotency-key"),
+            });
+            send(out, "200 OK", "application/json", "", &body.to_string());
+        }
+        ["slow", ms] => {
+            std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(100)));
+            send(
+                out,
+                "200 OK",
+                "application/json",
+                "",
+                &format!("{{\"slept\": {ms}}}"),
+            );
+        }
+        ["text"] => send(out, "200 OK", "text/plain", "", "plain text"),
+        ["status", code] => {
+            let code: u16 = code.parse().unwrap_or(500);
+            send(
+                out,
+                &format!("{code} Whatever"),
+                "text/plain",
+                "",
+                &format!("server says {code}"),
+            );
+        }
+        ["once", code, key] => {
+            let n = {
+                let mut s = state.lock().unwrap();
+                let n = s.seen.entry(key.to_string()).or_default();
+                *n += 1;
+                *n
+            };
+            if n == 1 {
+                let extra = if *code == "429" {
+                    "Retry-After: 1\r\n"
+                } else {
+                    ""
+                };
+                send(
+                    out,
+                    &format!("{code} Not Now"),
+                    "text/plain",
+                    extra,
+                    "try again later",
+                );
+            } else {
+                send(
+                    out,
+                    "200 OK",
+                    "application/json",
+                    "",
+                    &format!("{{\"ok\": true, \"attempt\": {n}}}"),
+                );
+            }
+        }
+        ["reset"] => {
+            let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\npartial body");
+            let _ = out.flush();
+            let _ = out.shutdown(std::net::Shutdown::Both);
+        }
+        ["garbage"] => {
+            let _ = out.write_all(b"this is not http at all\r\n\r\n");
+            let _ = out.shutdown(std::net::Shutdown::Both);
+        }
+        _ => send(out, "404 Not Found", "text/plain", "", "no such thing"),
+    }
+}
