@@ -252,13 +252,27 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         )));
     }
     if streaming {
-        reporters.push(Box::new(StreamWriter::new(std::io::stdout(), None)));
+        reporters.push(Box::new(StreamWriter::new(
+            std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
+            None,
+        )));
     }
+    let listening = !reporters.is_empty();
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     let consumer = std::thread::spawn(move || {
         while let Some(ev) = rx.blocking_recv() {
             for rep in reporters.iter_mut() {
                 rep.handle(&ev);
+            }
+            // Handle whatever else is already waiting, then flush once: streamed lines go out
+            // as soon as the run pauses, without a write per line when it does not.
+            while let Ok(ev) = rx.try_recv() {
+                for rep in reporters.iter_mut() {
+                    rep.handle(&ev);
+                }
+            }
+            for rep in reporters.iter_mut() {
+                rep.flush();
             }
         }
     });
@@ -273,7 +287,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         let config = RunConfig {
             run_id: run::scheduler::new_run_id(),
             lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
-            events: Some(tx),
+            events: listening.then_some(tx),
             lane_events: show_progress,
         };
         run::execute(manifest.clone(), plan.clone(), config, sig_rx).await
@@ -294,15 +308,14 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         config::write_atomic(path, &bytes)?;
     }
     if !streaming {
-        let mut buf = Vec::new();
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         let res = match format {
-            Format::Json => output::write_json(&mut buf, &doc),
-            _ => output::write_table(&mut buf, &doc, config::use_color(args.color)),
+            Format::Json => output::write_json(&mut out, &doc),
+            _ => output::write_table(&mut out, &doc, config::use_color(args.color)),
         };
-        res.map_err(|e| Error::io("cannot render results", e))?;
-        match stdout_write(&buf) {
-            Err(e) if is_broken_pipe(&e) => {}
-            other => other?,
+        match res.and_then(|_| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.map_err(|e| Error::io("cannot write to stdout", e))?,
         }
     }
     if !args.quiet {

@@ -38,7 +38,8 @@ pub struct Narrowing {
 pub struct Call {
     pub id: String,
     pub tool: String,
-    pub args: Args,
+    /// Shared with the plan, which keeps them for dispatch.
+    pub args: std::sync::Arc<Args>,
     pub after: Vec<String>,
 }
 
@@ -615,7 +616,7 @@ impl Parser<'_> {
         Some(Call {
             id,
             tool,
-            args,
+            args: std::sync::Arc::new(args),
             after,
         })
     }

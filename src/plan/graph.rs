@@ -125,7 +125,7 @@ pub struct CallPlan {
     pub edges: Vec<Edge>,
     /// Lane indices into [`Plan::lanes`], in acquisition order.
     pub lanes: Vec<usize>,
-    pub args: Args,
+    pub args: std::sync::Arc<Args>,
     pub weight: u32,
     pub write: bool,
     pub idempotent: bool,
@@ -451,17 +451,17 @@ pub fn build(
         let call_lanes = lanes_of.clone();
 
         // Guardrail on literal arguments.
-        let referenced = c.args.referenced_args();
-        let mut literal = c.args.literal_without_holes();
-        for r in &referenced {
-            literal.remove(r);
-        }
-        let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
-            &SCRIPTED_RESERVED
-        } else {
-            &[]
-        };
         if let Some(schema) = &tool.args {
+            let referenced = c.args.referenced_args();
+            let mut literal = c.args.literal_without_holes();
+            for r in &referenced {
+                literal.remove(r);
+            }
+            let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
+                &SCRIPTED_RESERVED
+            } else {
+                &[]
+            };
             for problem in schema.check(&literal, extra) {
                 if referenced
                     .iter()

@@ -14,4 +14,6 @@ use events::Event;
 /// Something that renders events as they happen.
 pub trait Reporter: Send {
     fn handle(&mut self, event: &Event);
+    /// Called whenever no event is waiting: push out anything buffered.
+    fn flush(&mut self) {}
 }

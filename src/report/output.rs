@@ -6,28 +6,18 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::events::{CallResult, Event, Outcome, Stats, Status};
 use super::Reporter;
 
-/// What a finished run looks like to the writers.
+/// What a finished run looks like to the writers (serialized as the `json` document).
+#[derive(serde::Serialize)]
 pub struct RunDocument<'a> {
     pub run_id: &'a str,
     pub outcome: Outcome,
     pub results: &'a [CallResult],
     pub stats: &'a Stats,
-}
-
-impl RunDocument<'_> {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "run_id": self.run_id,
-            "outcome": self.outcome,
-            "results": self.results,
-            "stats": self.stats,
-        })
-    }
 }
 
 /// One result as a JSON line.
@@ -44,7 +34,7 @@ pub fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
 }
 
 pub fn write_json(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *w, &doc.to_json())?;
+    serde_json::to_writer_pretty(&mut *w, doc)?;
     w.write_all(b"\n")
 }
 
@@ -144,13 +134,18 @@ impl<W: Write + Send> StreamWriter<W> {
                 .and_then(|_| self.out.write_all(b"\n")),
             None => write_jsonl_line(&mut self.out, r),
         };
-        if res.and_then(|_| self.out.flush()).is_err() {
+        if res.is_err() {
             self.broken = true;
         }
     }
 }
 
 impl<W: Write + Send> Reporter for StreamWriter<W> {
+    fn flush(&mut self) {
+        if !self.broken && self.out.flush().is_err() {
+            self.broken = true;
+        }
+    }
     fn handle(&mut self, event: &Event) {
         if let Event::CallFinished { result } = event {
             self.waiting.insert(result.index, (**result).clone());
@@ -165,6 +160,7 @@ impl<W: Write + Send> Reporter for StreamWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn result(index: usize, status: Status) -> CallResult {
         CallResult {

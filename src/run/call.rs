@@ -29,6 +29,8 @@ impl Emitter {
         }
     }
     /// A call's final result (cloned only when somebody listens).
+    ///
+    /// Per-lane and per-attempt events (`lane`) go only to a live display; results always.
     pub(super) fn emit_finished(&self, r: &CallResult) {
         if self.tx.is_some() {
             self.emit(Event::CallFinished {
@@ -299,7 +301,8 @@ impl Job {
             self.inv.attempt = attempt;
             result.attempts = attempt;
             let pos = self.pos;
-            self.emitter.emit(Event::CallStarted { call: pos, attempt });
+            self.emitter
+                .lane(|| Event::CallStarted { call: pos, attempt });
             let mut stop = Stop::new(
                 self.timeout.map(|t| Instant::now() + t),
                 ceiling_at,
