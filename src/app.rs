@@ -9,15 +9,16 @@ use clap::{CommandFactory, Parser};
 use tokio::sync::mpsc;
 
 use crate::batch::Batch;
-use crate::cli::{Args, Command, Format, PlanArgs, ProgressChoice, RunArgs};
+use crate::cli::{Args, Command, Format, McpCommand, PlanArgs, ProgressChoice, RunArgs};
 use crate::config;
 use crate::error::{self, render_all, Diagnostic, Error};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ToolKind};
 use crate::plan::{self, Plan, PlanOptions};
 use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
+use crate::run::tools::mcp::{self, McpHub};
 use crate::run::{self, lanes::MemoryLanes, RunConfig};
 
 /// Entry point used by `main`.
@@ -53,7 +54,8 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             clap_complete::generate(*shell, &mut cmd, "flux-tools", &mut std::io::stdout());
             Ok(error::EXIT_OK)
         }
-        Command::Tools => tools(&args),
+                Command::Tools => tools(&args),
+        Command::Mcp { command: McpCommand::Import { server } } => mcp_import(&args, server),
         Command::Validate { batches } => validate(&args, batches),
         Command::Plan(p) => plan_cmd(&args, p),
         Command::Run(r) => run_cmd(&args, r),
@@ -88,6 +90,21 @@ fn tools(args: &Args) -> Result<u8, Error> {
         _ => report::tools::to_table(&m),
     };
     stdout_write(text.as_bytes())?;
+    Ok(error::EXIT_OK)
+}
+
+fn mcp_import(args: &Args, server: &str) -> Result<u8, Error> {
+    let manifest = load_manifest(args)?;
+    if !manifest.mcp_servers.contains_key(server) {
+        let hint = error::suggest(server, manifest.mcp_servers.keys().map(String::as_str)).unwrap_or_else(|| "declare it: [mcp_servers.NAME] command = [...] or url = \"...\"".into());
+        return Err(Error::Usage(format!("{} has no [mcp_servers.{server}]\nhint: {hint}", manifest.name())));
+    }
+    let rt = runtime()?;
+    let hub = McpHub::new(&manifest.mcp_servers);
+    let tools = rt.block_on(hub.tools(server));
+    rt.block_on(hub.shutdown());
+    let tools = tools.map_err(Error::Usage)?;
+    stdout_write(mcp::import_toml(server, &tools).as_bytes())?;
     Ok(error::EXIT_OK)
 }
 
@@ -164,17 +181,46 @@ fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
     })
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))
+}
+
+/// Load the manifest and batch and plan them. When the manifest has MCP tools, their servers
+/// are started first so that tool annotations can default `effect` and `idempotent`; the
+/// sessions are returned for the run to reuse.
 fn build_plan(
     args: &Args,
     batch_arg: Option<&str>,
     opts: &PlanOptions,
-) -> Result<(Manifest, Plan), Error> {
-    let manifest = load_manifest(args)?;
+    rt: &tokio::runtime::Runtime,
+) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
+    let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
     let (batch, warnings) = Batch::parse(file).map_err(Error::Invalid)?;
-    let plan = plan::build(&manifest, &batch, opts).map_err(Error::Invalid)?;
+    let hub = manifest.tools.iter().any(|t| matches!(t.kind, ToolKind::Mcp(_))).then(|| McpHub::new(&manifest.mcp_servers));
+    if let Some(hub) = &hub {
+        let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
+        let diags = rt.block_on(mcp::annotate(&mut manifest, hub, &used));
+        if diags.iter().any(Diagnostic::is_error) {
+            rt.block_on(hub.shutdown());
+            return Err(Error::Invalid(diags));
+        }
+        print_warnings(args, &diags);
+    }
+    let plan = match plan::build(&manifest, &batch, opts) {
+        Ok(p) => p,
+        Err(d) => {
+            if let Some(hub) = &hub {
+                rt.block_on(hub.shutdown());
+            }
+            return Err(Error::Invalid(d));
+        }
+    };
     print_warnings(args, &warnings);
-    Ok((manifest, plan))
+    Ok((manifest, plan, hub))
 }
 
 fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
@@ -183,7 +229,11 @@ fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
         max_concurrent_tools: p.max_concurrent_tools,
         ..Default::default()
     };
-    let (manifest, plan) = build_plan(args, p.batch.as_deref(), &opts)?;
+        let rt = runtime()?;
+    let (manifest, plan, hub) = build_plan(args, p.batch.as_deref(), &opts, &rt)?;
+    if let Some(hub) = hub {
+        rt.block_on(hub.shutdown());
+    }
     print_warnings(args, &plan.warnings);
     let est = plan::simulate(&plan);
     let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
@@ -233,7 +283,8 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         deadline,
         max_cost: r.max_cost,
     };
-    let (manifest, plan) = build_plan(args, r.batch.as_deref(), &opts)?;
+        let runtime = runtime()?;
+    let (manifest, plan, mcp) = build_plan(args, r.batch.as_deref(), &opts, &runtime)?;
     print_warnings(args, &plan.warnings);
     let manifest = Arc::new(manifest);
     let plan = Arc::new(plan);
@@ -277,20 +328,21 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         }
     });
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let report = runtime.block_on(async {
+        let report = runtime.block_on(async {
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         spawn_signal_forwarder(sig_tx);
         let config = RunConfig {
             run_id: run::scheduler::new_run_id(),
             lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
             events: listening.then_some(tx),
-            lane_events: show_progress,
+                        lane_events: show_progress,
+            mcp: mcp.clone(),
         };
-        run::execute(manifest.clone(), plan.clone(), config, sig_rx).await
+                let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
+        if let Some(hub) = &mcp {
+            hub.shutdown().await;
+        }
+        report
     });
     // Tasks that outlived the run (none should) must not keep the process alive.
     runtime.shutdown_background();

@@ -42,13 +42,27 @@ pub enum Command {
         /// Batches to check against the manifest
         batches: Vec<PathBuf>,
     },
-    /// List the manifest's tools and their declarations
+        /// List the manifest's tools and their declarations
     Tools,
+    /// Work with Model Context Protocol servers
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Print a shell completion script
     Completions {
         /// The shell
         #[arg(value_enum)]
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Print [tools.*] TOML for a server's tools (effect, idempotent, argument schema), ready to paste
+    Import {
+        /// The server, as named in [mcp_servers.NAME]
+        server: String,
     },
 }
 

@@ -119,6 +119,8 @@ pub enum Effect {
 #[serde(rename_all = "lowercase")]
 pub enum Origin {
     Manifest,
+    /// An MCP tool's annotations (`readOnlyHint`, `idempotentHint`, `destructiveHint`).
+    Annotation,
     Default,
 }
 

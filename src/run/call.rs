@@ -376,23 +376,11 @@ impl Job {
                             message: format!("tool '{}' reached the run's tool_call_seconds ceiling of {text}; the run ends", self.inv.tool()),
                         });
                     }
-                    Some(StopCause::RunEnded) | None => {
-                        let idempotent = self.plan.calls[self.pos].idempotent;
-                        result.status = if idempotent {
-                            Status::Cancelled
-                        } else {
-                            Status::Indeterminate
-                        };
-                        result.error = Some(ErrorInfo {
-                            kind: "run_ended".into(),
-                            message: if idempotent {
-                                "cancelled in flight: safe to call again".into()
-                            } else {
-                                "cancelled in flight: the side effect may have landed".into()
-                            },
-                        });
+                                        Some(StopCause::RunEnded) | None => {
+                        self.cut_off(&mut result, "run_ended", None);
                     }
                 },
+                Err(Failure::Lost(why)) => self.cut_off(&mut result, "connection_lost", Some(why)),
             }
             break;
         }
@@ -401,6 +389,22 @@ impl Job {
         let mut c = self.release(leases, result, ceiling_hit);
         c.rejections = rejections;
         c
+    }
+
+        /// Classify a call cut off in flight: `cancelled` if its tool is idempotent (safe to call
+    /// again), else `indeterminate` (the side effect may have landed).
+    fn cut_off(&self, result: &mut CallResult, kind: &str, why: Option<String>) {
+        let idempotent = self.plan.calls[self.pos].idempotent;
+        result.status = if idempotent { Status::Cancelled } else { Status::Indeterminate };
+        let mut message = if idempotent {
+            "cancelled in flight: safe to call again".to_string()
+        } else {
+            "cancelled in flight: the side effect may have landed".to_string()
+        };
+        if let Some(why) = why {
+            message.push_str(&format!(" ({why})"));
+        }
+        result.error = Some(ErrorInfo { kind: kind.into(), message });
     }
 
     /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane

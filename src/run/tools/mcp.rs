@@ -1,0 +1,370 @@
+//! The `mcp` kind: tools on Model Context Protocol servers, through the official Rust SDK
+//! (`rmcp`).
+//!
+//! [`McpHub`] owns one session per `[mcp_servers.NAME]` for the whole run, started on first
+//! use (stdio: the server's process, its stderr kept as a tail for messages; or streamable
+//! HTTP) and shared by every call to it, many in flight at once. A call that is stopped (its
+//! timeout, the run ending) drops its request, and rmcp sends `notifications/cancelled` for
+//! it. A server that dies loses its in-flight calls ([`Failure::Lost`]: classified cancelled
+//! or indeterminate) and fails later calls with its last words. `tools/list` gives the
+//! annotations that default a tool's `effect` and `idempotent`.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio::sync::OnceCell;
+
+use super::{Failure, Invocation, Stop};
+use crate::error::Diagnostic;
+use crate::manifest::{Effect, Manifest, McpServer, Origin, Tool, ToolKind};
+
+/// How long a server may take to start and answer `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of a server's stderr is kept for messages.
+const STDERR_TAIL: usize = 2048;
+
+type Service = RunningService<RoleClient, ()>;
+
+/// One live session.
+pub struct Session {
+    service: tokio::sync::Mutex<Option<Service>>,
+    peer: rmcp::service::Peer<RoleClient>,
+    stderr: Arc<Mutex<String>>,
+    /// `tools/list`, as JSON (name, description, inputSchema, annotations).
+    tools: OnceCell<Result<Vec<Value>, String>>,
+}
+
+impl Session {
+    fn stderr_tail(&self) -> String {
+        self.stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default()
+    }
+}
+
+struct Slot {
+    decl: McpServer,
+    session: OnceCell<Result<Arc<Session>, String>>,
+}
+
+/// The run's MCP sessions.
+pub struct McpHub {
+    slots: BTreeMap<String, Slot>,
+}
+
+impl McpHub {
+    pub fn new(servers: &BTreeMap<String, McpServer>) -> Arc<McpHub> {
+        Arc::new(McpHub {
+            slots: servers
+                .iter()
+                .map(|(k, d)| (k.clone(), Slot { decl: d.clone(), session: OnceCell::new() }))
+                .collect(),
+        })
+    }
+
+    /// The session for `server`, starting it on first use.
+    pub async fn session(&self, server: &str) -> Result<Arc<Session>, String> {
+        let slot = self.slots.get(server).ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
+        slot.session
+            .get_or_init(|| async {
+                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl)).await {
+                    Ok(r) => r.map(Arc::new),
+                    Err(_) => Err(format!("MCP server `{server}` did not finish starting within {}s", START_TIMEOUT.as_secs())),
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// The server's tools (`tools/list`), fetched once.
+    pub async fn tools(&self, server: &str) -> Result<Vec<Value>, String> {
+        let session = self.session(server).await?;
+        session
+            .tools
+            .get_or_init(|| async {
+                let tools = session.peer.list_all_tools().await.map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
+                Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+            })
+            .await
+            .clone()
+    }
+
+    /// Close every session that was started (stdio servers see their stdin close and exit).
+    pub async fn shutdown(&self) {
+        for slot in self.slots.values() {
+            if let Some(Ok(session)) = slot.session.get() {
+                if let Some(service) = session.service.lock().await.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
+                }
+            }
+        }
+    }
+}
+
+async fn start(decl: &McpServer) -> Result<Session, String> {
+    let name = &decl.name;
+    let no_args = serde_json::Map::new();
+    let render = |t: &crate::template::Template| t.render(&no_args, &|s| s.to_string()).map_err(|e| format!("MCP server `{name}`: {e}"));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let service: Service = if let Some(argv) = &decl.command {
+        let mut parts = Vec::with_capacity(argv.len());
+        for t in argv {
+            parts.push(render(t)?);
+        }
+        let Some((program, args)) = parts.split_first() else {
+            return Err(format!("MCP server `{name}` has an empty command"));
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args);
+        for (k, v) in &decl.env {
+            cmd.env(k, render(v)?);
+        }
+        let (transport, err) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start MCP server `{name}` (`{}`): {e}", argv[0].redacted()))?;
+        if let Some(mut err) = err {
+            let tail = stderr.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        if t.len() > STDERR_TAIL * 2 {
+                            let mut cut = t.len() - STDERR_TAIL;
+                            while !t.is_char_boundary(cut) {
+                                cut += 1;
+                            }
+                            t.drain(..cut);
+                        }
+                    }
+                }
+            });
+        }
+        ().serve(transport).await.map_err(|e| {
+            let tail = stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default();
+            format!("MCP server `{name}` failed to initialize: {e}{}", if tail.is_empty() { String::new() } else { format!("; its stderr: {tail}") })
+        })?
+    } else if let Some(url) = &decl.url {
+        let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
+        config.uri = render(url)?.into();
+        for (k, v) in &decl.headers {
+            let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
+            let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?).map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
+            hv.set_sensitive(v.has_secret());
+            config.custom_headers.insert(hn, hv);
+        }
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        ().serve(transport).await.map_err(|e| format!("MCP server `{name}` ({}) failed to initialize: {e}", url.redacted()))?
+    } else {
+        return Err(format!("MCP server `{name}` has neither `command` nor `url`"));
+    };
+    let peer = service.peer().clone();
+    Ok(Session { service: tokio::sync::Mutex::new(Some(service)), peer, stderr, tools: OnceCell::new() })
+}
+
+pub struct McpTool {
+    name: String,
+    server: String,
+    remote: String,
+    hub: Arc<McpHub>,
+}
+
+impl McpTool {
+    pub fn new(tool: &Tool, server: &str, remote: &str, hub: Arc<McpHub>) -> McpTool {
+        McpTool { name: tool.name.clone(), server: server.to_string(), remote: remote.to_string(), hub }
+    }
+
+    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        let session = tokio::select! {
+            s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed("spawn_failed", e))?,
+            _ = stop.stopped() => return Err(Failure::Stopped),
+        };
+        let mut params = json!({"name": self.remote, "arguments": inv.args()});
+        if let Some(key) = &inv.idempotency_key {
+            params["_meta"] = json!({"idempotencyKey": key});
+        }
+        let params: CallToolRequestParams =
+            serde_json::from_value(params).map_err(|e| Failure::failed("spawn_failed", format!("cannot build tools/call: {e}")))?;
+        // Dropping this future (a timeout, the run ending) makes rmcp send notifications/cancelled.
+        let result = tokio::select! {
+            r = session.peer.call_tool(params) => r,
+            _ = stop.stopped() => return Err(Failure::Stopped),
+        };
+        match result {
+            Ok(r) => self.shape(serde_json::to_value(&r).unwrap_or(Value::Null)),
+            Err(ServiceError::McpError(e)) => Err(Failure::failed(
+                "mcp_error",
+                format!("tool `{}` on MCP server `{}`: JSON-RPC error {}: {}", self.name, self.server, e.code.0, e.message),
+            )),
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                let tail = session.stderr_tail();
+                let mut why = format!("MCP server `{}` went away mid-call", self.server);
+                if !tail.is_empty() {
+                    why.push_str(&format!(" (its stderr: {tail})"));
+                }
+                Err(Failure::Lost(why))
+            }
+            Err(e) => Err(Failure::failed("mcp_error", format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server))),
+        }
+    }
+
+    /// SPEC section 2: `structuredContent` when present, else the text blocks joined (JSON
+    /// when they parse), else the content array. `isError: true` is a tool error.
+    fn shape(&self, r: Value) -> Result<Value, Failure> {
+        let content = r.get("content").cloned().unwrap_or(Value::Array(Vec::new()));
+        let texts: Vec<&str> = content
+            .as_array()
+            .map(|a| a.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect())
+            .unwrap_or_default();
+        if r.get("isError").and_then(Value::as_bool) == Some(true) {
+            let msg = if texts.is_empty() { content.to_string() } else { texts.join("\n") };
+            return Err(Failure::failed("tool_error", format!("tool `{}` on MCP server `{}` reported an error: {msg}", self.name, self.server)));
+        }
+        if let Some(s) = r.get("structuredContent") {
+            return Ok(s.clone());
+        }
+        if !texts.is_empty() {
+            return Ok(super::parse_output(&texts.join("\n")));
+        }
+        Ok(content)
+    }
+}
+
+/// Fill in the `effect` and `idempotent` of MCP tools (those the batch uses, and only where the
+/// manifest is silent) from their servers' annotations, and check that each remote tool exists.
+pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) -> Vec<Diagnostic> {
+    let mut diags = Vec::new();
+    let file = manifest.file.clone();
+    for tool in manifest.tools.iter_mut() {
+        let ToolKind::Mcp(spec) = &tool.kind else { continue };
+        if !used.iter().any(|u| u == &tool.name) {
+            continue;
+        }
+        let loc = Some(file.location(tool.span.start, tool.span.end));
+        let tools = match hub.tools(&spec.server).await {
+            Ok(t) => t,
+            Err(e) => {
+                diags.push(Diagnostic::error(e).at(loc).hint("check [mcp_servers] and that the server runs by hand"));
+                continue;
+            }
+        };
+        let Some(remote) = tools.iter().find(|t| t["name"] == spec.tool.as_str()) else {
+            let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+            diags.push(
+                Diagnostic::error(format!("tool `{}`: MCP server `{}` has no tool `{}`", tool.name, spec.server, spec.tool))
+                    .at(loc)
+                    .maybe_hint(crate::error::suggest(&spec.tool, names.iter().copied()).or_else(|| Some(format!("it has: {}", names.join(", "))))),
+            );
+            continue;
+        };
+        let hints = &remote["annotations"];
+        let read_only = hints["readOnlyHint"].as_bool();
+        if tool.effect_origin == Origin::Default {
+            if let Some(ro) = read_only {
+                tool.effect = if ro { Effect::Read } else { Effect::Write };
+                tool.effect_origin = Origin::Annotation;
+            }
+        }
+        if tool.idempotent_origin == Origin::Default {
+            let idem = hints["idempotentHint"].as_bool().or(read_only.filter(|ro| *ro));
+            tool.idempotent = idem.unwrap_or(tool.effect == Effect::Read);
+            if idem.is_some() {
+                tool.idempotent_origin = Origin::Annotation;
+            }
+        }
+        if tool.effect_origin == Origin::Default {
+            diags.push(
+                Diagnostic::warning(format!("MCP tool `{}` declares no effect (no readOnlyHint, none in the manifest); it is treated as a write", tool.name))
+                    .at(Some(file.location(tool.span.start, tool.span.end))),
+            );
+        }
+    }
+    diags
+}
+
+/// `flux-tools mcp import`: `[tools.*]` TOML for a server's tools, with `effect` and
+/// `idempotent` from their annotations and an `[args]` schema from each input schema.
+pub fn import_toml(server: &str, tools: &[Value]) -> String {
+    use std::fmt::Write as _;
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let mut out = format!("# Tools of MCP server `{server}` ({} tools), from tools/list.\n", tools.len());
+    for t in tools {
+        let Some(name) = t["name"].as_str() else { continue };
+        let key = format!("tools.{}", q(name));
+        let _ = writeln!(out, "\n[{key}]\nkind = \"mcp\"\nserver = {}\ntool = {}", q(server), q(name));
+        if let Some(d) = t["description"].as_str() {
+            let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
+            let _ = writeln!(out, "description = {}", q(&one_line));
+        }
+        let hints = &t["annotations"];
+        let read_only = hints["readOnlyHint"].as_bool().unwrap_or(false);
+        let idempotent = hints["idempotentHint"].as_bool().unwrap_or(read_only);
+        let _ = writeln!(out, "effect = \"{}\"", if read_only { "read" } else { "write" });
+        let _ = writeln!(out, "idempotent = {idempotent}");
+        let schema = &t["inputSchema"];
+        let Some(props) = schema["properties"].as_object() else { continue };
+        let required: Vec<&str> = schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let _ = writeln!(out, "[{key}.args]");
+        for (arg, p) in props {
+            let mut fields = vec![format!("type = \"{}\"", json_type(p))];
+            if required.contains(&arg.as_str()) {
+                fields.push("required = true".into());
+            }
+            for (from, to) in [("minimum", "min"), ("maximum", "max"), ("minLength", "min_length"), ("maxLength", "max_length")] {
+                if let Some(n) = p[from].as_f64() {
+                    fields.push(format!("{to} = {}", toml::Value::Float(n).to_string().trim_end_matches(".0")));
+                }
+            }
+            if let Some(values) = p["enum"].as_array() {
+                let items: Vec<String> = values.iter().filter_map(|v| json_to_toml(v).map(|t| t.to_string())).collect();
+                fields.push(format!("enum = [{}]", items.join(", ")));
+            }
+            if let Some(d) = p["description"].as_str() {
+                let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
+                fields.push(format!("description = {}", q(&one_line)));
+            }
+            let _ = writeln!(out, "{} = {{ {} }}", q(arg), fields.join(", "));
+        }
+    }
+    out
+}
+
+fn json_type(p: &Value) -> &'static str {
+    let t = match &p["type"] {
+        Value::String(s) => s.as_str(),
+        // ["string", "null"] and the like: the first concrete type.
+        Value::Array(a) => a.iter().filter_map(Value::as_str).find(|s| *s != "null").unwrap_or("any"),
+        _ => "any",
+    };
+    match t {
+        "string" => "string",
+        "integer" => "integer",
+        "number" => "number",
+        "boolean" => "boolean",
+        "object" => "object",
+        "array" => "array",
+        _ => "any",
+    }
+}
+
+fn json_to_toml(v: &Value) -> Option<toml::Value> {
+    Some(match v {
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        _ => return None,
+    })
+}
