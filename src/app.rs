@@ -54,8 +54,10 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             clap_complete::generate(*shell, &mut cmd, "flux-tools", &mut std::io::stdout());
             Ok(error::EXIT_OK)
         }
-                Command::Tools => tools(&args),
-        Command::Mcp { command: McpCommand::Import { server } } => mcp_import(&args, server),
+        Command::Tools => tools(&args),
+        Command::Mcp {
+            command: McpCommand::Import { server },
+        } => mcp_import(&args, server),
         Command::Validate { batches } => validate(&args, batches),
         Command::Plan(p) => plan_cmd(&args, p),
         Command::Run(r) => run_cmd(&args, r),
@@ -96,8 +98,14 @@ fn tools(args: &Args) -> Result<u8, Error> {
 fn mcp_import(args: &Args, server: &str) -> Result<u8, Error> {
     let manifest = load_manifest(args)?;
     if !manifest.mcp_servers.contains_key(server) {
-        let hint = error::suggest(server, manifest.mcp_servers.keys().map(String::as_str)).unwrap_or_else(|| "declare it: [mcp_servers.NAME] command = [...] or url = \"...\"".into());
-        return Err(Error::Usage(format!("{} has no [mcp_servers.{server}]\nhint: {hint}", manifest.name())));
+        let hint = error::suggest(server, manifest.mcp_servers.keys().map(String::as_str))
+            .unwrap_or_else(|| {
+                "declare it: [mcp_servers.NAME] command = [...] or url = \"...\"".into()
+            });
+        return Err(Error::Usage(format!(
+            "{} has no [mcp_servers.{server}]\nhint: {hint}",
+            manifest.name()
+        )));
     }
     let rt = runtime()?;
     let hub = McpHub::new(&manifest.mcp_servers);
@@ -200,7 +208,11 @@ fn build_plan(
     let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
     let (batch, warnings) = Batch::parse(file).map_err(Error::Invalid)?;
-    let hub = manifest.tools.iter().any(|t| matches!(t.kind, ToolKind::Mcp(_))).then(|| McpHub::new(&manifest.mcp_servers));
+    let hub = manifest
+        .tools
+        .iter()
+        .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .then(|| McpHub::new(&manifest.mcp_servers));
     if let Some(hub) = &hub {
         let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
         let diags = rt.block_on(mcp::annotate(&mut manifest, hub, &used));
@@ -229,7 +241,7 @@ fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
         max_concurrent_tools: p.max_concurrent_tools,
         ..Default::default()
     };
-        let rt = runtime()?;
+    let rt = runtime()?;
     let (manifest, plan, hub) = build_plan(args, p.batch.as_deref(), &opts, &rt)?;
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
@@ -283,7 +295,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         deadline,
         max_cost: r.max_cost,
     };
-        let runtime = runtime()?;
+    let runtime = runtime()?;
     let (manifest, plan, mcp) = build_plan(args, r.batch.as_deref(), &opts, &runtime)?;
     print_warnings(args, &plan.warnings);
     let manifest = Arc::new(manifest);
@@ -328,17 +340,17 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         }
     });
 
-        let report = runtime.block_on(async {
+    let report = runtime.block_on(async {
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         spawn_signal_forwarder(sig_tx);
         let config = RunConfig {
             run_id: run::scheduler::new_run_id(),
             lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
             events: listening.then_some(tx),
-                        lane_events: show_progress,
+            lane_events: show_progress,
             mcp: mcp.clone(),
         };
-                let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
+        let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
         if let Some(hub) = &mcp {
             hub.shutdown().await;
         }

@@ -42,7 +42,7 @@ pub enum Command {
         /// Batches to check against the manifest
         batches: Vec<PathBuf>,
     },
-        /// List the manifest's tools and their declarations
+    /// List the manifest's tools and their declarations
     Tools,
     /// Work with Model Context Protocol servers
     Mcp {

@@ -121,7 +121,7 @@ pub fn to_table(m: &Manifest) -> String {
             crate::manifest::Origin::Default => {
                 format!("{:?} (default)", tool.effect).to_lowercase()
             }
-                        crate::manifest::Origin::Manifest => format!("{:?}", tool.effect).to_lowercase(),
+            crate::manifest::Origin::Manifest => format!("{:?}", tool.effect).to_lowercase(),
             crate::manifest::Origin::Annotation => {
                 format!("{:?} (annotation)", tool.effect).to_lowercase()
             }

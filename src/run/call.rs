@@ -376,7 +376,7 @@ impl Job {
                             message: format!("tool '{}' reached the run's tool_call_seconds ceiling of {text}; the run ends", self.inv.tool()),
                         });
                     }
-                                        Some(StopCause::RunEnded) | None => {
+                    Some(StopCause::RunEnded) | None => {
                         self.cut_off(&mut result, "run_ended", None);
                     }
                 },
@@ -391,11 +391,15 @@ impl Job {
         c
     }
 
-        /// Classify a call cut off in flight: `cancelled` if its tool is idempotent (safe to call
+    /// Classify a call cut off in flight: `cancelled` if its tool is idempotent (safe to call
     /// again), else `indeterminate` (the side effect may have landed).
     fn cut_off(&self, result: &mut CallResult, kind: &str, why: Option<String>) {
         let idempotent = self.plan.calls[self.pos].idempotent;
-        result.status = if idempotent { Status::Cancelled } else { Status::Indeterminate };
+        result.status = if idempotent {
+            Status::Cancelled
+        } else {
+            Status::Indeterminate
+        };
         let mut message = if idempotent {
             "cancelled in flight: safe to call again".to_string()
         } else {
@@ -404,7 +408,10 @@ impl Job {
         if let Some(why) = why {
             message.push_str(&format!(" ({why})"));
         }
-        result.error = Some(ErrorInfo { kind: kind.into(), message });
+        result.error = Some(ErrorInfo {
+            kind: kind.into(),
+            message,
+        });
     }
 
     /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane

@@ -33,7 +33,7 @@ pub struct RunConfig {
     pub lanes: Arc<dyn LaneStore>,
     /// Where events go (`None`: nobody listens).
     pub events: Option<mpsc::UnboundedSender<Event>>,
-        /// Send per-lane wait/acquire/release events (only a live display needs them).
+    /// Send per-lane wait/acquire/release events (only a live display needs them).
     pub lane_events: bool,
     /// MCP sessions (started for annotations before planning, or on first call).
     pub mcp: Option<Arc<super::tools::mcp::McpHub>>,
@@ -335,7 +335,11 @@ pub async fn execute(
                 .iter()
                 .find(|l| l.key == crate::plan::LaneKey::Turn)
                 .and_then(|l| l.limit);
-                        let ctx = ToolContext::for_tools(&manifest.tools, turn.map(|n| n as usize), config.mcp.clone());
+            let ctx = ToolContext::for_tools(
+                &manifest.tools,
+                turn.map(|n| n as usize),
+                config.mcp.clone(),
+            );
             manifest
                 .tools
                 .iter()
@@ -525,7 +529,7 @@ timeout = "700ms"
             run_id: "run-test".into(),
             lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
             events: Some(tx),
-                        lane_events: true,
+            lane_events: true,
             mcp: None,
         };
         let (_signals, sig_rx) = mpsc::unbounded_channel();

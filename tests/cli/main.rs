@@ -5,6 +5,7 @@ mod completions;
 mod errors;
 mod http;
 mod http_server;
+mod mcp;
 mod plan;
 mod processes;
 mod run;

@@ -14,8 +14,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
@@ -40,11 +40,16 @@ pub struct Session {
     stderr: Arc<Mutex<String>>,
     /// `tools/list`, as JSON (name, description, inputSchema, annotations).
     tools: OnceCell<Result<Vec<Value>, String>>,
+    /// Set when a call saw the transport close: later calls fail at once, unsent.
+    dead: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
     fn stderr_tail(&self) -> String {
-        self.stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default()
+        self.stderr
+            .lock()
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -63,19 +68,33 @@ impl McpHub {
         Arc::new(McpHub {
             slots: servers
                 .iter()
-                .map(|(k, d)| (k.clone(), Slot { decl: d.clone(), session: OnceCell::new() }))
+                .map(|(k, d)| {
+                    (
+                        k.clone(),
+                        Slot {
+                            decl: d.clone(),
+                            session: OnceCell::new(),
+                        },
+                    )
+                })
                 .collect(),
         })
     }
 
     /// The session for `server`, starting it on first use.
     pub async fn session(&self, server: &str) -> Result<Arc<Session>, String> {
-        let slot = self.slots.get(server).ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
+        let slot = self
+            .slots
+            .get(server)
+            .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
         slot.session
             .get_or_init(|| async {
                 match tokio::time::timeout(START_TIMEOUT, start(&slot.decl)).await {
                     Ok(r) => r.map(Arc::new),
-                    Err(_) => Err(format!("MCP server `{server}` did not finish starting within {}s", START_TIMEOUT.as_secs())),
+                    Err(_) => Err(format!(
+                        "MCP server `{server}` did not finish starting within {}s",
+                        START_TIMEOUT.as_secs()
+                    )),
                 }
             })
             .await
@@ -88,8 +107,15 @@ impl McpHub {
         session
             .tools
             .get_or_init(|| async {
-                let tools = session.peer.list_all_tools().await.map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
-                Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+                let tools = session
+                    .peer
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
+                Ok(tools
+                    .iter()
+                    .filter_map(|t| serde_json::to_value(t).ok())
+                    .collect())
             })
             .await
             .clone()
@@ -110,7 +136,10 @@ impl McpHub {
 async fn start(decl: &McpServer) -> Result<Session, String> {
     let name = &decl.name;
     let no_args = serde_json::Map::new();
-    let render = |t: &crate::template::Template| t.render(&no_args, &|s| s.to_string()).map_err(|e| format!("MCP server `{name}`: {e}"));
+    let render = |t: &crate::template::Template| {
+        t.render(&no_args, &|s| s.to_string())
+            .map_err(|e| format!("MCP server `{name}`: {e}"))
+    };
     let stderr = Arc::new(Mutex::new(String::new()));
     let service: Service = if let Some(argv) = &decl.command {
         let mut parts = Vec::with_capacity(argv.len());
@@ -128,7 +157,12 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         let (transport, err) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start MCP server `{name}` (`{}`): {e}", argv[0].redacted()))?;
+            .map_err(|e| {
+                format!(
+                    "cannot start MCP server `{name}` (`{}`): {e}",
+                    argv[0].redacted()
+                )
+            })?;
         if let Some(mut err) = err {
             let tail = stderr.clone();
             tokio::spawn(async move {
@@ -151,25 +185,51 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
             });
         }
         ().serve(transport).await.map_err(|e| {
-            let tail = stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default();
-            format!("MCP server `{name}` failed to initialize: {e}{}", if tail.is_empty() { String::new() } else { format!("; its stderr: {tail}") })
+            let tail = stderr
+                .lock()
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default();
+            format!(
+                "MCP server `{name}` failed to initialize: {e}{}",
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its stderr: {tail}")
+                }
+            )
         })?
     } else if let Some(url) = &decl.url {
-        let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
+        let mut config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
         config.uri = render(url)?.into();
         for (k, v) in &decl.headers {
-            let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
-            let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?).map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
+            let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
+            let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?)
+                .map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
             hv.set_sensitive(v.has_secret());
             config.custom_headers.insert(hn, hv);
         }
         let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        ().serve(transport).await.map_err(|e| format!("MCP server `{name}` ({}) failed to initialize: {e}", url.redacted()))?
+        ().serve(transport).await.map_err(|e| {
+            format!(
+                "MCP server `{name}` ({}) failed to initialize: {e}",
+                url.redacted()
+            )
+        })?
     } else {
-        return Err(format!("MCP server `{name}` has neither `command` nor `url`"));
+        return Err(format!(
+            "MCP server `{name}` has neither `command` nor `url`"
+        ));
     };
     let peer = service.peer().clone();
-    Ok(Session { service: tokio::sync::Mutex::new(Some(service)), peer, stderr, tools: OnceCell::new() })
+    Ok(Session {
+        service: tokio::sync::Mutex::new(Some(service)),
+        peer,
+        stderr,
+        tools: OnceCell::new(),
+        dead: std::sync::atomic::AtomicBool::new(false),
+    })
 }
 
 pub struct McpTool {
@@ -181,7 +241,12 @@ pub struct McpTool {
 
 impl McpTool {
     pub fn new(tool: &Tool, server: &str, remote: &str, hub: Arc<McpHub>) -> McpTool {
-        McpTool { name: tool.name.clone(), server: server.to_string(), remote: remote.to_string(), hub }
+        McpTool {
+            name: tool.name.clone(),
+            server: server.to_string(),
+            remote: remote.to_string(),
+            hub,
+        }
     }
 
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
@@ -189,24 +254,67 @@ impl McpTool {
             s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed("spawn_failed", e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),
         };
+        if session.dead.load(std::sync::atomic::Ordering::Acquire)
+            || session.peer.is_transport_closed()
+        {
+            let tail = session.stderr_tail();
+            let mut why = format!("MCP server `{}` has exited", self.server);
+            if !tail.is_empty() {
+                why.push_str(&format!(" (its stderr: {tail})"));
+            }
+            return Err(Failure::failed("server_exited", why));
+        }
         let mut params = json!({"name": self.remote, "arguments": inv.args()});
         if let Some(key) = &inv.idempotency_key {
             params["_meta"] = json!({"idempotencyKey": key});
         }
-        let params: CallToolRequestParams =
-            serde_json::from_value(params).map_err(|e| Failure::failed("spawn_failed", format!("cannot build tools/call: {e}")))?;
-        // Dropping this future (a timeout, the run ending) makes rmcp send notifications/cancelled.
-        let result = tokio::select! {
-            r = session.peer.call_tool(params) => r,
-            _ = stop.stopped() => return Err(Failure::Stopped),
+        let params: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
+            Failure::failed("spawn_failed", format!("cannot build tools/call: {e}"))
+        })?;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = session
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await;
+        let result = match sent {
+            Ok(mut handle) => {
+                tokio::select! {
+                    r = &mut handle.rx => r.unwrap_or(Err(ServiceError::TransportClosed)),
+                    _ = stop.stopped() => {
+                        // Tell the server, and wait until the notification is written, so a run
+                        // that ends right after still delivers it.
+                        let why = format!("{:?}", stop.cause());
+                        let _ = tokio::time::timeout(Duration::from_secs(2), handle.cancel(Some(why))).await;
+                        return Err(Failure::Stopped);
+                    }
+                }
+            }
+            Err(e) => Err(e),
         };
         match result {
-            Ok(r) => self.shape(serde_json::to_value(&r).unwrap_or(Value::Null)),
+            Ok(ServerResult::CallToolResult(r)) => {
+                self.shape(serde_json::to_value(&r).unwrap_or(Value::Null))
+            }
+            Ok(other) => Err(Failure::failed(
+                "mcp_error",
+                format!(
+                    "tool `{}` on MCP server `{}`: unexpected answer to tools/call: {}",
+                    self.name,
+                    self.server,
+                    serde_json::to_string(&other).unwrap_or_default()
+                ),
+            )),
             Err(ServiceError::McpError(e)) => Err(Failure::failed(
                 "mcp_error",
-                format!("tool `{}` on MCP server `{}`: JSON-RPC error {}: {}", self.name, self.server, e.code.0, e.message),
+                format!(
+                    "tool `{}` on MCP server `{}`: JSON-RPC error {}: {}",
+                    self.name, self.server, e.code.0, e.message
+                ),
             )),
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                session
+                    .dead
+                    .store(true, std::sync::atomic::Ordering::Release);
                 let tail = session.stderr_tail();
                 let mut why = format!("MCP server `{}` went away mid-call", self.server);
                 if !tail.is_empty() {
@@ -214,21 +322,42 @@ impl McpTool {
                 }
                 Err(Failure::Lost(why))
             }
-            Err(e) => Err(Failure::failed("mcp_error", format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server))),
+            Err(e) => Err(Failure::failed(
+                "mcp_error",
+                format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server),
+            )),
         }
     }
 
     /// SPEC section 2: `structuredContent` when present, else the text blocks joined (JSON
     /// when they parse), else the content array. `isError: true` is a tool error.
     fn shape(&self, r: Value) -> Result<Value, Failure> {
-        let content = r.get("content").cloned().unwrap_or(Value::Array(Vec::new()));
+        let content = r
+            .get("content")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new()));
         let texts: Vec<&str> = content
             .as_array()
-            .map(|a| a.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter(|b| b["type"] == "text")
+                    .filter_map(|b| b["text"].as_str())
+                    .collect()
+            })
             .unwrap_or_default();
         if r.get("isError").and_then(Value::as_bool) == Some(true) {
-            let msg = if texts.is_empty() { content.to_string() } else { texts.join("\n") };
-            return Err(Failure::failed("tool_error", format!("tool `{}` on MCP server `{}` reported an error: {msg}", self.name, self.server)));
+            let msg = if texts.is_empty() {
+                content.to_string()
+            } else {
+                texts.join("\n")
+            };
+            return Err(Failure::failed(
+                "tool_error",
+                format!(
+                    "tool `{}` on MCP server `{}` reported an error: {msg}",
+                    self.name, self.server
+                ),
+            ));
         }
         if let Some(s) = r.get("structuredContent") {
             return Ok(s.clone());
@@ -246,7 +375,9 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
     let mut diags = Vec::new();
     let file = manifest.file.clone();
     for tool in manifest.tools.iter_mut() {
-        let ToolKind::Mcp(spec) = &tool.kind else { continue };
+        let ToolKind::Mcp(spec) = &tool.kind else {
+            continue;
+        };
         if !used.iter().any(|u| u == &tool.name) {
             continue;
         }
@@ -254,16 +385,26 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
         let tools = match hub.tools(&spec.server).await {
             Ok(t) => t,
             Err(e) => {
-                diags.push(Diagnostic::error(e).at(loc).hint("check [mcp_servers] and that the server runs by hand"));
+                diags.push(
+                    Diagnostic::error(e)
+                        .at(loc)
+                        .hint("check [mcp_servers] and that the server runs by hand"),
+                );
                 continue;
             }
         };
         let Some(remote) = tools.iter().find(|t| t["name"] == spec.tool.as_str()) else {
             let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
             diags.push(
-                Diagnostic::error(format!("tool `{}`: MCP server `{}` has no tool `{}`", tool.name, spec.server, spec.tool))
-                    .at(loc)
-                    .maybe_hint(crate::error::suggest(&spec.tool, names.iter().copied()).or_else(|| Some(format!("it has: {}", names.join(", "))))),
+                Diagnostic::error(format!(
+                    "tool `{}`: MCP server `{}` has no tool `{}`",
+                    tool.name, spec.server, spec.tool
+                ))
+                .at(loc)
+                .maybe_hint(
+                    crate::error::suggest(&spec.tool, names.iter().copied())
+                        .or_else(|| Some(format!("it has: {}", names.join(", ")))),
+                ),
             );
             continue;
         };
@@ -276,7 +417,9 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
             }
         }
         if tool.idempotent_origin == Origin::Default {
-            let idem = hints["idempotentHint"].as_bool().or(read_only.filter(|ro| *ro));
+            let idem = hints["idempotentHint"]
+                .as_bool()
+                .or(read_only.filter(|ro| *ro));
             tool.idempotent = idem.unwrap_or(tool.effect == Effect::Read);
             if idem.is_some() {
                 tool.idempotent_origin = Origin::Annotation;
@@ -297,11 +440,21 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
 pub fn import_toml(server: &str, tools: &[Value]) -> String {
     use std::fmt::Write as _;
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
-    let mut out = format!("# Tools of MCP server `{server}` ({} tools), from tools/list.\n", tools.len());
+    let mut out = format!(
+        "# Tools of MCP server `{server}` ({} tools), from tools/list.\n",
+        tools.len()
+    );
     for t in tools {
-        let Some(name) = t["name"].as_str() else { continue };
+        let Some(name) = t["name"].as_str() else {
+            continue;
+        };
         let key = format!("tools.{}", q(name));
-        let _ = writeln!(out, "\n[{key}]\nkind = \"mcp\"\nserver = {}\ntool = {}", q(server), q(name));
+        let _ = writeln!(
+            out,
+            "\n[{key}]\nkind = \"mcp\"\nserver = {}\ntool = {}",
+            q(server),
+            q(name)
+        );
         if let Some(d) = t["description"].as_str() {
             let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
             let _ = writeln!(out, "description = {}", q(&one_line));
@@ -309,24 +462,44 @@ pub fn import_toml(server: &str, tools: &[Value]) -> String {
         let hints = &t["annotations"];
         let read_only = hints["readOnlyHint"].as_bool().unwrap_or(false);
         let idempotent = hints["idempotentHint"].as_bool().unwrap_or(read_only);
-        let _ = writeln!(out, "effect = \"{}\"", if read_only { "read" } else { "write" });
+        let _ = writeln!(
+            out,
+            "effect = \"{}\"",
+            if read_only { "read" } else { "write" }
+        );
         let _ = writeln!(out, "idempotent = {idempotent}");
         let schema = &t["inputSchema"];
-        let Some(props) = schema["properties"].as_object() else { continue };
-        let required: Vec<&str> = schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let Some(props) = schema["properties"].as_object() else {
+            continue;
+        };
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
         let _ = writeln!(out, "[{key}.args]");
         for (arg, p) in props {
             let mut fields = vec![format!("type = \"{}\"", json_type(p))];
             if required.contains(&arg.as_str()) {
                 fields.push("required = true".into());
             }
-            for (from, to) in [("minimum", "min"), ("maximum", "max"), ("minLength", "min_length"), ("maxLength", "max_length")] {
+            for (from, to) in [
+                ("minimum", "min"),
+                ("maximum", "max"),
+                ("minLength", "min_length"),
+                ("maxLength", "max_length"),
+            ] {
                 if let Some(n) = p[from].as_f64() {
-                    fields.push(format!("{to} = {}", toml::Value::Float(n).to_string().trim_end_matches(".0")));
+                    fields.push(format!(
+                        "{to} = {}",
+                        toml::Value::Float(n).to_string().trim_end_matches(".0")
+                    ));
                 }
             }
             if let Some(values) = p["enum"].as_array() {
-                let items: Vec<String> = values.iter().filter_map(|v| json_to_toml(v).map(|t| t.to_string())).collect();
+                let items: Vec<String> = values
+                    .iter()
+                    .filter_map(|v| json_to_toml(v).map(|t| t.to_string()))
+                    .collect();
                 fields.push(format!("enum = [{}]", items.join(", ")));
             }
             if let Some(d) = p["description"].as_str() {
@@ -343,7 +516,11 @@ fn json_type(p: &Value) -> &'static str {
     let t = match &p["type"] {
         Value::String(s) => s.as_str(),
         // ["string", "null"] and the like: the first concrete type.
-        Value::Array(a) => a.iter().filter_map(Value::as_str).find(|s| *s != "null").unwrap_or("any"),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|s| *s != "null")
+            .unwrap_or("any"),
         _ => "any",
     };
     match t {

@@ -167,7 +167,7 @@ pub enum Failure {
         transient: bool,
         retry_after: Option<Duration>,
     },
-        /// The call was stopped through its [`Stop`] and has been cleaned up.
+    /// The call was stopped through its [`Stop`] and has been cleaned up.
     Stopped,
     /// The call was in flight when what carried it went away (an MCP server died): it is
     /// classified like a call cut off by the run ending, with this explanation.
@@ -197,7 +197,11 @@ pub struct ToolContext {
 impl ToolContext {
     /// Build what the manifest's tools need. `max_idle_per_host`: the pool never keeps more
     /// connections to one host than the lanes let calls use at once.
-        pub fn for_tools(tools: &[Tool], max_idle_per_host: Option<usize>, mcp: Option<Arc<mcp::McpHub>>) -> ToolContext {
+    pub fn for_tools(
+        tools: &[Tool],
+        max_idle_per_host: Option<usize>,
+        mcp: Option<Arc<mcp::McpHub>>,
+    ) -> ToolContext {
         let http = tools
             .iter()
             .any(|t| matches!(t.kind, ToolKind::Http(_)))
@@ -209,14 +213,14 @@ impl ToolContext {
                 b.build()
                     .map_err(|e| format!("cannot set up the HTTP client: {e}"))
             });
-                ToolContext { http, mcp }
+        ToolContext { http, mcp }
     }
 }
 
 /// A tool, ready to invoke.
 pub enum ToolImpl {
     Command(command::CommandTool),
-        Http(http::HttpTool),
+    Http(http::HttpTool),
     Mcp(mcp::McpTool),
     Scripted(scripted::ScriptedTool),
     /// A kind this build cannot invoke yet; each call fails with this message.
@@ -239,8 +243,13 @@ impl ToolImpl {
                 Some(Err(e)) => ToolImpl::Unsupported(e.clone()),
                 None => ToolImpl::Unsupported("the HTTP client was not set up".into()),
             },
-                        ToolKind::Mcp(spec) => match &ctx.mcp {
-                Some(hub) => ToolImpl::Mcp(mcp::McpTool::new(tool, &spec.server, &spec.tool, hub.clone())),
+            ToolKind::Mcp(spec) => match &ctx.mcp {
+                Some(hub) => ToolImpl::Mcp(mcp::McpTool::new(
+                    tool,
+                    &spec.server,
+                    &spec.tool,
+                    hub.clone(),
+                )),
                 None => ToolImpl::Unsupported("MCP sessions were not set up".into()),
             },
         })
@@ -249,7 +258,7 @@ impl ToolImpl {
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         match self {
             ToolImpl::Command(c) => c.invoke(inv, stop).await,
-                        ToolImpl::Http(h) => h.invoke(inv, stop).await,
+            ToolImpl::Http(h) => h.invoke(inv, stop).await,
             ToolImpl::Mcp(m) => m.invoke(inv, stop).await,
             ToolImpl::Scripted(s) => s.invoke(inv, stop).await,
             ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),

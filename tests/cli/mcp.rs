@@ -1,0 +1,316 @@
+//! `mcp` tools against real MCP servers: the reference `@modelcontextprotocol/server-everything`
+//! (installed from npm by `.ci/run`) and the project's own rmcp server
+//! (`tests/fixtures/mcp_test_server.rs`) for failures the reference cannot produce.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{repo, results, wall_ms, Project};
+
+/// The project's own test server, built by `cargo test` as an example.
+fn own_server() -> PathBuf {
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    bin.parent()
+        .expect("target dir")
+        .join("examples")
+        .join("mcp_test_server")
+}
+
+/// The reference server's entry point, or `None` (then the test is skipped, except in CI).
+fn everything() -> Option<PathBuf> {
+    let path = std::env::var_os("FLUX_TEST_MCP_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            repo().join(
+                "target/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "server-everything is not installed at {} (.ci/run installs it with npm)",
+        path.display()
+    );
+    eprintln!("skipping: install it with `npm install --prefix target/mcp @modelcontextprotocol/server-everything`");
+    None
+}
+
+fn own_manifest(log: &std::path::Path) -> String {
+    format!(
+        r#"
+[concurrency]
+max_concurrent_tools = 16
+
+[mcp_servers.own]
+command = ["{server}"]
+env = {{ MCP_TEST_LOG = "{log}" }}
+
+[tools.sleep]
+kind = "mcp"
+server = "own"
+
+[tools.write]
+kind = "mcp"
+server = "own"
+
+[tools.fail]
+kind = "mcp"
+server = "own"
+
+[tools.rpc_error]
+kind = "mcp"
+server = "own"
+
+[tools.structured]
+kind = "mcp"
+server = "own"
+
+[tools.hang]
+kind = "mcp"
+server = "own"
+timeout = "500ms"
+
+[tools.crash]
+kind = "mcp"
+server = "own"
+"#,
+        server = own_server().display(),
+        log = log.display()
+    )
+}
+
+fn log_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn eight_calls_overlap_on_one_stdio_session_and_return_in_call_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let p = Project::new(&own_manifest(&log));
+    // Descending sleeps: the first call finishes last.
+    let batch: String = (0..8)
+        .map(|i| {
+            format!(
+                "- {{ id: s{i}, tool: sleep, args: {{ ms: {}, tag: s{i} }} }}\n",
+                800 - i * 50
+            )
+        })
+        .collect();
+    let (doc, code) = p.run_json(&batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    let ids: Vec<&str> = results(&doc)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"]);
+    assert_eq!(
+        results(&doc)[0]["output"],
+        serde_json::json!({"slept": 800, "tag": "s0"})
+    );
+    // From the server's own clock: every call started before the first one ended.
+    let lines = log_lines(&log);
+    let times = |kind: &str| -> Vec<u128> {
+        lines
+            .iter()
+            .filter(|l| l.starts_with(kind))
+            .filter_map(|l| l.split(' ').nth(2)?.parse().ok())
+            .collect()
+    };
+    let (starts, ends) = (times("start "), times("end "));
+    assert_eq!(starts.len(), 8, "{lines:?}");
+    assert!(
+        starts.iter().max() < ends.iter().min(),
+        "calls did not overlap: {lines:?}"
+    );
+    assert!(wall_ms(&doc) < 1600);
+}
+
+#[test]
+fn a_hung_tool_is_cut_off_and_the_server_receives_the_cancellation() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let p = Project::new(&own_manifest(&log));
+    let (doc, code) = p.run_json(
+        "- { tool: hang, args: { tag: h1 } }\n- { tool: sleep, args: { ms: 100, tag: fine } }\n",
+        &[],
+    );
+    assert_eq!(code, 1);
+    let r = results(&doc);
+    assert_eq!(r[0]["status"], "timed_out");
+    assert_eq!(
+        r[0]["error"]["message"],
+        "tool 'hang' exceeded its 500ms timeout"
+    );
+    assert_eq!(r[1]["status"], "ok");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !log_lines(&log).iter().any(|l| l == "cancelled h1") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        log_lines(&log).iter().any(|l| l == "cancelled h1"),
+        "no notifications/cancelled: {:?}",
+        log_lines(&log)
+    );
+}
+
+#[test]
+fn is_error_rpc_errors_and_structured_content_are_shaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Project::new(&own_manifest(&dir.path().join("log")));
+    let (doc, code) = p.run_json("- tool: fail\n- tool: rpc_error\n- tool: structured\n", &[]);
+    assert_eq!(code, 1);
+    let r = results(&doc);
+    assert_eq!(r[0]["error"]["kind"], "tool_error");
+    assert!(r[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .ends_with("reported an error: the widget is broken"));
+    assert_eq!(r[1]["error"]["kind"], "mcp_error");
+    assert!(r[1]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("JSON-RPC error -32602: these parameters will never do"));
+    assert_eq!(r[2]["output"], serde_json::json!({"answer": 42}));
+}
+
+#[test]
+fn a_server_that_dies_mid_run_loses_its_calls_without_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Project::new(&own_manifest(&dir.path().join("log")));
+    let started = Instant::now();
+    let (doc, code) = p.run_json(
+        "- { id: inflight, tool: sleep, args: { ms: 5000, tag: s } }\n- { id: boom, tool: crash }\n- { id: after, tool: write, args: { ms: 10, tag: w } }\n",
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "a dead server must not hold the run"
+    );
+    let r = results(&doc);
+    assert_eq!(r[0]["status"], "cancelled", "{}", r[0]);
+    assert!(
+        r[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("simulated crash"),
+        "stderr is shown: {}",
+        r[0]
+    );
+    assert_eq!(
+        r[1]["status"], "indeterminate",
+        "the crashing call is a destructive write"
+    );
+    assert_eq!(r[2]["status"], "error");
+    assert_eq!(r[2]["error"]["kind"], "server_exited");
+}
+
+#[test]
+fn annotations_default_effect_and_idempotent_and_plan_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Project::new(&own_manifest(&dir.path().join("log")));
+    let b = p.write("b.yaml", "- tool: sleep\n- tool: write\n");
+    let out = p
+        .cmd()
+        .args(["plan", b.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["calls"][0]["effect"], "read");
+    assert_eq!(plan["calls"][0]["effect_from"], "annotation");
+    assert_eq!(plan["calls"][0]["idempotent"], true);
+    assert_eq!(plan["calls"][1]["effect"], "write");
+    assert_eq!(plan["calls"][1]["idempotent"], false);
+    assert_eq!(plan["calls"][1]["idempotent_from"], "annotation");
+    let missing = p.write(
+        "m.toml",
+        &format!(
+            "{}\n[tools.nope]\nkind = \"mcp\"\nserver = \"own\"\ntool = \"slep\"\n",
+            own_manifest(&dir.path().join("log"))
+        ),
+    );
+    let b2 = p.write("b2.yaml", "- tool: nope\n");
+    let out = p
+        .cmd()
+        .args([
+            "--manifest",
+            missing.to_str().unwrap(),
+            "plan",
+            b2.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no tool `slep`") && err.contains("did you mean `sleep`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_reference_server_answers_and_its_import_validates_and_runs() {
+    let Some(server) = everything() else { return };
+    let manifest = format!(
+        "[mcp_servers.everything]\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+        server.display()
+    );
+    let p = Project::new(&manifest);
+    let out = p
+        .cmd()
+        .args(["mcp", "import", "everything"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let imported = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        imported.contains("[tools.\"echo\"]") && imported.contains("effect = \"read\""),
+        "{imported}"
+    );
+    // Pasted into the manifest, it validates and runs.
+    std::fs::write(
+        p.path().join("tools.toml"),
+        format!("[concurrency]\nmax_concurrent_tools = 8\n{manifest}\n{imported}"),
+    )
+    .unwrap();
+    p.cmd().arg("validate").assert().success();
+    let batch = "- { id: e, tool: echo, args: { message: hello } }\n- { id: s, tool: get-sum, args: { a: 2, b: 3 } }\n- { id: w, tool: get-structured-content, args: { location: \"New York\" } }\n- { tool: trigger-long-running-operation, args: { duration: 1, steps: 1 } }\n- { tool: trigger-long-running-operation, args: { duration: 1, steps: 1 } }\n- { tool: trigger-long-running-operation, args: { duration: 1, steps: 1 } }\n";
+    let (doc, code) = p.run_json(batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    let r = results(&doc);
+    assert_eq!(r[0]["output"], "Echo: hello");
+    assert!(r[1]["output"].as_str().unwrap().contains('5'));
+    assert!(
+        r[2]["output"].is_object(),
+        "structuredContent is the output: {}",
+        r[2]
+    );
+    // Three one-second operations on one session overlap.
+    assert!(wall_ms(&doc) < 2500, "took {}ms", wall_ms(&doc));
+    // A literal argument the imported schema rejects never reaches the server.
+    let bad = p.write("bad.yaml", "- { tool: get-sum, args: { a: two } }\n");
+    let out = p
+        .cmd()
+        .args(["run", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
