@@ -34,6 +34,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
+            [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -89,6 +90,39 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
+        'flux-tools;mcp' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'flux-tools;mcp;import' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'flux-tools;mcp;help' {
+            [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'flux-tools;mcp;help;import' {
+            break
+        }
+        'flux-tools;mcp;help;help' {
+            break
+        }
         'flux-tools;completions' {
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
@@ -104,6 +138,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
+            [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -118,6 +153,13 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;help;tools' {
+            break
+        }
+        'flux-tools;help;mcp' {
+            [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            break
+        }
+        'flux-tools;help;mcp;import' {
             break
         }
         'flux-tools;help;completions' {

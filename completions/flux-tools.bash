@@ -22,6 +22,9 @@ _flux__tools() {
             flux__tools,help)
                 cmd="flux__tools__subcmd__help"
                 ;;
+            flux__tools,mcp)
+                cmd="flux__tools__subcmd__mcp"
+                ;;
             flux__tools,plan)
                 cmd="flux__tools__subcmd__plan"
                 ;;
@@ -40,6 +43,9 @@ _flux__tools() {
             flux__tools__subcmd__help,help)
                 cmd="flux__tools__subcmd__help__subcmd__help"
                 ;;
+            flux__tools__subcmd__help,mcp)
+                cmd="flux__tools__subcmd__help__subcmd__mcp"
+                ;;
             flux__tools__subcmd__help,plan)
                 cmd="flux__tools__subcmd__help__subcmd__plan"
                 ;;
@@ -52,6 +58,21 @@ _flux__tools() {
             flux__tools__subcmd__help,validate)
                 cmd="flux__tools__subcmd__help__subcmd__validate"
                 ;;
+            flux__tools__subcmd__help__subcmd__mcp,import)
+                cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__import"
+                ;;
+            flux__tools__subcmd__mcp,help)
+                cmd="flux__tools__subcmd__mcp__subcmd__help"
+                ;;
+            flux__tools__subcmd__mcp,import)
+                cmd="flux__tools__subcmd__mcp__subcmd__import"
+                ;;
+            flux__tools__subcmd__mcp__subcmd__help,help)
+                cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__help"
+                ;;
+            flux__tools__subcmd__mcp__subcmd__help,import)
+                cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__import"
+                ;;
             *)
                 ;;
         esac
@@ -59,7 +80,7 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --format --quiet --color --help --version run plan validate tools completions help"
+            opts="-q -h -V --manifest --format --quiet --color --help --version run plan validate tools mcp completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -111,7 +132,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help)
-            opts="run plan validate tools completions help"
+            opts="run plan validate tools mcp completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -141,6 +162,34 @@ _flux__tools() {
         flux__subcmd__tools__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__mcp)
+            opts="import"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -201,6 +250,100 @@ _flux__tools() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp)
+            opts="-q -h --manifest --format --quiet --color --help import help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help)
+            opts="import help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__import)
+            opts="-q -h --manifest --format --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -31,6 +31,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand tools 'List the manifest''s tools and their declarations'
+            cand mcp 'Work with Model Context Protocol servers'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -81,6 +82,34 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand -h 'Print help'
             cand --help 'Print help'
         }
+        &'flux-tools;mcp'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'flux-tools;mcp;import'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;mcp;help'= {
+            cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'flux-tools;mcp;help;import'= {
+        }
+        &'flux-tools;mcp;help;help'= {
+        }
         &'flux-tools;completions'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
@@ -95,6 +124,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand tools 'List the manifest''s tools and their declarations'
+            cand mcp 'Work with Model Context Protocol servers'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -105,6 +135,11 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;help;validate'= {
         }
         &'flux-tools;help;tools'= {
+        }
+        &'flux-tools;help;mcp'= {
+            cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+        }
+        &'flux-tools;help;mcp;import'= {
         }
         &'flux-tools;help;completions'= {
         }

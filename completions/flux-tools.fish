@@ -40,6 +40,7 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "run" -d 'Exec
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work with Model Context Protocol servers'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
@@ -99,6 +100,32 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
 json\t''
@@ -110,9 +137,11 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "run" -d 'Execute a batch'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "run" -d 'Execute a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
