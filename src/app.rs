@@ -18,8 +18,9 @@ use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
+use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes};
 use crate::run::tools::mcp::{self, McpHub};
-use crate::run::{self, lanes::MemoryLanes, RunConfig};
+use crate::run::{self, lease, RunConfig};
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
@@ -298,6 +299,16 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     let runtime = runtime()?;
     let (manifest, plan, mcp) = build_plan(args, r.batch.as_deref(), &opts, &runtime)?;
     print_warnings(args, &plan.warnings);
+    let mut plan = plan;
+    lease::borrow(&mut plan, &manifest);
+    let lanes: Arc<dyn LaneStore> = match r.lane_store.as_str() {
+        "memory" => Arc::new(MemoryLanes::new(&plan.lanes)),
+        "local" => Arc::new(LocalLanes::new(&plan.lanes, &manifest.path).map_err(|e| Error::Usage(e.to_string()))?),
+        other if other.starts_with("redis://") => {
+            return Err(Error::Usage(format!("--lane-store {other}: the Redis lane store is not part of this build yet; use local or memory")))
+        }
+        other => return Err(Error::Usage(format!("--lane-store `{other}`: use local or memory"))),
+    };
     let manifest = Arc::new(manifest);
     let plan = Arc::new(plan);
 
@@ -345,7 +356,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         spawn_signal_forwarder(sig_tx);
         let config = RunConfig {
             run_id: run::scheduler::new_run_id(),
-            lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
+            lanes: lanes.clone(),
             events: listening.then_some(tx),
             lane_events: show_progress,
             mcp: mcp.clone(),

@@ -102,6 +102,11 @@ pub struct RunArgs {
     /// Emit each result as a JSON line as soon as it and every earlier call have resolved
     #[arg(long)]
     pub stream: bool,
+
+    /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
+    /// machine using the same manifest) or `memory` (this run only)
+    #[arg(long, value_name = "STORE", default_value = "local")]
+    pub lane_store: String,
 }
 
 #[derive(Debug, clap::Args)]

@@ -103,6 +103,9 @@ pub struct LaneSpec {
     pub limit: Option<u32>,
     pub rate: Option<Rate>,
     pub burst: Option<u32>,
+    /// Held for us by the run that started this one (`FLUX_TOOLS_LEASE`): the lane is this
+    /// run's own copy, limited to what the parent holds, and never queues behind the parent.
+    pub borrowed: bool,
 }
 
 /// A phase: a contiguous range of calls.
@@ -401,6 +404,7 @@ pub fn build(
                     limit,
                     rate,
                     burst,
+                    borrowed: false,
                 });
                 lanes.len() - 1
             })

@@ -13,6 +13,7 @@
 
 mod call;
 pub mod lanes;
+pub mod lease;
 pub mod scheduler;
 mod stats;
 pub mod tools;

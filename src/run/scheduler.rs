@@ -326,6 +326,7 @@ pub async fn execute(
             }
         }
     }
+    let plan_manifest_path = manifest.path.display().to_string();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::Running);
     let mut co = Coordinator {
@@ -350,6 +351,7 @@ pub async fn execute(
         run: Arc::new(RunInfo {
             run_id: config.run_id.clone(),
             tenant: plan.settings.tenant.clone(),
+            manifest: plan_manifest_path.clone(),
         }),
         plan: plan.clone(),
         lanes: config.lanes.clone(),

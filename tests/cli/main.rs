@@ -5,6 +5,7 @@ mod completions;
 mod errors;
 mod http;
 mod http_server;
+mod lanes;
 mod mcp;
 mod plan;
 mod processes;

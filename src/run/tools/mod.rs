@@ -106,6 +106,9 @@ impl Stop {
 pub struct RunInfo {
     pub run_id: String,
     pub tenant: String,
+    /// The manifest's canonical path: a nested run borrows our permits only when it uses the
+    /// same manifest (the same lanes).
+    pub manifest: String,
 }
 
 /// What a tool is asked to do. It borrows from the plan rather than copying, so a call in
@@ -153,7 +156,7 @@ impl Invocation {
             .iter()
             .map(|&l| serde_json::json!({"lane": self.plan.lanes[l].name, "weight": call.weight}))
             .collect();
-        serde_json::json!({"run_id": self.run.run_id, "call": call.id, "lanes": lanes}).to_string()
+        serde_json::json!({"run_id": self.run.run_id, "manifest": self.run.manifest, "call": call.id, "lanes": lanes}).to_string()
     }
 }
 

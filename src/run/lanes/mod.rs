@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::plan::LaneSpec;
+
+mod local;
 use crate::report::events::LaneStats;
+pub use local::{runtime_dir, LocalLanes};
 
 /// A boxed future, for the object-safe store trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -28,6 +31,16 @@ pub struct Lease {
     sem: Option<Arc<OrderedSemaphore>>,
     counters: Arc<Counters>,
     weight: u64,
+    /// What a shared store holds for this lease (file locks); dropped with it.
+    shared: Option<Box<dyn Send + Sync>>,
+}
+
+impl Lease {
+    /// Attach what a cross-process store holds, released when the lease drops.
+    pub fn with_shared(mut self, guard: Box<dyn Send + Sync>) -> Lease {
+        self.shared = Some(guard);
+        self
+    }
 }
 
 impl Drop for Lease {
@@ -178,48 +191,109 @@ struct Counters {
     rejections: AtomicU64,
 }
 
-struct Bucket {
-    per_sec: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
+/// A lane's rate (tokens per second, burst), if it has one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSpec {
+    pub per_sec: f64,
+    pub burst: f64,
+}
+
+impl RateSpec {
+    pub fn of(spec: &LaneSpec) -> Option<RateSpec> {
+        spec.rate.map(|r| RateSpec {
+            per_sec: r.per_second(),
+            burst: f64::from(spec.burst.unwrap_or(r.count)),
+        })
+    }
+}
+
+/// A token bucket and a back-off pause, in seconds on some clock (an `Instant` base in
+/// memory, the Unix epoch when shared through a file). Pure arithmetic, shared by the stores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenState {
+    pub tokens: f64,
+    /// Refill is counted from here (pushed into the future by a back-off).
+    pub at: f64,
+    /// Nothing is admitted before this time.
+    pub paused_until: f64,
+}
+
+impl TokenState {
+    pub fn full(rate: Option<RateSpec>, now: f64) -> TokenState {
+        TokenState {
+            tokens: rate.map_or(0.0, |r| r.burst),
+            at: now,
+            paused_until: 0.0,
+        }
+    }
+
+    /// Admit one call at `now`: reserve its token (if the lane has a rate; the token is
+    /// reserved even if not there yet, so waiters queue behind each other and the lane never
+    /// exceeds its rate) and say how long it must wait.
+    pub fn admit(&mut self, now: f64, rate: Option<RateSpec>) -> Admission {
+        let paused = (self.paused_until - now).max(0.0);
+        let Some(r) = rate else {
+            return Admission {
+                wait: Duration::from_secs_f64(paused),
+                token: false,
+            };
+        };
+        if now > self.at {
+            self.tokens = (self.tokens + (now - self.at) * r.per_sec).min(r.burst);
+            self.at = now;
+        }
+        self.tokens -= 1.0;
+        let refill_starts = (self.at - now).max(0.0);
+        let token_wait = if self.tokens >= 0.0 {
+            refill_starts
+        } else {
+            refill_starts + -self.tokens / r.per_sec
+        };
+        Admission {
+            wait: Duration::from_secs_f64(token_wait.max(paused)),
+            token: token_wait > 0.0,
+        }
+    }
+
+    /// A partner said "wait": pause admissions, and (for a rate lane) stop refilling, until then.
+    pub fn back_off(&mut self, now: f64, wait: Duration, has_rate: bool) {
+        let until = now + wait.as_secs_f64();
+        self.paused_until = self.paused_until.max(until);
+        if has_rate && self.at < until {
+            self.tokens = self.tokens.min(0.0);
+            self.at = until;
+        }
+    }
 }
 
 struct Lane {
     spec: LaneSpec,
-    /// Nothing is admitted before this instant (a 429's Retry-After).
-    paused_until: Mutex<Option<Instant>>,
+    rate: Option<RateSpec>,
+    tokens: Mutex<TokenState>,
     sem: Option<Arc<OrderedSemaphore>>,
-    bucket: Option<Mutex<Bucket>>,
     counters: Arc<Counters>,
 }
 
 /// Lanes kept in this process only.
 pub struct MemoryLanes {
     lanes: Vec<Lane>,
+    /// The clock rate buckets count from.
+    base: Instant,
 }
 
 impl MemoryLanes {
     pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
-        let now = Instant::now();
         MemoryLanes {
+            base: Instant::now(),
             lanes: specs
                 .iter()
                 .map(|s| Lane {
                     spec: s.clone(),
-                    paused_until: Mutex::new(None),
+                    rate: RateSpec::of(s),
+                    tokens: Mutex::new(TokenState::full(RateSpec::of(s), 0.0)),
                     sem: s
                         .limit
                         .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
-                    bucket: s.rate.map(|r| {
-                        let burst = f64::from(s.burst.unwrap_or(r.count));
-                        Mutex::new(Bucket {
-                            per_sec: r.per_second(),
-                            burst,
-                            tokens: burst,
-                            at: now,
-                        })
-                    }),
                     counters: Arc::new(Counters::default()),
                 })
                 .collect(),
@@ -249,6 +323,7 @@ impl LaneStore for MemoryLanes {
                 sem: l.sem.clone(),
                 counters: l.counters.clone(),
                 weight: w,
+                shared: None,
             })
         })
     }
@@ -257,39 +332,11 @@ impl LaneStore for MemoryLanes {
         let Some(l) = self.lanes.get(lane) else {
             return Ok(Admission::default());
         };
-        let now = Instant::now();
-        let paused = l
-            .paused_until
-            .lock()
-            .map_err(|_| LaneError("lane pause poisoned".into()))?
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
-        let Some(bucket) = l.bucket.as_ref() else {
-            return Ok(Admission {
-                wait: paused,
-                token: false,
-            });
-        };
-        let mut b = bucket
+        let mut st = l
+            .tokens
             .lock()
             .map_err(|_| LaneError("rate bucket poisoned".into()))?;
-        if now > b.at {
-            let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-            b.tokens = (b.tokens + elapsed * b.per_sec).min(b.burst);
-            b.at = now;
-        }
-        // Reserve the token even if it is not there yet: waiters queue up behind each other
-        // and the lane never exceeds its rate, even when a waiter gives up.
-        b.tokens -= 1.0;
-        let refill_starts = b.at.saturating_duration_since(now);
-        let token_wait = if b.tokens >= 0.0 {
-            refill_starts
-        } else {
-            refill_starts + Duration::from_secs_f64(-b.tokens / b.per_sec)
-        };
-        Ok(Admission {
-            wait: token_wait.max(paused),
-            token: !token_wait.is_zero(),
-        })
+        Ok(st.admit(self.base.elapsed().as_secs_f64(), l.rate))
     }
 
     fn back_off(&self, lane: usize, wait: Duration) {
@@ -297,20 +344,8 @@ impl LaneStore for MemoryLanes {
             return;
         };
         l.counters.rejections.fetch_add(1, Ordering::Relaxed);
-        let until = Instant::now() + wait;
-        if let Ok(mut p) = l.paused_until.lock() {
-            if p.is_none_or(|cur| cur < until) {
-                *p = Some(until);
-            }
-        }
-        // A rate lane also stops refilling until then, so the partner sees no burst after it.
-        if let Some(bucket) = &l.bucket {
-            if let Ok(mut b) = bucket.lock() {
-                if b.at < until {
-                    b.tokens = b.tokens.min(0.0);
-                    b.at = until;
-                }
-            }
+        if let Ok(mut st) = l.tokens.lock() {
+            st.back_off(self.base.elapsed().as_secs_f64(), wait, l.rate.is_some());
         }
     }
 
@@ -355,6 +390,7 @@ mod tests {
             limit,
             rate,
             burst,
+            borrowed: false,
         }
     }
 

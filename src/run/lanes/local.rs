@@ -1,0 +1,281 @@
+//! The `local` lane store (the default): tenant, tool and shared lanes held across every
+//! `flux-tools` process on the machine that uses the same manifest.
+//!
+//! Each such lane is a folder under a per-user runtime directory (mode 0700), keyed by the
+//! manifest's canonical path: `slot-0 … slot-N-1` files whose advisory `flock` is a permit, a
+//! `gate` file, and a `rate` file holding the lane's token bucket. The kernel drops a dead
+//! process's locks at once, so a crashed or SIGKILLed run frees its permits immediately.
+//! Inside a process the in-memory ordered semaphore still queues calls in call order, so at
+//! most N of them look for a slot; across processes the head waiter holds the gate while it
+//! waits, so newcomers queue behind it instead of overtaking it (roughly fair). Waiting on the
+//! gate blocks a thread, not a core; waiting for a slot polls with a back-off from 2 to 50 ms.
+//! Per-run lanes (the turn, the batch's narrowed copies) and lanes borrowed from a parent run
+//! (`FLUX_TOOLS_LEASE`) stay in memory.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState};
+use crate::plan::LaneSpec;
+use crate::report::events::LaneStats;
+
+/// The per-user folder the local store keeps its lock files in.
+pub fn runtime_dir() -> Result<PathBuf, LaneError> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let base = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("flux-tools"),
+        _ => std::env::temp_dir().join(format!("flux-tools-{uid}")),
+    };
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
+    {
+        return Err(LaneError(format!(
+            "cannot create the lane folder {}: {e}",
+            base.display()
+        )));
+    }
+    let meta =
+        std::fs::metadata(&base).map_err(|e| LaneError(format!("{}: {e}", base.display())))?;
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(LaneError(format!(
+            "the lane folder {} must belong to you and be private (mode 0700)",
+            base.display()
+        )));
+    }
+    Ok(base)
+}
+
+/// FNV-1a: a stable short name for a path or lane (not for security: the folder is private).
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn lane_folder(root: &Path, name: &str) -> PathBuf {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(60)
+        .collect();
+    root.join(format!("{clean}-{:08x}", fnv(name.as_bytes()) as u32))
+}
+
+fn flock(file: &File, op: i32) -> bool {
+    // SAFETY: flock on a file descriptor we own; failure is reported by the return value.
+    unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
+}
+
+fn open_rw(path: &Path) -> Result<File, LaneError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| LaneError(format!("cannot open {}: {e}", path.display())))
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Slot files held for one lease; closing them releases the locks.
+struct Slots(#[allow(dead_code)] Vec<File>);
+
+/// One lane shared through files.
+struct FileLane {
+    dir: PathBuf,
+    slots: u32,
+    rate: Option<RateSpec>,
+}
+
+impl FileLane {
+    async fn take(&self, weight: u32) -> Result<Slots, LaneError> {
+        let gate = open_rw(&self.dir.join("gate"))?;
+        let gate = if flock(&gate, libc::LOCK_EX | libc::LOCK_NB) {
+            gate
+        } else {
+            tokio::task::spawn_blocking(move || {
+                if flock(&gate, libc::LOCK_EX) {
+                    Ok(gate)
+                } else {
+                    Err(LaneError(format!(
+                        "flock failed: {}",
+                        std::io::Error::last_os_error()
+                    )))
+                }
+            })
+            .await
+            .map_err(|e| LaneError(format!("lane gate: {e}")))??
+        };
+        let mut held: Vec<(u32, File)> = Vec::with_capacity(weight as usize);
+        let mut delay = Duration::from_millis(2);
+        loop {
+            for k in 0..self.slots {
+                if held.len() as u32 >= weight {
+                    break;
+                }
+                if held.iter().any(|(h, _)| *h == k) {
+                    continue;
+                }
+                let f = open_rw(&self.dir.join(format!("slot-{k}")))?;
+                if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+                    held.push((k, f));
+                }
+            }
+            if held.len() as u32 >= weight {
+                drop(gate);
+                return Ok(Slots(held.into_iter().map(|(_, f)| f).collect()));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Run `f` on the lane's token state under the `rate` file's lock.
+    fn with_tokens<T>(&self, f: impl FnOnce(&mut TokenState, f64) -> T) -> Result<T, LaneError> {
+        let mut file = open_rw(&self.dir.join("rate"))?;
+        if !flock(&file, libc::LOCK_EX) {
+            return Err(LaneError(format!(
+                "cannot lock the rate of {}",
+                self.dir.display()
+            )));
+        }
+        let now = unix_now();
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        let nums: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let mut st = match nums.as_slice() {
+            [tokens, at, paused] => TokenState {
+                tokens: *tokens,
+                at: *at,
+                paused_until: *paused,
+            },
+            _ => TokenState::full(self.rate, now),
+        };
+        let out = f(&mut st, now);
+        let line = format!("{} {} {}\n", st.tokens, st.at, st.paused_until);
+        let written = file
+            .set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(line.as_bytes()));
+        flock(&file, libc::LOCK_UN);
+        written.map_err(|e| {
+            LaneError(format!(
+                "cannot update the rate of {}: {e}",
+                self.dir.display()
+            ))
+        })?;
+        Ok(out)
+    }
+}
+
+/// Lanes shared by every process on this machine using the same manifest.
+pub struct LocalLanes {
+    mem: Arc<MemoryLanes>,
+    files: Vec<Option<FileLane>>,
+}
+
+impl LocalLanes {
+    /// `manifest`: the manifest's canonical path, which names the set of shared lanes.
+    pub fn new(specs: &[LaneSpec], manifest: &Path) -> Result<LocalLanes, LaneError> {
+        let root = runtime_dir()?.join(format!(
+            "{:016x}",
+            fnv(manifest.as_os_str().as_encoded_bytes())
+        ));
+        let mut files = Vec::with_capacity(specs.len());
+        for s in specs {
+            let shared =
+                s.key.across_runs() && !s.borrowed && (s.limit.is_some() || s.rate.is_some());
+            if !shared {
+                files.push(None);
+                continue;
+            }
+            let dir = lane_folder(&root, &s.name);
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
+            files.push(Some(FileLane {
+                dir,
+                slots: s.limit.unwrap_or(0),
+                rate: RateSpec::of(s),
+            }));
+        }
+        Ok(LocalLanes {
+            mem: Arc::new(MemoryLanes::new(specs)),
+            files,
+        })
+    }
+
+    fn file(&self, lane: usize) -> Option<&FileLane> {
+        self.files.get(lane).and_then(Option::as_ref)
+    }
+}
+
+impl LaneStore for LocalLanes {
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            // In call order within this process, at most `limit` at a time…
+            let lease = self.mem.clone().acquire(lane, weight, order).await?;
+            // …then a slot shared with every other process.
+            match self.file(lane) {
+                Some(f) if f.slots > 0 => Ok(lease.with_shared(Box::new(f.take(weight).await?))),
+                _ => Ok(lease),
+            }
+        })
+    }
+
+    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
+        match self.file(lane) {
+            Some(f) => {
+                let rate = f.rate;
+                f.with_tokens(|st, now| st.admit(now, rate))
+            }
+            None => self.mem.admission(lane),
+        }
+    }
+
+    fn back_off(&self, lane: usize, wait: Duration) {
+        self.mem.back_off(lane, wait);
+        if let Some(f) = self.file(lane) {
+            let has_rate = f.rate.is_some();
+            let _ = f.with_tokens(|st, now| st.back_off(now, wait, has_rate));
+        }
+    }
+
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        self.mem.record_wait(lane, wait, token);
+    }
+
+    fn stats(&self) -> Vec<LaneStats> {
+        self.mem.stats()
+    }
+}

@@ -1,0 +1,264 @@
+//! Lanes across processes (the default `local` store): real `flux-tools` processes sharing a
+//! manifest share its tenant, tool and shared lanes; a killed run frees its permits at once;
+//! a nested run borrows its caller's permits.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{results, Project};
+
+/// A command tool that logs `start TENANT NANOS` / `end TENANT NANOS` around a 200 ms sleep.
+const LOGGING: &str = r#"
+[concurrency]
+max_concurrent_tools = 16
+per_tenant = 2
+[concurrency.per_tool]
+work = 2
+solo = 1
+
+[tools.work]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "echo \"start $FLUX_TENANT $(date +%s%N)\" >> \"$1\"; sleep 0.2; echo \"end $FLUX_TENANT $(date +%s%N)\" >> \"$1\"", "work", "{log}"]
+stdin = "none"
+
+[tools.any]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "echo \"start $FLUX_TENANT $(date +%s%N)\" >> \"$1\"; sleep 0.2; echo \"end $FLUX_TENANT $(date +%s%N)\" >> \"$1\"", "any", "{log}"]
+stdin = "none"
+
+[tools.solo]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "touch \"$1\"; exec sleep \"$2\"", "solo", "{marker}", "{secs}"]
+stdin = "none"
+"#;
+
+/// The most intervals open at once in a start/end log (optionally for one tenant).
+fn peak(log: &Path, tenant: Option<&str>) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        if parts.len() != 3 || tenant.is_some_and(|t| t != parts[1]) {
+            continue;
+        }
+        let Ok(t) = parts[2].parse::<u128>() else {
+            continue;
+        };
+        // Ends sort before starts at the same instant: touching intervals do not overlap.
+        events.push((t, if parts[0] == "start" { 1 } else { -1 }));
+    }
+    events.sort();
+    let (mut now, mut best) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        best = best.max(now);
+    }
+    best as usize
+}
+
+fn batch(tool: &str, tenant: &str, n: usize, log: &Path) -> String {
+    let mut b = format!("tenant: {tenant}\ncalls:\n");
+    for _ in 0..n {
+        b.push_str(&format!(
+            "  - {{ tool: {tool}, args: {{ log: \"{}\" }} }}\n",
+            log.display()
+        ));
+    }
+    b
+}
+
+fn run_all(p: &Project, batches: &[(&str, String)]) -> Vec<Value> {
+    let children: Vec<_> = batches
+        .iter()
+        .map(|(name, text)| {
+            let path = p.write(name, text);
+            p.spawn(&["run", path.to_str().unwrap(), "--format", "json"])
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+        })
+        .collect()
+}
+
+#[test]
+fn three_processes_share_a_tool_lane() {
+    let p = Project::new(LOGGING);
+    let log = p.path().join("work.log");
+    let docs = run_all(
+        &p,
+        &[
+            ("a.yaml", batch("work", "t1", 10, &log)),
+            ("b.yaml", batch("work", "t2", 10, &log)),
+            ("c.yaml", batch("work", "t3", 10, &log)),
+        ],
+    );
+    for d in &docs {
+        assert!(results(d).iter().all(|r| r["status"] == "ok"), "{d}");
+    }
+    assert_eq!(peak(&log, None), 2, "per_tool = 2 across three runs");
+    // The memory store, by contrast, only bounds each run on its own.
+    let log2 = p.path().join("mem.log");
+    let children: Vec<_> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|n| {
+            let path = p.write(&format!("{n}.yaml"), &batch("work", n, 4, &log2));
+            p.spawn(&[
+                "run",
+                path.to_str().unwrap(),
+                "--format",
+                "json",
+                "--lane-store",
+                "memory",
+            ])
+        })
+        .collect();
+    for c in children {
+        assert!(c.wait_with_output().unwrap().status.success());
+    }
+    assert!(peak(&log2, None) > 2, "memory lanes are per run");
+}
+
+#[test]
+fn the_tenant_lane_is_shared_by_one_tenants_runs_only() {
+    let p = Project::new(LOGGING);
+    let log = p.path().join("tenants.log");
+    let docs = run_all(
+        &p,
+        &[
+            ("a.yaml", batch("any", "acme", 6, &log)),
+            ("b.yaml", batch("any", "acme", 6, &log)),
+            ("c.yaml", batch("any", "globex", 6, &log)),
+        ],
+    );
+    for d in &docs {
+        assert!(results(d).iter().all(|r| r["status"] == "ok"), "{d}");
+    }
+    assert_eq!(
+        peak(&log, Some("acme")),
+        2,
+        "per_tenant = 2 across acme's two runs"
+    );
+    assert_eq!(peak(&log, Some("globex")), 2);
+    assert!(
+        peak(&log, None) >= 3,
+        "globex does not wait for acme's permits"
+    );
+}
+
+#[test]
+fn a_run_killed_with_sigkill_frees_its_permits_at_once() {
+    let p = Project::new(LOGGING);
+    let marker = p.path().join("holding");
+    let a = p.write(
+        "a.yaml",
+        &format!(
+            "- {{ tool: solo, args: {{ marker: \"{}\", secs: 60 }} }}\n",
+            marker.display()
+        ),
+    );
+    let mut holder = p.spawn(&["run", a.to_str().unwrap()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(marker.exists(), "the first run never started its call");
+    let b = p.write(
+        "b.yaml",
+        &format!(
+            "- {{ tool: solo, args: {{ marker: \"{}\", secs: 0 }} }}\n",
+            p.path().join("second").display()
+        ),
+    );
+    let waiter = p.spawn(&["run", b.to_str().unwrap(), "--format", "json"]);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        !p.path().join("second").exists(),
+        "per_tool = 1: the second run must wait"
+    );
+    holder.kill().unwrap();
+    let killed = Instant::now();
+    let out = waiter.wait_with_output().unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "the permit came back only after {:?}",
+        killed.elapsed()
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results(&doc)[0]["status"], "ok");
+    assert!(results(&doc)[0]["queued_ms"].as_u64().unwrap() >= 500);
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_nested_run_borrows_its_callers_permits() {
+    let flux = assert_cmd::cargo::cargo_bin("flux-tools");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("tools.toml");
+    let inner = dir.path().join("inner.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"
+[concurrency]
+max_concurrent_tools = 4
+per_tenant = 1
+
+[tools.step]
+kind = "scripted"
+effect = "read"
+latency = "100ms"
+
+[tools.nested]
+kind = "command"
+effect = "read"
+command = ["{flux}", "--manifest", "{manifest}", "run", "{{batch}}", "--format", "json"]
+stdin = "none"
+timeout = "20s"
+"#,
+            flux = flux.display(),
+            manifest = manifest.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &inner,
+        "tenant: acme\ncalls:\n  - tool: step\n  - tool: step\n",
+    )
+    .unwrap();
+    let p = Project { dir };
+    let started = Instant::now();
+    let (doc, code) = p.run_json(
+        &format!(
+            "tenant: acme\ncalls:\n  - {{ tool: nested, args: {{ batch: \"{}\" }} }}\n",
+            inner.display()
+        ),
+        &[],
+    );
+    assert_eq!(code, 0, "{doc}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the nested run deadlocked"
+    );
+    let nested = &results(&doc)[0]["output"];
+    assert_eq!(nested["outcome"], "completed", "{nested}");
+    let inner_results = nested["results"].as_array().unwrap();
+    assert!(inner_results.iter().all(|r| r["status"] == "ok"));
+    // Borrowed: the nested calls ran inside the parent's single tenant permit, one at a time.
+    let tenant = nested["stats"]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lane"] == "tenant:acme")
+        .unwrap();
+    assert_eq!(tenant["peak_in_flight"], 1);
+}
