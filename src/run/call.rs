@@ -288,6 +288,36 @@ impl Job {
         }
         let leases = std::mem::take(&mut acq.leases);
         let longest = acq.longest;
+        // A parallel_safe = false tool: identical arguments never overlap, even across runs.
+        let _exclusive = if self.plan.phases[self.plan.calls[self.pos].phase].alone {
+            let key = format!(
+                "{}\u{0}{}",
+                self.inv.tool(),
+                serde_json::to_string(self.inv.args()).unwrap_or_default()
+            );
+            let mut stop = self.stop_rx.clone();
+            let held = tokio::select! {
+                biased;
+                _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
+                r = self.lanes.clone().exclusive(key) => Some(r),
+            };
+            match held {
+                Some(Ok(guard)) => guard,
+                Some(Err(e)) => {
+                    return self.release(
+                        leases,
+                        never(&mut result, "lane_store", &e.to_string()),
+                        false,
+                    )
+                }
+                None => {
+                    let why = "run ended while another run held the same call";
+                    return self.release(leases, never(&mut result, "run_ended", why), false);
+                }
+            }
+        } else {
+            None
+        };
 
         let dispatched = Instant::now();
         result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));

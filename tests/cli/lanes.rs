@@ -30,6 +30,14 @@ effect = "read"
 command = ["sh", "-c", "echo \"start $FLUX_TENANT $(date +%s%N)\" >> \"$1\"; sleep 0.2; echo \"end $FLUX_TENANT $(date +%s%N)\" >> \"$1\"", "any", "{log}"]
 stdin = "none"
 
+[tools.alone]
+kind = "command"
+effect = "write"
+idempotent = true
+parallel_safe = false
+command = ["sh", "-c", "echo \"start $FLUX_TENANT $(date +%s%N)\" >> \"$1\"; sleep 0.3; echo \"end $FLUX_TENANT $(date +%s%N)\" >> \"$1\"", "alone", "{log}"]
+stdin = "none"
+
 [tools.solo]
 kind = "command"
 effect = "read"
@@ -261,4 +269,22 @@ timeout = "20s"
         .find(|l| l["lane"] == "tenant:acme")
         .unwrap();
     assert_eq!(tenant["peak_in_flight"], 1);
+}
+
+#[test]
+fn identical_calls_to_an_order_dependent_tool_never_overlap_across_runs() {
+    let p = Project::new(LOGGING);
+    let log = p.path().join("alone.log");
+    let docs = run_all(
+        &p,
+        &[
+            ("a.yaml", batch("alone", "x1", 3, &log)),
+            ("b.yaml", batch("alone", "x2", 3, &log)),
+            ("c.yaml", batch("alone", "x3", 3, &log)),
+        ],
+    );
+    for d in &docs {
+        assert!(results(d).iter().all(|r| r["status"] == "ok"), "{d}");
+    }
+    assert_eq!(peak(&log, None), 1, "the same booking ran twice at once");
 }

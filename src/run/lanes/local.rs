@@ -195,6 +195,8 @@ impl FileLane {
 pub struct LocalLanes {
     mem: Arc<MemoryLanes>,
     files: Vec<Option<FileLane>>,
+    /// This manifest's folder (lanes, and `keys/` for parallel_safe = false calls).
+    root: PathBuf,
 }
 
 impl LocalLanes {
@@ -227,6 +229,7 @@ impl LocalLanes {
         Ok(LocalLanes {
             mem: Arc::new(MemoryLanes::new(specs)),
             files,
+            root,
         })
     }
 
@@ -277,5 +280,36 @@ impl LaneStore for LocalLanes {
 
     fn stats(&self) -> Vec<LaneStats> {
         self.mem.stats()
+    }
+
+    fn exclusive(
+        self: Arc<Self>,
+        key: String,
+    ) -> BoxFuture<'static, Result<Option<Box<dyn Send + Sync>>, LaneError>> {
+        Box::pin(async move {
+            let dir = self.root.join("keys");
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
+            let file = open_rw(&dir.join(format!("{:016x}", fnv(key.as_bytes()))))?;
+            if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                return Ok(Some(Box::new(file) as Box<dyn Send + Sync>));
+            }
+            let file = tokio::task::spawn_blocking(move || {
+                if flock(&file, libc::LOCK_EX) {
+                    Ok(file)
+                } else {
+                    Err(LaneError(format!(
+                        "flock failed: {}",
+                        std::io::Error::last_os_error()
+                    )))
+                }
+            })
+            .await
+            .map_err(|e| LaneError(format!("keyed lock: {e}")))??;
+            Ok(Some(Box::new(file) as Box<dyn Send + Sync>))
+        })
     }
 }

@@ -179,6 +179,16 @@ pub trait LaneStore: Send + Sync {
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
     /// Figures for the stats.
     fn stats(&self) -> Vec<LaneStats>;
+    /// Hold the lock that keeps calls to a `parallel_safe = false` tool with identical
+    /// arguments (`key`) from overlapping across runs. Inside one run its phases already
+    /// serialize such calls, so a store that is not shared returns nothing to hold.
+    fn exclusive(
+        self: Arc<Self>,
+        key: String,
+    ) -> BoxFuture<'static, Result<Option<Box<dyn Send + Sync>>, LaneError>> {
+        let _ = key;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 #[derive(Default)]
