@@ -12,7 +12,8 @@ of several runs:
   * 100,000 zero-latency scripted calls: calls per second and peak RSS;
   * plan of a 100,000-call batch with references: time and peak RSS;
   * HTTP GETs on a loopback keep-alive server (benches/http_server.rs) at concurrency 1, 8, 64:
-    flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint.
+    flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint;
+  * per-call cost of each lane store (memory, local, redis when redis-server is installed).
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
 import argparse
@@ -178,11 +179,35 @@ def http_throughput(work, reps):
         server.kill()
 
 
+def lane_stores(work, reps):
+    n = 20_000
+    manifest = os.path.join(work, "lanes.toml")
+    write(manifest, '[concurrency.per_tool]\nz = 8\n[tools.z]\nkind = "scripted"\neffect = "read"\n')
+    batch = os.path.join(work, "lanes.jsonl")
+    write(batch, "".join('{"tool":"z"}\n' for _ in range(n)))
+    stores = ["memory", "local"]
+    server = None
+    if shutil.which("redis-server"):
+        server = subprocess.Popen(["redis-server", "--port", "16390", "--save", "", "--appendonly", "no"],
+                                  stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        stores.append("redis://127.0.0.1:16390")
+    print(f"\n## {n} zero-latency scripted calls through a tool lane of 8, per lane store (median of {reps})")
+    try:
+        for store in stores:
+            wall, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                      "--progress", "never", "--lane-store", store])
+            print(f"  {store:<26} {n / wall:>10,.0f} calls/s  {wall * 1e6 / n:>8.1f} µs per call")
+    finally:
+        if server:
+            server.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
@@ -199,6 +224,8 @@ def main():
             plan_time(work, reps)
         if "http" in only:
             http_throughput(work, reps)
+        if "lanes" in only:
+            lane_stores(work, reps)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
-use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes};
+use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::run::tools::mcp::{self, McpHub};
 use crate::run::{self, lease, RunConfig};
 
@@ -303,11 +303,24 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     lease::borrow(&mut plan, &manifest);
     let lanes: Arc<dyn LaneStore> = match r.lane_store.as_str() {
         "memory" => Arc::new(MemoryLanes::new(&plan.lanes)),
-        "local" => Arc::new(LocalLanes::new(&plan.lanes, &manifest.path).map_err(|e| Error::Usage(e.to_string()))?),
-        other if other.starts_with("redis://") => {
-            return Err(Error::Usage(format!("--lane-store {other}: the Redis lane store is not part of this build yet; use local or memory")))
+        "local" => Arc::new(
+            LocalLanes::new(&plan.lanes, &manifest.path)
+                .map_err(|e| Error::Usage(e.to_string()))?,
+        ),
+        url if url.starts_with("redis://") || url.starts_with("rediss://") => Arc::new(
+            runtime
+                .block_on(RedisLanes::connect(
+                    url,
+                    &plan.lanes,
+                    &manifest.path.display().to_string(),
+                ))
+                .map_err(|e| Error::Usage(e.to_string()))?,
+        ),
+        other => {
+            return Err(Error::Usage(format!(
+                "--lane-store `{other}`: use local, memory or redis://HOST:PORT[/DB]"
+            )))
         }
-        other => return Err(Error::Usage(format!("--lane-store `{other}`: use local or memory"))),
     };
     let manifest = Arc::new(manifest);
     let plan = Arc::new(plan);

@@ -104,7 +104,8 @@ pub struct RunArgs {
     pub stream: bool,
 
     /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
-    /// machine using the same manifest) or `memory` (this run only)
+    /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
+    /// that Redis) or `memory` (this run only)
     #[arg(long, value_name = "STORE", default_value = "local")]
     pub lane_store: String,
 }

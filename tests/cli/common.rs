@@ -52,9 +52,15 @@ impl Project {
     /// Start `flux-tools ARGS` in the project folder as a child process (for signals and
     /// rusage), stdout and stderr piped.
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.spawn_env(args, &[])
+    }
+
+    /// [`Project::spawn`] with extra environment variables.
+    pub fn spawn_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
         std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
             .current_dir(self.path())
             .args(args)
+            .envs(env.iter().copied())
             .env("CI", "true")
             .env_remove("FLUX_TOOLS_MANIFEST")
             .stdout(std::process::Stdio::piped())

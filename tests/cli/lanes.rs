@@ -288,3 +288,200 @@ fn identical_calls_to_an_order_dependent_tool_never_overlap_across_runs() {
     }
     assert_eq!(peak(&log, None), 1, "the same booking ran twice at once");
 }
+
+/// A throwaway `redis-server` on a free loopback port, stopped on drop.
+struct Redis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        if std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server is not installed (.ci/run installs it)"
+            );
+            eprintln!("skipping: redis-server is not installed");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn redis_shares_a_tool_lane_across_processes() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis.log");
+    let children: Vec<_> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|n| {
+            let path = p.write(&format!("{n}.yaml"), &batch("work", n, 6, &log));
+            p.spawn(&[
+                "run",
+                path.to_str().unwrap(),
+                "--format",
+                "json",
+                "--lane-store",
+                &redis.url,
+            ])
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(results(&doc).iter().all(|r| r["status"] == "ok"), "{doc}");
+    }
+    assert_eq!(peak(&log, None), 2);
+}
+
+#[test]
+fn redis_frees_a_killed_holders_permits_after_the_lease() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(LOGGING);
+    let marker = p.path().join("holding");
+    let a = p.write(
+        "a.yaml",
+        &format!(
+            "- {{ tool: solo, args: {{ marker: \"{}\", secs: 60 }} }}\n",
+            marker.display()
+        ),
+    );
+    let env = [("FLUX_TOOLS_LEASE_MS", "1500")];
+    let mut holder = p.spawn_env(
+        &["run", a.to_str().unwrap(), "--lane-store", &redis.url],
+        &env,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(marker.exists(), "the first run never started its call");
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let killed = Instant::now();
+    let b = p.write(
+        "b.yaml",
+        &format!(
+            "- {{ tool: solo, args: {{ marker: \"{}\", secs: 0 }} }}\n",
+            p.path().join("second").display()
+        ),
+    );
+    let out = p
+        .spawn_env(
+            &[
+                "run",
+                b.to_str().unwrap(),
+                "--format",
+                "json",
+                "--lane-store",
+                &redis.url,
+            ],
+            &env,
+        )
+        .wait_with_output()
+        .unwrap();
+    let waited = killed.elapsed();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results(&doc)[0]["status"], "ok");
+    assert!(
+        waited >= Duration::from_millis(700),
+        "the dead holder's lease was honoured ({waited:?})"
+    );
+    assert!(
+        waited < Duration::from_secs(6),
+        "the permit came back only after {waited:?}"
+    );
+}
+
+#[test]
+fn redis_going_away_mid_run_is_a_classified_failure_not_a_hang() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let p = Project::new(LOGGING);
+    let b = p.write(
+        "b.yaml",
+        &(0..4)
+            .map(|i| {
+                format!(
+                    "- {{ tool: solo, args: {{ marker: \"{}\", secs: 1 }} }}\n",
+                    p.path().join(format!("m{i}")).display()
+                )
+            })
+            .collect::<String>(),
+    );
+    let child = p.spawn(&[
+        "run",
+        b.to_str().unwrap(),
+        "--format",
+        "json",
+        "--lane-store",
+        &redis.url,
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    redis.child.kill().unwrap();
+    let _ = redis.child.wait();
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the run hung without Redis"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = results(&doc);
+    assert_eq!(r[0]["status"], "ok", "the call in flight finished");
+    let failed: Vec<&Value> = r
+        .iter()
+        .filter(|x| x["status"] == "never_dispatched")
+        .collect();
+    assert!(!failed.is_empty(), "{doc}");
+    for f in failed {
+        assert_eq!(f["error"]["kind"], "lane_store");
+        assert!(
+            f["error"]["message"].as_str().unwrap().contains(&redis.url),
+            "{f}"
+        );
+    }
+}

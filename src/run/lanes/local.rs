@@ -54,7 +54,7 @@ pub fn runtime_dir() -> Result<PathBuf, LaneError> {
 }
 
 /// FNV-1a: a stable short name for a path or lane (not for security: the folder is private).
-fn fnv(bytes: &[u8]) -> u64 {
+pub(super) fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
     })

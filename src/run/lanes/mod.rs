@@ -20,8 +20,10 @@ use tokio::sync::oneshot;
 use crate::plan::LaneSpec;
 
 mod local;
+mod redis;
 use crate::report::events::LaneStats;
 pub use local::{runtime_dir, LocalLanes};
+pub use redis::RedisLanes;
 
 /// A boxed future, for the object-safe store trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

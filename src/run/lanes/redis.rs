@@ -1,0 +1,316 @@
+//! The `redis://HOST:PORT[/DB]` lane store: tenant, tool and shared lanes held by every process
+//! on every machine that points at the same Redis (or Valkey).
+//!
+//! A lane is a sorted set of permits (`weight` members per call, each scored with the time its
+//! lease expires, on Redis's own clock); acquiring and releasing are Lua scripts, so they are
+//! atomic. A holder renews its lease every third of the lease time while its call runs, so a
+//! crashed holder's permits come back once the lease lapses, and renewal re-adds the *same*
+//! members, so an in-flight call is never counted twice after Redis comes back. Rate buckets
+//! live in Redis too (a hash updated by script, same arithmetic as the other stores). When
+//! Redis cannot be reached, a dispatch retries for a few seconds and then fails with a clear
+//! `lane_store` error. Inside a process calls still queue in call order in memory first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+
+use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
+use crate::plan::LaneSpec;
+use crate::report::events::LaneStats;
+
+/// How long a lease lasts without renewal (`FLUX_TOOLS_LEASE_MS` overrides, for tests).
+const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// How long a dispatch keeps trying an unreachable Redis before it fails.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
+
+const ACQUIRE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local limit = tonumber(ARGV[1])
+local n = #ARGV - 2
+if redis.call('ZCARD', KEYS[1]) + n > limit then return 0 end
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+"#;
+
+const RENEW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return 1
+"#;
+
+/// Token bucket and back-off pause: returns the wait in microseconds and whether it is for a
+/// token. ARGV: per_sec, burst, has_rate (0/1), backoff_us (0: admit one call).
+const TOKENS: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local per_sec, burst, has_rate, backoff = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
+local at = tonumber(redis.call('HGET', KEYS[1], 'at') or now)
+local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or 0)
+local wait, token = 0, 0
+if backoff > 0 then
+  local untl = now + backoff / 1e6
+  if untl > paused then paused = untl end
+  if has_rate and at < untl then
+    if tokens > 0 then tokens = 0 end
+    at = untl
+  end
+else
+  local pw = paused - now
+  if pw < 0 then pw = 0 end
+  local tw = 0
+  if has_rate then
+    if now > at then
+      tokens = math.min(burst, tokens + (now - at) * per_sec)
+      at = now
+    end
+    tokens = tokens - 1
+    local starts = at - now
+    if starts < 0 then starts = 0 end
+    tw = starts
+    if tokens < 0 then tw = starts + (-tokens) / per_sec end
+  end
+  if tw > 0 then token = 1 end
+  wait = math.max(tw, pw)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at), 'paused', tostring(paused))
+redis.call('EXPIRE', KEYS[1], 86400)
+return {math.floor(wait * 1e6), token}
+"#;
+
+struct RedisLane {
+    key: String,
+    limit: u32,
+    rate: Option<RateSpec>,
+}
+
+/// Lanes shared through Redis.
+pub struct RedisLanes {
+    url: String,
+    conn: MultiplexedConnection,
+    mem: Arc<MemoryLanes>,
+    lanes: Vec<Option<RedisLane>>,
+    lease: Duration,
+    acquire: Script,
+    renew: Script,
+    tokens: Script,
+    /// The runtime the admission scripts run on (admission is called from sync code).
+    rt: tokio::runtime::Handle,
+    /// Since when Redis has failed every attempt (shared by all calls, so once it has been
+    /// down for a while each further dispatch fails after one try, not after its own wait).
+    down_since: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
+    LaneError(format!("lane store {url} is unreachable: {e}"))
+}
+
+impl RedisLanes {
+    /// Connect; `namespace` (the manifest's canonical path) separates manifests sharing a Redis.
+    pub async fn connect(
+        url: &str,
+        specs: &[LaneSpec],
+        namespace: &str,
+    ) -> Result<RedisLanes, LaneError> {
+        let client =
+            redis::Client::open(url).map_err(|e| LaneError(format!("--lane-store {url}: {e}")))?;
+        let conn = tokio::time::timeout(UNREACHABLE_FOR, client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| store_error(url, "no answer"))?
+            .map_err(|e| store_error(url, e))?;
+        let lease = std::env::var("FLUX_TOOLS_LEASE_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(DEFAULT_LEASE, Duration::from_millis)
+            .max(Duration::from_millis(300));
+        let ns = format!("{:016x}", super::local::fnv(namespace.as_bytes()));
+        let lanes = specs
+            .iter()
+            .map(|s| {
+                (s.key.across_runs() && !s.borrowed && (s.limit.is_some() || s.rate.is_some()))
+                    .then(|| RedisLane {
+                        key: format!("flux-tools:{ns}:{}", s.name),
+                        limit: s.limit.unwrap_or(0),
+                        rate: RateSpec::of(s),
+                    })
+            })
+            .collect();
+        Ok(RedisLanes {
+            url: url.to_string(),
+            conn,
+            mem: Arc::new(MemoryLanes::new(specs)),
+            lanes,
+            lease,
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            tokens: Script::new(TOKENS),
+            rt: tokio::runtime::Handle::current(),
+            down_since: std::sync::Mutex::new(None),
+        })
+    }
+
+    fn lane(&self, lane: usize) -> Option<&RedisLane> {
+        self.lanes.get(lane).and_then(Option::as_ref)
+    }
+
+    async fn take(self: &Arc<Self>, lane: usize, weight: u32) -> Result<Permits, LaneError> {
+        let Some(l) = self.lane(lane) else {
+            return Err(LaneError("no such lane".into()));
+        };
+        let id = format!("{:016x}", fastrand::u64(..));
+        let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
+        let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
+        let mut delay = Duration::from_millis(5);
+        loop {
+            let mut inv = self.acquire.key(&l.key);
+            inv.arg(l.limit).arg(lease_ms);
+            for m in &members {
+                inv.arg(m);
+            }
+            let mut conn = self.conn.clone();
+            let answer = inv.invoke_async::<i64>(&mut conn).await;
+            if self.note_answer(&answer)? {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+        // Renew while the call runs; give the permits back when the lease drops.
+        let me = self.clone();
+        let key = l.key.clone();
+        let renew_members = members.clone();
+        let renewer = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(me.lease / 3).await;
+                let mut inv = me.renew.key(&key);
+                inv.arg(lease_ms);
+                for m in &renew_members {
+                    inv.arg(m);
+                }
+                let mut conn = me.conn.clone();
+                let _ = inv.invoke_async::<i64>(&mut conn).await;
+            }
+        });
+        Ok(Permits {
+            store: self.clone(),
+            key: l.key.clone(),
+            members,
+            renewer,
+        })
+    }
+
+    /// Record whether Redis answered; `Ok(true)` when the permits were granted, `Err` once it
+    /// has been unreachable for too long.
+    fn note_answer(&self, answer: &redis::RedisResult<i64>) -> Result<bool, LaneError> {
+        let mut down = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        match answer {
+            Ok(granted) => {
+                *down = None;
+                Ok(*granted == 1)
+            }
+            Err(e) => {
+                let since = *down.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= UNREACHABLE_FOR {
+                    return Err(store_error(&self.url, e));
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    fn run_tokens(&self, lane: usize, backoff: Duration) -> Result<Admission, LaneError> {
+        let Some(l) = self.lane(lane) else {
+            return Ok(Admission::default());
+        };
+        let rate = l.rate;
+        let mut inv = self.tokens.key(format!("{}:rate", l.key));
+        inv.arg(rate.map_or(0.0, |r| r.per_sec))
+            .arg(rate.map_or(0.0, |r| r.burst))
+            .arg(if rate.is_some() { 1 } else { 0 })
+            .arg(u64::try_from(backoff.as_micros()).unwrap_or(u64::MAX));
+        let mut conn = self.conn.clone();
+        // Admission is synchronous in the lane trait; the script is one short round trip.
+        let out: Result<(i64, i64), redis::RedisError> =
+            tokio::task::block_in_place(|| self.rt.block_on(inv.invoke_async(&mut conn)));
+        let (wait_us, token) = out.map_err(|e| store_error(&self.url, e))?;
+        Ok(Admission {
+            wait: Duration::from_micros(wait_us.max(0) as u64),
+            token: token == 1,
+        })
+    }
+}
+
+/// Permits held in Redis for one lease.
+struct Permits {
+    store: Arc<RedisLanes>,
+    key: String,
+    members: Vec<String>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        let mut conn = self.store.conn.clone();
+        let key = std::mem::take(&mut self.key);
+        let members = std::mem::take(&mut self.members);
+        // Best effort: if this never runs (the process exits), the lease lapses on its own.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _: Result<i64, _> = redis::cmd("ZREM")
+                    .arg(&key)
+                    .arg(&members)
+                    .query_async(&mut conn)
+                    .await;
+            });
+        }
+    }
+}
+
+impl LaneStore for RedisLanes {
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            let lease = self.mem.clone().acquire(lane, weight, order).await?;
+            match self.lane(lane) {
+                Some(l) if l.limit > 0 => {
+                    Ok(lease.with_shared(Box::new(self.take(lane, weight).await?)))
+                }
+                _ => Ok(lease),
+            }
+        })
+    }
+
+    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
+        match self.lane(lane) {
+            Some(_) => self.run_tokens(lane, Duration::ZERO),
+            None => self.mem.admission(lane),
+        }
+    }
+
+    fn back_off(&self, lane: usize, wait: Duration) {
+        self.mem.back_off(lane, wait);
+        if self.lane(lane).is_some() {
+            let _ = self.run_tokens(lane, wait.max(Duration::from_micros(1)));
+        }
+    }
+
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        self.mem.record_wait(lane, wait, token);
+    }
+
+    fn stats(&self) -> Vec<LaneStats> {
+        self.mem.stats()
+    }
+}
