@@ -111,6 +111,9 @@ pub struct LaneStats {
     pub rate_limit_waits: u64,
     /// How many times a partner rejected a call in this lane (HTTP 429/503 with a wait).
     pub rejections: u64,
+    /// For a lane shared with other runs: the most permits other runs held while one of ours
+    /// waited for it (`None`: not shared, or nobody waited).
+    pub peak_held_elsewhere: Option<u64>,
 }
 
 /// Run statistics (SPEC section 5).
@@ -173,6 +176,8 @@ pub enum Event {
         weight: u32,
         held: bool,
     },
+    /// Other runs hold `held` permits of the shared `lane` (seen when one of our calls waited).
+    LaneShared { lane: usize, held: u64 },
     /// Call `call` began (`waiting`) or stopped waiting for a rate token of `lane`.
     RateWaiting {
         call: usize,

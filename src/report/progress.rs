@@ -18,6 +18,8 @@ struct LaneLine {
     queued: u64,
     /// Calls holding a permit but waiting for a rate token.
     token_waiting: u64,
+    /// Permits of a shared lane other runs held when last looked at.
+    elsewhere: Option<u64>,
     bar: Option<ProgressBar>,
 }
 
@@ -125,8 +127,12 @@ impl Progress {
             .as_ref()
             .map(|r| format!(" · rate {r}, {} waiting for a token", l.token_waiting))
             .unwrap_or_default();
+        let others = l
+            .elsewhere
+            .map(|n| format!(" · {n} held by other runs"))
+            .unwrap_or_default();
         bar.set_message(format!(
-            "{:<28} {:>4}/{limit:<4} held · {} queued{rate}",
+            "{:<28} {:>4}/{limit:<4} held · {} queued{others}{rate}",
             l.info.name, l.held, l.queued
         ));
     }
@@ -149,6 +155,7 @@ impl Reporter for Progress {
                         held: 0,
                         queued: 0,
                         token_waiting: 0,
+                        elsewhere: None,
                         bar: None,
                     })
                     .collect();
@@ -176,6 +183,12 @@ impl Reporter for Progress {
                     } else {
                         l.queued = l.queued.saturating_sub(1);
                     }
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::LaneShared { lane, held } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    l.elsewhere = Some(*held);
                 }
                 self.refresh_lane(*lane);
             }

@@ -63,6 +63,9 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
                 ms(l.wait_ms),
                 l.waits
             );
+            if let Some(n) = l.peak_held_elsewhere {
+                s.push_str(&format!(", other runs held up to {n}"));
+            }
             if let Some(r) = &l.rate {
                 s.push_str(&format!(" (rate {r}, {} token waits)", l.rate_limit_waits));
             }

@@ -154,6 +154,9 @@ pub(super) fn begin_acquire(
             }
             std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
             std::task::Poll::Pending => {
+                if let Some(held) = store.held_elsewhere(lane) {
+                    emitter.lane(|| Event::LaneShared { lane, held });
+                }
                 emitter.lane(|| Event::LaneWaiting {
                     call: pos,
                     lane,

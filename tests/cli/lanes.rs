@@ -114,6 +114,22 @@ fn three_processes_share_a_tool_lane() {
         assert!(results(d).iter().all(|r| r["status"] == "ok"), "{d}");
     }
     assert_eq!(peak(&log, None), 2, "per_tool = 2 across three runs");
+    // The stats say the lane was shared: some run waited while others held its permits.
+    let elsewhere: Vec<u64> = docs
+        .iter()
+        .filter_map(|d| {
+            d["stats"]["lanes"]
+                .as_array()?
+                .iter()
+                .find(|l| l["lane"] == "tool:work")?["peak_held_elsewhere"]
+                .as_u64()
+        })
+        .collect();
+    assert!(
+        elsewhere.iter().any(|n| *n >= 1),
+        "no run saw the others' permits: {elsewhere:?}"
+    );
+    assert!(elsewhere.iter().all(|n| *n <= 2));
     // The memory store, by contrast, only bounds each run on its own.
     let log2 = p.path().join("mem.log");
     let children: Vec<_> = ["m1", "m2", "m3"]

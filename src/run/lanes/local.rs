@@ -282,6 +282,28 @@ impl LaneStore for LocalLanes {
         self.mem.stats()
     }
 
+    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
+        let f = self.file(lane).filter(|f| f.slots > 0)?;
+        if !self.mem.should_probe(lane) {
+            return None;
+        }
+        // A slot we cannot lock is held by someone: by us, or by another run.
+        let mut locked = 0u64;
+        for k in 0..f.slots {
+            let Ok(file) = open_rw(&f.dir.join(format!("slot-{k}"))) else {
+                continue;
+            };
+            if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                flock(&file, libc::LOCK_UN);
+            } else {
+                locked += 1;
+            }
+        }
+        let n = locked.saturating_sub(self.mem.held_here(lane));
+        self.mem.note_elsewhere(lane, n);
+        Some(n)
+    }
+
     fn exclusive(
         self: Arc<Self>,
         key: String,

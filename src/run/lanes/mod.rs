@@ -181,6 +181,12 @@ pub trait LaneStore: Send + Sync {
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
     /// Figures for the stats.
     fn stats(&self) -> Vec<LaneStats>;
+    /// For a lane shared with other runs: how many of its permits they hold now (counted into
+    /// the stats' peak). `None` for a lane only this run uses.
+    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
+        let _ = lane;
+        None
+    }
     /// Hold the lock that keeps calls to a `parallel_safe = false` tool with identical
     /// arguments (`key`) from overlapping across runs. Inside one run its phases already
     /// serialize such calls, so a store that is not shared returns nothing to hold.
@@ -201,6 +207,10 @@ struct Counters {
     waits: AtomicU64,
     rate_waits: AtomicU64,
     rejections: AtomicU64,
+    /// 1 + the most permits other runs were seen holding (0: never looked).
+    elsewhere_peak: AtomicU64,
+    /// When other runs' permits were last counted (ms since the store began).
+    probed_ms: AtomicU64,
 }
 
 /// A lane's rate (tokens per second, burst), if it has one.
@@ -294,6 +304,39 @@ pub struct MemoryLanes {
 }
 
 impl MemoryLanes {
+    /// Permits this process holds in `lane`.
+    pub(crate) fn held_here(&self, lane: usize) -> u64 {
+        self.lanes
+            .get(lane)
+            .map_or(0, |l| l.counters.held.load(Ordering::Relaxed))
+    }
+
+    /// Whether to count other runs' permits of `lane` now: at most every 100 ms, so a queue of
+    /// thousands of waiting calls does not probe the shared store thousands of times.
+    pub(crate) fn should_probe(&self, lane: usize) -> bool {
+        let Some(l) = self.lanes.get(lane) else {
+            return false;
+        };
+        let now = u64::try_from(self.base.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = l.counters.probed_ms.load(Ordering::Relaxed);
+        (last == 0 || now >= last + 100)
+            && l.counters
+                .probed_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Note that other runs hold `n` permits of `lane`.
+    pub(crate) fn note_elsewhere(&self, lane: usize, n: u64) {
+        if let Some(l) = self.lanes.get(lane) {
+            l.counters
+                .elsewhere_peak
+                .fetch_max(n + 1, Ordering::Relaxed);
+        }
+    }
+
     pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
         MemoryLanes {
             base: Instant::now(),
@@ -384,6 +427,11 @@ impl LaneStore for MemoryLanes {
                 waits: l.counters.waits.load(Ordering::Relaxed),
                 rate_limit_waits: l.counters.rate_waits.load(Ordering::Relaxed),
                 rejections: l.counters.rejections.load(Ordering::Relaxed),
+                peak_held_elsewhere: l
+                    .counters
+                    .elsewhere_peak
+                    .load(Ordering::Relaxed)
+                    .checked_sub(1),
             })
             .collect()
     }

@@ -313,4 +313,18 @@ impl LaneStore for RedisLanes {
     fn stats(&self) -> Vec<LaneStats> {
         self.mem.stats()
     }
+
+    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
+        let l = self.lane(lane).filter(|l| l.limit > 0)?;
+        if !self.mem.should_probe(lane) {
+            return None;
+        }
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("ZCARD").arg(&l.key).clone();
+        let total: u64 =
+            tokio::task::block_in_place(|| self.rt.block_on(cmd.query_async(&mut conn))).ok()?;
+        let n = total.saturating_sub(self.mem.held_here(lane));
+        self.mem.note_elsewhere(lane, n);
+        Some(n)
+    }
 }
