@@ -48,6 +48,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Live lane display on stderr (auto: only when stderr is a terminal)')
+            [CompletionResult]::new('--approve', '--approve', [CompletionResultType]::ParameterName, 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)')
             [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')

@@ -44,6 +44,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand -o 'Also write the results document (json) to FILE, atomically'
             cand --output 'Also write the results document (json) to FILE, atomically'
             cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
+            cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
             cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'

@@ -18,6 +18,7 @@ use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
+use crate::run::gate::Approvals;
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::run::tools::mcp::{self, McpHub};
 use crate::run::{self, lease, RunConfig};
@@ -373,6 +374,11 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             events: listening.then_some(tx),
             lane_events: show_progress,
             mcp: mcp.clone(),
+            approvals: r
+                .approve
+                .as_deref()
+                .map(Approvals::parse)
+                .unwrap_or_default(),
         };
         let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
         if let Some(hub) = &mcp {

@@ -103,6 +103,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub stream: bool,
 
+    /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve
+    /// (others are asked on the terminal, or refused when there is none)
+    #[arg(long, value_name = "ANSWER")]
+    pub approve: Option<String>,
+
     /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
     /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
     /// that Redis) or `memory` (this run only)

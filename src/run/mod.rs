@@ -12,6 +12,7 @@
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
 
 mod call;
+pub mod gate;
 pub mod lanes;
 pub mod lease;
 pub mod scheduler;

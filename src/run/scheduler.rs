@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::call::{begin_acquire, never_dispatched, Completion, Emitter, Job};
+use super::gate::{Approvals, Gate, GateJob, Verdict};
 use super::lanes::LaneStore;
 use super::stats;
 use super::tools::{Invocation, RunInfo, StopLevel, ToolContext, ToolImpl};
@@ -37,6 +38,8 @@ pub struct RunConfig {
     pub lane_events: bool,
     /// MCP sessions (started for annotations before planning, or on first call).
     pub mcp: Option<Arc<super::tools::mcp::McpHub>>,
+    /// `--approve`.
+    pub approvals: Approvals,
 }
 
 /// The finished run.
@@ -77,6 +80,12 @@ struct Coordinator {
     budget_hit: bool,
     spent: f64,
     http_429: u64,
+    /// Calls waiting at the gate (approval, before_call hook), and where they go.
+    gating: usize,
+    gate_tx: Option<mpsc::UnboundedSender<GateJob>>,
+    /// Results handed to the after_call hook so far (they go in call order).
+    after_next: usize,
+    after_tx: Option<mpsc::UnboundedSender<Value>>,
 }
 
 impl Coordinator {
@@ -106,12 +115,27 @@ impl Coordinator {
         }
     }
 
+    /// Hand every result that now follows its predecessors to the after_call hook.
+    fn feed_after_hook(&mut self) {
+        let Some(tx) = &self.after_tx else { return };
+        while let Some(Some(r)) = self.results.get(self.after_next) {
+            let c = &self.plan.calls[self.after_next];
+            let _ = tx.send(serde_json::json!({
+                "run_id": self.run.run_id,
+                "call": {"index": c.index, "id": c.id, "tool": c.tool_name},
+                "result": r,
+            }));
+            self.after_next += 1;
+        }
+    }
+
     /// Record a call's final result and release whatever waited for it.
     fn finish(&mut self, p: usize, r: CallResult) {
         let failed = !r.is_ok();
         let id = r.id.clone();
         self.emitter.emit_finished(&r);
         self.results[p] = Some(r);
+        self.feed_after_hook();
         if self.plan.calls[p].phase == self.phase {
             self.phase_left = self.phase_left.saturating_sub(1);
         }
@@ -152,7 +176,7 @@ impl Coordinator {
                 break;
             };
             match self.pre_dispatch(p) {
-                Ok(resolved) => self.spawn(p, resolved),
+                Ok(resolved) => self.gate_or_spawn(p, resolved),
                 Err((kind, why)) => {
                     let r = never_dispatched(&self.plan, p, kind, &why);
                     self.finish(p, r);
@@ -239,6 +263,34 @@ impl Coordinator {
             std::borrow::Cow::Borrowed(_) => None,
             std::borrow::Cow::Owned(m) => Some(m),
         })
+    }
+
+    /// Calls that need approval or a before_call hook go through the gate (serially, in call
+    /// order); the rest are spawned at once.
+    fn gate_or_spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
+        let call = &self.plan.calls[p];
+        let needs_approval = self.manifest.tools[call.tool].requires_approval;
+        match &self.gate_tx {
+            Some(tx) if needs_approval || self.manifest.hooks.before_call.is_some() => {
+                let args = resolved.clone().unwrap_or_else(|| call.args.value.clone());
+                let job = GateJob {
+                    pos: p,
+                    id: call.id.clone(),
+                    tool: call.tool_name.clone(),
+                    needs_approval,
+                    args,
+                    resolved,
+                };
+                if tx.send(job).is_ok() {
+                    self.gating += 1;
+                } else {
+                    let r =
+                        never_dispatched(&self.plan, p, "guardrail", "the approval gate is gone");
+                    self.finish(p, r);
+                }
+            }
+            _ => self.spawn(p, resolved),
+        }
     }
 
     fn spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
@@ -372,7 +424,34 @@ pub async fn execute(
         budget_hit: false,
         spent: 0.0,
         http_429: 0,
+        gating: 0,
+        gate_tx: None,
+        after_next: 0,
+        after_tx: None,
     };
+    let needs_gate = co.manifest.hooks.before_call.is_some()
+        || co.manifest.tools.iter().any(|t| t.requires_approval);
+    let (verdict_tx, mut verdict_rx) = mpsc::unbounded_channel::<Verdict>();
+    let gate_task = needs_gate.then(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        co.gate_tx = Some(tx);
+        let gate = Gate {
+            approvals: config.approvals.clone(),
+            before_call: co.manifest.hooks.before_call.clone(),
+            run_id: config.run_id.clone(),
+        };
+        tokio::spawn(gate.serve(rx, verdict_tx))
+    });
+    let after_task = co.manifest.hooks.after_call.clone().map(|argv| {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        co.after_tx = Some(tx);
+        tokio::spawn(async move {
+            // An observer: its failures never change a result.
+            while let Some(input) = rx.recv().await {
+                let _ = super::gate::run_hook(&argv, &input).await;
+            }
+        })
+    });
     let run_deadline = plan.settings.run_deadline.map(|d| start + d);
     let mut signals_open = true;
     if !plan.phases.is_empty() {
@@ -389,7 +468,7 @@ pub async fn execute(
             co.start_phase();
             continue;
         }
-        if co.in_flight == 0 && (co.ending.is_some() || co.ready.is_empty()) {
+        if co.in_flight == 0 && (co.ending.is_some() || (co.ready.is_empty() && co.gating == 0)) {
             // Ending with nothing in flight, or (a bug) calls left that nothing will release:
             // classify them below rather than hang.
             break;
@@ -402,6 +481,20 @@ pub async fn execute(
         };
         tokio::select! {
             Some(c) = done_rx.recv() => co.completed(c),
+            Some(v) = verdict_rx.recv(), if co.gating > 0 => {
+                co.gating -= 1;
+                match v {
+                    Verdict::Proceed { pos, .. } if co.ending.is_some() => {
+                        let r = never_dispatched(&plan, pos, "run_ended", "the run ended while it waited for approval");
+                        co.finish(pos, r);
+                    }
+                    Verdict::Proceed { pos, resolved } => co.spawn(pos, resolved),
+                    Verdict::Refuse { pos, kind, why } => {
+                        let r = never_dispatched(&plan, pos, kind, &why);
+                        co.finish(pos, r);
+                    }
+                }
+            }
             _ = deadline, if co.ending.is_none() => {
                 let d = plan.settings.run_deadline.map(crate::duration::format).unwrap_or_default();
                 co.end_run(Outcome::DeadlineExceeded, format!("the run deadline of {d} was reached"));
@@ -428,6 +521,15 @@ pub async fn execute(
             emitter.emit_finished(&r);
             co.results[p] = Some(r);
         }
+    }
+    co.feed_after_hook();
+    if let Some(gate) = gate_task {
+        // A question nobody answered must not keep the process alive.
+        gate.abort();
+    }
+    co.after_tx = None;
+    if let Some(after) = after_task {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(60), after).await;
     }
     let outcome = match &co.ending {
         Some((o, _)) => *o,
@@ -533,6 +635,7 @@ timeout = "700ms"
             events: Some(tx),
             lane_events: true,
             mcp: None,
+            approvals: Approvals::Ask,
         };
         let (_signals, sig_rx) = mpsc::unbounded_channel();
         let report = execute(m, plan, config, sig_rx).await;

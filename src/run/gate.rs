@@ -1,0 +1,214 @@
+//! The serial, call-ordered steps that may wait on the outside world before a call is
+//! dispatched — approval (`requires_approval`) and the `before_call` hook — and the
+//! `after_call` hook as results are merged in call order.
+//!
+//! The coordinator hands ready calls to the gate in call order; the gate handles them one at a
+//! time (a human deciding sees one question at a time, in the order the model asked) and
+//! answers each with a [`Verdict`]. Other calls keep running meanwhile: only the gated call
+//! waits. Approvals come from `--approve all|none|TOOL,...`, else from the terminal
+//! (`/dev/tty`), else the call is refused ("approval required").
+
+use std::io::{BufRead, Write};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::template::Template;
+
+/// How long a hook may run before it counts as failed.
+const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `--approve`: answers given in advance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Approvals {
+    /// Ask on the terminal when there is one, else refuse.
+    #[default]
+    Ask,
+    All,
+    None,
+    /// These tools are approved; others are asked about.
+    Tools(Vec<String>),
+}
+
+impl Approvals {
+    pub fn parse(s: &str) -> Approvals {
+        match s {
+            "all" => Approvals::All,
+            "none" => Approvals::None,
+            list => Approvals::Tools(
+                list.split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// One call waiting at the gate.
+pub struct GateJob {
+    pub pos: usize,
+    pub id: String,
+    pub tool: String,
+    pub needs_approval: bool,
+    pub args: Map<String, Value>,
+    pub resolved: Option<Map<String, Value>>,
+}
+
+/// What the gate decided.
+pub enum Verdict {
+    Proceed {
+        pos: usize,
+        resolved: Option<Map<String, Value>>,
+    },
+    Refuse {
+        pos: usize,
+        kind: &'static str,
+        why: String,
+    },
+}
+
+/// Everything the gate needs.
+pub struct Gate {
+    pub approvals: Approvals,
+    pub before_call: Option<Vec<Template>>,
+    pub run_id: String,
+}
+
+impl Gate {
+    /// Handle jobs one at a time, in the order they arrive.
+    pub async fn serve(
+        self,
+        mut jobs: mpsc::UnboundedReceiver<GateJob>,
+        verdicts: mpsc::UnboundedSender<Verdict>,
+    ) {
+        while let Some(job) = jobs.recv().await {
+            let v = self.judge(job).await;
+            if verdicts.send(v).is_err() {
+                break;
+            }
+        }
+    }
+
+    async fn judge(&self, job: GateJob) -> Verdict {
+        let pos = job.pos;
+        if job.needs_approval {
+            match self.approve(&job).await {
+                Ok(()) => {}
+                Err(why) => {
+                    return Verdict::Refuse {
+                        pos,
+                        kind: "approval_denied",
+                        why,
+                    }
+                }
+            }
+        }
+        if let Some(argv) = &self.before_call {
+            let input = json!({"run_id": self.run_id, "call": {"index": job.pos, "id": job.id, "tool": job.tool, "args": job.args}});
+            if let Err(e) = run_hook(argv, &input).await {
+                return Verdict::Refuse {
+                    pos,
+                    kind: "guardrail",
+                    why: format!("the before_call hook refused: {e}"),
+                };
+            }
+        }
+        Verdict::Proceed {
+            pos,
+            resolved: job.resolved,
+        }
+    }
+
+    async fn approve(&self, job: &GateJob) -> Result<(), String> {
+        match &self.approvals {
+            Approvals::All => return Ok(()),
+            Approvals::None => return Err("approval denied (--approve none)".into()),
+            Approvals::Tools(t) if t.contains(&job.tool) => return Ok(()),
+            _ => {}
+        }
+        let question = format!(
+            "approve call `{}` to `{}` with arguments {}? [y/N] ",
+            job.id,
+            job.tool,
+            Value::Object(job.args.clone())
+        );
+        let answer = tokio::task::spawn_blocking(move || ask_terminal(&question))
+            .await
+            .map_err(|e| e.to_string())?;
+        match answer {
+            Some(a) if matches!(a.trim().to_ascii_lowercase().as_str(), "y" | "yes") => Ok(()),
+            Some(_) => Err("approval denied on the terminal".into()),
+            None => Err("approval required (no terminal to ask on; pass --approve)".into()),
+        }
+    }
+}
+
+/// Ask on the controlling terminal; `None` when there is none.
+fn ask_terminal(question: &str) -> Option<String> {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()?;
+    let mut out = tty.try_clone().ok()?;
+    out.write_all(question.as_bytes()).ok()?;
+    out.flush().ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(tty).read_line(&mut line).ok()?;
+    Some(line)
+}
+
+/// Run a hook with `input` as JSON on stdin. `Err` carries why it failed.
+pub async fn run_hook(argv: &[Template], input: &Value) -> Result<(), String> {
+    let no_args = Map::new();
+    let mut parts = Vec::with_capacity(argv.len());
+    for t in argv {
+        parts.push(
+            t.render(&no_args, &|s| s.to_string())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let Some((program, rest)) = parts.split_first() else {
+        return Err("empty hook".into());
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(rest)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", argv[0].redacted()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let body = serde_json::to_vec(input).unwrap_or_default();
+        let _ = stdin.write_all(&body).await;
+    }
+    let mut stderr = child.stderr.take();
+    let waited = tokio::time::timeout(HOOK_TIMEOUT, child.wait()).await;
+    let status = match waited {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("it ran longer than {}s", HOOK_TIMEOUT.as_secs())),
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut tail = String::new();
+    if let Some(err) = stderr.as_mut() {
+        let mut buf = Vec::new();
+        let _ = err.take(4096).read_to_end(&mut buf).await;
+        tail = String::from_utf8_lossy(&buf).trim().to_string();
+    }
+    let code = status
+        .code()
+        .map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));
+    Err(if tail.is_empty() {
+        format!("exit {code}")
+    } else {
+        format!("exit {code}: {tail}")
+    })
+}
