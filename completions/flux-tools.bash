@@ -386,7 +386,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --approve --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --tenant --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --approve --lane-store --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -422,6 +422,14 @@ _flux__tools() {
                     ;;
                 --progress)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --resume)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --approve)

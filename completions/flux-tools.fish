@@ -53,6 +53,8 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l outpu
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal)' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 'Continue the run journaled in FILE: completed calls keep their results, the rest run' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
@@ -65,6 +67,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d '
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r

@@ -19,6 +19,7 @@ use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
 use crate::run::gate::Approvals;
+use crate::run::journal::{self, Journal, Resume};
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::run::tools::mcp::{self, McpHub};
 use crate::run::{self, lease, RunConfig};
@@ -323,6 +324,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             )))
         }
     };
+    let (run_id, journal, resume, journal_thread) = open_journal(r, &manifest, &plan)?;
     let manifest = Arc::new(manifest);
     let plan = Arc::new(plan);
 
@@ -369,7 +371,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         spawn_signal_forwarder(sig_tx);
         let config = RunConfig {
-            run_id: run::scheduler::new_run_id(),
+            run_id: run_id.clone(),
             lanes: lanes.clone(),
             events: listening.then_some(tx),
             lane_events: show_progress,
@@ -379,6 +381,9 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
                 .as_deref()
                 .map(Approvals::parse)
                 .unwrap_or_default(),
+            journal: journal.clone(),
+            resume: resume.clone(),
+            retry_indeterminate: r.retry_indeterminate,
         };
         let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
         if let Some(hub) = &mcp {
@@ -388,6 +393,13 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     });
     // Tasks that outlived the run (none should) must not keep the process alive.
     runtime.shutdown_background();
+    if let Some(j) = journal {
+        j.record(serde_json::json!({"type": "end", "outcome": report.outcome}));
+        drop(j);
+        if let Some(t) = journal_thread {
+            let _ = t.join();
+        }
+    }
     let _ = consumer.join();
 
     let doc = RunDocument {
@@ -428,6 +440,58 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         Outcome::Interrupted => error::EXIT_INTERRUPTED,
         _ => error::EXIT_ENDED_EARLY,
     })
+}
+
+type JournalSetup = (
+    String,
+    Option<Journal>,
+    Option<Arc<Resume>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+/// `--journal` / `--resume`: the run id (the journal's when resuming), the journal writer and
+/// what the earlier run recorded. A journal of another manifest or batch is refused.
+fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<JournalSetup, Error> {
+    let manifest_fp = journal::manifest_fingerprint(&manifest.file.text);
+    let resume = match &r.resume {
+        Some(path) => {
+            let res = Resume::load(path).map_err(Error::Usage)?;
+            if res.manifest != manifest_fp {
+                return Err(Error::Usage(format!(
+                    "journal `{}` was written with a different manifest; it cannot be resumed with {}",
+                    path.display(),
+                    manifest.name()
+                )));
+            }
+            if !res.ids.is_empty() && !plan.calls.iter().any(|c| res.ids.contains(&c.id)) {
+                return Err(Error::Usage(format!(
+                    "journal `{}` belongs to a different batch: none of its calls are in this one",
+                    path.display()
+                )));
+            }
+            Some(Arc::new(res))
+        }
+        None => None,
+    };
+    let run_id = resume
+        .as_ref()
+        .map_or_else(run::scheduler::new_run_id, |r| r.run_id.clone());
+    let path = r.journal.as_ref().or(r.resume.as_ref());
+    let (journal, thread) = match path {
+        Some(p) => {
+            let (j, t) = Journal::open(p).map_err(Error::Usage)?;
+            if resume.is_some() {
+                j.record(serde_json::json!({"type": "resume", "run_id": run_id}));
+            } else {
+                j.record(
+                    serde_json::json!({"type": "run", "run_id": run_id, "manifest": manifest_fp}),
+                );
+            }
+            (Some(j), Some(t))
+        }
+        None => (None, None),
+    };
+    Ok((run_id, journal, resume, thread))
 }
 
 /// Forward SIGINT and SIGTERM to the scheduler: the first stops gracefully, the second at once.

@@ -103,6 +103,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub stream: bool,
 
+    /// Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from
+    #[arg(long, value_name = "FILE")]
+    pub journal: Option<PathBuf>,
+
+    /// Continue the run journaled in FILE: completed calls keep their results, the rest run
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+
+    /// With --resume: send non-idempotent calls that were in flight again, with the same
+    /// idempotency key (by default they are reported indeterminate)
+    #[arg(long, requires = "resume")]
+    pub retry_indeterminate: bool,
+
     /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve
     /// (others are asked on the terminal, or refused when there is none)
     #[arg(long, value_name = "ANSWER")]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// How a call ended (SPEC section 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Ok,
@@ -42,7 +42,7 @@ impl Status {
 }
 
 /// `error` of a result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ErrorInfo {
     pub kind: String,
     pub message: String,

@@ -78,6 +78,8 @@ pub(super) struct Job {
     /// reached ceiling) no queued call slips into the freed permits.
     pub(super) stop_tx: Arc<watch::Sender<StopLevel>>,
     pub(super) fail_run: bool,
+    /// The journal and this call's fingerprint: the dispatch is on disk before the tool runs.
+    pub(super) journal: Option<(super::journal::Journal, String)>,
 }
 
 /// A lane acquisition in progress.
@@ -326,6 +328,12 @@ impl Job {
         result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));
         result.waited_on = longest.map(|(_, l)| self.plan.lanes[l].name.clone());
         result.started_ms = Some(millis(dispatched.saturating_duration_since(self.run_start)));
+        if let Some((journal, fp)) = &self.journal {
+            let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
+            if let Err(e) = journal.record_durably(record).await {
+                return self.release(leases, never(&mut result, "journal", &e), false);
+            }
+        }
         let ceiling_at = self.ceiling.map(|c| dispatched + c);
         let mut ceiling_hit = false;
         let mut attempt = 1u32;

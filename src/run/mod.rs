@@ -13,6 +13,7 @@
 
 mod call;
 pub mod gate;
+pub mod journal;
 pub mod lanes;
 pub mod lease;
 pub mod scheduler;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::call::{begin_acquire, never_dispatched, Completion, Emitter, Job};
 use super::gate::{Approvals, Gate, GateJob, Verdict};
+use super::journal::{Journal, Resume};
 use super::lanes::LaneStore;
 use super::stats;
 use super::tools::{Invocation, RunInfo, StopLevel, ToolContext, ToolImpl};
@@ -25,7 +26,7 @@ use crate::duration::millis;
 use crate::manifest::{Manifest, ToolKind};
 use crate::plan::Plan;
 use crate::reference::ResolveError;
-use crate::report::events::{CallResult, Event, LaneInfo, Outcome, Stats};
+use crate::report::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
 use crate::schema::SCRIPTED_RESERVED;
 
 /// Everything a run needs besides the plan.
@@ -40,6 +41,12 @@ pub struct RunConfig {
     pub mcp: Option<Arc<super::tools::mcp::McpHub>>,
     /// `--approve`.
     pub approvals: Approvals,
+    /// `--journal`: where dispatches and results are recorded.
+    pub journal: Option<Journal>,
+    /// `--resume`: what an earlier run's journal holds.
+    pub resume: Option<Arc<Resume>>,
+    /// `--retry-indeterminate`.
+    pub retry_indeterminate: bool,
 }
 
 /// The finished run.
@@ -54,6 +61,14 @@ pub struct RunReport {
 /// How many completions the coordinator may leave unread while it dispatches a wide phase:
 /// reading them as it goes keeps memory flat when calls finish as fast as they start.
 const DRAIN_EVERY: usize = 256;
+
+/// What pre-dispatch decided for a call that may go ahead.
+enum Ready {
+    /// Dispatch it, with these resolved arguments (`None`: the literal ones).
+    Go(Option<Map<String, Value>>),
+    /// The journal of an earlier run already settled it.
+    Reuse(Box<CallResult>),
+}
 
 /// The run's state, owned by the coordinator task.
 struct Coordinator {
@@ -80,6 +95,13 @@ struct Coordinator {
     budget_hit: bool,
     spent: f64,
     http_429: u64,
+    journal: Option<Journal>,
+    resume: Option<Arc<Resume>>,
+    retry_indeterminate: bool,
+    /// Each call's fingerprint (tool and resolved arguments), once resolved.
+    fps: Vec<Option<String>>,
+    /// Calls whose result came from the journal.
+    reused: Vec<bool>,
     /// Calls waiting at the gate (approval, before_call hook), and where they go.
     gating: usize,
     gate_tx: Option<mpsc::UnboundedSender<GateJob>>,
@@ -129,8 +151,22 @@ impl Coordinator {
         }
     }
 
+    /// A result the journal already holds: report it, do not record it again.
+    fn finish_reused(&mut self, p: usize, r: CallResult) {
+        self.reused[p] = true;
+        self.finish(p, r);
+    }
+
     /// Record a call's final result and release whatever waited for it.
     fn finish(&mut self, p: usize, r: CallResult) {
+        if let Some(j) = &self.journal {
+            if !self.reused[p] {
+                j.record(super::journal::Journal::result(
+                    self.fps[p].as_deref().unwrap_or(""),
+                    &r,
+                ));
+            }
+        }
         let failed = !r.is_ok();
         let id = r.id.clone();
         self.emitter.emit_finished(&r);
@@ -176,7 +212,8 @@ impl Coordinator {
                 break;
             };
             match self.pre_dispatch(p) {
-                Ok(resolved) => self.gate_or_spawn(p, resolved),
+                Ok(Ready::Go(resolved)) => self.gate_or_spawn(p, resolved),
+                Ok(Ready::Reuse(r)) => self.finish_reused(p, *r),
                 Err((kind, why)) => {
                     let r = never_dispatched(&self.plan, p, kind, &why);
                     self.finish(p, r);
@@ -194,10 +231,7 @@ impl Coordinator {
 
     /// The serial steps before a call may be dispatched: `Ok(resolved arguments, if any
     /// reference or escape had to be filled)`, or `Err((kind, why))` to never dispatch it.
-    fn pre_dispatch(
-        &mut self,
-        p: usize,
-    ) -> Result<Option<Map<String, Value>>, (&'static str, String)> {
+    fn pre_dispatch(&mut self, p: usize) -> Result<Ready, (&'static str, String)> {
         let plan = &self.plan;
         let call = &plan.calls[p];
         for e in &call.edges {
@@ -243,6 +277,32 @@ impl Coordinator {
                 return Err(("guardrail", format!("guardrail: {}", problems.join("; "))));
             }
         }
+        if self.journal.is_some() || self.resume.is_some() {
+            let fp = super::journal::fingerprint(&call.tool_name, &args);
+            if let Some(resume) = &self.resume {
+                let key = (call.id.clone(), fp.clone());
+                if let Some(r) = resume.results.get(&key) {
+                    self.fps[p] = Some(fp);
+                    return Ok(Ready::Reuse(Box::new(r.clone())));
+                }
+                if resume.in_flight.contains(&key) && !call.idempotent && !self.retry_indeterminate
+                {
+                    let mut r = never_dispatched(&self.plan, p, "run_ended", "");
+                    r.status = Status::Indeterminate;
+                    r.event = Status::Indeterminate.event();
+                    r.idempotency_key = call
+                        .write
+                        .then(|| idempotency_key(&self.run.run_id, &call.id));
+                    r.error = Some(crate::report::events::ErrorInfo {
+                        kind: "run_ended".into(),
+                        message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped; --retry-indeterminate sends it again with the same idempotency key)".into(),
+                    });
+                    self.fps[p] = Some(fp);
+                    return Ok(Ready::Reuse(Box::new(r)));
+                }
+            }
+            self.fps[p] = Some(fp);
+        }
         if let Some(max) = plan.settings.max_cost {
             if call.cost > 0.0 {
                 if self.spent + call.cost > max + 1e-9 {
@@ -259,10 +319,10 @@ impl Coordinator {
                 self.spent += call.cost;
             }
         }
-        Ok(match args {
+        Ok(Ready::Go(match args {
             std::borrow::Cow::Borrowed(_) => None,
             std::borrow::Cow::Owned(m) => Some(m),
-        })
+        }))
     }
 
     /// Calls that need approval or a before_call hook go through the gate (serially, in call
@@ -331,6 +391,7 @@ impl Coordinator {
             retries: if tool.idempotent { tool.retries } else { 0 },
             stop_tx: self.stop_tx.clone(),
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
+            journal: self.journal.clone().zip(self.fps[p].clone()),
         };
         self.in_flight += 1;
         let done = self.done_tx.clone();
@@ -424,6 +485,11 @@ pub async fn execute(
         budget_hit: false,
         spent: 0.0,
         http_429: 0,
+        journal: config.journal.clone(),
+        resume: config.resume.clone(),
+        retry_indeterminate: config.retry_indeterminate,
+        fps: vec![None; n],
+        reused: vec![false; n],
         gating: 0,
         gate_tx: None,
         after_next: 0,
@@ -636,6 +702,9 @@ timeout = "700ms"
             lane_events: true,
             mcp: None,
             approvals: Approvals::Ask,
+            journal: None,
+            resume: None,
+            retry_indeterminate: false,
         };
         let (_signals, sig_rx) = mpsc::unbounded_channel();
         let report = execute(m, plan, config, sig_rx).await;

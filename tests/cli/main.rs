@@ -6,6 +6,7 @@ mod errors;
 mod gate;
 mod http;
 mod http_server;
+mod journal;
 mod lanes;
 mod mcp;
 mod plan;

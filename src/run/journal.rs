@@ -1,0 +1,193 @@
+//! The write-ahead journal (`--journal FILE`) and resuming from it (`--resume FILE`).
+//!
+//! Append-only JSON lines, written from one place (a thread that owns the file) and fsynced at
+//! each record. A call's `dispatch` record is on disk *before* its tool is invoked (the call
+//! waits for the acknowledgement), and its `result` record after; both carry the call id and
+//! the fingerprint of its tool and resolved arguments, so a resumed, edited batch never
+//! mistakes one call for another. On resume: a call with a recorded result keeps it (nothing is
+//! invoked), a call never dispatched runs, an idempotent call that was in flight runs again,
+//! and a non-idempotent call that was in flight is `indeterminate` — unless
+//! `--retry-indeterminate`, which sends it again with the same idempotency key (the run id is
+//! the journal's).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::report::events::CallResult;
+
+/// A stable fingerprint of a call: its tool and resolved arguments.
+pub fn fingerprint(tool: &str, args: &serde_json::Map<String, Value>) -> String {
+    let text = format!(
+        "{tool}\u{0}{}",
+        serde_json::to_string(args).unwrap_or_default()
+    );
+    format!("{:016x}", crate::run::lanes::fnv_hash(text.as_bytes()))
+}
+
+/// A fingerprint of the manifest's text (a journal belongs to one manifest).
+pub fn manifest_fingerprint(text: &str) -> String {
+    format!("{:016x}", crate::run::lanes::fnv_hash(text.as_bytes()))
+}
+
+enum Msg {
+    Line(String, Option<oneshot::Sender<Result<(), String>>>),
+}
+
+/// The journal writer: a thread that appends and fsyncs.
+#[derive(Clone)]
+pub struct Journal {
+    tx: std::sync::mpsc::Sender<Msg>,
+}
+
+impl Journal {
+    /// Open `path` for appending (creating it), with a thread that writes each record.
+    pub fn open(path: &Path) -> Result<(Journal, std::thread::JoinHandle<()>), String> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open journal `{}`: {e}", path.display()))?;
+        let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+        let handle = std::thread::spawn(move || {
+            for Msg::Line(line, ack) in rx {
+                let r = file
+                    .write_all(line.as_bytes())
+                    .and_then(|_| file.write_all(b"\n"))
+                    .and_then(|_| file.sync_data())
+                    .map_err(|e| format!("journal write failed: {e}"));
+                if let Some(ack) = ack {
+                    let _ = ack.send(r);
+                }
+            }
+        });
+        Ok((Journal { tx }, handle))
+    }
+
+    /// Append a record without waiting for it to reach the disk.
+    pub fn record(&self, v: Value) {
+        let _ = self.tx.send(Msg::Line(v.to_string(), None));
+    }
+
+    /// Append a record and wait until it is fsynced.
+    pub async fn record_durably(&self, v: Value) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Msg::Line(v.to_string(), Some(ack)))
+            .map_err(|_| "the journal is closed".to_string())?;
+        done.await
+            .map_err(|_| "the journal is closed".to_string())?
+    }
+
+    pub fn dispatch(id: &str, index: usize, fp: &str, attempt: u32) -> Value {
+        json!({"type": "dispatch", "index": index, "id": id, "fp": fp, "attempt": attempt})
+    }
+
+    pub fn result(fp: &str, r: &CallResult) -> Value {
+        json!({"type": "result", "index": r.index, "id": r.id, "fp": fp, "result": r})
+    }
+}
+
+/// What a journal says about an earlier run.
+#[derive(Debug, Default)]
+pub struct Resume {
+    pub run_id: String,
+    pub manifest: String,
+    /// (call id, fingerprint) → its final result.
+    pub results: HashMap<(String, String), CallResult>,
+    /// (call id, fingerprint) of calls dispatched without a recorded result (in flight).
+    pub in_flight: HashSet<(String, String)>,
+    pub ids: HashSet<String>,
+}
+
+impl Resume {
+    /// Read a journal. A torn last line (the crash came mid-write) is ignored.
+    pub fn load(path: &Path) -> Result<Resume, String> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| format!("cannot read journal `{}`: {e}", path.display()))?;
+        let mut r = Resume::default();
+        let mut dispatched: HashSet<(String, String)> = HashSet::new();
+        for line in std::io::BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let key = || {
+                (
+                    v["id"].as_str().unwrap_or("").to_string(),
+                    v["fp"].as_str().unwrap_or("").to_string(),
+                )
+            };
+            match v["type"].as_str() {
+                Some("run") => {
+                    r.run_id = v["run_id"].as_str().unwrap_or("").to_string();
+                    r.manifest = v["manifest"].as_str().unwrap_or("").to_string();
+                }
+                Some("dispatch") => {
+                    r.ids.insert(key().0);
+                    dispatched.insert(key());
+                }
+                Some("result") => {
+                    if let Ok(res) = serde_json::from_value::<ResultRecord>(v["result"].clone()) {
+                        r.ids.insert(key().0);
+                        r.results.insert(key(), res.into_result());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if r.run_id.is_empty() {
+            return Err(format!(
+                "`{}` is not a flux-tools journal (it has no run record)",
+                path.display()
+            ));
+        }
+        r.in_flight = dispatched
+            .into_iter()
+            .filter(|k| !r.results.contains_key(k))
+            .collect();
+        Ok(r)
+    }
+}
+
+/// A result as journaled (the `&'static str` event is rebuilt from the status).
+#[derive(serde::Deserialize)]
+struct ResultRecord {
+    index: usize,
+    id: String,
+    tool: String,
+    status: crate::report::events::Status,
+    output: Value,
+    error: Option<crate::report::events::ErrorInfo>,
+    attempts: u32,
+    phase: usize,
+    idempotency_key: Option<String>,
+    queued_ms: Option<u64>,
+    waited_on: Option<String>,
+    started_ms: Option<u64>,
+    duration_ms: Option<u64>,
+}
+
+impl ResultRecord {
+    fn into_result(self) -> CallResult {
+        CallResult {
+            index: self.index,
+            id: self.id,
+            tool: self.tool,
+            event: self.status.event(),
+            status: self.status,
+            output: self.output,
+            error: self.error,
+            attempts: self.attempts,
+            phase: self.phase,
+            idempotency_key: self.idempotency_key,
+            queued_ms: self.queued_ms,
+            waited_on: self.waited_on,
+            started_ms: self.started_ms,
+            duration_ms: self.duration_ms,
+        }
+    }
+}
