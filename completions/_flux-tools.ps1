@@ -50,6 +50,8 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Live lane display on stderr (auto: only when stderr is a terminal)')
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from')
             [CompletionResult]::new('--resume', '--resume', [CompletionResultType]::ParameterName, 'Continue the run journaled in FILE: completed calls keep their results, the rest run')
+            [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write a cassette of every call''s fingerprint and result to FILE')
+            [CompletionResult]::new('--replay', '--replay', [CompletionResultType]::ParameterName, 'Answer calls from the cassette FILE without invoking any tool')
             [CompletionResult]::new('--approve', '--approve', [CompletionResultType]::ParameterName, 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)')
             [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')

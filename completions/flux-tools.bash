@@ -386,7 +386,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --approve --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --tenant --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --record --replay --approve --lane-store --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -429,6 +429,14 @@ _flux__tools() {
                     return 0
                     ;;
                 --resume)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --record)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

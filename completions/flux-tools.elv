@@ -46,6 +46,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
             cand --journal 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from'
             cand --resume 'Continue the run journaled in FILE: completed calls keep their results, the rest run'
+            cand --record 'Write a cassette of every call''s fingerprint and result to FILE'
+            cand --replay 'Answer calls from the cassette FILE without invoking any tool'
             cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
             cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'

@@ -55,6 +55,8 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 'Continue the run journaled in FILE: completed calls keep their results, the rest run' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F

@@ -18,6 +18,7 @@ use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
+use crate::run::cassette::Cassette;
 use crate::run::gate::Approvals;
 use crate::run::journal::{self, Journal, Resume};
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
@@ -324,7 +325,19 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             )))
         }
     };
-    let (run_id, journal, resume, journal_thread) = open_journal(r, &manifest, &plan)?;
+    let (mut run_id, journal, resume, journal_thread) = open_journal(r, &manifest, &plan)?;
+    if let Some(path) = &r.record {
+        config::check_output_path(path)?;
+    }
+    let replay = match &r.replay {
+        Some(path) => {
+            let c = Cassette::load(path).map_err(Error::Usage)?;
+            // Replay reports the recorded run: its id, idempotency keys and timings.
+            run_id = c.run_id.clone();
+            Some(Arc::new(c))
+        }
+        None => None,
+    };
     let manifest = Arc::new(manifest);
     let plan = Arc::new(plan);
 
@@ -384,6 +397,8 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             journal: journal.clone(),
             resume: resume.clone(),
             retry_indeterminate: r.retry_indeterminate,
+            record: r.record.is_some(),
+            replay: replay.clone(),
         };
         let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
         if let Some(hub) = &mcp {
@@ -408,6 +423,16 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         results: &report.results,
         stats: &report.stats,
     };
+    if let Some(path) = &r.record {
+        let doc = run::cassette::document(
+            &report.run_id,
+            &report.results,
+            &report.fingerprints,
+            &report.recorded_args,
+        );
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Usage(e.to_string()))?;
+        config::write_atomic(path, format!("{text}\n").as_bytes())?;
+    }
     if let Some(path) = &r.output {
         let mut bytes = Vec::new();
         output::write_json(&mut bytes, &doc).map_err(|e| Error::io("cannot render results", e))?;

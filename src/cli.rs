@@ -116,6 +116,14 @@ pub struct RunArgs {
     #[arg(long, requires = "resume")]
     pub retry_indeterminate: bool,
 
+    /// Write a cassette of every call's fingerprint and result to FILE
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+
+    /// Answer calls from the cassette FILE without invoking any tool
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+
     /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve
     /// (others are asked on the terminal, or refused when there is none)
     #[arg(long, value_name = "ANSWER")]

@@ -19,10 +19,11 @@ use tokio::sync::oneshot;
 
 use crate::report::events::CallResult;
 
-/// A stable fingerprint of a call: its tool and resolved arguments.
-pub fn fingerprint(tool: &str, args: &serde_json::Map<String, Value>) -> String {
+/// A stable fingerprint of a call: its tool, how the tool is invoked (`target`, secrets as
+/// `***`) and its resolved arguments.
+pub fn fingerprint(tool: &str, target: &str, args: &serde_json::Map<String, Value>) -> String {
     let text = format!(
-        "{tool}\u{0}{}",
+        "{tool}\u{0}{target}\u{0}{}",
         serde_json::to_string(args).unwrap_or_default()
     );
     format!("{:016x}", crate::run::lanes::fnv_hash(text.as_bytes()))
@@ -151,6 +152,13 @@ impl Resume {
             .collect();
         Ok(r)
     }
+}
+
+/// Parse a result as journaled or recorded.
+pub fn result_from_json(v: Value) -> Option<CallResult> {
+    serde_json::from_value::<ResultRecord>(v)
+        .ok()
+        .map(ResultRecord::into_result)
 }
 
 /// A result as journaled (the `&'static str` event is rebuilt from the status).

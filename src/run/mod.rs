@@ -12,6 +12,7 @@
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
 
 mod call;
+pub mod cassette;
 pub mod gate;
 pub mod journal;
 pub mod lanes;

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::call::{begin_acquire, never_dispatched, Completion, Emitter, Job};
+use super::cassette::Cassette;
 use super::gate::{Approvals, Gate, GateJob, Verdict};
 use super::journal::{Journal, Resume};
 use super::lanes::LaneStore;
@@ -47,6 +48,10 @@ pub struct RunConfig {
     pub resume: Option<Arc<Resume>>,
     /// `--retry-indeterminate`.
     pub retry_indeterminate: bool,
+    /// `--record`: keep fingerprints and resolved arguments for the cassette.
+    pub record: bool,
+    /// `--replay`: answer calls from this cassette instead of invoking tools.
+    pub replay: Option<Arc<Cassette>>,
 }
 
 /// The finished run.
@@ -56,6 +61,9 @@ pub struct RunReport {
     pub outcome: Outcome,
     pub results: Vec<CallResult>,
     pub stats: Stats,
+    /// Each call's fingerprint and resolved arguments (when recording).
+    pub fingerprints: Vec<Option<String>>,
+    pub recorded_args: Vec<Option<Value>>,
 }
 
 /// How many completions the coordinator may leave unread while it dispatches a wide phase:
@@ -102,6 +110,11 @@ struct Coordinator {
     fps: Vec<Option<String>>,
     /// Calls whose result came from the journal.
     reused: Vec<bool>,
+    /// Whether calls are fingerprinted (journal, resume, record or replay).
+    fingerprints: bool,
+    record: bool,
+    replay: Option<Arc<Cassette>>,
+    recorded_args: Vec<Option<Value>>,
     /// Calls waiting at the gate (approval, before_call hook), and where they go.
     gating: usize,
     gate_tx: Option<mpsc::UnboundedSender<GateJob>>,
@@ -277,8 +290,19 @@ impl Coordinator {
                 return Err(("guardrail", format!("guardrail: {}", problems.join("; "))));
             }
         }
-        if self.journal.is_some() || self.resume.is_some() {
-            let fp = super::journal::fingerprint(&call.tool_name, &args);
+        if self.fingerprints {
+            let target = crate::report::tools::target(tool);
+            let fp = super::journal::fingerprint(&call.tool_name, &target, &args);
+            if self.record {
+                self.recorded_args[p] = Some(Value::Object(args.clone().into_owned()));
+            }
+            if let Some(cassette) = &self.replay {
+                self.fps[p] = Some(fp.clone());
+                return match cassette.take(&call.id, &fp) {
+                    Ok(r) => Ok(Ready::Reuse(Box::new(r))),
+                    Err(why) => Err(("replay_miss", why)),
+                };
+            }
             if let Some(resume) = &self.resume {
                 let key = (call.id.clone(), fp.clone());
                 if let Some(r) = resume.results.get(&key) {
@@ -490,6 +514,13 @@ pub async fn execute(
         retry_indeterminate: config.retry_indeterminate,
         fps: vec![None; n],
         reused: vec![false; n],
+        fingerprints: config.journal.is_some()
+            || config.resume.is_some()
+            || config.record
+            || config.replay.is_some(),
+        record: config.record,
+        replay: config.replay.clone(),
+        recorded_args: vec![None; n],
         gating: 0,
         gate_tx: None,
         after_next: 0,
@@ -622,6 +653,8 @@ pub async fn execute(
         outcome,
         results,
         stats,
+        fingerprints: std::mem::take(&mut co.fps),
+        recorded_args: std::mem::take(&mut co.recorded_args),
     }
 }
 
@@ -705,6 +738,8 @@ timeout = "700ms"
             journal: None,
             resume: None,
             retry_indeterminate: false,
+            record: false,
+            replay: None,
         };
         let (_signals, sig_rx) = mpsc::unbounded_channel();
         let report = execute(m, plan, config, sig_rx).await;

@@ -275,3 +275,94 @@ fn a_journal_of_another_manifest_or_batch_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("different manifest"));
 }
+
+#[test]
+fn a_recorded_batch_replays_to_identical_results_without_invoking_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Project::new(&format!(
+        "{}\n[tools.slow]\nkind = \"scripted\"\neffect = \"read\"\n",
+        manifest(dir.path())
+    ));
+    // Descending latencies: the calls finish in reverse order when recorded.
+    let batch = "- { id: a, tool: slow, args: { _latency: 600ms, v: 1 } }\n- { id: b, tool: slow, args: { _latency: 300ms, v: 2 } }\n- { id: c, tool: read, args: { n: 3 } }\n- { id: d, tool: write, args: { n: 4 } }\n";
+    let b = p.write("b.yaml", batch);
+    let cassette = p.path().join("cassette.json");
+    let rec = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap(),
+            "--record",
+            cassette.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(rec.status.success());
+    let recorded: Value = serde_json::from_slice(&rec.stdout).unwrap();
+    let ledger_lines = ledger(dir.path()).len();
+    assert_eq!(ledger_lines, 2);
+
+    let rep = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap(),
+            "--replay",
+            cassette.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let replayed: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    assert_eq!(
+        serde_json::to_string(&replayed["results"]).unwrap(),
+        serde_json::to_string(&recorded["results"]).unwrap(),
+        "byte-identical results"
+    );
+    assert_eq!(replayed["run_id"], recorded["run_id"]);
+    assert_eq!(
+        ledger(dir.path()).len(),
+        ledger_lines,
+        "replay invoked a tool"
+    );
+    assert!(
+        !std::fs::read_to_string(&cassette)
+            .unwrap()
+            .contains("${env"),
+        "no secrets or templates leak"
+    );
+
+    // A changed argument matches nothing: that call fails, naming it.
+    let changed = p.write("c.yaml", &batch.replace("v: 2", "v: 20"));
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            changed.to_str().unwrap(),
+            "--replay",
+            cassette.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &results(&doc)[1];
+    assert_eq!(r["status"], "never_dispatched");
+    assert_eq!(r["error"]["kind"], "replay_miss");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("call `b`") && msg.contains("was recorded with fingerprint"),
+        "{msg}"
+    );
+    assert_eq!(results(&doc)[0]["status"], "ok");
+}
