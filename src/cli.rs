@@ -34,7 +34,7 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Execute a batch
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Dry run: phases, dependency graph, lanes, critical path; executes nothing
     Plan(PlanArgs),
     /// Check the manifest (and batches) and report every problem with its location
