@@ -41,6 +41,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;run' {
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant for the tenant lane (overrides the batch''s)')
+            [CompletionResult]::new('--input-format', '--input-format', [CompletionResultType]::ParameterName, 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow the turn lane (never widens the manifest''s)')
             [CompletionResult]::new('--on-tool-error', '--on-tool-error', [CompletionResultType]::ParameterName, 'What a failed call does to the run')
             [CompletionResult]::new('--deadline', '--deadline', [CompletionResultType]::ParameterName, 'End the whole run after this long (e.g. 30s, 2m)')
@@ -53,6 +54,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write a cassette of every call''s fingerprint and result to FILE')
             [CompletionResult]::new('--replay', '--replay', [CompletionResultType]::ParameterName, 'Answer calls from the cassette FILE without invoking any tool')
             [CompletionResult]::new('--approve', '--approve', [CompletionResultType]::ParameterName, 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)')
+            [CompletionResult]::new('--emit', '--emit', [CompletionResultType]::ParameterName, 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream')
             [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
@@ -67,14 +69,15 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;plan' {
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant for the tenant lane (overrides the batch''s)')
+            [CompletionResult]::new('--input-format', '--input-format', [CompletionResultType]::ParameterName, 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow the turn lane (never widens the manifest''s)')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'flux-tools;validate' {

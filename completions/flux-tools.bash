@@ -352,7 +352,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__plan)
-            opts="-q -h --tenant --max-concurrent-tools --manifest --format --quiet --color --help"
+            opts="-q -h --tenant --input-format --max-concurrent-tools --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -360,6 +360,10 @@ _flux__tools() {
             case "${prev}" in
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input-format)
+                    COMPREPLY=($(compgen -W "auto batch jsonl openai anthropic" -- "${cur}"))
                     return 0
                     ;;
                 --max-concurrent-tools)
@@ -386,7 +390,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --record --replay --approve --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --record --replay --approve --emit --lane-store --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -394,6 +398,10 @@ _flux__tools() {
             case "${prev}" in
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input-format)
+                    COMPREPLY=($(compgen -W "auto batch jsonl openai anthropic" -- "${cur}"))
                     return 0
                     ;;
                 --max-concurrent-tools)
@@ -442,6 +450,10 @@ _flux__tools() {
                     ;;
                 --approve)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --emit)
+                    COMPREPLY=($(compgen -W "openai anthropic" -- "${cur}"))
                     return 0
                     ;;
                 --lane-store)

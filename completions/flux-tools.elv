@@ -37,6 +37,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;run'= {
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
+            cand --input-format 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
             cand --on-tool-error 'What a failed call does to the run'
             cand --deadline 'End the whole run after this long (e.g. 30s, 2m)'
@@ -49,6 +50,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --record 'Write a cassette of every call''s fingerprint and result to FILE'
             cand --replay 'Answer calls from the cassette FILE without invoking any tool'
             cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
+            cand --emit 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream'
             cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
@@ -62,14 +64,15 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;plan'= {
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
+            cand --input-format 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;validate'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'

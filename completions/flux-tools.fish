@@ -44,6 +44,11 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
+batch\t'A batch document, a sequence of calls, or JSON'
+jsonl\t'JSON Lines: one call object per line'
+openai\t''
+anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-error -d 'What a failed call does to the run' -r -f -a "surface\t'A failed call loses only itself'
 fail-run\t'The first failure ends the run'"
@@ -58,6 +63,8 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l emit -d 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream' -r -f -a "openai\t''
+anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
@@ -73,6 +80,11 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-inde
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
+batch\t'A batch document, a sequence of calls, or JSON'
+jsonl\t'JSON Lines: one call object per line'
+openai\t''
+anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
@@ -84,7 +96,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
 json\t''

@@ -9,10 +9,11 @@ use clap::{CommandFactory, Parser};
 use tokio::sync::mpsc;
 
 use crate::batch::Batch;
-use crate::cli::{Args, Command, Format, McpCommand, PlanArgs, ProgressChoice, RunArgs};
+use crate::cli::{Args, Command, Emit, Format, McpCommand, PlanArgs, ProgressChoice, RunArgs};
 use crate::config;
 use crate::error::{self, render_all, Diagnostic, Error};
 use crate::manifest::{Manifest, ToolKind};
+use crate::model_formats::InputFormat;
 use crate::plan::{self, Plan, PlanOptions};
 use crate::report::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
@@ -207,11 +208,12 @@ fn build_plan(
     args: &Args,
     batch_arg: Option<&str>,
     opts: &PlanOptions,
+    input: InputFormat,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
     let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
-    let (batch, warnings) = Batch::parse(file).map_err(Error::Invalid)?;
+    let (batch, warnings) = Batch::parse_as(file, input).map_err(Error::Invalid)?;
     let hub = manifest
         .tools
         .iter()
@@ -246,7 +248,7 @@ fn plan_cmd(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
         ..Default::default()
     };
     let rt = runtime()?;
-    let (manifest, plan, hub) = build_plan(args, p.batch.as_deref(), &opts, &rt)?;
+    let (manifest, plan, hub) = build_plan(args, p.batch.as_deref(), &opts, p.input_format, &rt)?;
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }
@@ -300,7 +302,8 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         max_cost: r.max_cost,
     };
     let runtime = runtime()?;
-    let (manifest, plan, mcp) = build_plan(args, r.batch.as_deref(), &opts, &runtime)?;
+    let (manifest, plan, mcp) =
+        build_plan(args, r.batch.as_deref(), &opts, r.input_format, &runtime)?;
     print_warnings(args, &plan.warnings);
     let mut plan = plan;
     lease::borrow(&mut plan, &manifest);
@@ -346,7 +349,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         ProgressChoice::Never => false,
         ProgressChoice::Auto => std::io::stderr().is_terminal() && std::env::var_os("CI").is_none(),
     };
-    let streaming = r.stream || format == Format::Jsonl;
+    let streaming = r.stream || (format == Format::Jsonl && r.emit.is_none());
 
     let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
     if show_progress {
@@ -355,9 +358,14 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         )));
     }
     if streaming {
+        let render: Option<output::RenderFn> = match r.emit {
+            Some(Emit::Openai) => Some(Box::new(output::openai_message)),
+            Some(Emit::Anthropic) => Some(Box::new(output::anthropic_block)),
+            None => None,
+        };
         reporters.push(Box::new(StreamWriter::new(
             std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
-            None,
+            render,
         )));
     }
     let listening = !reporters.is_empty();
@@ -440,8 +448,23 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     }
     if !streaming {
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        let res = match format {
-            Format::Json => output::write_json(&mut out, &doc),
+        let res = match (r.emit, format) {
+            (Some(Emit::Openai), _) => {
+                let msgs: Vec<serde_json::Value> =
+                    report.results.iter().map(output::openai_message).collect();
+                serde_json::to_writer_pretty(&mut out, &msgs)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n"))
+            }
+            (Some(Emit::Anthropic), _) => {
+                let blocks: Vec<serde_json::Value> =
+                    report.results.iter().map(output::anthropic_block).collect();
+                let msg = serde_json::json!({"role": "user", "content": blocks});
+                serde_json::to_writer_pretty(&mut out, &msg)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n"))
+            }
+            (None, Format::Json) => output::write_json(&mut out, &doc),
             _ => output::write_table(&mut out, &doc, config::use_color(args.color)),
         };
         match res.and_then(|_| out.flush()) {

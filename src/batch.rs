@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::{suggest, Diagnostic, SourceFile};
+use crate::model_formats::{self, InputFormat};
 use crate::reference::Args;
 use crate::yaml::{self, Locator};
 
@@ -98,8 +99,21 @@ pub fn check_id(id: &str) -> Result<(), String> {
 impl Batch {
     /// Parse batch text. Errors are returned with every problem found.
     pub fn parse(file: SourceFile) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
+        Batch::parse_as(file, InputFormat::Auto)
+    }
+
+    /// Parse batch text of the given format (`Auto` detects OpenAI and Anthropic shapes).
+    pub fn parse_as(
+        file: SourceFile,
+        format: InputFormat,
+    ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         let text = file.text.clone();
-        let (value, jsonl) = match parse_jsonl(&text) {
+        let lines = if format == InputFormat::Jsonl {
+            Some(parse_jsonl_lines(&text))
+        } else {
+            parse_jsonl(&text)
+        };
+        let (value, jsonl) = match lines {
             Some(Ok(calls)) => (Value::Array(calls), true),
             Some(Err((line, msg))) => {
                 let loc = file.location_at(line, 1, 1);
@@ -120,6 +134,26 @@ impl Batch {
                     }
                 }
             }
+        };
+        let value = match format {
+            InputFormat::Openai | InputFormat::Anthropic | InputFormat::Auto if !jsonl => {
+                let shape = if format == InputFormat::Auto {
+                    model_formats::detect(&value)
+                } else {
+                    Some(format)
+                };
+                let converted = match shape {
+                    Some(InputFormat::Openai) => Some(model_formats::from_openai(&value)),
+                    Some(InputFormat::Anthropic) => Some(model_formats::from_anthropic(&value)),
+                    _ => None,
+                };
+                match converted {
+                    Some(Ok(calls)) => Value::Array(calls),
+                    Some(Err(e)) => return Err(vec![Diagnostic::error(e).in_file(&file.name)]),
+                    None => value,
+                }
+            }
+            _ => value,
         };
         let mut p = Parser {
             file: &file,
@@ -190,6 +224,18 @@ impl Batch {
     pub fn index_of(&self, id: &str) -> Option<usize> {
         self.calls.iter().position(|c| c.id == id)
     }
+}
+
+/// JSON Lines as asked for (`--input-format jsonl`): every non-empty line one JSON value.
+fn parse_jsonl_lines(text: &str) -> Result<Vec<Value>, (usize, String)> {
+    let mut out = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str::<Value>(l).map_err(|e| (n + 1, e.to_string()))?);
+    }
+    Ok(out)
 }
 
 /// JSON Lines: more than one non-empty line, each a JSON object. `None` when the text is not

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::batch::OnToolError;
+use crate::model_formats::InputFormat;
 
 /// Run a batch of agent tool calls concurrently inside declared lanes, with call-ordered,
 /// classified results.
@@ -75,6 +76,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub tenant: Option<String>,
 
+    /// What the input is: a batch, JSON Lines, or a model's response (openai, anthropic)
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+
     /// Narrow the turn lane (never widens the manifest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tools: Option<u32>,
@@ -129,6 +134,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "ANSWER")]
     pub approve: Option<String>,
 
+    /// Write the results as messages to send back to the model: `openai` (an array of tool
+    /// messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream
+    #[arg(long, value_enum)]
+    pub emit: Option<Emit>,
+
     /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
     /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
     /// that Redis) or `memory` (this run only)
@@ -145,6 +155,10 @@ pub struct PlanArgs {
     #[arg(long)]
     pub tenant: Option<String>,
 
+    /// What the input is: a batch, JSON Lines, or a model's response (openai, anthropic)
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+
     /// Narrow the turn lane (never widens the manifest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tools: Option<u32>,
@@ -157,6 +171,12 @@ pub enum Format {
     Jsonl,
     Dot,
     Mermaid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Emit {
+    Openai,
+    Anthropic,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -19,6 +19,7 @@ pub mod config;
 pub mod duration;
 pub mod error;
 pub mod manifest;
+pub mod model_formats;
 pub mod plan;
 pub mod reference;
 pub mod report;

@@ -475,7 +475,13 @@ fn redis_going_away_mid_run_is_a_classified_failure_not_a_hang() {
         "--lane-store",
         &redis.url,
     ]);
-    std::thread::sleep(Duration::from_millis(500));
+    // Wait until the first call holds its permit and runs, then take Redis away.
+    let first = p.path().join("m0");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !first.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(first.exists(), "the first call never started");
     redis.child.kill().unwrap();
     let _ = redis.child.wait();
     let started = Instant::now();

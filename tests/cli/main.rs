@@ -3,6 +3,7 @@
 mod common;
 mod completions;
 mod errors;
+mod formats;
 mod gate;
 mod http;
 mod http_server;

@@ -1,0 +1,130 @@
+//! Model formats in and out: OpenAI and Anthropic responses as input (ids kept), `--emit openai`
+//! and `--emit anthropic` as output, in call order, failures included.
+
+use serde_json::Value;
+
+use crate::common::{flux, repo};
+
+fn fixture(name: &str) -> String {
+    repo()
+        .join("tests/fixtures")
+        .join(name)
+        .to_string_lossy()
+        .to_string()
+}
+
+fn run(args: &[&str]) -> (Value, i32) {
+    let out = flux().current_dir(repo()).args(args).output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (v, out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn an_openai_response_runs_with_its_call_ids_and_answers_as_tool_messages() {
+    let (doc, code) = run(&["run", &fixture("openai_response.json"), "--format", "json"]);
+    assert_eq!(code, 1);
+    let ids: Vec<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_Tokyo01", "call_Broken2", "call_Paris03"]);
+    let (msgs, _) = run(&["run", &fixture("openai_response.json"), "--emit", "openai"]);
+    let msgs = msgs.as_array().unwrap();
+    assert_eq!(msgs.len(), 3);
+    for (m, id) in msgs
+        .iter()
+        .zip(["call_Tokyo01", "call_Broken2", "call_Paris03"])
+    {
+        assert_eq!(m["role"], "tool");
+        assert_eq!(m["tool_call_id"], id);
+        assert!(m["content"].is_string());
+    }
+    assert_eq!(
+        serde_json::from_str::<Value>(msgs[0]["content"].as_str().unwrap()).unwrap()["city"],
+        "Tokyo"
+    );
+    assert!(msgs[1]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("ERROR (error, tool_error): upstream returned 502"));
+}
+
+#[test]
+fn an_anthropic_response_answers_as_one_user_message_of_tool_results() {
+    let (msg, code) = run(&[
+        "run",
+        &fixture("anthropic_response.json"),
+        "--emit",
+        "anthropic",
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(msg["role"], "user");
+    let blocks = msg["content"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(blocks[0]["type"], "tool_result");
+    assert_eq!(blocks[0]["tool_use_id"], "toolu_01A09q90qw90lq917835lq9");
+    assert!(blocks[0].get("is_error").is_none());
+    assert_eq!(blocks[1]["tool_use_id"], "toolu_01B19q90qw90lq917835lq8");
+    assert_eq!(blocks[1]["is_error"], true);
+}
+
+#[test]
+fn streamed_emits_are_json_lines_in_call_order() {
+    let out = flux()
+        .current_dir(repo())
+        .args([
+            "run",
+            &fixture("openai_response.json"),
+            "--emit",
+            "openai",
+            "--stream",
+        ])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_Tokyo01", "call_Broken2", "call_Paris03"]);
+}
+
+#[test]
+fn invalid_argument_json_from_the_model_is_a_clear_error() {
+    let out = flux()
+        .current_dir(repo())
+        .args(["run", &fixture("openai_invalid_arguments.json")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tool call `call_bad` (lookup): the model's arguments are not valid JSON"),
+        "{err}"
+    );
+}
+
+#[test]
+fn input_format_can_be_forced() {
+    let out = flux()
+        .current_dir(repo())
+        .args([
+            "plan",
+            &fixture("anthropic_response.json"),
+            "--input-format",
+            "openai",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tool_calls"));
+}
