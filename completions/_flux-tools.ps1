@@ -35,6 +35,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -51,6 +52,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Live lane display on stderr (auto: only when stderr is a terminal)')
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from')
             [CompletionResult]::new('--resume', '--resume', [CompletionResultType]::ParameterName, 'Continue the run journaled in FILE: completed calls keep their results, the rest run')
+            [CompletionResult]::new('--trace', '--trace', [CompletionResultType]::ParameterName, 'Write a Chrome trace-event file of the run (open it in Perfetto)')
             [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write a cassette of every call''s fingerprint and result to FILE')
             [CompletionResult]::new('--replay', '--replay', [CompletionResultType]::ParameterName, 'Answer calls from the cassette FILE without invoking any tool')
             [CompletionResult]::new('--approve', '--approve', [CompletionResultType]::ParameterName, 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)')
@@ -133,6 +135,17 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         'flux-tools;mcp;help;help' {
             break
         }
+        'flux-tools;report' {
+            [CompletionResult]::new('--svg', '--svg', [CompletionResultType]::ParameterName, 'Write an SVG Gantt chart here')
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
         'flux-tools;completions' {
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]')
@@ -149,6 +162,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -170,6 +184,9 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;help;mcp;import' {
+            break
+        }
+        'flux-tools;help;report' {
             break
         }
         'flux-tools;help;completions' {

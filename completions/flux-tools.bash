@@ -28,6 +28,9 @@ _flux__tools() {
             flux__tools,plan)
                 cmd="flux__tools__subcmd__plan"
                 ;;
+            flux__tools,report)
+                cmd="flux__tools__subcmd__report"
+                ;;
             flux__tools,run)
                 cmd="flux__tools__subcmd__run"
                 ;;
@@ -48,6 +51,9 @@ _flux__tools() {
                 ;;
             flux__tools__subcmd__help,plan)
                 cmd="flux__tools__subcmd__help__subcmd__plan"
+                ;;
+            flux__tools__subcmd__help,report)
+                cmd="flux__tools__subcmd__help__subcmd__report"
                 ;;
             flux__tools__subcmd__help,run)
                 cmd="flux__tools__subcmd__help__subcmd__run"
@@ -80,7 +86,7 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --format --quiet --color --help --version run plan validate tools mcp completions help"
+            opts="-q -h -V --manifest --format --quiet --color --help --version run plan validate tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -132,7 +138,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help)
-            opts="run plan validate tools mcp completions help"
+            opts="run plan validate tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -202,6 +208,20 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__plan)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -389,8 +409,38 @@ _flux__tools() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        flux__subcmd__tools__subcmd__report)
+            opts="-q -h --svg --manifest --format --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --svg)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --record --replay --approve --emit --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --lane-store --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -437,6 +487,10 @@ _flux__tools() {
                     return 0
                     ;;
                 --resume)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --trace)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

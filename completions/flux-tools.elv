@@ -32,6 +32,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
+            cand report 'Draw a results document (from --format json or --output) as a timeline picture'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -47,6 +48,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
             cand --journal 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from'
             cand --resume 'Continue the run journaled in FILE: completed calls keep their results, the rest run'
+            cand --trace 'Write a Chrome trace-event file of the run (open it in Perfetto)'
             cand --record 'Write a cassette of every call''s fingerprint and result to FILE'
             cand --replay 'Answer calls from the cassette FILE without invoking any tool'
             cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
@@ -120,6 +122,16 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;mcp;help;help'= {
         }
+        &'flux-tools;report'= {
+            cand --svg 'Write an SVG Gantt chart here'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
         &'flux-tools;completions'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
@@ -135,6 +147,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
+            cand report 'Draw a results document (from --format json or --output) as a timeline picture'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -150,6 +163,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
         }
         &'flux-tools;help;mcp;import'= {
+        }
+        &'flux-tools;help;report'= {
         }
         &'flux-tools;help;completions'= {
         }

@@ -41,6 +41,7 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "plan" -d 'Dry
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work with Model Context Protocol servers'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
@@ -60,6 +61,7 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 'Continue the run journaled in FILE: completed calls keep their results, the rest run' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l trace -d 'Write a Chrome trace-event file of the run (open it in Perfetto)' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
@@ -145,6 +147,18 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_se
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l svg -d 'Write an SVG Gantt chart here' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+json\t''
+jsonl\t''
+dot\t''
+mermaid\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
 json\t''
@@ -156,11 +170,12 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "run" -d 'Execute a batch'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "run" -d 'Execute a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'

@@ -60,6 +60,7 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             Ok(error::EXIT_OK)
         }
         Command::Tools => tools(&args),
+        Command::Report { results, svg } => report_cmd(results, svg),
         Command::Mcp {
             command: McpCommand::Import { server },
         } => mcp_import(&args, server),
@@ -97,6 +98,37 @@ fn tools(args: &Args) -> Result<u8, Error> {
         _ => report::tools::to_table(&m),
     };
     stdout_write(text.as_bytes())?;
+    Ok(error::EXIT_OK)
+}
+
+fn report_cmd(results: &std::path::Path, svg: &std::path::Path) -> Result<u8, Error> {
+    config::check_output_path(svg)?;
+    let text = std::fs::read_to_string(results)
+        .map_err(|e| Error::io(format!("cannot read `{}`", results.display()), e))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "`{}` is not a results document (run with --format json or --output): {e}",
+            results.display()
+        ))
+    })?;
+    let list = doc["results"]
+        .as_array()
+        .ok_or_else(|| Error::Usage(format!("`{}` has no `results`", results.display())))?;
+    let mut parsed = Vec::with_capacity(list.len());
+    for (i, r) in list.iter().enumerate() {
+        parsed.push(journal::result_from_json(r.clone()).ok_or_else(|| {
+            Error::Usage(format!(
+                "`{}`: result #{i} is not a flux-tools result",
+                results.display()
+            ))
+        })?);
+    }
+    let picture = report::timeline::svg(
+        doc["run_id"].as_str().unwrap_or(""),
+        doc["outcome"].as_str().unwrap_or(""),
+        &parsed,
+    );
+    config::write_atomic(svg, picture.as_bytes())?;
     Ok(error::EXIT_OK)
 }
 
@@ -332,6 +364,9 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     if let Some(path) = &r.record {
         config::check_output_path(path)?;
     }
+    for path in [&r.trace].into_iter().flatten() {
+        config::check_output_path(path)?;
+    }
     let replay = match &r.replay {
         Some(path) => {
             let c = Cassette::load(path).map_err(Error::Usage)?;
@@ -431,6 +466,10 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         results: &report.results,
         stats: &report.stats,
     };
+    if let Some(path) = &r.trace {
+        let trace = report::timeline::chrome_trace(&report.run_id, &report.results);
+        config::write_atomic(path, format!("{trace}\n").as_bytes())?;
+    }
     if let Some(path) = &r.record {
         let doc = run::cassette::document(
             &report.run_id,

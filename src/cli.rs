@@ -50,6 +50,14 @@ pub enum Command {
         #[command(subcommand)]
         command: McpCommand,
     },
+    /// Draw a results document (from --format json or --output) as a timeline picture
+    Report {
+        /// The results document
+        results: PathBuf,
+        /// Write an SVG Gantt chart here
+        #[arg(long, value_name = "FILE")]
+        svg: PathBuf,
+    },
     /// Print a shell completion script
     Completions {
         /// The shell
@@ -120,6 +128,10 @@ pub struct RunArgs {
     /// idempotency key (by default they are reported indeterminate)
     #[arg(long, requires = "resume")]
     pub retry_indeterminate: bool,
+
+    /// Write a Chrome trace-event file of the run (open it in Perfetto)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 
     /// Write a cassette of every call's fingerprint and result to FILE
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]

@@ -7,6 +7,7 @@ pub mod output;
 pub mod plan;
 pub mod progress;
 pub mod summary;
+pub mod timeline;
 pub mod tools;
 
 use events::Event;

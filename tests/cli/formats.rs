@@ -128,3 +128,75 @@ fn input_format_can_be_forced() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no tool_calls"));
 }
+
+#[test]
+fn trace_and_svg_timeline_draw_every_dispatched_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let res = dir.path().join("results.json");
+    let svg = dir.path().join("timeline.svg");
+    let out = flux()
+        .current_dir(repo())
+        .args([
+            "run",
+            "batches/one-failure.yaml",
+            "-q",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--output",
+            res.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let spans: Vec<&Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] != "queue")
+        .collect();
+    assert_eq!(spans.len(), 4, "one complete span per dispatched call");
+    assert!(spans
+        .iter()
+        .all(|s| s["dur"].as_u64().unwrap() >= 300_000 && s["ts"].is_u64() && s["tid"].is_u64()));
+    assert!(spans.iter().any(|s| s["args"]["status"] == "error"));
+
+    flux()
+        .current_dir(repo())
+        .args([
+            "report",
+            res.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    assert_eq!(text.matches("class=\"call ").count(), 4);
+    assert!(
+        text.contains("class=\"call error\""),
+        "failures are coloured apart"
+    );
+    // It renders: rsvg-convert (librsvg, installed by .ci/run) turns it into a non-empty PNG.
+    let png = dir.path().join("timeline.png");
+    match std::process::Command::new("rsvg-convert")
+        .args(["-o", png.to_str().unwrap(), svg.to_str().unwrap()])
+        .status()
+    {
+        Ok(s) => {
+            assert!(s.success());
+            let bytes = std::fs::read(&png).unwrap();
+            assert!(
+                bytes.len() > 1000 && bytes.starts_with(b"\x89PNG"),
+                "{} bytes",
+                bytes.len()
+            );
+        }
+        Err(_) => assert!(
+            std::env::var_os("CI").is_none(),
+            "rsvg-convert is not installed (.ci/run installs librsvg2-bin)"
+        ),
+    }
+}
