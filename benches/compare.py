@@ -13,7 +13,8 @@ of several runs:
   * plan of a 100,000-call batch with references: time and peak RSS;
   * HTTP GETs on a loopback keep-alive server (benches/http_server.rs) at concurrency 1, 8, 64:
     flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint;
-  * per-call cost of each lane store (memory, local, redis when redis-server is installed).
+  * per-call cost of each lane store (memory, local, redis when redis-server is installed);
+  * 1,000,000 calls streamed as JSON Lines through stdin: time and peak RSS.
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
 import argparse
@@ -203,11 +204,23 @@ def lane_stores(work, reps):
             server.kill()
 
 
+def stream_memory(work, reps):
+    n = 1_000_000
+    manifest = os.path.join(work, "scripted.toml")
+    write(manifest, '[tools.z]\nkind = "scripted"\neffect = "read"\n')
+    batch = os.path.join(work, "million.jsonl")
+    write(batch, "".join('{"tool":"z"}\n' for _ in range(n)))
+    cmd = ["sh", "-c", f"cat {batch} | {FLUX} --manifest {manifest} run --stream -q --lane-store memory > /dev/null"]
+    wall, rss = median_of(max(1, reps // 2), cmd)
+    print(f"\n## {n:,} zero-latency scripted calls streamed through stdin (--stream)")
+    print(f"  {wall:.2f} s ({n / wall:,.0f} calls/s), peak RSS {rss:.0f} MB (target: < 100 MB)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
@@ -226,6 +239,8 @@ def main():
             http_throughput(work, reps)
         if "lanes" in only:
             lane_stores(work, reps)
+        if "stream" in only:
+            stream_memory(work, reps)
 
 
 if __name__ == "__main__":

@@ -332,7 +332,16 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         on_tool_error: r.on_tool_error,
         deadline,
         max_cost: r.max_cost,
+        external: None,
     };
+    if r.stream
+        && matches!(r.batch.as_deref(), None | Some("-"))
+        && matches!(r.input_format, InputFormat::Auto | InputFormat::Jsonl)
+    {
+        if let Some(first) = crate::stream::first_jsonl_line()? {
+            return crate::stream::run_stream(args, r, opts, first);
+        }
+    }
     let runtime = runtime()?;
     let (manifest, plan, mcp) =
         build_plan(args, r.batch.as_deref(), &opts, r.input_format, &runtime)?;
@@ -582,7 +591,7 @@ fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<Journal
 }
 
 /// Forward SIGINT and SIGTERM to the scheduler: the first stops gracefully, the second at once.
-fn spawn_signal_forwarder(tx: mpsc::UnboundedSender<()>) {
+pub(crate) fn spawn_signal_forwarder(tx: mpsc::UnboundedSender<()>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),

@@ -38,6 +38,8 @@ pub struct Narrowing {
 #[derive(Debug, Clone)]
 pub struct Call {
     pub id: String,
+    /// Whether the batch named the call (else it got a default `cN`).
+    pub explicit_id: bool,
     pub tool: String,
     /// Shared with the plan, which keeps them for dispatch.
     pub args: std::sync::Arc<Args>,
@@ -107,6 +109,15 @@ impl Batch {
         file: SourceFile,
         format: InputFormat,
     ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
+        Batch::parse_chunk(file, format, 0)
+    }
+
+    /// Parse one chunk of a stream whose earlier chunks held `id_offset` calls.
+    pub fn parse_chunk(
+        file: SourceFile,
+        format: InputFormat,
+        id_offset: usize,
+    ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         let text = file.text.clone();
         let lines = if format == InputFormat::Jsonl {
             Some(parse_jsonl_lines(&text))
@@ -159,6 +170,7 @@ impl Batch {
             file: &file,
             diags: Vec::new(),
             locator: Locator::default(),
+            id_offset,
         };
         let mut batch = Batch {
             file: file.clone(),
@@ -266,6 +278,8 @@ struct Parser<'a> {
     file: &'a SourceFile,
     diags: Vec<Diagnostic>,
     locator: Locator,
+    /// Default ids count from here (a chunk of a stream continues its predecessors' numbering).
+    id_offset: usize,
 }
 
 impl Parser<'_> {
@@ -507,7 +521,7 @@ impl Parser<'_> {
     }
 
     fn call(&mut self, index: usize, value: Value) -> Option<Call> {
-        let default_id = format!("c{}", index + 1);
+        let default_id = format!("c{}", self.id_offset + index + 1);
         let Value::Object(mut m) = value else {
             self.call_error(
                 index,
@@ -522,6 +536,7 @@ impl Parser<'_> {
             );
             return None;
         };
+        let explicit_id = !matches!(m.get("id"), None | Some(Value::Null));
         let id = match m.remove("id") {
             None | Some(Value::Null) => default_id,
             Some(Value::String(s)) => {
@@ -661,6 +676,7 @@ impl Parser<'_> {
         };
         Some(Call {
             id,
+            explicit_id,
             tool,
             args: std::sync::Arc::new(args),
             after,

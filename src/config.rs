@@ -61,6 +61,15 @@ pub fn use_color(choice: ColorChoice) -> bool {
 /// Largest batch accepted, to keep memory bounded on hostile input.
 pub const MAX_BATCH_BYTES: u64 = 256 << 20;
 
+/// Text already read from stdin (to see whether it is a JSON Lines stream) that a whole-batch
+/// read must put back in front of the rest.
+static STDIN_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Give back text read from stdin ahead of time.
+pub fn unread_stdin(text: String) {
+    let _ = STDIN_PREFIX.set(text);
+}
+
 /// Read the batch: a path, `-` for stdin, or stdin when nothing is given and it is piped.
 pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
     let from_stdin = match arg {
@@ -75,6 +84,9 @@ pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
     };
     let mut bytes = Vec::new();
     let name = if from_stdin {
+        if let Some(prefix) = STDIN_PREFIX.get() {
+            bytes.extend_from_slice(prefix.as_bytes());
+        }
         std::io::stdin()
             .take(MAX_BATCH_BYTES + 1)
             .read_to_end(&mut bytes)

@@ -25,5 +25,6 @@ pub mod reference;
 pub mod report;
 pub mod run;
 pub mod schema;
+pub mod stream;
 pub mod template;
 pub mod yaml;

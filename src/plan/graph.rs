@@ -8,6 +8,7 @@
 //! then shared lanes by name.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::{narrow, Batch, OnToolError};
@@ -24,7 +25,13 @@ pub struct PlanOptions {
     pub on_tool_error: Option<OnToolError>,
     pub deadline: Option<Duration>,
     pub max_cost: Option<f64>,
+    /// Calls settled before this batch (earlier chunks of a stream) that references and
+    /// `after` may name: their output, or `None` when they failed.
+    pub external: Option<Arc<External>>,
 }
+
+/// Outputs of calls outside the batch, by id (`None`: the call did not succeed).
+pub type External = HashMap<String, Option<serde_json::Value>>;
 
 /// Run-wide settings after narrowing.
 #[derive(Debug, Clone)]
@@ -136,6 +143,8 @@ pub struct CallPlan {
     /// Expected latency, and whether it came from the manifest (`false` = assumed).
     pub estimate: Duration,
     pub estimate_known: bool,
+    /// Ids outside the batch this call references or is `after` (they must have succeeded).
+    pub external_deps: Vec<String>,
 }
 
 /// The plan of a batch.
@@ -149,6 +158,8 @@ pub struct Plan {
     /// Call id → position. A built plan holds every call of its batch, so a call's position
     /// in `calls` is its `index` and an edge's `from` indexes `calls` directly.
     pub ids: HashMap<String, usize>,
+    /// Calls settled before this batch that its calls may reference (see [`PlanOptions`]).
+    pub external: Option<Arc<External>>,
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.
@@ -221,6 +232,8 @@ pub fn build(
 
     // Edges from references and `after`.
     let mut edges: Vec<Vec<Edge>> = vec![Vec::new(); n];
+    let mut external_deps: Vec<Vec<String>> = vec![Vec::new(); n];
+    let is_external = |id: &str| opts.external.as_ref().is_some_and(|e| e.contains_key(id));
     for (i, c) in batch.calls.iter().enumerate() {
         let add = |from: usize, reason: EdgeReason, edges: &mut Vec<Vec<Edge>>| {
             if !edges[i].iter().any(|e| e.from == from) {
@@ -230,6 +243,7 @@ pub fn build(
         for (hole, r) in c.args.refs() {
             let needle = r.to_string();
             match ids.get(r.target.as_str()) {
+                None if is_external(&r.target) => external_deps[i].push(r.target.clone()),
                 None => diags.push(
                     Diagnostic::error(format!(
                         "call `{}` argument `{}` references unknown call `{}` in `{needle}`",
@@ -269,6 +283,7 @@ pub fn build(
         }
         for a in &c.after {
             match ids.get(a.as_str()) {
+                None if is_external(a) => external_deps[i].push(a.clone()),
                 None => diags.push(
                     Diagnostic::error(format!("call `{}` is `after` unknown call `{a}`", c.id))
                         .at(batch.locate(i, Some("after"), a))
@@ -510,6 +525,7 @@ pub fn build(
             cost: tool.cost,
             estimate: estimate_of(tool),
             estimate_known: tool.estimate().is_some(),
+            external_deps: std::mem::take(&mut external_deps[i]),
         });
     }
 
@@ -573,6 +589,7 @@ pub fn build(
         lanes,
         warnings,
         ids,
+        external: opts.external.clone(),
     })
 }
 

@@ -6,7 +6,7 @@ mod graph;
 mod schedule;
 
 pub use graph::{
-    build, CallPlan, Edge, EdgeReason, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
-    ASSUMED_LATENCY,
+    build, CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions,
+    RunSettings, ASSUMED_LATENCY,
 };
 pub use schedule::{critical_path, simulate, Estimate};

@@ -258,13 +258,25 @@ impl Coordinator {
                 ));
             }
         }
+        if let Some(ext) = &plan.external {
+            if let Some(id) = call
+                .external_deps
+                .iter()
+                .find(|id| ext.get(*id).is_none_or(Option::is_none))
+            {
+                return Err(("dependency_failed", format!("dependency {id} failed")));
+            }
+        }
         let results = &self.results;
         let lookup = |id: &str| -> Option<&Value> {
-            plan.ids
-                .get(id)
-                .and_then(|&i| results[i].as_ref())
-                .filter(|r| r.is_ok())
-                .map(|r| &r.output)
+            match plan.ids.get(id) {
+                Some(&i) => results[i].as_ref().filter(|r| r.is_ok()).map(|r| &r.output),
+                None => plan
+                    .external
+                    .as_ref()
+                    .and_then(|e| e.get(id))
+                    .and_then(Option::as_ref),
+            }
         };
         let args = call.args.resolve(&lookup).map_err(|(arg, e)| {
             let msg = match e {

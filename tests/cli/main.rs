@@ -14,3 +14,4 @@ mod plan;
 mod processes;
 mod run;
 mod signals;
+mod stream;
