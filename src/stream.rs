@@ -130,8 +130,7 @@ pub fn run_stream(
         });
     }
     rt.block_on(async { crate::app::spawn_signal_forwarder(sig_tx) });
-    'chunks: loop {
-        let Ok(first) = lines.recv() else { break };
+    'chunks: while let Ok(first) = lines.recv() {
         let mut chunk = vec![first];
         while chunk.len() < CHUNK {
             match lines.recv_timeout(GATHER) {
