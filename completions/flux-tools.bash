@@ -440,7 +440,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --format --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -508,6 +508,10 @@ _flux__tools() {
                     ;;
                 --emit)
                     COMPREPLY=($(compgen -W "openai anthropic" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-processes)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --lane-store)

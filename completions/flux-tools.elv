@@ -53,6 +53,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --replay 'Answer calls from the cassette FILE without invoking any tool'
             cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
             cand --emit 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream'
+            cand --max-processes 'The most command calls in flight at once [default: derived from ulimit -n and -u]'
             cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'

@@ -67,6 +67,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l emit -d 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream' -r -f -a "openai\t''
 anthropic\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-processes -d 'The most command calls in flight at once [default: derived from ulimit -n and -u]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''

@@ -333,6 +333,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         deadline,
         max_cost: r.max_cost,
         external: None,
+        max_processes: Some(config::process_cap(r.max_processes)),
     };
     if r.stream
         && matches!(r.batch.as_deref(), None | Some("-"))

@@ -151,6 +151,10 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
 
+    /// The most command calls in flight at once [default: derived from ulimit -n and -u]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_processes: Option<u32>,
+
     /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
     /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
     /// that Redis) or `memory` (this run only)

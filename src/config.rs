@@ -169,3 +169,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// How many `command` calls the machine can hold at once: each needs about four descriptors
+/// (three pipes and a spare) out of `ulimit -n`, less 64 kept for everything else, and a
+/// process out of `ulimit -u` (of which half is left for the rest of the user's processes).
+/// `asked` (`--max-processes`) can only lower it.
+pub fn process_cap(asked: Option<u32>) -> u32 {
+    let limit = |res| {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills the struct we pass; failure leaves it zeroed.
+        let ok = unsafe { libc::getrlimit(res, &mut r) } == 0;
+        (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u64)
+    };
+    let by_fds = limit(libc::RLIMIT_NOFILE).map(|n| n.saturating_sub(64) / 4);
+    let by_procs = limit(libc::RLIMIT_NPROC).map(|n| n / 2);
+    let cap = [by_fds, by_procs, asked.map(u64::from)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(4096);
+    u32::try_from(cap.clamp(1, 1_000_000)).unwrap_or(1_000_000)
+}

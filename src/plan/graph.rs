@@ -28,6 +28,9 @@ pub struct PlanOptions {
     /// Calls settled before this batch (earlier chunks of a stream) that references and
     /// `after` may name: their output, or `None` when they failed.
     pub external: Option<Arc<External>>,
+    /// The most `command` calls in flight at once (the `processes` lane), from the machine's
+    /// limits and `--max-processes`.
+    pub max_processes: Option<u32>,
 }
 
 /// Outputs of calls outside the batch, by id (`None`: the call did not succeed).
@@ -78,6 +81,8 @@ pub enum LaneKey {
     Tool(String),
     BatchTool(String),
     Shared(String),
+    /// What the machine can hold: `command` calls in flight (from `ulimit -n`/`-u`).
+    Processes,
 }
 
 impl LaneKey {
@@ -90,6 +95,7 @@ impl LaneKey {
             LaneKey::Tool(t) => format!("tool:{t}"),
             LaneKey::BatchTool(t) => format!("tool:{t} (batch)"),
             LaneKey::Shared(l) => format!("lane:{l}"),
+            LaneKey::Processes => "processes".into(),
         }
     }
 
@@ -460,10 +466,13 @@ pub fn build(
                     );
                 }
             }
-            for name in &tool.lanes {
+                        for name in &tool.lanes {
                 if let Some(d) = manifest.lanes.get(name) {
                     l.push(lane(LaneKey::Shared(name.clone()), d.concurrency, d.rate, d.burst));
                 }
+            }
+            if let (ToolKind::Command(_), Some(cap)) = (&tool.kind, opts.max_processes) {
+                l.push(lane(LaneKey::Processes, Some(cap), None, None));
             }
             l
         });

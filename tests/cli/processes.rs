@@ -222,3 +222,55 @@ fn retry_on_exit_retries_idempotent_commands_only() {
     assert_eq!(r[1]["attempts"], 1);
     assert_eq!(r[1]["error"]["kind"], "exit_status");
 }
+
+#[test]
+fn an_unbounded_batch_fits_what_the_machine_can_hold() {
+    let p = Project::new("[tools.nap]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sleep\", \"0.2\"]\nstdin = \"none\"\n");
+    let batch: String = (0..600).map(|_| "{\"tool\": \"nap\"}\n").collect();
+    let b = p.write("b.jsonl", &batch);
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    // 256 descriptors: without a process cap this batch would fail with "too many open files".
+    let out = std::process::Command::new("sh")
+        .current_dir(p.path())
+        .args([
+            "-c",
+            &format!(
+                "ulimit -n 256 && exec {} run {} --format json",
+                bin.display(),
+                b.display()
+            ),
+        ])
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(results(&doc).iter().all(|r| r["status"] == "ok"));
+    let lane = doc["stats"]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lane"] == "processes")
+        .expect("a processes lane");
+    let cap = lane["limit"].as_u64().unwrap();
+    assert!(cap <= 48, "cap {cap} from ulimit -n 256");
+    assert_eq!(lane["peak_in_flight"].as_u64().unwrap(), cap);
+    // --max-processes lowers it further.
+    let sixty: String = batch.lines().take(60).map(|l| format!("{l}\n")).collect();
+    let (doc, code) = p.run_json(&sixty, &["--max-processes", "3"]);
+    assert_eq!(code, 0);
+    let lane = doc["stats"]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lane"] == "processes")
+        .unwrap();
+    assert_eq!(lane["limit"], 3);
+    assert_eq!(lane["peak_in_flight"], 3);
+}
