@@ -182,7 +182,7 @@ pub fn process_cap(asked: Option<u32>) -> u32 {
         };
         // SAFETY: getrlimit fills the struct we pass; failure leaves it zeroed.
         let ok = unsafe { libc::getrlimit(res, &mut r) } == 0;
-        (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u64)
+        (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
     };
     let by_fds = limit(libc::RLIMIT_NOFILE).map(|n| n.saturating_sub(64) / 4);
     let by_procs = limit(libc::RLIMIT_NPROC).map(|n| n / 2);
