@@ -1,0 +1,29 @@
+//! Any text as a manifest: every problem must become a diagnostic, never a panic.
+#![no_main]
+
+use std::path::PathBuf;
+
+use flux_tools::error::SourceFile;
+use flux_tools::manifest::Manifest;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Manifest::parse(
+        SourceFile::new("tools.toml", text),
+        PathBuf::from("/fuzz/tools.toml"),
+    ) {
+        Ok(m) => {
+            for d in &m.warnings {
+                let _ = d.to_string();
+            }
+        }
+        Err(diags) => {
+            for d in &diags {
+                let _ = d.to_string();
+            }
+        }
+    }
+});
