@@ -478,7 +478,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     };
     if let Some(path) = &r.trace {
         let trace = report::timeline::chrome_trace(&report.run_id, &report.results);
-        config::write_atomic(path, format!("{trace}\n").as_bytes())?;
+        config::write_atomic_with(path, |w| write_json_line(w, &trace))?;
     }
     if let Some(path) = &r.record {
         let doc = run::cassette::document(
@@ -487,13 +487,13 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             &report.fingerprints,
             &report.recorded_args,
         );
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Usage(e.to_string()))?;
-        config::write_atomic(path, format!("{text}\n").as_bytes())?;
+        config::write_atomic_with(path, |w| {
+            serde_json::to_writer_pretty(&mut *w, &doc)?;
+            w.write_all(b"\n")
+        })?;
     }
     if let Some(path) = &r.output {
-        let mut bytes = Vec::new();
-        output::write_json(&mut bytes, &doc).map_err(|e| Error::io("cannot render results", e))?;
-        config::write_atomic(path, &bytes)?;
+        config::write_atomic_with(path, |w| output::write_json(w, &doc))?;
     }
     if !streaming {
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
@@ -537,6 +537,12 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         Outcome::Interrupted => error::EXIT_INTERRUPTED,
         _ => error::EXIT_ENDED_EARLY,
     })
+}
+
+/// `value` as one line of compact JSON.
+fn write_json_line(w: &mut dyn Write, value: &serde_json::Value) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *w, value)?;
+    w.write_all(b"\n")
 }
 
 type JournalSetup = (

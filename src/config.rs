@@ -147,7 +147,16 @@ pub fn check_output_path(path: &Path) -> Result<(), Error> {
 
 /// Write `bytes` to `path` atomically: a temporary file beside it, fsynced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    use std::io::Write;
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// Write to `path` atomically what `fill` writes (buffered, so a large document is never held
+/// in memory whole): a temporary file beside it, fsynced, then renamed. On any failure the
+/// temporary file is removed and `path` is untouched.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), Error> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -158,8 +167,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .unwrap_or_else(|| "results".into());
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
+        fill(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();

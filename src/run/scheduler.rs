@@ -427,12 +427,24 @@ impl Coordinator {
             retries: if tool.idempotent { tool.retries } else { 0 },
             stop_tx: self.stop_tx.clone(),
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
-            journal: self.journal.clone().zip(self.fps[p].clone()),
+            journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
         };
         self.in_flight += 1;
+        let mut fut = Box::pin(job.run());
+        if matches!(*self.tools[call.tool], ToolImpl::Scripted(_)) {
+            // An in-process tool: poll it here once, and a call that completes at once (no
+            // lane wait, no latency) is finished without a task or a channel round trip.
+            // Whatever it registered a waker for is polled again by the task below, which
+            // registers the real waker.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if let std::task::Poll::Ready(c) = std::future::Future::poll(fut.as_mut(), &mut cx) {
+                self.completed(c);
+                return;
+            }
+        }
         let done = self.done_tx.clone();
         tokio::spawn(async move {
-            let c = job.run().await;
+            let c = fut.await;
             let _ = done.send(c);
         });
     }
@@ -478,6 +490,10 @@ pub async fn execute(
     let plan_manifest_path = manifest.path.display().to_string();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::Running);
+    let fingerprints = config.journal.is_some()
+        || config.resume.is_some()
+        || config.record
+        || config.replay.is_some();
     let mut co = Coordinator {
         tools: {
             let turn = plan
@@ -524,15 +540,13 @@ pub async fn execute(
         journal: config.journal.clone(),
         resume: config.resume.clone(),
         retry_indeterminate: config.retry_indeterminate,
-        fps: vec![None; n],
+        // Kept only when used: at 100,000 calls each is megabytes.
+        fps: vec![None; if fingerprints { n } else { 0 }],
         reused: vec![false; n],
-        fingerprints: config.journal.is_some()
-            || config.resume.is_some()
-            || config.record
-            || config.replay.is_some(),
+        fingerprints,
         record: config.record,
         replay: config.replay.clone(),
-        recorded_args: vec![None; n],
+        recorded_args: vec![None; if config.record { n } else { 0 }],
         gating: 0,
         gate_tx: None,
         after_next: 0,
@@ -645,9 +659,11 @@ pub async fn execute(
         None if co.budget_hit => Outcome::BudgetExhausted,
         None => Outcome::Completed,
     };
+    // Mapped, not flattened, so the vector is reused in place (no second copy of every result).
     let results: Vec<CallResult> = std::mem::take(&mut co.results)
         .into_iter()
-        .flatten()
+        .enumerate()
+        .map(|(p, r)| r.unwrap_or_else(|| never_dispatched(&plan, p, "run_ended", &why)))
         .collect();
     let stats = stats::compute(
         &plan,

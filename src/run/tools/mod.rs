@@ -260,9 +260,11 @@ impl ToolImpl {
 
     pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         match self {
-            ToolImpl::Command(c) => c.invoke(inv, stop).await,
-            ToolImpl::Http(h) => h.invoke(inv, stop).await,
-            ToolImpl::Mcp(m) => m.invoke(inv, stop).await,
+            // Boxed: their futures are large, and inlining them would make every call's task
+            // (scripted ones too) that large to create and move.
+            ToolImpl::Command(c) => Box::pin(c.invoke(inv, stop)).await,
+            ToolImpl::Http(h) => Box::pin(h.invoke(inv, stop)).await,
+            ToolImpl::Mcp(m) => Box::pin(m.invoke(inv, stop)).await,
             ToolImpl::Scripted(s) => s.invoke(inv, stop).await,
             ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),
         }
