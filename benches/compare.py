@@ -70,18 +70,25 @@ def command_throughput(work, n, reps):
     print(f"\n## {n} /bin/true command calls (median of {reps}; calls/s, ratio to the raw tokio floor)")
     print(f"{'J':>4}  {'tool':<16} {'calls/s':>10} {'x floor':>8}")
     for j in (1, 8, 64):
-        rows = []
-        floor, _ = median_of(reps, [FLOOR, str(n), str(j), "/bin/true"])
-        rows.append(("tokio floor", floor))
-        flux, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
-                                  "--max-concurrent-tools", str(j), "--progress", "never"])
-        rows.append(("flux-tools", flux))
-        rows.append(("xargs -P", median_of(reps, ["sh", "-c", f"xargs -P {j} -n 1 /bin/true < {inputs}"])[0]))
+        cmds = [
+            ("tokio floor", [FLOOR, str(n), str(j), "/bin/true"]),
+            ("flux-tools", [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                            "--max-concurrent-tools", str(j), "--progress", "never"]),
+            ("xargs -P", ["sh", "-c", f"xargs -P {j} -n 1 /bin/true < {inputs}"]),
+        ]
         if shutil.which("parallel"):
-            rows.append(("parallel", median_of(reps, ["sh", "-c", f"parallel -j {j} /bin/true < {inputs}"])[0]))
+            cmds.append(("parallel", ["sh", "-c", f"parallel -j {j} /bin/true < {inputs}"]))
         if shutil.which("rust-parallel"):
-            rows.append(("rust-parallel -k", median_of(reps, ["sh", "-c", f"rust-parallel -k -j {j} /bin/true < {inputs}"])[0]))
-        for name, wall in rows:
+            cmds.append(("rust-parallel -k", ["sh", "-c", f"rust-parallel -k -j {j} /bin/true < {inputs}"]))
+        # Interleaved rounds (each tool once per round, in turn), so that a slow spell of this
+        # noisy machine lands on every tool alike rather than on whichever ran then.
+        walls = {name: [] for name, _ in cmds}
+        for _ in range(reps):
+            for name, cmd in cmds:
+                walls[name].append(timed(cmd)[0])
+        floor = statistics.median(walls["tokio floor"])
+        for name, _ in cmds:
+            wall = statistics.median(walls[name])
             print(f"{j:>4}  {name:<16} {n / wall:>10.0f} {floor / wall:>8.2f}")
 
 
@@ -95,9 +102,12 @@ def sleep_makespan(work, reps):
     print(f"{'J':>4}  {'bound':>8} {'floor':>8} {'flux':>8} {'flux/floor':>10}")
     for j in (8, 64):
         bound = math.ceil(n / j) * ms / 1000
-        floor, _ = median_of(reps, [FLOOR, str(n), str(j), "sleep", "0.05"])
-        flux, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
-                                  "--max-concurrent-tools", str(j), "--progress", "never"])
+        floors, fluxes = [], []
+        for _ in range(reps):  # interleaved, as above
+            floors.append(timed([FLOOR, str(n), str(j), "sleep", "0.05"])[0])
+            fluxes.append(timed([FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                 "--max-concurrent-tools", str(j), "--progress", "never"])[0])
+        floor, flux = statistics.median(floors), statistics.median(fluxes)
         print(f"{j:>4}  {bound:>7.2f}s {floor:>7.2f}s {flux:>7.2f}s {flux / floor:>10.3f}")
 
 

@@ -226,6 +226,9 @@ fn validate(args: &Args, batches: &[std::path::PathBuf]) -> Result<u8, Error> {
     })
 }
 
+/// How long the event consumer lets events gather after each round (see `run_cmd`).
+const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -430,6 +433,9 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             for rep in reporters.iter_mut() {
                 rep.flush();
             }
+            // Let events gather for a moment: one wake-up per millisecond at most, rather than
+            // a futex and a context switch per call when calls finish thousands a second.
+            std::thread::sleep(REPORTER_PAUSE);
         }
     });
 
@@ -453,7 +459,7 @@ fn run_cmd(args: &Args, r: &RunArgs) -> Result<u8, Error> {
             record: r.record.is_some(),
             replay: replay.clone(),
         };
-        let report = run::execute(manifest.clone(), plan.clone(), config, sig_rx).await;
+        let report = run::execute_spawned(manifest.clone(), plan.clone(), config, sig_rx).await;
         if let Some(hub) = &mcp {
             hub.shutdown().await;
         }

@@ -181,7 +181,7 @@ pub fn run_stream(
                 record: false,
                 replay: None,
             };
-            run::execute(manifest.clone(), plan.clone(), config, chunk_rx).await
+            run::execute_spawned(manifest.clone(), plan.clone(), config, chunk_rx).await
         });
         let ext = Arc::make_mut(&mut external);
         for (c, res) in batch.calls.iter().zip(&report.results) {

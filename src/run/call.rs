@@ -52,6 +52,38 @@ pub(super) struct Completion {
     pub(super) ceiling_hit: bool,
     /// HTTP 429s this call met.
     pub(super) rejections: u32,
+    /// The lanes the call still holds: given back when this is dropped (see [`Held`]).
+    pub(super) held: Held,
+}
+
+/// A finished call's lanes, given back (in reverse order of acquisition, each announced
+/// first) when this is dropped. The call's task sends its completion to the coordinator
+/// first and drops this after, so that the next call waiting on a lane is the last task
+/// woken and runs next on the same worker, rather than the coordinator.
+#[derive(Default)]
+pub(super) struct Held {
+    leases: Vec<(usize, Lease)>,
+    emitter: Option<Emitter>,
+    pos: usize,
+    weight: u32,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        while let Some((lane, lease)) = self.leases.pop() {
+            // Announce first: whoever the permits go to announces its acquisition after this.
+            if let Some(emitter) = &self.emitter {
+                let (pos, weight) = (self.pos, self.weight);
+                emitter.lane(|| Event::LaneReleased {
+                    call: pos,
+                    lane,
+                    weight,
+                    held: true,
+                });
+            }
+            drop(lease);
+        }
+    }
 }
 
 /// Base of the exponential backoff between retries.
@@ -489,10 +521,10 @@ impl Job {
         true
     }
 
-    /// Give the lanes back in reverse order of acquisition and package the result.
+    /// Package the result with the lanes still held (given back when [`Held`] drops).
     fn release(
         &self,
-        mut leases: Vec<(usize, Lease)>,
+        leases: Vec<(usize, Lease)>,
         result: CallResult,
         ceiling_hit: bool,
     ) -> Completion {
@@ -505,23 +537,17 @@ impl Job {
                 running
             });
         }
-        let weight = self.plan.calls[self.pos].weight;
-        while let Some((lane, lease)) = leases.pop() {
-            // Announce first: whoever the permits go to announces its acquisition after this.
-            let pos = self.pos;
-            self.emitter.lane(|| Event::LaneReleased {
-                call: pos,
-                lane,
-                weight,
-                held: true,
-            });
-            drop(lease);
-        }
         Completion {
             rejections: 0,
             pos: self.pos,
             result,
             ceiling_hit,
+            held: Held {
+                leases,
+                emitter: Some(self.emitter.clone()),
+                pos: self.pos,
+                weight: self.plan.calls[self.pos].weight,
+            },
         }
     }
 }

@@ -21,4 +21,4 @@ pub mod scheduler;
 mod stats;
 pub mod tools;
 
-pub use scheduler::{execute, RunConfig, RunReport};
+pub use scheduler::{execute, execute_spawned, RunConfig, RunReport};

@@ -437,16 +437,36 @@ impl Coordinator {
             // Whatever it registered a waker for is polled again by the task below, which
             // registers the real waker.
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if let std::task::Poll::Ready(c) = std::future::Future::poll(fut.as_mut(), &mut cx) {
+            if let std::task::Poll::Ready(mut c) = std::future::Future::poll(fut.as_mut(), &mut cx)
+            {
+                drop(std::mem::take(&mut c.held));
                 self.completed(c);
                 return;
             }
         }
         let done = self.done_tx.clone();
         tokio::spawn(async move {
-            let c = fut.await;
+            let mut c = fut.await;
+            let held = std::mem::take(&mut c.held);
             let _ = done.send(c);
+            drop(held);
         });
+    }
+}
+
+/// [`execute`] as a task on the runtime's workers rather than on the thread that waits for
+/// it: a call's completion then wakes the coordinator on a worker that is already running,
+/// not a parked thread (a futex and a context switch per call otherwise).
+pub async fn execute_spawned(
+    manifest: Arc<Manifest>,
+    plan: Arc<Plan>,
+    config: RunConfig,
+    signals: mpsc::UnboundedReceiver<()>,
+) -> RunReport {
+    match tokio::spawn(execute(manifest, plan, config, signals)).await {
+        Ok(report) => report,
+        // Only a panic in the coordinator (a bug) gets here: it goes on as if not spawned.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 

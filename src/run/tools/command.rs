@@ -105,7 +105,7 @@ impl CommandTool {
             )
         })?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        let guard = GroupGuard { pgid };
+        let mut guard = GroupGuard { pgid };
 
         if let Some(mut stdin) = child.stdin.take() {
             let body = serde_json::to_vec(inv.args()).unwrap_or_default();
@@ -132,52 +132,59 @@ impl CommandTool {
         let mut status = None;
         let mut drain_deadline: Option<tokio::time::Instant> = None;
 
-        loop {
-            if status.is_some() && !out_open && !err_open {
-                break;
-            }
-            let drain = async {
-                match drain_deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
+        // One stop future for the whole loop (not one per turn); it borrows `stop`, so the
+        // loop sits in a block and the termination happens after it.
+        let stopped = {
+            let stopped = stop.stopped();
+            tokio::pin!(stopped);
+            loop {
+                if status.is_some() && !out_open && !err_open {
+                    break false;
                 }
-            };
-            tokio::select! {
-                n = stdout.read(&mut buf), if out_open => match n {
-                    Ok(0) | Err(_) => out_open = false,
-                    Ok(n) => {
-                        if out.len() + n > max {
-                            guard.signal(libc::SIGKILL);
-                            let _ = child.wait().await;
-                            return Err(Failure::failed(
-                                "output_too_large",
-                                format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
-                            ));
-                        }
-                        out.extend_from_slice(&buf[..n]);
+                let drain = async {
+                    match drain_deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
                     }
-                },
-                n = stderr.read(&mut ebuf), if err_open => match n {
-                    Ok(0) | Err(_) => err_open = false,
-                    Ok(n) => {
-                        err_tail.extend_from_slice(&ebuf[..n]);
-                        if err_tail.len() > STDERR_TAIL * 2 {
-                            err_tail.drain(..err_tail.len() - STDERR_TAIL);
+                };
+                tokio::select! {
+                    n = stdout.read(&mut buf), if out_open => match n {
+                        Ok(0) | Err(_) => out_open = false,
+                        Ok(n) => {
+                            if out.len() + n > max {
+                                guard.signal(libc::SIGKILL);
+                                let _ = child.wait().await;
+                                return Err(Failure::failed(
+                                    "output_too_large",
+                                    format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
+                                ));
+                            }
+                            out.extend_from_slice(&buf[..n]);
                         }
-                    }
-                },
-                s = child.wait(), if status.is_none() => {
-                    status = Some(s.map_err(|e| Failure::failed("spawn_failed", format!("waiting for the tool failed: {e}")))?);
-                    // The program is done: nothing it started may outlive the call.
-                    guard.signal(libc::SIGKILL);
-                    drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
-                },
-                _ = drain => break,
-                _ = stop.stopped(), if status.is_none() => {
-                    terminate(&guard, &mut child, self.spec.kill_grace, stop).await;
-                    return Err(Failure::Stopped);
+                    },
+                    n = stderr.read(&mut ebuf), if err_open => match n {
+                        Ok(0) | Err(_) => err_open = false,
+                        Ok(n) => {
+                            err_tail.extend_from_slice(&ebuf[..n]);
+                            if err_tail.len() > STDERR_TAIL * 2 {
+                                err_tail.drain(..err_tail.len() - STDERR_TAIL);
+                            }
+                        }
+                    },
+                    s = child.wait(), if status.is_none() => {
+                        status = Some(s.map_err(|e| Failure::failed("spawn_failed", format!("waiting for the tool failed: {e}")))?);
+                        // The program is done: nothing it started may outlive the call.
+                        guard.kill_once();
+                        drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
+                    },
+                    _ = drain => break false,
+                    _ = &mut stopped, if status.is_none() => break true,
                 }
             }
+        };
+        if stopped {
+            terminate(&guard, &mut child, self.spec.kill_grace, stop).await;
+            return Err(Failure::Stopped);
         }
         let Some(status) = status else {
             return Err(Failure::failed(
@@ -253,6 +260,14 @@ impl GroupGuard {
                 libc::killpg(pgid, sig);
             }
         }
+    }
+}
+
+impl GroupGuard {
+    /// SIGKILL the group now, and not again on drop (the group is gone for good).
+    fn kill_once(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.pgid = None;
     }
 }
 

@@ -68,9 +68,16 @@ impl Stop {
         if let Some(c) = self.cause {
             return c;
         }
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
-        let timeout = tokio::time::sleep_until(self.timeout.unwrap_or(far));
-        let ceiling = tokio::time::sleep_until(self.ceiling.unwrap_or(far));
+        // No timer at all for a limit that is not set: registering one costs a lock on the
+        // timer wheel, and this future is made afresh on every turn of a tool's I/O loop.
+        let at = |t: Option<Instant>| async move {
+            match t {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let timeout = at(self.timeout);
+        let ceiling = at(self.ceiling);
         let run = self.run.wait_for(|l| *l >= StopLevel::Graceful);
         let cause = tokio::select! {
             biased;
