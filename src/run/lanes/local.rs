@@ -17,6 +17,7 @@ use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,25 +98,73 @@ fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Slot files held for one lease; closing them releases the locks.
-struct Slots(#[allow(dead_code)] Vec<File>);
+/// Slot files held for one lease; closing them releases the locks. Dropping it also tells
+/// the lane which slot came free, where the next search starts.
+struct Slots {
+    files: Vec<(u32, File)>,
+    hint: Arc<AtomicU32>,
+}
 
-/// One lane shared through files.
+impl Drop for Slots {
+    fn drop(&mut self) {
+        if let Some((k, _)) = self.files.first() {
+            self.hint.store(*k, Ordering::Relaxed);
+        }
+        // The files close (and their locks go) as the vector drops.
+    }
+}
+
+/// Unlocks a flock held on a shared descriptor when dropped (also when the waiting task was
+/// abandoned after the blocking lock succeeded).
+struct Unlock(File);
+
+impl Drop for Unlock {
+    fn drop(&mut self) {
+        flock(&self.0, libc::LOCK_UN);
+    }
+}
+
+/// One lane shared through files. The gate and the rate file stay open for the run; slot
+/// files are opened per lease (a lane of a thousand slots must not hold a thousand
+/// descriptors), starting the search at the slot most recently given back.
 struct FileLane {
     dir: PathBuf,
     slots: u32,
     rate: Option<RateSpec>,
+    gate: File,
+    /// Calls of this process take the gate one at a time (a flock on one shared descriptor
+    /// does not exclude its own holders).
+    gate_turn: tokio::sync::Mutex<()>,
+    rate_file: std::sync::Mutex<File>,
+    hint: Arc<AtomicU32>,
 }
 
 impl FileLane {
+    fn open(dir: PathBuf, slots: u32, rate: Option<RateSpec>) -> Result<FileLane, LaneError> {
+        Ok(FileLane {
+            gate: open_rw(&dir.join("gate"))?,
+            rate_file: std::sync::Mutex::new(open_rw(&dir.join("rate"))?),
+            dir,
+            slots,
+            rate,
+            gate_turn: tokio::sync::Mutex::new(()),
+            hint: Arc::new(AtomicU32::new(0)),
+        })
+    }
+
     async fn take(&self, weight: u32) -> Result<Slots, LaneError> {
-        let gate = open_rw(&self.dir.join("gate"))?;
-        let gate = if flock(&gate, libc::LOCK_EX | libc::LOCK_NB) {
-            gate
+        let _turn = self.gate_turn.lock().await;
+        let gate = self
+            .gate
+            .try_clone()
+            .map_err(|e| LaneError(format!("lane gate: {e}")))?;
+        let _gate = if flock(&gate, libc::LOCK_EX | libc::LOCK_NB) {
+            Unlock(gate)
         } else {
+            let waiting = Unlock(gate);
             tokio::task::spawn_blocking(move || {
-                if flock(&gate, libc::LOCK_EX) {
-                    Ok(gate)
+                if flock(&waiting.0, libc::LOCK_EX) {
+                    Ok(waiting)
                 } else {
                     Err(LaneError(format!(
                         "flock failed: {}",
@@ -129,7 +178,9 @@ impl FileLane {
         let mut held: Vec<(u32, File)> = Vec::with_capacity(weight as usize);
         let mut delay = Duration::from_millis(2);
         loop {
-            for k in 0..self.slots {
+            let start = self.hint.load(Ordering::Relaxed) % self.slots.max(1);
+            for i in 0..self.slots {
+                let k = (start + i) % self.slots;
                 if held.len() as u32 >= weight {
                     break;
                 }
@@ -142,8 +193,10 @@ impl FileLane {
                 }
             }
             if held.len() as u32 >= weight {
-                drop(gate);
-                return Ok(Slots(held.into_iter().map(|(_, f)| f).collect()));
+                return Ok(Slots {
+                    files: held,
+                    hint: self.hint.clone(),
+                });
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(50));
@@ -152,8 +205,14 @@ impl FileLane {
 
     /// Run `f` on the lane's token state under the `rate` file's lock.
     fn with_tokens<T>(&self, f: impl FnOnce(&mut TokenState, f64) -> T) -> Result<T, LaneError> {
-        let mut file = open_rw(&self.dir.join("rate"))?;
-        if !flock(&file, libc::LOCK_EX) {
+        let mut file = self
+            .rate_file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let file = &mut *file;
+        file.rewind()
+            .map_err(|e| LaneError(format!("{}: {e}", self.dir.display())))?;
+        if !flock(file, libc::LOCK_EX) {
             return Err(LaneError(format!(
                 "cannot lock the rate of {}",
                 self.dir.display()
@@ -180,7 +239,7 @@ impl FileLane {
             .set_len(0)
             .and_then(|_| file.rewind())
             .and_then(|_| file.write_all(line.as_bytes()));
-        flock(&file, libc::LOCK_UN);
+        flock(file, libc::LOCK_UN);
         written.map_err(|e| {
             LaneError(format!(
                 "cannot update the rate of {}: {e}",
@@ -220,11 +279,11 @@ impl LocalLanes {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
-            files.push(Some(FileLane {
+            files.push(Some(FileLane::open(
                 dir,
-                slots: s.limit.unwrap_or(0),
-                rate: RateSpec::of(s),
-            }));
+                s.limit.unwrap_or(0),
+                RateSpec::of(s),
+            )?));
         }
         Ok(LocalLanes {
             mem: Arc::new(MemoryLanes::new(specs)),
@@ -333,5 +392,90 @@ impl LaneStore for LocalLanes {
             .map_err(|e| LaneError(format!("keyed lock: {e}")))??;
             Ok(Some(Box::new(file) as Box<dyn Send + Sync>))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Two stores over the same manifest stand for two processes: their descriptors are
+    //! distinct, so their flocks exclude each other exactly as separate processes' do.
+
+    use super::*;
+    use crate::plan::LaneKey;
+
+    fn spec(limit: u32) -> LaneSpec {
+        LaneSpec {
+            key: LaneKey::Tool("t".into()),
+            name: "tool:t".into(),
+            limit: Some(limit),
+            rate: None,
+            burst: None,
+            borrowed: false,
+        }
+    }
+
+    fn manifest() -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "flux-tools-local-test-{}-{}.toml",
+            std::process::id(),
+            fastrand::u64(..)
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_slot_given_back_is_taken_by_the_other_process_and_never_twice() {
+        let m = manifest();
+        let a = Arc::new(LocalLanes::new(&[spec(1)], &m).unwrap());
+        let b = Arc::new(LocalLanes::new(&[spec(1)], &m).unwrap());
+        let held = a.clone().acquire(0, 1, 0).await.unwrap();
+        // The one slot is A's: B waits (polling with its back-off) until A gives it back.
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(150), b.clone().acquire(0, 1, 0)).await;
+        assert!(waiting.is_err(), "B got a slot A holds");
+        assert_eq!(b.held_elsewhere(0), Some(1));
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(2), b.clone().acquire(0, 1, 0))
+            .await
+            .expect("B never got the slot A gave back")
+            .unwrap();
+        // Now A must wait in turn.
+        let again =
+            tokio::time::timeout(Duration::from_millis(150), a.clone().acquire(0, 1, 1)).await;
+        assert!(again.is_err(), "A took a slot B holds");
+        drop(got);
+        tokio::time::timeout(Duration::from_secs(2), a.clone().acquire(0, 1, 1))
+            .await
+            .expect("A never got the slot back")
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&a.root);
+    }
+
+    #[tokio::test]
+    async fn one_process_fills_every_slot_and_a_back_off_is_seen_by_the_other() {
+        let m = manifest();
+        let a = Arc::new(LocalLanes::new(&[spec(3)], &m).unwrap());
+        let b = Arc::new(LocalLanes::new(&[spec(3)], &m).unwrap());
+        let mut leases = Vec::new();
+        for i in 0..3 {
+            leases.push(a.clone().acquire(0, 1, i).await.unwrap());
+        }
+        assert_eq!(b.held_elsewhere(0), Some(3));
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(150), b.clone().acquire(0, 1, 0)).await;
+        assert!(waiting.is_err(), "B got a fourth slot of three");
+        leases.pop();
+        tokio::time::timeout(Duration::from_secs(2), b.clone().acquire(0, 1, 0))
+            .await
+            .expect("B never got the freed slot")
+            .unwrap();
+        // A 429 back-off noted by A pauses B's admissions too (the shared rate file).
+        a.back_off(0, Duration::from_secs(5));
+        let adm = b.admission(0).unwrap();
+        assert!(
+            adm.wait > Duration::from_secs(3),
+            "B's wait: {:?}",
+            adm.wait
+        );
+        let _ = std::fs::remove_dir_all(&a.root);
     }
 }

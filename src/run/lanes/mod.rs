@@ -52,6 +52,9 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        // The shared hold first: the in-process waiter woken below looks for a shared slot at
+        // once, and must find ours free (else it backs off for nothing).
+        drop(self.shared.take());
         self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
         if let Some(sem) = &self.sem {
             sem.release(self.weight);
