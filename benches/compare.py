@@ -39,15 +39,33 @@ def build():
                    cwd=ROOT, check=True)
 
 
+GNU_TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
+
+
 def timed(cmd, **kw):
-    """Wall seconds and peak RSS (MB) of one command."""
+    """Wall seconds and peak RSS (MB) of one command.
+
+    The peak comes from GNU time when it is installed: a child forked from this Python process
+    starts with Python's own resident size as its high-water mark (which json.load of a large
+    results file makes 150 MB), so wait4's ru_maxrss would report that, not the command's.
+    """
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise RuntimeError(f"{cmd[0]} exited {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_maxrss / 1024.0
+    if GNU_TIME:
+        with tempfile.NamedTemporaryFile("r") as rss_file:
+            p = subprocess.Popen([GNU_TIME, "-q", "-f", "%M", "-o", rss_file.name] + cmd,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+            status = p.wait()
+            wall = time.perf_counter() - t0
+            text = rss_file.read().strip().splitlines()
+            rss = int(text[-1]) / 1024.0 if text and text[-1].isdigit() else float("nan")
+    else:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        _, st, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        status, rss = os.waitstatus_to_exitcode(st), usage.ru_maxrss / 1024.0
+    if status not in (0, 1):
+        raise RuntimeError(f"{cmd[0]} exited {status}")
+    return wall, rss
 
 
 def median_of(reps, cmd, **kw):
