@@ -258,8 +258,17 @@ fn parse_jsonl(text: &str) -> Option<Result<Vec<Value>, (usize, String)>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .collect();
-    if lines.len() < 2 || !lines.iter().all(|(_, l)| l.trim_start().starts_with('{')) {
+    if lines.is_empty() || !lines.iter().all(|(_, l)| l.trim_start().starts_with('{')) {
         return None;
+    }
+    if lines.len() == 1 {
+        // One line: JSON Lines of one call when it is a call (`tool`, no `calls`), else a
+        // document.
+        let v = serde_json::from_str::<Value>(lines[0].1).ok()?;
+        let one_call = v
+            .as_object()
+            .is_some_and(|o| o.contains_key("tool") && !o.contains_key("calls"));
+        return one_call.then(|| Ok(vec![v]));
     }
     // A pretty-printed JSON document also has several lines starting with `{`; only treat
     // the text as JSON Lines when the first line is a whole object by itself.
@@ -734,6 +743,12 @@ mod tests {
             .unwrap()
             .0;
         assert_eq!(jsonl.calls[1].id, "z");
+        // One line that is a call is JSON Lines of one call; one with `calls` is a document.
+        let one = parse("{\"tool\": \"a\", \"args\": {\"q\": 2}}\n").unwrap().0;
+        assert_eq!((one.calls.len(), one.calls[0].id.as_str()), (1, "c1"));
+        assert_eq!(one.calls[0].args.value["q"], 2);
+        let doc = parse("{\"calls\": [{\"tool\": \"a\"}], \"tenant\": \"t\"}\n").unwrap().0;
+        assert_eq!(doc.tenant.as_deref(), Some("t"));
     }
 
     #[test]
