@@ -744,10 +744,14 @@ mod tests {
             .0;
         assert_eq!(jsonl.calls[1].id, "z");
         // One line that is a call is JSON Lines of one call; one with `calls` is a document.
-        let one = parse("{\"tool\": \"a\", \"args\": {\"q\": 2}}\n").unwrap().0;
+        let one = parse("{\"tool\": \"a\", \"args\": {\"q\": 2}}\n")
+            .unwrap()
+            .0;
         assert_eq!((one.calls.len(), one.calls[0].id.as_str()), (1, "c1"));
         assert_eq!(one.calls[0].args.value["q"], 2);
-        let doc = parse("{\"calls\": [{\"tool\": \"a\"}], \"tenant\": \"t\"}\n").unwrap().0;
+        let doc = parse("{\"calls\": [{\"tool\": \"a\"}], \"tenant\": \"t\"}\n")
+            .unwrap()
+            .0;
         assert_eq!(doc.tenant.as_deref(), Some("t"));
     }
 

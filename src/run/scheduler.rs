@@ -70,6 +70,13 @@ pub struct RunReport {
 /// reading them as it goes keeps memory flat when calls finish as fast as they start.
 const DRAIN_EVERY: usize = 256;
 
+/// How many calls beyond a lane's limit may wait in its queue as tasks. Further calls that
+/// need the lane are *parked* — kept as an index (and their resolved arguments) until the
+/// queue shortens — so a batch of any width waits in bounded memory (a waiting task costs a
+/// few kB). Parked calls keep call order: a call never passes an earlier one parked on a lane
+/// it needs.
+const QUEUE_AHEAD: usize = 1024;
+
 /// What pre-dispatch decided for a call that may go ahead.
 enum Ready {
     /// Dispatch it, with these resolved arguments (`None`: the literal ones).
@@ -96,6 +103,15 @@ struct Coordinator {
     phase: usize,
     phase_left: usize,
     in_flight: usize,
+    /// Per lane: dispatched calls that use it and have not completed; and how many may.
+    outstanding: Vec<usize>,
+    lane_cap: Vec<usize>,
+    /// Per lane: parked calls (see [`QUEUE_AHEAD`]), their resolved arguments, and how many.
+    parked: Vec<BTreeSet<usize>>,
+    parked_args: std::collections::HashMap<usize, Option<Map<String, Value>>>,
+    parked_n: usize,
+    /// A completion may have made room for parked calls.
+    recheck: bool,
     done_tx: mpsc::UnboundedSender<Completion>,
     stop_tx: Arc<watch::Sender<StopLevel>>,
     stop_rx: watch::Receiver<StopLevel>,
@@ -206,6 +222,10 @@ impl Coordinator {
 
     fn completed(&mut self, c: Completion) {
         self.in_flight -= 1;
+        for &lane in &self.plan.calls[c.pos].lanes {
+            self.outstanding[lane] -= 1;
+        }
+        self.recheck |= self.parked_n > 0;
         self.http_429 += u64::from(c.rejections);
         let id = c.result.id.clone();
         self.finish(c.pos, c.result);
@@ -217,9 +237,43 @@ impl Coordinator {
         }
     }
 
+    /// The lane `p` must park on, if any: one whose queue is full, or where an earlier call is
+    /// parked already.
+    fn park_lane(&self, p: usize) -> Option<usize> {
+        self.plan.calls[p].lanes.iter().copied().find(|&lane| {
+            self.outstanding[lane] >= self.lane_cap[lane]
+                || self.parked[lane].first().is_some_and(|&q| q < p)
+        })
+    }
+
+    /// Dispatch parked calls that now have room, lowest call index first on each lane.
+    fn unpark(&mut self) {
+        while self.recheck && self.ending.is_none() {
+            self.recheck = false;
+            for lane in 0..self.parked.len() {
+                while let Some(&q) = self.parked[lane].first() {
+                    if self.outstanding[lane] >= self.lane_cap[lane] || self.ending.is_some() {
+                        break;
+                    }
+                    self.parked[lane].remove(&q);
+                    self.parked_n -= 1;
+                    let args = self.parked_args.remove(&q).flatten();
+                    // May park it again on another of its lanes, or complete it at once.
+                    let before = self.parked_n;
+                    self.spawn(q, args);
+                    // It went out: another pass, for calls re-parked on lanes already passed.
+                    // (The lowest parked call always goes out when its lanes have room, so a
+                    // run with nothing in flight cannot be left with parked calls.)
+                    self.recheck |= self.parked_n == before && self.parked_n > 0;
+                }
+            }
+        }
+    }
+
     /// Pre-dispatch every ready call, in call order, and spawn those that pass.
     fn dispatch_ready(&mut self, done_rx: &mut mpsc::UnboundedReceiver<Completion>) {
         let mut since_drain = 0;
+        self.unpark();
         while self.ending.is_none() {
             let Some(p) = self.ready.pop_first() else {
                 break;
@@ -239,7 +293,9 @@ impl Coordinator {
                     self.completed(c);
                 }
             }
+            self.unpark();
         }
+        self.unpark();
     }
 
     /// The serial steps before a call may be dispatched: `Ok(resolved arguments, if any
@@ -390,6 +446,12 @@ impl Coordinator {
     }
 
     fn spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
+        if let Some(lane) = self.park_lane(p) {
+            self.parked[lane].insert(p);
+            self.parked_args.insert(p, resolved);
+            self.parked_n += 1;
+            return;
+        }
         let call = &self.plan.calls[p];
         let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
             Ok(a) => a,
@@ -430,6 +492,9 @@ impl Coordinator {
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
         };
         self.in_flight += 1;
+        for &lane in &call.lanes {
+            self.outstanding[lane] += 1;
+        }
         let mut fut = Box::pin(job.run());
         if matches!(*self.tools[call.tool], ToolImpl::Scripted(_)) {
             // An in-process tool: poll it here once, and a call that completes at once (no
@@ -550,6 +615,20 @@ pub async fn execute(
         phase: 0,
         phase_left: 0,
         in_flight: 0,
+        outstanding: vec![0; plan.lanes.len()],
+        lane_cap: plan
+            .lanes
+            .iter()
+            .map(|l| match (l.limit, l.rate) {
+                (Some(n), _) => n as usize + QUEUE_AHEAD,
+                (None, Some(_)) => 4 * QUEUE_AHEAD,
+                (None, None) => usize::MAX,
+            })
+            .collect(),
+        parked: vec![BTreeSet::new(); plan.lanes.len()],
+        parked_args: std::collections::HashMap::new(),
+        parked_n: 0,
+        recheck: false,
         done_tx,
         stop_tx: Arc::new(stop_tx),
         stop_rx,
@@ -611,7 +690,9 @@ pub async fn execute(
             co.start_phase();
             continue;
         }
-        if co.in_flight == 0 && (co.ending.is_some() || (co.ready.is_empty() && co.gating == 0)) {
+        if co.in_flight == 0
+            && (co.ending.is_some() || (co.ready.is_empty() && co.gating == 0 && co.parked_n == 0))
+        {
             // Ending with nothing in flight, or (a bug) calls left that nothing will release:
             // classify them below rather than hang.
             break;
@@ -819,6 +900,39 @@ timeout = "700ms"
             }
         }
         peak
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wide_batch_waits_as_parked_indices_not_tasks_and_keeps_call_order() {
+        // 3,000 calls through a lane of 2: without parking each would be a waiting task.
+        let mut batch = String::from("calls:\n");
+        for _ in 0..3000 {
+            batch.push_str("  - tool: pair\n");
+        }
+        batch.push_str("  - tool: read\n");
+        let running = tokio::spawn(async move { run(&batch).await });
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        let alive = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert!(alive < 1100, "{alive} tasks alive for 3,000 queued calls");
+        let (report, events) = running.await.unwrap();
+        assert!(report.results.iter().all(|r| r.status == Status::Ok));
+        // Two at a time, 300 ms each: 1,500 rounds, and never more than two in the lane.
+        assert_eq!(report.stats.wall_ms, 1500 * 300);
+        let lane = report
+            .stats
+            .lanes
+            .iter()
+            .position(|l| l.lane == "tool:pair")
+            .unwrap();
+        assert_eq!(peak_held(&events, lane), 2);
+        // Parked calls still start in call order.
+        let starts: Vec<u64> = report.results[..3000]
+            .iter()
+            .map(|r| r.started_ms.unwrap())
+            .collect();
+        assert!(starts.windows(2).all(|w| w[0] <= w[1]), "out of order");
     }
 
     #[tokio::test(start_paused = true)]
