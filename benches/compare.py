@@ -13,7 +13,8 @@ of several runs:
   * plan of a 100,000-call batch with references: time and peak RSS;
   * HTTP GETs on a loopback keep-alive server (benches/http_server.rs) at concurrency 1, 8, 64:
     flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint;
-  * per-call cost of each lane store (memory, local, redis when redis-server is installed);
+  * 100,000 zero-latency scripted calls through a tool lane of 8 per lane store (memory, local,
+    redis when redis-server is installed): calls per second and peak RSS;
   * 1,000,000 calls streamed as JSON Lines through stdin: time and peak RSS.
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
@@ -209,7 +210,7 @@ def http_throughput(work, reps):
 
 
 def lane_stores(work, reps):
-    n = 20_000
+    n = 100_000
     manifest = os.path.join(work, "lanes.toml")
     write(manifest, '[concurrency.per_tool]\nz = 8\n[tools.z]\nkind = "scripted"\neffect = "read"\n')
     batch = os.path.join(work, "lanes.jsonl")
@@ -224,9 +225,10 @@ def lane_stores(work, reps):
     print(f"\n## {n} zero-latency scripted calls through a tool lane of 8, per lane store (median of {reps})")
     try:
         for store in stores:
-            wall, _ = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
-                                      "--progress", "never", "--lane-store", store])
-            print(f"  {store:<26} {n / wall:>10,.0f} calls/s  {wall * 1e6 / n:>8.1f} µs per call")
+            wall, rss = median_of(reps, [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
+                                        "--progress", "never", "--lane-store", store])
+            print(f"  {store:<26} {n / wall:>10,.0f} calls/s  {wall * 1e6 / n:>8.1f} µs per call  "
+                  f"peak RSS {rss:.0f} MB")
     finally:
         if server:
             server.kill()

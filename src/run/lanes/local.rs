@@ -114,13 +114,28 @@ impl Drop for Slots {
     }
 }
 
-/// Unlocks a flock held on a shared descriptor when dropped (also when the waiting task was
-/// abandoned after the blocking lock succeeded).
-struct Unlock(File);
+/// A descriptor of a lane's gate: the lane's own, or a duplicate a blocking thread owns.
+enum Gate<'a> {
+    Here(&'a File),
+    Owned(File),
+}
 
-impl Drop for Unlock {
+impl Gate<'_> {
+    fn file(&self) -> &File {
+        match self {
+            Gate::Here(f) => f,
+            Gate::Owned(f) => f,
+        }
+    }
+}
+
+/// Unlocks the gate's flock when dropped (also when the waiting task was abandoned after the
+/// blocking lock succeeded). Either descriptor unlocks it: they share one open file.
+struct Unlock<'a>(Gate<'a>);
+
+impl Drop for Unlock<'_> {
     fn drop(&mut self) {
-        flock(&self.0, libc::LOCK_UN);
+        flock(self.0.file(), libc::LOCK_UN);
     }
 }
 
@@ -154,16 +169,18 @@ impl FileLane {
 
     async fn take(&self, weight: u32) -> Result<Slots, LaneError> {
         let _turn = self.gate_turn.lock().await;
-        let gate = self
-            .gate
-            .try_clone()
-            .map_err(|e| LaneError(format!("lane gate: {e}")))?;
-        let _gate = if flock(&gate, libc::LOCK_EX | libc::LOCK_NB) {
-            Unlock(gate)
+        let _gate = if flock(&self.gate, libc::LOCK_EX | libc::LOCK_NB) {
+            Unlock(Gate::Here(&self.gate))
         } else {
-            let waiting = Unlock(gate);
+            // Another process holds the gate: wait for it on a blocking thread, through a
+            // duplicate of the descriptor (the same lock) that thread can own.
+            let gate = self
+                .gate
+                .try_clone()
+                .map_err(|e| LaneError(format!("lane gate: {e}")))?;
+            let waiting = Unlock(Gate::Owned(gate));
             tokio::task::spawn_blocking(move || {
-                if flock(&waiting.0, libc::LOCK_EX) {
+                if flock(waiting.0.file(), libc::LOCK_EX) {
                     Ok(waiting)
                 } else {
                     Err(LaneError(format!(
@@ -233,12 +250,17 @@ impl FileLane {
             },
             _ => TokenState::full(self.rate, now),
         };
+        let before = (nums.len() == 3).then_some(st);
         let out = f(&mut st, now);
-        let line = format!("{} {} {}\n", st.tokens, st.at, st.paused_until);
-        let written = file
-            .set_len(0)
-            .and_then(|_| file.rewind())
-            .and_then(|_| file.write_all(line.as_bytes()));
+        // Unchanged (a lane without a rate that is not backing off): nothing to write.
+        let written = if before == Some(st) {
+            Ok(())
+        } else {
+            let line = format!("{} {} {}\n", st.tokens, st.at, st.paused_until);
+            file.set_len(0)
+                .and_then(|_| file.rewind())
+                .and_then(|_| file.write_all(line.as_bytes()))
+        };
         flock(file, libc::LOCK_UN);
         written.map_err(|e| {
             LaneError(format!(
