@@ -295,7 +295,6 @@ impl Coordinator {
             }
             self.unpark();
         }
-        self.unpark();
     }
 
     /// The serial steps before a call may be dispatched: `Ok(resolved arguments, if any
@@ -504,6 +503,7 @@ impl Coordinator {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             if let std::task::Poll::Ready(mut c) = std::future::Future::poll(fut.as_mut(), &mut cx)
             {
+                // Lanes first, as a spawned call gives them back before its completion is read.
                 drop(std::mem::take(&mut c.held));
                 self.completed(c);
                 return;
