@@ -15,7 +15,7 @@ use crate::error::{self, render_all, Diagnostic, Error};
 use crate::manifest::{Manifest, ToolKind};
 use crate::model_formats::InputFormat;
 use crate::plan::{self, Plan, PlanOptions};
-use crate::report::events::{Event, Outcome};
+use crate::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};

@@ -8,7 +8,7 @@
 //!   [`schema`] (argument guardrails), [`template`] (`${env:…}` and `{arg}` in the manifest),
 //!   [`yaml`] (the only module that touches serde_yaml).
 //! - [`plan`]: phases, edges, lanes and the simulated schedule — pure, no I/O.
-//! - [`run`]: the scheduler, lanes and tool kinds. It emits events and never prints.
+//! - [`run`]: the scheduler and lanes. It emits [`events`] and never prints.
 //! - [`report`]: events in, text out — results, progress, plans, summaries.
 //! - [`error`]: diagnostics with locations and hints; exit codes.
 
@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod duration;
 pub mod error;
+pub mod events;
 pub mod manifest;
 pub mod model_formats;
 pub mod plan;

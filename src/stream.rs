@@ -24,7 +24,7 @@ use crate::error::{self, Error, SourceFile};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, External, PlanOptions};
-use crate::report::events::{Outcome, Status};
+use crate::events::{Outcome, Status};
 use crate::report::output;
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes};
 use crate::run::{self, RunConfig};

@@ -1,8 +1,7 @@
-//! Reporters: everything a user sees. They consume [`events::Event`]s and finished results and
+//! Reporters: everything a user sees. They consume [`Event`](crate::events::Event)s and finished results and
 //! render them — results on stdout (jsonl, json, table), progress and summaries on stderr.
 //! Nothing here spawns, sleeps or schedules.
 
-pub mod events;
 pub mod output;
 pub mod plan;
 pub mod progress;
@@ -10,7 +9,7 @@ pub mod summary;
 pub mod timeline;
 pub mod tools;
 
-use events::Event;
+use crate::events::Event;
 
 /// Something that renders events as they happen.
 pub trait Reporter: Send {

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 use serde_json::Value;
 
-use super::events::{CallResult, Event, Outcome, Stats, Status};
+use crate::events::{CallResult, Event, Outcome, Stats, Status};
 use super::Reporter;
 
 /// What a finished run looks like to the writers (serialized as the `json` document).

@@ -264,7 +264,7 @@ pub fn to_table(plan: &Plan, est: &Estimate) -> String {
         let _ = writeln!(
             out,
             "estimated cost:     {}",
-            super::summary::trim_float(est.cost)
+            crate::events::trim_float(est.cost)
         );
     }
     if plan.calls.iter().any(|c| !c.estimate_known) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
-use super::events::{Event, LaneInfo, Status};
+use crate::events::{Event, LaneInfo, Status};
 use super::Reporter;
 
 struct LaneLine {

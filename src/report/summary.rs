@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::events::{Outcome, Stats, Status};
+use crate::events::{Outcome, Stats, Status};
 use crate::duration::format;
 
 fn ms(v: u64) -> String {
@@ -40,7 +40,7 @@ pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
         ms(stats.critical_path_ms),
     );
     if stats.cost > 0.0 {
-        s.push_str(&format!(" · cost {}", trim_float(stats.cost)));
+        s.push_str(&format!(" · cost {}", crate::events::trim_float(stats.cost)));
     }
     if outcome != Outcome::Completed {
         s.push_str(&format!(" · outcome {}", outcome.as_str()));
@@ -72,9 +72,4 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
             s
         })
         .collect()
-}
-
-pub fn trim_float(v: f64) -> String {
-    let s = format!("{v:.6}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::events::{CallResult, Status};
+use crate::events::{CallResult, Status};
 
 /// Track (slot) of each dispatched call; `None` for calls never dispatched.
 pub fn slots(results: &[CallResult]) -> Vec<Option<usize>> {

@@ -13,7 +13,7 @@ use super::lanes::{Admission, BoxFuture, LaneError, LaneStore, Lease};
 use super::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
 use crate::duration::millis;
 use crate::plan::{LaneKey, Plan};
-use crate::report::events::{CallResult, ErrorInfo, Event, Status};
+use crate::events::{CallResult, ErrorInfo, Event, Status};
 
 /// Sends events, if anybody listens.
 #[derive(Clone)]

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use crate::report::events::CallResult;
+use crate::events::CallResult;
 
 /// A loaded cassette.
 pub struct Cassette {

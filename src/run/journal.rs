@@ -17,7 +17,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::report::events::CallResult;
+use crate::events::CallResult;
 
 /// A stable fingerprint of a call: its tool, how the tool is invoked (`target`, secrets as
 /// `***`) and its resolved arguments.
@@ -167,9 +167,9 @@ struct ResultRecord {
     index: usize,
     id: String,
     tool: String,
-    status: crate::report::events::Status,
+    status: crate::events::Status,
     output: Value,
-    error: Option<crate::report::events::ErrorInfo>,
+    error: Option<crate::events::ErrorInfo>,
     attempts: u32,
     phase: usize,
     idempotency_key: Option<String>,

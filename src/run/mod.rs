@@ -4,7 +4,7 @@
 //! - [`scheduler`] owns all run state in one task (the coordinator): which calls are ready,
 //!   the serial pre-dispatch steps (resolve references, guardrail, budget) done one call at a
 //!   time in call order, phase barriers, `on_tool_error`, deadlines and signals. It emits
-//!   [`Event`](crate::report::events::Event)s and never prints.
+//!   [`Event`](crate::events::Event)s and never prints.
 //! - Each dispatched call is one task: it takes its lanes in the fixed order through a
 //!   [`lanes::LaneStore`], invokes its [`tools::ToolImpl`] (retrying transient failures of
 //!   idempotent tools), classifies how it ended, and sends the result back to the coordinator.

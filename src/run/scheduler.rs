@@ -27,7 +27,7 @@ use crate::duration::millis;
 use crate::manifest::{Manifest, ToolKind};
 use crate::plan::Plan;
 use crate::reference::ResolveError;
-use crate::report::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
+use crate::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
 use crate::schema::SCRIPTED_RESERVED;
 
 /// Everything a run needs besides the plan.
@@ -384,7 +384,7 @@ impl Coordinator {
                     r.idempotency_key = call
                         .write
                         .then(|| idempotency_key(&self.run.run_id, &call.id));
-                    r.error = Some(crate::report::events::ErrorInfo {
+                    r.error = Some(crate::events::ErrorInfo {
                         kind: "run_ended".into(),
                         message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped; --retry-indeterminate sends it again with the same idempotency key)".into(),
                     });
@@ -402,7 +402,7 @@ impl Coordinator {
                         "budget_exhausted",
                         format!(
                             "budget exhausted ({} of {max} spent; this call costs {})",
-                            crate::report::summary::trim_float(self.spent),
+                            crate::events::trim_float(self.spent),
                             call.cost
                         ),
                     ));
@@ -812,7 +812,7 @@ mod tests {
     use crate::batch::Batch;
     use crate::error::SourceFile;
     use crate::plan::{build, PlanOptions};
-    use crate::report::events::Status;
+    use crate::events::Status;
     use crate::run::lanes::MemoryLanes;
 
     const MANIFEST: &str = r#"

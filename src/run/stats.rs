@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::plan::Plan;
-use crate::report::events::{CallResult, LaneStats, Stats, Status};
+use crate::events::{CallResult, LaneStats, Stats, Status};
 
 /// Stats for `results` (indexed like `plan.calls`).
 pub fn compute(

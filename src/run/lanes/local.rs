@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState};
 use crate::plan::LaneSpec;
-use crate::report::events::LaneStats;
+use crate::events::LaneStats;
 
 /// The per-user folder the local store keeps its lock files in.
 pub fn runtime_dir() -> Result<PathBuf, LaneError> {

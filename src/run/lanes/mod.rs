@@ -21,7 +21,7 @@ use crate::plan::LaneSpec;
 
 mod local;
 mod redis;
-use crate::report::events::LaneStats;
+use crate::events::LaneStats;
 pub use local::{runtime_dir, LocalLanes};
 pub use redis::RedisLanes;
 

@@ -18,7 +18,7 @@ use redis::Script;
 
 use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
 use crate::plan::LaneSpec;
-use crate::report::events::LaneStats;
+use crate::events::LaneStats;
 
 /// How long a lease lasts without renewal (`FLUX_TOOLS_LEASE_MS` overrides, for tests).
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);
