@@ -12,10 +12,10 @@ use crate::batch::Batch;
 use crate::cli::{Args, Command, Emit, Format, McpCommand, PlanArgs, ProgressChoice, RunArgs};
 use crate::config;
 use crate::error::{self, render_all, Diagnostic, Error};
-use crate::manifest::{Manifest, ToolKind};
+use crate::events::{Event, Outcome};
+use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, Plan, PlanOptions};
-use crate::events::{Event, Outcome};
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
@@ -23,8 +23,9 @@ use crate::run::cassette::Cassette;
 use crate::run::gate::Approvals;
 use crate::run::journal::{self, Journal, Resume};
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
-use crate::run::tools::mcp::{self, McpHub};
 use crate::run::{self, lease, RunConfig};
+use crate::tools::mcp::{self, McpHub};
+use crate::tools::ToolKind;
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {

@@ -28,4 +28,5 @@ pub mod run;
 pub mod schema;
 pub mod stream;
 pub mod template;
+pub mod tools;
 pub mod yaml;

@@ -78,10 +78,6 @@ pub struct ArgSchema {
     pub args: Vec<ArgSpec>,
 }
 
-/// Arguments every scripted tool accepts in addition to its schema (SPEC section 2).
-pub const SCRIPTED_RESERVED: [&str; 5] =
-    ["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
-
 impl ArgSchema {
     /// Every problem with `args`; empty when they conform. `extra` names arguments that are
     /// always allowed (the scripted kind's reserved ones).

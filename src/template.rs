@@ -169,6 +169,15 @@ fn is_ident(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// A map of templates as JSON, every secret shown as `***`.
+pub fn redacted_map(m: &std::collections::BTreeMap<String, Template>) -> serde_json::Value {
+    serde_json::Value::Object(
+        m.iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.redacted())))
+            .collect(),
+    )
+}
+
 /// Replace every `${env:…}` in raw text with `***` (for messages about malformed text).
 pub fn redact_raw(text: &str) -> String {
     let mut out = String::new();

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use crate::batch::{narrow, Batch, OnToolError};
 use crate::error::{suggest, Diagnostic};
-use crate::manifest::{Manifest, Rate, ToolKind};
+use crate::manifest::{Manifest, Rate};
 use crate::reference::Args;
-use crate::schema::SCRIPTED_RESERVED;
 
 /// What the command line adds to or overrides in a batch.
 #[derive(Debug, Clone, Default)]
@@ -471,7 +470,7 @@ pub fn build(
                     l.push(lane(LaneKey::Shared(name.clone()), d.concurrency, d.rate, d.burst));
                 }
             }
-            if let (ToolKind::Command(_), Some(cap)) = (&tool.kind, opts.max_processes) {
+            if let (true, Some(cap)) = (tool.kind.spawns_process(), opts.max_processes) {
                 l.push(lane(LaneKey::Processes, Some(cap), None, None));
             }
             l
@@ -485,11 +484,7 @@ pub fn build(
             for r in &referenced {
                 literal.remove(r);
             }
-            let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
-                &SCRIPTED_RESERVED
-            } else {
-                &[]
-            };
+            let extra = tool.kind.reserved();
             for problem in schema.check(&literal, extra) {
                 if referenced
                     .iter()
@@ -505,12 +500,12 @@ pub fn build(
                 );
             }
         }
-        if let ToolKind::Command(cmd) = &tool.kind {
-            for p in cmd.argv.iter().flat_map(|t| t.placeholders()) {
+        {
+            for p in tool.kind.placeholders() {
                 if !c.args.value.contains_key(p) {
                     diags.push(
                         Diagnostic::error(format!(
-                            "call `{}` to `{}` gives no argument `{p}`, which the command needs",
+                            "call `{}` to `{}` gives no argument `{p}`, which the tool needs to be invoked",
                             c.id, tool.name
                         ))
                         .at(batch.locate(i, Some("tool"), &c.tool))

@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 use serde_json::Value;
 
-use crate::events::{CallResult, Event, Outcome, Stats, Status};
 use super::Reporter;
+use crate::events::{CallResult, Event, Outcome, Stats, Status};
 
 /// What a finished run looks like to the writers (serialized as the `json` document).
 #[derive(serde::Serialize)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
-use crate::events::{Event, LaneInfo, Status};
 use super::Reporter;
+use crate::events::{Event, LaneInfo, Status};
 
 struct LaneLine {
     info: LaneInfo,

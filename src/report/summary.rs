@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::events::{Outcome, Stats, Status};
 use crate::duration::format;
+use crate::events::{Outcome, Stats, Status};
 
 fn ms(v: u64) -> String {
     format(Duration::from_millis(v))
@@ -40,7 +40,10 @@ pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
         ms(stats.critical_path_ms),
     );
     if stats.cost > 0.0 {
-        s.push_str(&format!(" · cost {}", crate::events::trim_float(stats.cost)));
+        s.push_str(&format!(
+            " · cost {}",
+            crate::events::trim_float(stats.cost)
+        ));
     }
     if outcome != Outcome::Completed {
         s.push_str(&format!(" · outcome {}", outcome.as_str()));

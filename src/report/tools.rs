@@ -1,68 +1,18 @@
 //! `flux-tools tools`: the manifest's tools and their declarations, as a table or JSON.
 //! Every `${env:…}` secret is shown as `***`.
 
-use std::collections::BTreeMap;
-
 use comfy_table::{presets, ContentArrangement, Table};
 use serde_json::{json, Value};
 
-use crate::manifest::{Manifest, Tool, ToolKind};
-use crate::template::Template;
+use crate::manifest::{Manifest, Tool};
 
-fn redacted_map(m: &BTreeMap<String, Template>) -> Value {
-    Value::Object(
-        m.iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.redacted())))
-            .collect(),
-    )
-}
-
-/// What the tool invokes, in one line.
+/// What the tool invokes, in one line (secrets as `***`).
 pub fn target(t: &Tool) -> String {
-    match &t.kind {
-        ToolKind::Command(c) => c
-            .argv
-            .iter()
-            .map(Template::redacted)
-            .collect::<Vec<_>>()
-            .join(" "),
-        ToolKind::Http(h) => format!("{} {}", h.method, h.url.redacted()),
-        ToolKind::Mcp(m) => format!("{}:{}", m.server, m.tool),
-        ToolKind::Scripted(s) => {
-            if s.hang {
-                "scripted (hangs)".into()
-            } else {
-                format!("scripted {}", crate::duration::format(s.latency))
-            }
-        }
-    }
+    t.kind.target()
 }
 
 pub fn tool_json(t: &Tool) -> Value {
-    let kind = match &t.kind {
-        ToolKind::Command(c) => json!({
-            "command": c.argv.iter().map(Template::redacted).collect::<Vec<_>>(),
-            "stdin": if c.stdin_json { "json" } else { "none" },
-            "env": redacted_map(&c.env),
-            "max_output": c.max_output,
-            "kill_grace": crate::duration::format(c.kill_grace),
-            "retry_on_exit": c.retry_on_exit,
-        }),
-        ToolKind::Http(h) => json!({
-            "method": h.method,
-            "url": h.url.redacted(),
-            "headers": redacted_map(&h.headers),
-            "body": if h.body_json { "json" } else { "none" },
-            "query": h.query,
-        }),
-        ToolKind::Mcp(m) => json!({"server": m.server, "tool": m.tool}),
-        ToolKind::Scripted(s) => json!({
-            "latency": crate::duration::format(s.latency),
-            "output": s.output,
-            "fail": s.fail,
-            "hang": s.hang,
-        }),
-    };
+    let kind = t.kind.settings();
     json!({
         "name": t.name,
         "kind": t.kind_name(),

@@ -10,10 +10,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::lanes::{Admission, BoxFuture, LaneError, LaneStore, Lease};
-use super::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
 use crate::duration::millis;
-use crate::plan::{LaneKey, Plan};
 use crate::events::{CallResult, ErrorInfo, Event, Status};
+use crate::plan::{LaneKey, Plan};
+use crate::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
 
 /// Sends events, if anybody listens.
 #[derive(Clone)]

@@ -19,6 +19,5 @@ pub mod lanes;
 pub mod lease;
 pub mod scheduler;
 mod stats;
-pub mod tools;
 
 pub use scheduler::{execute, execute_spawned, RunConfig, RunReport};

@@ -21,14 +21,13 @@ use super::gate::{Approvals, Gate, GateJob, Verdict};
 use super::journal::{Journal, Resume};
 use super::lanes::LaneStore;
 use super::stats;
-use super::tools::{Invocation, RunInfo, StopLevel, ToolContext, ToolImpl};
 use crate::batch::OnToolError;
 use crate::duration::millis;
-use crate::manifest::{Manifest, ToolKind};
+use crate::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
+use crate::manifest::Manifest;
 use crate::plan::Plan;
 use crate::reference::ResolveError;
-use crate::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
-use crate::schema::SCRIPTED_RESERVED;
+use crate::tools::{Invocation, RunInfo, StopLevel, ToolContext, ToolImpl};
 
 /// Everything a run needs besides the plan.
 pub struct RunConfig {
@@ -39,7 +38,7 @@ pub struct RunConfig {
     /// Send per-lane wait/acquire/release events (only a live display needs them).
     pub lane_events: bool,
     /// MCP sessions (started for annotations before planning, or on first call).
-    pub mcp: Option<Arc<super::tools::mcp::McpHub>>,
+    pub mcp: Option<Arc<crate::tools::mcp::McpHub>>,
     /// `--approve`.
     pub approvals: Approvals,
     /// `--journal`: where dispatches and results are recorded.
@@ -347,18 +346,14 @@ impl Coordinator {
         })?;
         let tool = &self.manifest.tools[call.tool];
         if let Some(schema) = &tool.args {
-            let extra: &[&str] = if matches!(tool.kind, ToolKind::Scripted(_)) {
-                &SCRIPTED_RESERVED
-            } else {
-                &[]
-            };
+            let extra = tool.kind.reserved();
             let problems = schema.check(&args, extra);
             if !problems.is_empty() {
                 return Err(("guardrail", format!("guardrail: {}", problems.join("; "))));
             }
         }
         if self.fingerprints {
-            let target = crate::report::tools::target(tool);
+            let target = tool.kind.target();
             let fp = super::journal::fingerprint(&call.tool_name, &target, &args);
             if self.record {
                 self.recorded_args[p] = Some(Value::Object(args.clone().into_owned()));
@@ -495,7 +490,7 @@ impl Coordinator {
             self.outstanding[lane] += 1;
         }
         let mut fut = Box::pin(job.run());
-        if matches!(*self.tools[call.tool], ToolImpl::Scripted(_)) {
+        if self.tools[call.tool].inline() {
             // An in-process tool: poll it here once, and a call that completes at once (no
             // lane wait, no latency) is finished without a task or a channel round trip.
             // Whatever it registered a waker for is polled again by the task below, which
@@ -811,8 +806,8 @@ mod tests {
     use super::*;
     use crate::batch::Batch;
     use crate::error::SourceFile;
-    use crate::plan::{build, PlanOptions};
     use crate::events::Status;
+    use crate::plan::{build, PlanOptions};
     use crate::run::lanes::MemoryLanes;
 
     const MANIFEST: &str = r#"

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::Plan;
 use crate::events::{CallResult, LaneStats, Stats, Status};
+use crate::plan::Plan;
 
 /// Stats for `results` (indexed like `plan.calls`).
 pub fn compute(

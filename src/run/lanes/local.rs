@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState};
-use crate::plan::LaneSpec;
 use crate::events::LaneStats;
+use crate::plan::LaneSpec;
 
 /// The per-user folder the local store keeps its lock files in.
 pub fn runtime_dir() -> Result<PathBuf, LaneError> {

@@ -17,8 +17,8 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
-use crate::plan::LaneSpec;
 use crate::events::LaneStats;
+use crate::plan::LaneSpec;
 
 /// How long a lease lasts without renewal (`FLUX_TOOLS_LEASE_MS` overrides, for tests).
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);

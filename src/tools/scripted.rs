@@ -7,9 +7,81 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Failure, Invocation, Stop};
-use crate::manifest::ScriptedSpec;
+use std::future::Future;
+
+use serde_json::json;
+use toml::de::DeTable;
+
+use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::manifest::reader::{de_to_json, Reader};
+use crate::manifest::Tool;
 use crate::template::Template;
+
+/// `kind = "scripted"`: deterministic behaviour, no process and no network.
+#[derive(Debug, Clone)]
+pub struct ScriptedSpec {
+    pub latency: Duration,
+    pub output: Option<Value>,
+    pub fail: Option<String>,
+    pub hang: bool,
+}
+
+impl Kind for ScriptedSpec {
+    const NAME: &'static str = "scripted";
+    const KEYS: &'static [&'static str] = &["latency", "output", "fail", "hang"];
+    const RESERVED: &'static [&'static str] =
+        &["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
+    const INLINE: bool = true;
+    type Runner = ScriptedTool;
+
+    fn parse(r: &mut Reader<'_>, t: &DeTable<'_>, site: &Site<'_>) -> ScriptedSpec {
+        let ctx = site.ctx;
+        ScriptedSpec {
+            latency: r
+                .duration(t, "latency", ctx)
+                .map_or(Duration::ZERO, |(d, _)| d),
+            output: Reader::entry(t, "output").map(|(_, v)| de_to_json(v.get_ref())),
+            fail: r.string(t, "fail", ctx).map(|(s, _)| s),
+            hang: r.boolean(t, "hang", ctx).unwrap_or(false),
+        }
+    }
+
+    fn target(&self) -> String {
+        if self.hang {
+            "scripted (hangs)".into()
+        } else {
+            format!("scripted {}", crate::duration::format(self.latency))
+        }
+    }
+
+    fn settings(&self) -> Value {
+        json!({
+            "latency": crate::duration::format(self.latency),
+            "output": self.output,
+            "fail": self.fail,
+            "hang": self.hang,
+        })
+    }
+
+    fn estimate(&self) -> Option<Duration> {
+        (!self.hang).then_some(self.latency)
+    }
+
+    fn runner(&self, _tool: &Tool, _ctx: &ToolContext) -> Result<ScriptedTool, String> {
+        Ok(ScriptedTool::new(self.clone()))
+    }
+}
+
+impl Invoke for ScriptedTool {
+    fn invoke<'a>(
+        &'a self,
+        inv: &'a Invocation,
+        stop: &'a mut Stop,
+    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
+        // Not boxed: small, and often complete at the first poll (see `Kind::INLINE`).
+        self.call(inv, stop)
+    }
+}
 
 pub struct ScriptedTool {
     spec: ScriptedSpec,
@@ -20,7 +92,7 @@ impl ScriptedTool {
         ScriptedTool { spec }
     }
 
-    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+    async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let args = inv.args();
         let latency = match args.get("_latency") {
             Some(Value::String(s)) => crate::duration::parse(s)

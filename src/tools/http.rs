@@ -13,9 +13,147 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::{Map, Value};
 
-use super::{Failure, Invocation, Stop};
-use crate::manifest::{HttpSpec, Tool};
-use crate::template::{value_text, RenderError};
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use serde_json::json;
+use toml::de::DeTable;
+
+use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::manifest::reader::Reader;
+use crate::manifest::Tool;
+use crate::template::{redacted_map, value_text, RenderError, Template};
+
+/// `kind = "http"`: one request per call.
+#[derive(Debug, Clone)]
+pub struct HttpSpec {
+    pub method: String,
+    /// Placeholders only in the path and query: an argument can never choose the host.
+    pub url: Template,
+    pub max_output: u64,
+    pub headers: BTreeMap<String, Template>,
+    pub body_json: bool,
+    pub query: Vec<String>,
+}
+
+impl Kind for HttpSpec {
+    const NAME: &'static str = "http";
+    const KEYS: &'static [&'static str] =
+        &["method", "url", "headers", "body", "query", "max_output"];
+    type Runner = HttpTool;
+
+    fn parse(r: &mut Reader<'_>, t: &DeTable<'_>, site: &Site<'_>) -> HttpSpec {
+        let (ctx, span) = (site.ctx, site.span.clone());
+        let method = r
+            .string(t, "method", ctx)
+            .map_or_else(|| "GET".to_string(), |(s, _)| s.to_ascii_uppercase());
+        let url = match r.string(t, "url", ctx) {
+            Some((s, us)) => {
+                let tpl = r.template(&s, us.clone(), true);
+                if let Err(e) = check_url_template(&tpl) {
+                    r.error(us, format!("`url` in {ctx}: {e}"), None);
+                }
+                tpl
+            }
+            None => {
+                r.error(span, format!("{ctx} needs `url`"), None);
+                Template {
+                    segments: Vec::new(),
+                }
+            }
+        };
+        let body_json = match r.string(t, "body", ctx) {
+            Some((s, _)) if s == "json" => true,
+            Some((s, _)) if s == "none" => false,
+            Some((s, bs)) => {
+                r.error(
+                    bs,
+                    format!("`body` in {ctx} is `{s}`; use \"json\" or \"none\""),
+                    None,
+                );
+                false
+            }
+            None => !matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS"),
+        };
+        let max_output = r.max_output(t, ctx);
+        HttpSpec {
+            method,
+            url,
+            max_output,
+            headers: r.template_map(t, "headers", ctx),
+            body_json,
+            query: r
+                .strings(t, "query", ctx)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
+        }
+    }
+
+    fn placeholders(&self) -> Vec<&str> {
+        self.url.placeholders().collect()
+    }
+
+    fn target(&self) -> String {
+        format!("{} {}", self.method, self.url.redacted())
+    }
+
+    fn settings(&self) -> Value {
+        json!({
+            "method": self.method,
+            "url": self.url.redacted(),
+            "headers": redacted_map(&self.headers),
+            "body": if self.body_json { "json" } else { "none" },
+            "query": self.query,
+        })
+    }
+
+    fn runner(&self, tool: &Tool, ctx: &ToolContext) -> Result<HttpTool, String> {
+        match &ctx.http {
+            Some(Ok(client)) => Ok(HttpTool::new(tool, self.clone(), client.clone())),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("the HTTP client was not set up".into()),
+        }
+    }
+}
+
+impl Invoke for HttpTool {
+    fn invoke<'a>(
+        &'a self,
+        inv: &'a Invocation,
+        stop: &'a mut Stop,
+    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
+        // Boxed: the future is large, and every call's task would otherwise be that large.
+        Box::pin(self.call(inv, stop))
+    }
+}
+
+/// An http tool's URL must be `http(s)://host…`, and every `{placeholder}` must come after the
+/// host (in the path or query), so an argument can never choose where a request goes.
+fn check_url_template(t: &Template) -> Result<(), String> {
+    use crate::template::Segment;
+    let mut prefix = String::new();
+    for seg in &t.segments {
+        match seg {
+            Segment::Lit(l) => prefix.push_str(l),
+            Segment::Env(_) => prefix.push_str("env"),
+            Segment::Arg(a) => {
+                let after_scheme = prefix.split_once("://").map(|(_, rest)| rest);
+                if !after_scheme.is_some_and(|r| r.contains(['/', '?'])) {
+                    return Err(format!("placeholder `{{{a}}}` is in the scheme or host; put arguments in the path or query"));
+                }
+                break;
+            }
+        }
+    }
+    let lower = t.redacted().to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://") || lower.starts_with("***"))
+    {
+        return Err("the URL must start with http:// or https://".into());
+    }
+    Ok(())
+}
 
 /// How much of an error response's body a message keeps.
 const EXCERPT: usize = 200;
@@ -131,7 +269,7 @@ impl HttpTool {
         Ok(req)
     }
 
-    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+    async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let req = self.request(inv)?;
         tokio::select! {
             r = self.send(req) => r,

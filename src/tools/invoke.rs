@@ -1,14 +1,10 @@
-//! Tool kinds: one file each, one entry point ([`ToolImpl::invoke`]).
+//! What an invocation is given and gives back: the [`Invocation`], the [`Stop`] it watches,
+//! the [`Failure`] it returns, and the [`ToolContext`] every tool of a run shares.
 //!
 //! An invocation gets the resolved arguments and a [`Stop`]: the call's own timeout, the run's
 //! `tool_call_seconds` ceiling and the run ending all arrive through it, and each kind cleans
 //! up its own way (a command terminates its process group) before returning
 //! [`Failure::Stopped`]. Retries, lanes and classification are the scheduler's business.
-
-mod command;
-pub mod http;
-pub mod mcp;
-mod scripted;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +13,8 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::manifest::{Tool, ToolKind};
+use super::{mcp, ToolKind};
+use crate::manifest::Tool;
 use crate::plan::Plan;
 
 /// How hard the run is being stopped.
@@ -224,57 +221,6 @@ impl ToolContext {
                     .map_err(|e| format!("cannot set up the HTTP client: {e}"))
             });
         ToolContext { http, mcp }
-    }
-}
-
-/// A tool, ready to invoke.
-pub enum ToolImpl {
-    Command(command::CommandTool),
-    Http(http::HttpTool),
-    Mcp(mcp::McpTool),
-    Scripted(scripted::ScriptedTool),
-    /// A kind this build cannot invoke yet; each call fails with this message.
-    Unsupported(String),
-}
-
-impl ToolImpl {
-    pub fn from_tool(tool: &Tool, ctx: &ToolContext) -> Arc<ToolImpl> {
-        Arc::new(match &tool.kind {
-            ToolKind::Command(spec) => {
-                ToolImpl::Command(command::CommandTool::new(tool, spec.clone()))
-            }
-            ToolKind::Scripted(spec) => {
-                ToolImpl::Scripted(scripted::ScriptedTool::new(spec.clone()))
-            }
-            ToolKind::Http(spec) => match &ctx.http {
-                Some(Ok(client)) => {
-                    ToolImpl::Http(http::HttpTool::new(tool, spec.clone(), client.clone()))
-                }
-                Some(Err(e)) => ToolImpl::Unsupported(e.clone()),
-                None => ToolImpl::Unsupported("the HTTP client was not set up".into()),
-            },
-            ToolKind::Mcp(spec) => match &ctx.mcp {
-                Some(hub) => ToolImpl::Mcp(mcp::McpTool::new(
-                    tool,
-                    &spec.server,
-                    &spec.tool,
-                    hub.clone(),
-                )),
-                None => ToolImpl::Unsupported("MCP sessions were not set up".into()),
-            },
-        })
-    }
-
-    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        match self {
-            // Boxed: their futures are large, and inlining them would make every call's task
-            // (scripted ones too) that large to create and move.
-            ToolImpl::Command(c) => Box::pin(c.invoke(inv, stop)).await,
-            ToolImpl::Http(h) => Box::pin(h.invoke(inv, stop)).await,
-            ToolImpl::Mcp(m) => Box::pin(m.invoke(inv, stop)).await,
-            ToolImpl::Scripted(s) => s.invoke(inv, stop).await,
-            ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),
-        }
     }
 }
 

@@ -22,9 +22,87 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
-use super::{Failure, Invocation, Stop};
+use std::future::Future;
+
+use toml::de::DeTable;
+
+use super::ToolKind;
+use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
 use crate::error::Diagnostic;
-use crate::manifest::{Effect, Manifest, McpServer, Origin, Tool, ToolKind};
+use crate::manifest::reader::Reader;
+use crate::manifest::{Effect, Manifest, McpServer, Origin, Tool};
+
+/// `kind = "mcp"`: a tool on a Model Context Protocol server.
+#[derive(Debug, Clone)]
+pub struct McpSpec {
+    pub server: String,
+    pub tool: String,
+}
+
+impl Kind for McpSpec {
+    const NAME: &'static str = "mcp";
+    const KEYS: &'static [&'static str] = &["server", "tool"];
+    const ANNOUNCES_EFFECT: bool = true;
+    type Runner = McpTool;
+
+    fn parse(r: &mut Reader<'_>, t: &DeTable<'_>, site: &Site<'_>) -> McpSpec {
+        let ctx = site.ctx;
+        let server = match r.string(t, "server", ctx) {
+            Some((s, _)) => s,
+            None => {
+                r.error(
+                    site.span.clone(),
+                    format!("{ctx} has no `server`"),
+                    Some("name one of [mcp_servers.*]".into()),
+                );
+                String::new()
+            }
+        };
+        let tool = r
+            .string(t, "tool", ctx)
+            .map_or_else(|| site.name.to_string(), |(s, _)| s);
+        McpSpec { server, tool }
+    }
+
+    fn check(&self, tool: &Tool, m: &Manifest, r: &mut Reader<'_>) {
+        if !self.server.is_empty() && !m.mcp_servers.contains_key(&self.server) {
+            r.error(
+                tool.span.clone(),
+                format!(
+                    "tool `{}` names MCP server `{}`, which [mcp_servers] does not declare",
+                    tool.name, self.server
+                ),
+                crate::error::suggest(&self.server, m.mcp_servers.keys().map(String::as_str)),
+            );
+        }
+    }
+
+    fn target(&self) -> String {
+        format!("{}:{}", self.server, self.tool)
+    }
+
+    fn settings(&self) -> Value {
+        json!({"server": self.server, "tool": self.tool})
+    }
+
+    fn runner(&self, tool: &Tool, ctx: &ToolContext) -> Result<McpTool, String> {
+        match &ctx.mcp {
+            Some(hub) => Ok(McpTool::new(tool, &self.server, &self.tool, hub.clone())),
+            None => Err("MCP sessions were not set up".into()),
+        }
+    }
+}
+
+impl Invoke for McpTool {
+    fn invoke<'a>(
+        &'a self,
+        inv: &'a Invocation,
+        stop: &'a mut Stop,
+    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
+        // Boxed: the future is large, and every call's task would otherwise be that large.
+        Box::pin(self.call(inv, stop))
+    }
+}
 
 /// How long a server may take to start and answer `initialize`.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -249,7 +327,7 @@ impl McpTool {
         }
     }
 
-    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+    async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let session = tokio::select! {
             s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed("spawn_failed", e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),

@@ -15,9 +15,150 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
-use super::{parse_output, Failure, Invocation, Stop};
-use crate::manifest::{CommandSpec, Tool};
-use crate::template::RenderError;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+
+use serde_json::json;
+use toml::de::{DeTable, DeValue};
+
+use super::{parse_output, Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::manifest::reader::Reader;
+use crate::manifest::Tool;
+use crate::template::{redacted_map, RenderError, Template};
+
+/// `kind = "command"`: a program run directly, never through a shell.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    pub argv: Vec<Template>,
+    pub stdin_json: bool,
+    pub env: BTreeMap<String, Template>,
+    /// Absolute (resolved against the manifest's folder).
+    pub cwd: Option<PathBuf>,
+    pub max_output: u64,
+    pub kill_grace: Duration,
+    pub retry_on_exit: Vec<i32>,
+}
+
+/// Default time between SIGTERM and SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+
+impl Kind for CommandSpec {
+    const NAME: &'static str = "command";
+    const KEYS: &'static [&'static str] = &[
+        "command",
+        "stdin",
+        "env",
+        "cwd",
+        "max_output",
+        "kill_grace",
+        "retry_on_exit",
+    ];
+    const SPAWNS_PROCESS: bool = true;
+    type Runner = CommandTool;
+
+    fn parse(r: &mut Reader<'_>, t: &DeTable<'_>, site: &Site<'_>) -> CommandSpec {
+        let (ctx, span, base) = (site.ctx, site.span.clone(), site.base);
+        let argv = r.templates(t, "command", ctx, true).unwrap_or_default();
+        if argv.is_empty() {
+            r.error(
+                span,
+                format!("{ctx} needs `command`, the program and its arguments"),
+                Some("e.g. command = [\"./bin/lookup\", \"--id\", \"{id}\"]".into()),
+            );
+        } else if argv[0].placeholders().next().is_some() {
+            if let Some((_, v)) = Reader::entry(t, "command") {
+                r.error(
+                    v.span(),
+                    format!("the program in {ctx} cannot come from an argument"),
+                    Some("a batch must never choose which program runs".into()),
+                );
+            }
+        }
+        let stdin_json = match r.string(t, "stdin", ctx) {
+            Some((s, _)) if s == "json" => true,
+            Some((s, _)) if s == "none" => false,
+            Some((s, ss)) => {
+                r.error(
+                    ss,
+                    format!("`stdin` in {ctx} is `{s}`; use \"json\" or \"none\""),
+                    None,
+                );
+                true
+            }
+            None => true,
+        };
+        let max_output = r.max_output(t, ctx);
+        let retry_on_exit = match Reader::entry(t, "retry_on_exit") {
+            Some((_, v)) => match v.get_ref() {
+                DeValue::Array(items) => items
+                    .iter()
+                    .filter_map(|i| r.int(i, &format!("each of `retry_on_exit` in {ctx}")))
+                    .filter_map(|n| i32::try_from(n).ok())
+                    .collect(),
+                other => {
+                    r.type_error(
+                        v.span(),
+                        &format!("`retry_on_exit` in {ctx}"),
+                        "an array of exit codes",
+                        other,
+                    );
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        CommandSpec {
+            argv,
+            stdin_json,
+            env: r.template_map(t, "env", ctx),
+            cwd: r.string(t, "cwd", ctx).map(|(s, _)| base.join(s)),
+            max_output,
+            kill_grace: r
+                .duration(t, "kill_grace", ctx)
+                .map_or(DEFAULT_KILL_GRACE, |(d, _)| d),
+            retry_on_exit,
+        }
+    }
+
+    fn placeholders(&self) -> Vec<&str> {
+        self.argv.iter().flat_map(Template::placeholders).collect()
+    }
+
+    fn target(&self) -> String {
+        self.argv
+            .iter()
+            .map(Template::redacted)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn settings(&self) -> Value {
+        json!({
+            "command": self.argv.iter().map(Template::redacted).collect::<Vec<_>>(),
+            "stdin": if self.stdin_json { "json" } else { "none" },
+            "env": redacted_map(&self.env),
+            "max_output": self.max_output,
+            "kill_grace": crate::duration::format(self.kill_grace),
+            "retry_on_exit": self.retry_on_exit,
+        })
+    }
+
+    fn runner(&self, tool: &Tool, _ctx: &ToolContext) -> Result<CommandTool, String> {
+        Ok(CommandTool::new(tool, self.clone()))
+    }
+}
+
+impl Invoke for CommandTool {
+    fn invoke<'a>(
+        &'a self,
+        inv: &'a Invocation,
+        stop: &'a mut Stop,
+    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
+        // Boxed: the future is large, and every call's task would otherwise be that large.
+        Box::pin(self.call(inv, stop))
+    }
+}
 
 /// How much of stderr an error keeps.
 const STDERR_TAIL: usize = 2048;
@@ -89,7 +230,7 @@ impl CommandTool {
         Ok(cmd)
     }
 
-    pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+    async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let mut cmd = self.command(inv)?;
         let mut child = cmd.spawn().map_err(|e| {
             Failure::failed(

@@ -1,0 +1,309 @@
+//! The tool manifest (`tools.toml`): concurrency lanes, deadlines, shared lanes, tools of four
+//! kinds, MCP servers and hooks, parsed into a typed [`Manifest`].
+//!
+//! Parsing walks `toml`'s spanned document tree by hand instead of using `#[derive(Deserialize)]`
+//! so that *every* problem — an unknown field, a wrong type, a lane nobody declared, a rate that
+//! does not parse — is reported at once with its line, column and a hint. Defaults are SPEC
+//! section 2's: `effect = "write"`, `idempotent` = (effect is read), `parallel_safe = true`.
+//! `${env:NAME}` secrets stay unresolved ([`Template`]) until a call is invoked.
+//!
+//! Layout: this file holds the types and [`Manifest::parse`]; [`reader`] the typed TOML field
+//! readers every section (and every tool kind, for its own fields) uses; `sections` the
+//! `[concurrency]`, `[lanes]`, `[mcp_servers]` and `[hooks]` tables; `tool` the fields every
+//! tool shares (a kind's own fields are read by its file under [`crate::tools`]); `checks`
+//! what needs the whole manifest (declared lanes, weights against limits, placeholders).
+
+mod checks;
+pub mod reader;
+mod sections;
+#[cfg(test)]
+mod tests;
+mod tool;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::de::{DeTable, DeValue};
+
+use crate::error::{suggest, Diagnostic, SourceFile};
+use crate::schema::ArgSchema;
+use crate::template::Template;
+use crate::tools::ToolKind;
+use reader::{quote_key, Reader};
+
+/// The parsed manifest.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub file: SourceFile,
+    /// Canonical path, used to key lanes shared across processes.
+    pub path: PathBuf,
+    pub concurrency: Concurrency,
+    pub deadline: Deadline,
+    pub lanes: BTreeMap<String, LaneDecl>,
+    pub tools: Vec<Tool>,
+    pub tool_index: HashMap<String, usize>,
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    pub hooks: Hooks,
+    /// Warnings found while parsing (undeclared effects, unbounded turn lane, …).
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// `[concurrency]`: the runner's ceiling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Concurrency {
+    pub max_concurrent_tools: Option<u32>,
+    pub per_tenant: Option<u32>,
+    pub per_tool: BTreeMap<String, u32>,
+}
+
+/// `[deadline]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Deadline {
+    pub run: Option<Duration>,
+    pub tool_call: Option<Duration>,
+}
+
+/// A token-bucket rate: `count` tokens per `per`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
+}
+
+impl Rate {
+    /// Parse `10/s`, `600/m`, `1000/h`.
+    pub fn parse(text: &str) -> Result<Rate, String> {
+        let bad = || format!("`{text}` is not a rate (write it like `10/s`, `600/m` or `1000/h`)");
+        let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+        let count: u32 = n.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "m" | "min" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(format!(
+                "`{text}` allows no calls at all; use a positive count"
+            ));
+        }
+        Ok(Rate { count, per })
+    }
+
+    /// Tokens per second.
+    pub fn per_second(&self) -> f64 {
+        f64::from(self.count) / self.per.as_secs_f64()
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+/// `[lanes.NAME]`: a shared limit several tools draw on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneDecl {
+    pub name: String,
+    pub concurrency: Option<u32>,
+    pub rate: Option<Rate>,
+    pub burst: Option<u32>,
+}
+
+/// Read-only or mutating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    Read,
+    Write,
+}
+
+/// Where a declaration came from, shown by `plan` and `tools`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    Manifest,
+    /// An MCP tool's annotations (`readOnlyHint`, `idempotentHint`, `destructiveHint`).
+    Annotation,
+    Default,
+}
+
+/// One `[tools.NAME]`.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: String,
+    pub kind: ToolKind,
+    pub description: Option<String>,
+    pub effect: Effect,
+    pub effect_origin: Origin,
+    pub idempotent: bool,
+    pub idempotent_origin: Origin,
+    pub parallel_safe: bool,
+    pub concurrent_writes: bool,
+    pub timeout: Option<Duration>,
+    /// The timeout as the manifest wrote it, for messages ("exceeded its 5s timeout").
+    pub timeout_text: Option<String>,
+    pub lanes: Vec<String>,
+    pub weight: u32,
+    pub retries: u32,
+    pub cost: f64,
+    pub expected: Option<Duration>,
+    pub requires_approval: bool,
+    pub args: Option<ArgSchema>,
+    /// Byte span of the `[tools.NAME]` key, for diagnostics.
+    pub span: Range<usize>,
+}
+
+impl Tool {
+    pub fn is_write(&self) -> bool {
+        self.effect == Effect::Write
+    }
+
+    /// The latency `plan` assumes: `expected`, else what its kind says (a scripted latency).
+    pub fn estimate(&self) -> Option<Duration> {
+        self.expected.or_else(|| self.kind.estimate())
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+}
+
+/// `[mcp_servers.NAME]`.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    pub name: String,
+    pub command: Option<Vec<Template>>,
+    pub url: Option<Template>,
+    pub env: BTreeMap<String, Template>,
+    pub headers: BTreeMap<String, Template>,
+}
+
+/// `[hooks]`.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    pub before_call: Option<Vec<Template>>,
+    pub after_call: Option<Vec<Template>>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "concurrency",
+    "deadline",
+    "lanes",
+    "tools",
+    "mcp_servers",
+    "hooks",
+];
+impl Manifest {
+    /// Read and parse the manifest at `path`.
+    pub fn load(path: &Path) -> Result<Manifest, Vec<Diagnostic>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![
+                Diagnostic::error(format!("cannot read manifest `{}`: {e}", path.display()))
+                    .hint("pass --manifest PATH, set FLUX_TOOLS_MANIFEST, or create tools.toml"),
+            ]
+        })?;
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        Manifest::parse(SourceFile::new(path.display().to_string(), text), canonical)
+    }
+
+    /// Parse manifest text. `Err` carries every error (and the warnings found with them).
+    pub fn parse(file: SourceFile, path: PathBuf) -> Result<Manifest, Vec<Diagnostic>> {
+        let text = file.text.clone();
+        let doc = match DeTable::parse(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                let loc = e.span().map(|s| file.location(s.start, s.end));
+                let msg = e.message().trim().to_string();
+                return Err(vec![Diagnostic::error(format!("invalid TOML: {msg}"))
+                    .at(loc)
+                    .in_file(&file.name)]);
+            }
+        };
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut r = Reader {
+            file: &file,
+            diags: Vec::new(),
+        };
+        let root = doc.get_ref();
+        r.check_keys(root, TOP_KEYS, "the manifest");
+
+        let concurrency = r.concurrency(root);
+        let deadline = match r.table(root, "deadline", "the manifest") {
+            Some(t) => {
+                r.check_keys(t, &["run_seconds", "tool_call_seconds"], "[deadline]");
+                Deadline {
+                    run: r.seconds(t, "run_seconds", "[deadline]"),
+                    tool_call: r.seconds(t, "tool_call_seconds", "[deadline]"),
+                }
+            }
+            None => Deadline::default(),
+        };
+        let lanes = r.lanes(root);
+        let mcp_servers = r.mcp_servers(root);
+        let hooks = r.hooks(root);
+        let mut tools = Vec::new();
+        if let Some(t) = r.table(root, "tools", "the manifest") {
+            for (key, value) in t.iter() {
+                let name = key.get_ref().to_string();
+                let ctx = format!("[tools.{}]", quote_key(&name));
+                match value.get_ref() {
+                    DeValue::Table(tt) => {
+                        if let Some(tool) = r.tool(&name, &ctx, tt, key.span(), &base) {
+                            tools.push(tool);
+                        }
+                    }
+                    other => r.type_error(value.span(), &ctx, "a table", other),
+                }
+            }
+        }
+        let tool_index: HashMap<String, usize> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+
+        let mut m = Manifest {
+            file: file.clone(),
+            path,
+            concurrency,
+            deadline,
+            lanes,
+            tools,
+            tool_index,
+            mcp_servers,
+            hooks,
+            warnings: Vec::new(),
+        };
+        r.cross_checks(&m, root);
+        let mut diags = r.diags;
+        m.warnings = diags.iter().filter(|d| !d.is_error()).cloned().collect();
+        if diags.iter().any(Diagnostic::is_error) {
+            diags.sort_by_key(|d| d.severity);
+            return Err(diags);
+        }
+        Ok(m)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// "did you mean `search`?" for an unknown tool name.
+    pub fn suggest_tool(&self, name: &str) -> Option<String> {
+        suggest(name, self.tools.iter().map(|t| t.name.as_str()))
+    }
+
+    /// The manifest's file name, for messages.
+    pub fn name(&self) -> &str {
+        &self.file.name
+    }
+}

@@ -1,0 +1,135 @@
+//! The manifest's tables other than `[tools]`: `[concurrency]`, `[lanes]`, `[mcp_servers]`
+//! and `[hooks]`.
+
+use std::collections::BTreeMap;
+
+use toml::de::{DeTable, DeValue};
+
+use super::reader::{quote_key, Reader};
+use super::{Concurrency, Hooks, LaneDecl, McpServer, Rate};
+
+impl Reader<'_> {
+    pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
+        let mut c = Concurrency::default();
+        let Some(t) = self.table(root, "concurrency", "the manifest") else {
+            return c;
+        };
+        let ctx = "[concurrency]";
+        self.check_keys(t, &["max_concurrent_tools", "per_tenant", "per_tool"], ctx);
+        c.max_concurrent_tools = self.count_field(t, "max_concurrent_tools", ctx);
+        c.per_tenant = self.count_field(t, "per_tenant", ctx);
+        if let Some(pt) = self.table(t, "per_tool", ctx) {
+            for (k, v) in pt.iter() {
+                let name = k.get_ref().to_string();
+                if let Some(n) = self.count(v, &format!("`per_tool.{name}`")) {
+                    c.per_tool.insert(name, n);
+                }
+            }
+        }
+        c
+    }
+
+    pub(super) fn lanes(&mut self, root: &DeTable<'_>) -> BTreeMap<String, LaneDecl> {
+        let mut out = BTreeMap::new();
+        let Some(t) = self.table(root, "lanes", "the manifest") else {
+            return out;
+        };
+        for (k, v) in t.iter() {
+            let name = k.get_ref().to_string();
+            let ctx = format!("[lanes.{}]", quote_key(&name));
+            let DeValue::Table(lt) = v.get_ref() else {
+                self.type_error(v.span(), &ctx, "a table", v.get_ref());
+                continue;
+            };
+            self.check_keys(lt, &["concurrency", "rate", "burst"], &ctx);
+            let rate = self
+                .string(lt, "rate", &ctx)
+                .and_then(|(s, span)| match Rate::parse(&s) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        self.error(span, format!("`rate` in {ctx}: {e}"), None);
+                        None
+                    }
+                });
+            let lane = LaneDecl {
+                name: name.clone(),
+                concurrency: self.count_field(lt, "concurrency", &ctx),
+                rate,
+                burst: self.count_field(lt, "burst", &ctx),
+            };
+            if lane.burst.is_some() && lane.rate.is_none() {
+                if let Some((bk, _)) = Self::entry(lt, "burst") {
+                    self.error(bk.span(), format!("`burst` in {ctx} needs a `rate`"), None);
+                }
+            }
+            out.insert(name, lane);
+        }
+        out
+    }
+
+    pub(super) fn mcp_servers(&mut self, root: &DeTable<'_>) -> BTreeMap<String, McpServer> {
+        let mut out = BTreeMap::new();
+        let Some(t) = self.table(root, "mcp_servers", "the manifest") else {
+            return out;
+        };
+        for (k, v) in t.iter() {
+            let name = k.get_ref().to_string();
+            let ctx = format!("[mcp_servers.{}]", quote_key(&name));
+            let DeValue::Table(st) = v.get_ref() else {
+                self.type_error(v.span(), &ctx, "a table", v.get_ref());
+                continue;
+            };
+            self.check_keys(st, &["command", "url", "env", "headers"], &ctx);
+            let command = self.templates(st, "command", &ctx, false);
+            let url = self
+                .string(st, "url", &ctx)
+                .map(|(s, span)| self.template(&s, span, false));
+            if command.is_some() == url.is_some() {
+                self.error(
+                    k.span(),
+                    format!(
+                        "{ctx} needs exactly one of `command` (stdio) or `url` (streamable HTTP)"
+                    ),
+                    None,
+                );
+            }
+            if command.as_ref().is_some_and(Vec::is_empty) {
+                self.error(v.span(), format!("`command` in {ctx} is empty"), None);
+            }
+            out.insert(
+                name.clone(),
+                McpServer {
+                    name,
+                    command,
+                    url,
+                    env: self.template_map(st, "env", &ctx),
+                    headers: self.template_map(st, "headers", &ctx),
+                },
+            );
+        }
+        out
+    }
+
+    pub(super) fn hooks(&mut self, root: &DeTable<'_>) -> Hooks {
+        let Some(t) = self.table(root, "hooks", "the manifest") else {
+            return Hooks::default();
+        };
+        self.check_keys(t, &["before_call", "after_call"], "[hooks]");
+        let mut h = Hooks {
+            before_call: self.templates(t, "before_call", "[hooks]", false),
+            after_call: self.templates(t, "after_call", "[hooks]", false),
+        };
+        for (key, hook) in [
+            ("before_call", &mut h.before_call),
+            ("after_call", &mut h.after_call),
+        ] {
+            if hook.as_ref().is_some_and(Vec::is_empty) {
+                if let Some((k, _)) = Self::entry(t, key) {
+                    self.error(k.span(), format!("`{key}` in [hooks] is empty"), None);
+                }
+                *hook = None;
+            }
+        }
+        h
+    }
+}
