@@ -41,10 +41,97 @@ impl Status {
     }
 }
 
+/// What kind of failure an `error` is (SPEC section 5), written in snake_case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// A command exited with a non-zero status.
+    ExitStatus,
+    /// An HTTP response with a status other than 2xx (and not 429).
+    HttpStatus,
+    /// The request failed before a response: connection, TLS or protocol.
+    HttpError,
+    /// The partner said slow down (HTTP 429).
+    RateLimited,
+    /// The tool reported failure itself (MCP `isError`, a scripted `fail`).
+    ToolError,
+    /// The MCP server answered the request with a protocol error.
+    McpError,
+    /// The tool could not be started (program missing, bad URL, unset secret).
+    SpawnFailed,
+    /// The output passed `max_output`.
+    OutputTooLarge,
+    /// The output could not be read (not UTF-8 text, bad JSON it promised).
+    InvalidOutput,
+    /// The call outran its own `timeout` or the run's `tool_call_seconds`.
+    Timeout,
+    /// A call it references or runs `after` did not succeed.
+    DependencyFailed,
+    /// Its arguments failed the schema, or the `before_call` hook refused it.
+    Guardrail,
+    /// It needs approval and did not get it.
+    ApprovalDenied,
+    /// Its cost did not fit what was left of the budget.
+    BudgetExhausted,
+    /// The run ended before or while it ran.
+    RunEnded,
+    /// `--replay` found no recorded result for it.
+    ReplayMiss,
+    /// The lane store failed (Redis unreachable, a lock file that cannot be opened).
+    LaneStore,
+    /// The journal could not be written, so the call was not sent.
+    Journal,
+    /// What carried the call went away while it was in flight (an MCP server died).
+    ConnectionLost,
+    /// The MCP server had exited before the call was sent.
+    ServerExited,
+    /// A model asked for a call that cannot be made (unknown tool, arguments that are not a JSON object, …).
+    InvalidCall,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::ExitStatus => "exit_status",
+            ErrorKind::HttpStatus => "http_status",
+            ErrorKind::HttpError => "http_error",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::ToolError => "tool_error",
+            ErrorKind::McpError => "mcp_error",
+            ErrorKind::SpawnFailed => "spawn_failed",
+            ErrorKind::OutputTooLarge => "output_too_large",
+            ErrorKind::InvalidOutput => "invalid_output",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::DependencyFailed => "dependency_failed",
+            ErrorKind::Guardrail => "guardrail",
+            ErrorKind::ApprovalDenied => "approval_denied",
+            ErrorKind::BudgetExhausted => "budget_exhausted",
+            ErrorKind::RunEnded => "run_ended",
+            ErrorKind::ReplayMiss => "replay_miss",
+            ErrorKind::LaneStore => "lane_store",
+            ErrorKind::Journal => "journal",
+            ErrorKind::ConnectionLost => "connection_lost",
+            ErrorKind::ServerExited => "server_exited",
+            ErrorKind::InvalidCall => "invalid_call",
+        }
+    }
+
+    /// A partner asked the run to slow down: the call's lanes back off.
+    pub fn is_rate_limit(self) -> bool {
+        self == ErrorKind::RateLimited
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `error` of a result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ErrorInfo {
-    pub kind: String,
+    pub kind: ErrorKind,
     pub message: String,
 }
 

@@ -78,16 +78,104 @@ pub struct ArgSchema {
     pub args: Vec<ArgSpec>,
 }
 
+/// One way arguments fail a schema: the argument and what is wrong with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// The argument's name.
+    pub arg: String,
+    pub kind: ProblemKind,
+}
+
+/// What is wrong with an argument.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProblemKind {
+    /// Required and absent.
+    Missing,
+    /// Not in the schema; `suggestion` is a "did you mean" for a near name.
+    Unknown {
+        suggestion: Option<String>,
+    },
+    /// The wrong JSON type (`found` is a phrase like "a string").
+    WrongType {
+        want: ArgType,
+        found: &'static str,
+    },
+    BelowMin {
+        value: Value,
+        min: f64,
+    },
+    AboveMax {
+        value: Value,
+        max: f64,
+    },
+    TooLong {
+        len: u64,
+        max: u64,
+    },
+    TooShort {
+        len: u64,
+        min: u64,
+    },
+    NotOneOf {
+        value: Value,
+        allowed: Vec<Value>,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = &self.arg;
+        match &self.kind {
+            ProblemKind::Missing => write!(f, "required argument `{name}` is missing"),
+            ProblemKind::Unknown { suggestion } => {
+                write!(f, "unknown argument `{name}`")?;
+                match suggestion {
+                    Some(h) => write!(f, " ({h})"),
+                    None => Ok(()),
+                }
+            }
+            ProblemKind::WrongType { want, found } => write!(
+                f,
+                "argument `{name}` should be {}, found {found}",
+                type_phrase(*want)
+            ),
+            ProblemKind::BelowMin { value, min } => {
+                write!(f, "argument `{name}` is {value}, below its minimum {min}")
+            }
+            ProblemKind::AboveMax { value, max } => {
+                write!(f, "argument `{name}` is {value}, above its maximum {max}")
+            }
+            ProblemKind::TooLong { len, max } => write!(
+                f,
+                "argument `{name}` has length {len}, over its max_length {max}"
+            ),
+            ProblemKind::TooShort { len, min } => write!(
+                f,
+                "argument `{name}` has length {len}, under its min_length {min}"
+            ),
+            ProblemKind::NotOneOf { value, allowed } => {
+                let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+                write!(
+                    f,
+                    "argument `{name}` is {value}, not one of {}",
+                    allowed.join(", ")
+                )
+            }
+        }
+    }
+}
+
 impl ArgSchema {
     /// Every problem with `args`; empty when they conform. `extra` names arguments that are
-    /// always allowed (the scripted kind's reserved ones).
-    pub fn check(&self, args: &Map<String, Value>, extra: &[&str]) -> Vec<String> {
+    /// always allowed (a kind's reserved ones).
+    pub fn check(&self, args: &Map<String, Value>, extra: &[&str]) -> Vec<Problem> {
         let mut problems = Vec::new();
         for spec in &self.args {
             match args.get(&spec.name) {
-                None if spec.required => {
-                    problems.push(format!("required argument `{}` is missing", spec.name))
-                }
+                None if spec.required => problems.push(Problem {
+                    arg: spec.name.clone(),
+                    kind: ProblemKind::Missing,
+                }),
                 None => {}
                 Some(v) => spec.check(v, &mut problems),
             }
@@ -96,33 +184,43 @@ impl ArgSchema {
             if extra.contains(&key.as_str()) || self.args.iter().any(|a| &a.name == key) {
                 continue;
             }
-            let mut msg = format!("unknown argument `{key}`");
-            if let Some(h) = crate::error::suggest(key, self.args.iter().map(|a| a.name.as_str())) {
-                msg.push_str(&format!(" ({h})"));
-            }
-            problems.push(msg);
+            let suggestion = crate::error::suggest(key, self.args.iter().map(|a| a.name.as_str()));
+            problems.push(Problem {
+                arg: key.clone(),
+                kind: ProblemKind::Unknown { suggestion },
+            });
         }
         problems
     }
 }
 
 impl ArgSpec {
-    fn check(&self, v: &Value, problems: &mut Vec<String>) {
-        let name = &self.name;
+    fn check(&self, v: &Value, problems: &mut Vec<Problem>) {
+        let mut push = |kind| {
+            problems.push(Problem {
+                arg: self.name.clone(),
+                kind,
+            })
+        };
         if !self.ty.accepts(v) {
-            problems.push(format!(
-                "argument `{name}` should be {}, found {}",
-                type_phrase(self.ty),
-                value_kind(v)
-            ));
+            push(ProblemKind::WrongType {
+                want: self.ty,
+                found: value_kind(v),
+            });
             return;
         }
         if let Some(n) = v.as_f64() {
             if let Some(min) = self.min.filter(|m| n < *m) {
-                problems.push(format!("argument `{name}` is {v}, below its minimum {min}"));
+                push(ProblemKind::BelowMin {
+                    value: v.clone(),
+                    min,
+                });
             }
             if let Some(max) = self.max.filter(|m| n > *m) {
-                problems.push(format!("argument `{name}` is {v}, above its maximum {max}"));
+                push(ProblemKind::AboveMax {
+                    value: v.clone(),
+                    max,
+                });
             }
         }
         let len = match v {
@@ -132,23 +230,18 @@ impl ArgSpec {
         };
         if let Some(len) = len {
             if let Some(max) = self.max_length.filter(|m| len > *m) {
-                problems.push(format!(
-                    "argument `{name}` has length {len}, over its max_length {max}"
-                ));
+                push(ProblemKind::TooLong { len, max });
             }
             if let Some(min) = self.min_length.filter(|m| len < *m) {
-                problems.push(format!(
-                    "argument `{name}` has length {len}, under its min_length {min}"
-                ));
+                push(ProblemKind::TooShort { len, min });
             }
         }
         if let Some(one_of) = &self.one_of {
             if !one_of.contains(v) {
-                let allowed: Vec<String> = one_of.iter().map(|x| x.to_string()).collect();
-                problems.push(format!(
-                    "argument `{name}` is {v}, not one of {}",
-                    allowed.join(", ")
-                ));
+                push(ProblemKind::NotOneOf {
+                    value: v.clone(),
+                    allowed: one_of.clone(),
+                });
             }
         }
     }
@@ -214,7 +307,11 @@ mod tests {
     }
 
     fn check(v: Value) -> Vec<String> {
-        schema().check(v.as_object().unwrap(), &[])
+        schema()
+            .check(v.as_object().unwrap(), &[])
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]

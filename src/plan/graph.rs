@@ -15,6 +15,7 @@ use crate::batch::{narrow, Batch, OnToolError};
 use crate::error::{suggest, Diagnostic};
 use crate::manifest::{Manifest, Rate};
 use crate::reference::Args;
+use crate::schema::ProblemKind;
 
 /// What the command line adds to or overrides in a batch.
 #[derive(Debug, Clone, Default)]
@@ -486,13 +487,11 @@ pub fn build(
             }
             let extra = tool.kind.reserved();
             for problem in schema.check(&literal, extra) {
-                if referenced
-                    .iter()
-                    .any(|r| problem.contains(&format!("`{r}` is missing")))
-                {
+                // A missing argument a reference will fill is checked once it is resolved.
+                if problem.kind == ProblemKind::Missing && referenced.contains(&problem.arg) {
                     continue;
                 }
-                let arg = problem.split('`').nth(1).unwrap_or("args").to_string();
+                let arg = problem.arg.clone();
                 diags.push(
                     Diagnostic::error(format!("call `{}` to `{}`: {problem}", c.id, tool.name))
                         .at(batch.locate(i, Some("args"), &arg))

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::lanes::{Admission, BoxFuture, LaneError, LaneStore, Lease};
 use crate::duration::millis;
+use crate::events::ErrorKind;
 use crate::events::{CallResult, ErrorInfo, Event, Status};
 use crate::plan::{LaneKey, Plan};
 use crate::tools::{Failure, Invocation, Stop, StopCause, StopLevel, ToolImpl};
@@ -233,7 +234,7 @@ impl Job {
                         let adm = self
                             .lanes
                             .admission(lane)
-                            .map_err(|e| never(result, "lane_store", &e.to_string()))?;
+                            .map_err(|e| never(result, ErrorKind::LaneStore, &e.to_string()))?;
                         if !adm.wait.is_zero() {
                             if adm.token {
                                 self.emitter.lane(|| Event::RateWaiting {
@@ -253,10 +254,10 @@ impl Job {
                             held: false,
                         });
                         return Err(match other {
-                            Some(Err(e)) => never(result, "lane_store", &e.to_string()),
+                            Some(Err(e)) => never(result, ErrorKind::LaneStore, &e.to_string()),
                             _ => never(
                                 result,
-                                "run_ended",
+                                ErrorKind::RunEnded,
                                 &format!(
                                     "run ended while queued on lane {}",
                                     self.plan.lanes[lane].name
@@ -285,7 +286,7 @@ impl Job {
                         "run ended while waiting for a rate token of lane {}",
                         self.plan.lanes[lane].name
                     );
-                    return Err(never(result, "run_ended", &why));
+                    return Err(never(result, ErrorKind::RunEnded, &why));
                 }
                 acq.note_wait(self.lanes.as_ref(), lane, since, adm.token);
             }
@@ -315,7 +316,7 @@ impl Job {
             None => {
                 return self.release(
                     Vec::new(),
-                    never(&mut result, "lane_store", "no lanes"),
+                    never(&mut result, ErrorKind::LaneStore, "no lanes"),
                     false,
                 )
             }
@@ -343,13 +344,17 @@ impl Job {
                 Some(Err(e)) => {
                     return self.release(
                         leases,
-                        never(&mut result, "lane_store", &e.to_string()),
+                        never(&mut result, ErrorKind::LaneStore, &e.to_string()),
                         false,
                     )
                 }
                 None => {
                     let why = "run ended while another run held the same call";
-                    return self.release(leases, never(&mut result, "run_ended", why), false);
+                    return self.release(
+                        leases,
+                        never(&mut result, ErrorKind::RunEnded, why),
+                        false,
+                    );
                 }
             }
         } else {
@@ -363,7 +368,7 @@ impl Job {
         if let Some((journal, fp)) = &self.journal {
             let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
             if let Err(e) = journal.record_durably(record).await {
-                return self.release(leases, never(&mut result, "journal", &e), false);
+                return self.release(leases, never(&mut result, ErrorKind::Journal, &e), false);
             }
         }
         let ceiling_at = self.ceiling.map(|c| dispatched + c);
@@ -394,10 +399,10 @@ impl Job {
                     retry_after,
                 }) => {
                     let wait = backoff(attempt).max(retry_after.unwrap_or_default());
-                    if kind == "rate_limited" || retry_after.is_some() {
+                    if kind.is_rate_limit() || retry_after.is_some() {
                         // The partner pushed back: the tool's own and shared lanes wait it out,
                         // so the other calls in them do not keep hammering it.
-                        rejections += u32::from(kind == "rate_limited");
+                        rejections += u32::from(kind.is_rate_limit());
                         for &(lane, _) in &leases {
                             if matches!(
                                 self.plan.lanes[lane].key,
@@ -416,10 +421,7 @@ impl Job {
                     }
                     // Not retryable, or stopped between attempts: the last failure stands.
                     result.status = Status::Error;
-                    result.error = Some(ErrorInfo {
-                        kind: kind.to_string(),
-                        message,
-                    });
+                    result.error = Some(ErrorInfo { kind, message });
                 }
                 Err(Failure::Stopped) => match stop.cause() {
                     Some(StopCause::Timeout) => {
@@ -430,7 +432,7 @@ impl Job {
                         });
                         result.status = Status::TimedOut;
                         result.error = Some(ErrorInfo {
-                            kind: "timeout".into(),
+                            kind: ErrorKind::Timeout,
                             message: format!(
                                 "tool '{}' exceeded its {text} timeout",
                                 self.inv.tool()
@@ -445,15 +447,17 @@ impl Job {
                             .unwrap_or_default();
                         result.status = Status::TimedOut;
                         result.error = Some(ErrorInfo {
-                            kind: "timeout".into(),
+                            kind: ErrorKind::Timeout,
                             message: format!("tool '{}' reached the run's tool_call_seconds ceiling of {text}; the run ends", self.inv.tool()),
                         });
                     }
                     Some(StopCause::RunEnded) | None => {
-                        self.cut_off(&mut result, "run_ended", None);
+                        self.cut_off(&mut result, ErrorKind::RunEnded, None);
                     }
                 },
-                Err(Failure::Lost(why)) => self.cut_off(&mut result, "connection_lost", Some(why)),
+                Err(Failure::Lost(why)) => {
+                    self.cut_off(&mut result, ErrorKind::ConnectionLost, Some(why))
+                }
             }
             break;
         }
@@ -466,7 +470,7 @@ impl Job {
 
     /// Classify a call cut off in flight: `cancelled` if its tool is idempotent (safe to call
     /// again), else `indeterminate` (the side effect may have landed).
-    fn cut_off(&self, result: &mut CallResult, kind: &str, why: Option<String>) {
+    fn cut_off(&self, result: &mut CallResult, kind: ErrorKind, why: Option<String>) {
         let idempotent = self.plan.calls[self.pos].idempotent;
         result.status = if idempotent {
             Status::Cancelled
@@ -481,10 +485,7 @@ impl Job {
         if let Some(why) = why {
             message.push_str(&format!(" ({why})"));
         }
-        result.error = Some(ErrorInfo {
-            kind: kind.into(),
-            message,
-        });
+        result.error = Some(ErrorInfo { kind, message });
     }
 
     /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane
@@ -552,12 +553,12 @@ impl Job {
     }
 }
 
-fn never(result: &mut CallResult, kind: &str, why: &str) -> CallResult {
+fn never(result: &mut CallResult, kind: ErrorKind, why: &str) -> CallResult {
     let mut r = result.clone();
     r.status = Status::NeverDispatched;
     r.event = Status::NeverDispatched.event();
     r.error = Some(ErrorInfo {
-        kind: kind.to_string(),
+        kind,
         message: format!("never dispatched: {why}"),
     });
     r
@@ -591,10 +592,10 @@ pub(super) fn base_result(plan: &Plan, p: usize) -> CallResult {
     }
 }
 
-pub(super) fn never_dispatched(plan: &Plan, p: usize, kind: &str, why: &str) -> CallResult {
+pub(super) fn never_dispatched(plan: &Plan, p: usize, kind: ErrorKind, why: &str) -> CallResult {
     let mut r = base_result(plan, p);
     r.error = Some(ErrorInfo {
-        kind: kind.to_string(),
+        kind,
         message: format!("never dispatched: {why}"),
     });
     r

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::events::ErrorKind;
 use crate::template::Template;
 
 /// How long a hook may run before it counts as failed.
@@ -66,7 +67,7 @@ pub enum Verdict {
     },
     Refuse {
         pos: usize,
-        kind: &'static str,
+        kind: ErrorKind,
         why: String,
     },
 }
@@ -101,7 +102,7 @@ impl Gate {
                 Err(why) => {
                     return Verdict::Refuse {
                         pos,
-                        kind: "approval_denied",
+                        kind: ErrorKind::ApprovalDenied,
                         why,
                     }
                 }
@@ -112,7 +113,7 @@ impl Gate {
             if let Err(e) = run_hook(argv, &input).await {
                 return Verdict::Refuse {
                     pos,
-                    kind: "guardrail",
+                    kind: ErrorKind::Guardrail,
                     why: format!("the before_call hook refused: {e}"),
                 };
             }

@@ -23,6 +23,7 @@ use super::lanes::LaneStore;
 use super::stats;
 use crate::batch::OnToolError;
 use crate::duration::millis;
+use crate::events::ErrorKind;
 use crate::events::{CallResult, Event, LaneInfo, Outcome, Stats, Status};
 use crate::manifest::Manifest;
 use crate::plan::Plan;
@@ -298,7 +299,7 @@ impl Coordinator {
 
     /// The serial steps before a call may be dispatched: `Ok(resolved arguments, if any
     /// reference or escape had to be filled)`, or `Err((kind, why))` to never dispatch it.
-    fn pre_dispatch(&mut self, p: usize) -> Result<Ready, (&'static str, String)> {
+    fn pre_dispatch(&mut self, p: usize) -> Result<Ready, (ErrorKind, String)> {
         let plan = &self.plan;
         let call = &plan.calls[p];
         for e in &call.edges {
@@ -307,7 +308,7 @@ impl Coordinator {
             }
             if self.results[e.from].as_ref().is_none_or(|r| !r.is_ok()) {
                 return Err((
-                    "dependency_failed",
+                    ErrorKind::DependencyFailed,
                     format!("dependency {} failed", plan.calls[e.from].id),
                 ));
             }
@@ -318,7 +319,10 @@ impl Coordinator {
                 .iter()
                 .find(|id| ext.get(*id).is_none_or(Option::is_none))
             {
-                return Err(("dependency_failed", format!("dependency {id} failed")));
+                return Err((
+                    ErrorKind::DependencyFailed,
+                    format!("dependency {id} failed"),
+                ));
             }
         }
         let results = &self.results;
@@ -342,14 +346,24 @@ impl Coordinator {
                     )
                 }
             };
-            ("dependency_failed", msg)
+            (ErrorKind::DependencyFailed, msg)
         })?;
         let tool = &self.manifest.tools[call.tool];
         if let Some(schema) = &tool.args {
             let extra = tool.kind.reserved();
             let problems = schema.check(&args, extra);
             if !problems.is_empty() {
-                return Err(("guardrail", format!("guardrail: {}", problems.join("; "))));
+                return Err((
+                    ErrorKind::Guardrail,
+                    format!(
+                        "guardrail: {}",
+                        problems
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                ));
             }
         }
         if self.fingerprints {
@@ -362,7 +376,7 @@ impl Coordinator {
                 self.fps[p] = Some(fp.clone());
                 return match cassette.take(&call.id, &fp) {
                     Ok(r) => Ok(Ready::Reuse(Box::new(r))),
-                    Err(why) => Err(("replay_miss", why)),
+                    Err(why) => Err((ErrorKind::ReplayMiss, why)),
                 };
             }
             if let Some(resume) = &self.resume {
@@ -373,14 +387,14 @@ impl Coordinator {
                 }
                 if resume.in_flight.contains(&key) && !call.idempotent && !self.retry_indeterminate
                 {
-                    let mut r = never_dispatched(&self.plan, p, "run_ended", "");
+                    let mut r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, "");
                     r.status = Status::Indeterminate;
                     r.event = Status::Indeterminate.event();
                     r.idempotency_key = call
                         .write
                         .then(|| idempotency_key(&self.run.run_id, &call.id));
                     r.error = Some(crate::events::ErrorInfo {
-                        kind: "run_ended".into(),
+                        kind: ErrorKind::RunEnded,
                         message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped; --retry-indeterminate sends it again with the same idempotency key)".into(),
                     });
                     self.fps[p] = Some(fp);
@@ -394,7 +408,7 @@ impl Coordinator {
                 if self.spent + call.cost > max + 1e-9 {
                     self.budget_hit = true;
                     return Err((
-                        "budget_exhausted",
+                        ErrorKind::BudgetExhausted,
                         format!(
                             "budget exhausted ({} of {max} spent; this call costs {})",
                             crate::events::trim_float(self.spent),
@@ -430,8 +444,12 @@ impl Coordinator {
                 if tx.send(job).is_ok() {
                     self.gating += 1;
                 } else {
-                    let r =
-                        never_dispatched(&self.plan, p, "guardrail", "the approval gate is gone");
+                    let r = never_dispatched(
+                        &self.plan,
+                        p,
+                        ErrorKind::Guardrail,
+                        "the approval gate is gone",
+                    );
                     self.finish(p, r);
                 }
             }
@@ -450,7 +468,7 @@ impl Coordinator {
         let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
             Ok(a) => a,
             Err(e) => {
-                let r = never_dispatched(&self.plan, p, "lane_store", &e);
+                let r = never_dispatched(&self.plan, p, ErrorKind::LaneStore, &e);
                 self.finish(p, r);
                 return;
             }
@@ -704,7 +722,7 @@ pub async fn execute(
                 co.gating -= 1;
                 match v {
                     Verdict::Proceed { pos, .. } if co.ending.is_some() => {
-                        let r = never_dispatched(&plan, pos, "run_ended", "the run ended while it waited for approval");
+                        let r = never_dispatched(&plan, pos, ErrorKind::RunEnded, "the run ended while it waited for approval");
                         co.finish(pos, r);
                     }
                     Verdict::Proceed { pos, resolved } => co.spawn(pos, resolved),
@@ -736,7 +754,7 @@ pub async fn execute(
     );
     for p in 0..n {
         if co.results[p].is_none() {
-            let r = never_dispatched(&plan, p, "run_ended", &why);
+            let r = never_dispatched(&plan, p, ErrorKind::RunEnded, &why);
             emitter.emit_finished(&r);
             co.results[p] = Some(r);
         }
@@ -759,7 +777,7 @@ pub async fn execute(
     let results: Vec<CallResult> = std::mem::take(&mut co.results)
         .into_iter()
         .enumerate()
-        .map(|(p, r)| r.unwrap_or_else(|| never_dispatched(&plan, p, "run_ended", &why)))
+        .map(|(p, r)| r.unwrap_or_else(|| never_dispatched(&plan, p, ErrorKind::RunEnded, &why)))
         .collect();
     let stats = stats::compute(
         &plan,

@@ -23,6 +23,7 @@ use serde_json::json;
 use toml::de::{DeTable, DeValue};
 
 use super::{parse_output, Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
 use crate::template::{redacted_map, RenderError, Template};
@@ -181,8 +182,8 @@ impl CommandTool {
 
     fn command(&self, inv: &Invocation) -> Result<Command, Failure> {
         let render_err = |e: RenderError| match e {
-            RenderError::Env(m) => Failure::failed("spawn_failed", m.to_string()),
-            RenderError::MissingArg(_) => Failure::failed("guardrail", e.to_string()),
+            RenderError::Env(m) => Failure::failed(ErrorKind::SpawnFailed, m.to_string()),
+            RenderError::MissingArg(_) => Failure::failed(ErrorKind::Guardrail, e.to_string()),
         };
         let mut argv = Vec::with_capacity(self.spec.argv.len());
         for t in &self.spec.argv {
@@ -193,7 +194,7 @@ impl CommandTool {
         }
         let Some((program, rest)) = argv.split_first() else {
             return Err(Failure::failed(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 format!("tool `{}` has an empty command", self.name),
             ));
         };
@@ -234,7 +235,7 @@ impl CommandTool {
         let mut cmd = self.command(inv)?;
         let mut child = cmd.spawn().map_err(|e| {
             Failure::failed(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 format!(
                     "cannot start `{}`: {e}",
                     self.spec
@@ -259,7 +260,7 @@ impl CommandTool {
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
             return Err(Failure::failed(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 "the child's pipes were not captured",
             ));
         };
@@ -296,7 +297,7 @@ impl CommandTool {
                                 guard.signal(libc::SIGKILL);
                                 let _ = child.wait().await;
                                 return Err(Failure::failed(
-                                    "output_too_large",
+                                    ErrorKind::OutputTooLarge,
                                     format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
                                 ));
                             }
@@ -313,7 +314,7 @@ impl CommandTool {
                         }
                     },
                     s = child.wait(), if status.is_none() => {
-                        status = Some(s.map_err(|e| Failure::failed("spawn_failed", format!("waiting for the tool failed: {e}")))?);
+                        status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
                         // The program is done: nothing it started may outlive the call.
                         guard.kill_once();
                         drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
@@ -329,7 +330,7 @@ impl CommandTool {
         }
         let Some(status) = status else {
             return Err(Failure::failed(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 "the tool's exit status was lost",
             ));
         };
@@ -337,7 +338,7 @@ impl CommandTool {
             return match String::from_utf8(out) {
                 Ok(text) => Ok(parse_output(&text)),
                 Err(_) => Err(Failure::failed(
-                    "invalid_output",
+                    ErrorKind::InvalidOutput,
                     format!("tool `{}` printed output that is not UTF-8", self.name),
                 )),
             };
@@ -367,7 +368,7 @@ impl CommandTool {
             format!("tool `{}` {how}: {tail}", self.name)
         };
         Err(Failure::Failed {
-            kind: "exit_status",
+            kind: ErrorKind::ExitStatus,
             message,
             transient: code.is_some_and(|c| self.spec.retry_on_exit.contains(&c)),
             retry_after: None,

@@ -20,6 +20,7 @@ use serde_json::json;
 use toml::de::DeTable;
 
 use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
 use crate::template::{redacted_map, value_text, RenderError, Template};
@@ -203,7 +204,7 @@ impl HttpTool {
         }
     }
 
-    fn failed(&self, kind: &'static str, what: impl std::fmt::Display) -> Failure {
+    fn failed(&self, kind: ErrorKind, what: impl std::fmt::Display) -> Failure {
         Failure::failed(
             kind,
             format!(
@@ -216,11 +217,11 @@ impl HttpTool {
     fn request(&self, inv: &Invocation) -> Result<reqwest::RequestBuilder, Failure> {
         let args = inv.args();
         let url = self.spec.url.render(args, &encode).map_err(|e| match e {
-            RenderError::MissingArg(_) => self.failed("guardrail", &e),
-            RenderError::Env(m) => self.failed("spawn_failed", m),
+            RenderError::MissingArg(_) => self.failed(ErrorKind::Guardrail, &e),
+            RenderError::Env(m) => self.failed(ErrorKind::SpawnFailed, m),
         })?;
         let mut url = reqwest::Url::parse(&url)
-            .map_err(|e| self.failed("spawn_failed", format!("invalid URL: {e}")))?;
+            .map_err(|e| self.failed(ErrorKind::SpawnFailed, format!("invalid URL: {e}")))?;
         if !self.spec.query.is_empty() {
             let mut pairs = url.query_pairs_mut();
             for q in &self.spec.query {
@@ -231,20 +232,24 @@ impl HttpTool {
         }
         let method = reqwest::Method::from_bytes(self.spec.method.as_bytes()).map_err(|_| {
             self.failed(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 format!("`{}` is not an HTTP method", self.spec.method),
             )
         })?;
         let mut headers = HeaderMap::new();
         for (k, t) in &self.spec.headers {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| self.failed("spawn_failed", format!("`{k}` is not a header name")))?;
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                self.failed(
+                    ErrorKind::SpawnFailed,
+                    format!("`{k}` is not a header name"),
+                )
+            })?;
             let text = t
                 .render(args, &|s| s.to_string())
-                .map_err(|e| self.failed("spawn_failed", e))?;
+                .map_err(|e| self.failed(ErrorKind::SpawnFailed, e))?;
             let mut value = HeaderValue::from_str(&text).map_err(|_| {
                 self.failed(
-                    "spawn_failed",
+                    ErrorKind::SpawnFailed,
                     format!("header `{k}` has a value that cannot be sent"),
                 )
             })?;
@@ -263,7 +268,8 @@ impl HttpTool {
                 .filter(|(k, _)| !self.spec.query.contains(k))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            let bytes = serde_json::to_vec(&body).map_err(|e| self.failed("spawn_failed", e))?;
+            let bytes =
+                serde_json::to_vec(&body).map_err(|e| self.failed(ErrorKind::SpawnFailed, e))?;
             req = req.header(CONTENT_TYPE, "application/json").body(bytes);
         }
         Ok(req)
@@ -302,7 +308,7 @@ impl HttpTool {
             if body.len() + chunk.len() > keep {
                 if status.is_success() {
                     return Err(self.failed(
-                        "output_too_large",
+                        ErrorKind::OutputTooLarge,
                         format!(
                             "the response is larger than its max_output of {} bytes",
                             self.spec.max_output
@@ -319,14 +325,16 @@ impl HttpTool {
             if json {
                 return serde_json::from_slice(&body).map_err(|e| {
                     self.failed(
-                        "invalid_output",
+                        ErrorKind::InvalidOutput,
                         format!("the response says JSON but is not: {e}"),
                     )
                 });
             }
             return match String::from_utf8(body) {
                 Ok(text) => Ok(Value::String(text)),
-                Err(_) => Err(self.failed("invalid_output", "the response is not UTF-8 text")),
+                Err(_) => {
+                    Err(self.failed(ErrorKind::InvalidOutput, "the response is not UTF-8 text"))
+                }
             };
         }
         let text = String::from_utf8_lossy(&body);
@@ -343,9 +351,9 @@ impl HttpTool {
         let code = status.as_u16();
         let reason = status.canonical_reason().unwrap_or("");
         let kind = if code == 429 {
-            "rate_limited"
+            ErrorKind::RateLimited
         } else {
-            "http_status"
+            ErrorKind::HttpStatus
         };
         let mut message = format!(
             "tool `{}` ({} {}): HTTP {code} {reason}",
@@ -377,7 +385,7 @@ impl HttpTool {
             source = s.source();
         }
         Failure::Failed {
-            kind: "http_error",
+            kind: ErrorKind::HttpError,
             message: format!(
                 "tool `{}` ({} {}): {chain}",
                 self.name, self.spec.method, self.shown_url

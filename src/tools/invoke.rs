@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{mcp, ToolKind};
+use crate::events::ErrorKind;
 use crate::manifest::Tool;
 use crate::plan::Plan;
 
@@ -169,7 +170,7 @@ impl Invocation {
 pub enum Failure {
     /// The tool failed; `transient` failures of idempotent tools are retried.
     Failed {
-        kind: &'static str,
+        kind: ErrorKind,
         message: String,
         transient: bool,
         retry_after: Option<Duration>,
@@ -182,7 +183,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn failed(kind: &'static str, message: impl Into<String>) -> Failure {
+    pub fn failed(kind: ErrorKind, message: impl Into<String>) -> Failure {
         Failure::Failed {
             kind,
             message: message.into(),

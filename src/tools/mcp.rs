@@ -29,6 +29,7 @@ use toml::de::DeTable;
 use super::ToolKind;
 use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
 use crate::error::Diagnostic;
+use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::{Effect, Manifest, McpServer, Origin, Tool};
 
@@ -329,7 +330,7 @@ impl McpTool {
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let session = tokio::select! {
-            s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed("spawn_failed", e))?,
+            s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),
         };
         if session.dead.load(std::sync::atomic::Ordering::Acquire)
@@ -340,14 +341,17 @@ impl McpTool {
             if !tail.is_empty() {
                 why.push_str(&format!(" (its stderr: {tail})"));
             }
-            return Err(Failure::failed("server_exited", why));
+            return Err(Failure::failed(ErrorKind::ServerExited, why));
         }
         let mut params = json!({"name": self.remote, "arguments": inv.args()});
         if let Some(key) = &inv.idempotency_key {
             params["_meta"] = json!({"idempotencyKey": key});
         }
         let params: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
-            Failure::failed("spawn_failed", format!("cannot build tools/call: {e}"))
+            Failure::failed(
+                ErrorKind::SpawnFailed,
+                format!("cannot build tools/call: {e}"),
+            )
         })?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let sent = session
@@ -374,7 +378,7 @@ impl McpTool {
                 self.shape(serde_json::to_value(&r).unwrap_or(Value::Null))
             }
             Ok(other) => Err(Failure::failed(
-                "mcp_error",
+                ErrorKind::McpError,
                 format!(
                     "tool `{}` on MCP server `{}`: unexpected answer to tools/call: {}",
                     self.name,
@@ -383,7 +387,7 @@ impl McpTool {
                 ),
             )),
             Err(ServiceError::McpError(e)) => Err(Failure::failed(
-                "mcp_error",
+                ErrorKind::McpError,
                 format!(
                     "tool `{}` on MCP server `{}`: JSON-RPC error {}: {}",
                     self.name, self.server, e.code.0, e.message
@@ -401,7 +405,7 @@ impl McpTool {
                 Err(Failure::Lost(why))
             }
             Err(e) => Err(Failure::failed(
-                "mcp_error",
+                ErrorKind::McpError,
                 format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server),
             )),
         }
@@ -430,7 +434,7 @@ impl McpTool {
                 texts.join("\n")
             };
             return Err(Failure::failed(
-                "tool_error",
+                ErrorKind::ToolError,
                 format!(
                     "tool `{}` on MCP server `{}` reported an error: {msg}",
                     self.name, self.server

@@ -30,6 +30,7 @@ pub use invoke::{
 };
 pub use kind::{Invoke, Kind, Site};
 
+use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::{Manifest, Tool};
 
@@ -150,7 +151,7 @@ macro_rules! kinds {
             pub async fn invoke(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
                 match self {
                     $(ToolImpl::$variant(r) => r.invoke(inv, stop).await,)*
-                    ToolImpl::Unsupported(msg) => Err(Failure::failed("spawn_failed", msg.clone())),
+                    ToolImpl::Unsupported(msg) => Err(Failure::failed(ErrorKind::SpawnFailed, msg.clone())),
                 }
             }
         }

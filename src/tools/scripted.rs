@@ -13,6 +13,7 @@ use serde_json::json;
 use toml::de::DeTable;
 
 use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use crate::events::ErrorKind;
 use crate::manifest::reader::{de_to_json, Reader};
 use crate::manifest::Tool;
 use crate::template::Template;
@@ -96,7 +97,7 @@ impl ScriptedTool {
         let args = inv.args();
         let latency = match args.get("_latency") {
             Some(Value::String(s)) => crate::duration::parse(s)
-                .map_err(|e| Failure::failed("guardrail", format!("_latency: {e}")))?,
+                .map_err(|e| Failure::failed(ErrorKind::Guardrail, format!("_latency: {e}")))?,
             Some(Value::Number(n)) => Duration::from_millis(n.as_u64().unwrap_or(0)),
             _ => self.spec.latency,
         };
@@ -120,7 +121,7 @@ impl ScriptedTool {
             .unwrap_or(0);
         if u64::from(inv.attempt) <= fail_attempts {
             return Err(Failure::Failed {
-                kind: "tool_error",
+                kind: ErrorKind::ToolError,
                 message: format!("scripted transient failure (attempt {})", inv.attempt),
                 transient: true,
                 retry_after: None,
@@ -133,7 +134,7 @@ impl ScriptedTool {
             _ => self.spec.fail.clone(),
         };
         if let Some(message) = fail {
-            return Err(Failure::failed("tool_error", message));
+            return Err(Failure::failed(ErrorKind::ToolError, message));
         }
         Ok(match args.get("_output") {
             Some(v) => v.clone(),
