@@ -86,7 +86,7 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --format --quiet --color --help --version run plan validate tools mcp report completions help"
+            opts="-q -h -V --manifest --quiet --color --help --version run plan validate tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,10 +94,6 @@ _flux__tools() {
             case "${prev}" in
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -112,7 +108,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__completions)
-            opts="-q -h --manifest --format --quiet --color --help bash elvish fish powershell zsh"
+            opts="-q -h --manifest --quiet --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -120,10 +116,6 @@ _flux__tools() {
             case "${prev}" in
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -278,7 +270,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp)
-            opts="-q -h --manifest --format --quiet --color --help import help"
+            opts="-q -h --manifest --quiet --color --help import help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -286,10 +278,6 @@ _flux__tools() {
             case "${prev}" in
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -346,7 +334,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__import)
-            opts="-q -h --manifest --format --quiet --color --help"
+            opts="-q -h --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -354,10 +342,6 @@ _flux__tools() {
             case "${prev}" in
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -372,12 +356,16 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__plan)
-            opts="-q -h --tenant --input-format --max-concurrent-tools --manifest --format --quiet --color --help"
+            opts="-q -h --format --tenant --input-format --max-concurrent-tools --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -394,10 +382,6 @@ _flux__tools() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -410,7 +394,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__report)
-            opts="-q -h --svg --manifest --format --quiet --color --help"
+            opts="-q -h --svg --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -422,10 +406,6 @@ _flux__tools() {
                     ;;
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -440,12 +420,16 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --format --quiet --color --help"
+            opts="-o -q -h --format --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
+                    return 0
+                    ;;
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -522,10 +506,6 @@ _flux__tools() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -538,18 +518,18 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__tools)
-            opts="-q -h --manifest --format --quiet --color --help"
+            opts="-q -h --format --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --manifest)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
                     return 0
                     ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --color)
@@ -564,18 +544,18 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__validate)
-            opts="-q -h --manifest --format --quiet --color --help"
+            opts="-q -h --format --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --manifest)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
                     return 0
                     ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --color)

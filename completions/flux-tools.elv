@@ -19,7 +19,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
     var completions = [
         &'flux-tools'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
@@ -37,6 +36,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;run'= {
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise]'
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
             cand --input-format 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
@@ -56,7 +56,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --max-processes 'The most command calls in flight at once [default: derived from ulimit -n and -u]'
             cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --stream 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
             cand --retry-indeterminate 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
@@ -66,11 +65,11 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;plan'= {
+            cand --format 'Output format [default: table on a terminal, json otherwise]'
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
             cand --input-format 'What the input is: a batch, JSON Lines, or a model''s response (openai, anthropic)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
@@ -78,26 +77,25 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;validate'= {
+            cand --format 'Output format [default: table]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;tools'= {
+            cand --format 'Output format [default: table]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;mcp'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
@@ -108,7 +106,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;mcp;import'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
@@ -126,7 +123,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;report'= {
             cand --svg 'Write an SVG Gantt chart here'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
@@ -135,7 +131,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;completions'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_flux_tools_global_optspecs
-    string join \n manifest= format= q/quiet color= h/help V/version
+    string join \n manifest= q/quiet color= h/help V/version
 end
 
 function __fish_flux_tools_needs_command
@@ -25,11 +25,6 @@ function __fish_flux_tools_using_subcommand
 end
 
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_needs_command" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -44,6 +39,9 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise]' -r -f -a "table\t''
+json\t''
+jsonl\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
@@ -70,11 +68,6 @@ anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-processes -d 'The most command calls in flight at once [default: derived from ulimit -n and -u]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -82,6 +75,11 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, json otherwise]' -r -f -a "table\t''
+json\t'Pretty JSON'
+jsonl\t'The same JSON on one line'
+dot\t'Graphviz'
+mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
@@ -90,44 +88,30 @@ openai\t''
 anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
+jsonl\t'The same JSON (one line)'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s h -l help -d 'Print help'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
+jsonl\t'The same JSON (one line)'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -136,11 +120,6 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fis
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -150,22 +129,12 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_se
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l svg -d 'Write an SVG Gantt chart here' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l format -d 'Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]' -r -f -a "table\t''
-json\t''
-jsonl\t''
-dot\t''
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -99,6 +99,21 @@ pub fn check_id(id: &str) -> Result<(), String> {
 }
 
 impl Batch {
+    /// A batch of no calls and no settings of its own.
+    pub fn empty(name: &str) -> Batch {
+        Batch {
+            file: SourceFile::new(name, ""),
+            tenant: None,
+            concurrency: Narrowing::default(),
+            on_tool_error: None,
+            run_deadline: None,
+            tool_call_deadline: None,
+            max_cost: None,
+            calls: Vec::new(),
+            locator: Default::default(),
+        }
+    }
+
     /// Parse batch text. Errors are returned with every problem found.
     pub fn parse(file: SourceFile) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         Batch::parse_as(file, InputFormat::Auto)

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::batch::OnToolError;
 use crate::model_formats::InputFormat;
+use crate::run::gate::Approvals;
 
 /// Run a batch of agent tool calls concurrently inside declared lanes, with call-ordered,
 /// classified results.
@@ -15,10 +16,6 @@ pub struct Args {
     /// The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]
     #[arg(long, global = true, env = "FLUX_TOOLS_MANIFEST", value_name = "PATH")]
     pub manifest: Option<PathBuf>,
-
-    /// Output format [default: table on a terminal, jsonl otherwise; plan: table, json, dot, mermaid]
-    #[arg(long, global = true, value_enum)]
-    pub format: Option<Format>,
 
     /// Print no summary or warnings on stderr (errors still show)
     #[arg(short, long, global = true)]
@@ -42,9 +39,16 @@ pub enum Command {
     Validate {
         /// Batches to check against the manifest
         batches: Vec<PathBuf>,
+        /// Output format [default: table]
+        #[arg(long, value_enum)]
+        format: Option<ListFormat>,
     },
     /// List the manifest's tools and their declarations
-    Tools,
+    Tools {
+        /// Output format [default: table]
+        #[arg(long, value_enum)]
+        format: Option<ListFormat>,
+    },
     /// Work with Model Context Protocol servers
     Mcp {
         #[command(subcommand)]
@@ -79,6 +83,10 @@ pub enum McpCommand {
 pub struct RunArgs {
     /// The batch file ("-" or absent with piped stdin: read stdin)
     pub batch: Option<String>,
+
+    /// Output format [default: table on a terminal, jsonl otherwise]
+    #[arg(long, value_enum)]
+    pub format: Option<ResultsFormat>,
 
     /// Tenant for the tenant lane (overrides the batch's)
     #[arg(long)]
@@ -143,8 +151,8 @@ pub struct RunArgs {
 
     /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve
     /// (others are asked on the terminal, or refused when there is none)
-    #[arg(long, value_name = "ANSWER")]
-    pub approve: Option<String>,
+    #[arg(long, value_name = "ANSWER", value_parser = Approvals::parse)]
+    pub approve: Option<Approvals>,
 
     /// Write the results as messages to send back to the model: `openai` (an array of tool
     /// messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream
@@ -158,14 +166,18 @@ pub struct RunArgs {
     /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
     /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
     /// that Redis) or `memory` (this run only)
-    #[arg(long, value_name = "STORE", default_value = "local")]
-    pub lane_store: String,
+    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
+    pub lane_store: LaneStoreChoice,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
     /// The batch file ("-" or absent with piped stdin: read stdin)
     pub batch: Option<String>,
+
+    /// Output format [default: table on a terminal, json otherwise]
+    #[arg(long, value_enum)]
+    pub format: Option<PlanFormat>,
 
     /// Tenant for the tenant lane (overrides the batch's)
     #[arg(long)]
@@ -180,13 +192,58 @@ pub struct PlanArgs {
     pub max_concurrent_tools: Option<u32>,
 }
 
+/// `run --format`: how results are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum ResultsFormat {
     Table,
     Json,
     Jsonl,
+}
+
+/// `plan --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanFormat {
+    Table,
+    /// Pretty JSON.
+    Json,
+    /// The same JSON on one line.
+    Jsonl,
+    /// Graphviz.
     Dot,
     Mermaid,
+}
+
+/// `tools --format` and `validate --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
+    /// The same JSON (one line).
+    Jsonl,
+}
+
+/// `--lane-store`: where the shared lanes live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneStoreChoice {
+    /// Advisory file locks beside the manifest's canonical path: every process on this machine.
+    Local,
+    /// This run only.
+    Memory,
+    /// `redis://HOST:PORT[/DB]` or `rediss://…`: every machine using that Redis.
+    Redis(String),
+}
+
+impl LaneStoreChoice {
+    pub fn parse(s: &str) -> Result<LaneStoreChoice, String> {
+        match s {
+            "local" => Ok(LaneStoreChoice::Local),
+            "memory" => Ok(LaneStoreChoice::Memory),
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Ok(LaneStoreChoice::Redis(url.to_string()))
+            }
+            _ => Err("use local, memory or redis://HOST:PORT[/DB]".into()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

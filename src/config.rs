@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
-use crate::cli::{ColorChoice, Format};
+use crate::cli::ColorChoice;
 use crate::error::{Error, SourceFile};
 
 /// Where the manifest is: `--manifest` / `$FLUX_TOOLS_MANIFEST` (clap fills both), else
@@ -31,18 +31,6 @@ pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
     Err(Error::Usage(
         "no tools.toml found here or in any parent directory\nhint: pass --manifest PATH or set FLUX_TOOLS_MANIFEST".into(),
     ))
-}
-
-/// The results format: as asked, else `table` on a terminal and `jsonl` otherwise.
-pub fn results_format(asked: Option<Format>) -> Result<Format, Error> {
-    match asked {
-        Some(Format::Dot | Format::Mermaid) => Err(Error::Usage(
-            "--format dot and mermaid are for `plan`; results are table, json or jsonl".into(),
-        )),
-        Some(f) => Ok(f),
-        None if std::io::stdout().is_terminal() => Ok(Format::Table),
-        None => Ok(Format::Jsonl),
-    }
 }
 
 /// Whether to color stdout.

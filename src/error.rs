@@ -26,6 +26,9 @@ pub struct SourceFile {
     pub name: String,
     /// The whole text.
     pub text: Arc<str>,
+    /// Lines that came before `text` in what the user gave (a stream's earlier chunks), so
+    /// locations name the line as the user counts it.
+    pub lines_before: usize,
 }
 
 impl SourceFile {
@@ -33,11 +36,23 @@ impl SourceFile {
         SourceFile {
             name: name.into(),
             text: text.into(),
+            lines_before: 0,
         }
+    }
+
+    /// The same text, standing after `lines` earlier lines of its input.
+    pub fn after_lines(mut self, lines: usize) -> Self {
+        self.lines_before = lines;
+        self
     }
 
     /// Line and column (both 1-based, column in characters) of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let (line, col) = self.local_line_col(offset);
+        (line + self.lines_before, col)
+    }
+
+    fn local_line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
         let before = &self.text[..floor_char_boundary(&self.text, offset)];
         let line = before.matches('\n').count() + 1;
@@ -48,8 +63,9 @@ impl SourceFile {
 
     /// A location for the byte range `start..end`.
     pub fn location(&self, start: usize, end: usize) -> Location {
-        let (line, col) = self.line_col(start);
+        let (line, col) = self.local_line_col(start);
         let text = self.line_text(line);
+        let line = line + self.lines_before;
         let width = self.text[floor_char_boundary(&self.text, start)
             ..floor_char_boundary(&self.text, end.max(start))]
             .lines()
@@ -64,11 +80,11 @@ impl SourceFile {
         }
     }
 
-    /// A location at a line and column already known (1-based).
+    /// A location at a line and column of `text` already known (1-based).
     pub fn location_at(&self, line: usize, col: usize, width: usize) -> Location {
         Location {
             file: self.name.clone(),
-            line,
+            line: line + self.lines_before,
             col,
             line_text: Some(self.line_text(line)),
             width: width.max(1),

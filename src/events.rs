@@ -204,7 +204,7 @@ pub struct LaneStats {
 }
 
 /// Run statistics (SPEC section 5).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stats {
     pub calls: usize,
     pub ok: usize,

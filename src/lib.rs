@@ -26,7 +26,6 @@ pub mod reference;
 pub mod report;
 pub mod run;
 pub mod schema;
-pub mod stream;
 pub mod template;
 pub mod tools;
 pub mod yaml;

@@ -1,12 +1,21 @@
 //! The planner: from a manifest and a batch to a [`Plan`] — phases, edges with their reasons,
 //! the lanes each call stands in, and a simulated schedule. Pure and synchronous: no I/O, no
 //! clocks, so it is tested exhaustively and `plan` can never run anything.
+//!
+//! Layout: [`model`](self) the types; `graph` the build steps (ids, tools, phases, edges,
+//! cycles, the write chain); `lanes` the lane table and narrowed settings; `checks` the
+//! guardrail on literal arguments, weights and fan-out warnings; `schedule` the simulation.
 
+mod checks;
 mod graph;
+mod lanes;
+mod model;
 mod schedule;
 
-pub use graph::{
-    build, CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions,
-    RunSettings, ASSUMED_LATENCY,
+pub use graph::build;
+pub use lanes::lane_table;
+pub use model::{
+    CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
+    ASSUMED_LATENCY,
 };
 pub use schedule::{critical_path, simulate, Estimate};

@@ -10,7 +10,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
-use super::graph::Plan;
+use super::model::Plan;
 
 /// The estimate for a whole plan.
 #[derive(Debug, Clone, PartialEq)]

@@ -133,6 +133,11 @@ pub type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
 pub struct StreamWriter<W: Write + Send> {
     out: W,
     next: usize,
+    /// Calls of earlier batches of the same run (a stream's chunks): their results came
+    /// before, so this batch's indices continue after them.
+    base: usize,
+    /// Calls in the batch now running.
+    total: usize,
     waiting: BTreeMap<usize, CallResult>,
     /// Render a result as one line (`None`: the default result line).
     render: Option<RenderFn>,
@@ -145,6 +150,8 @@ impl<W: Write + Send> StreamWriter<W> {
         StreamWriter {
             out,
             next: 0,
+            base: 0,
+            total: 0,
             waiting: BTreeMap::new(),
             render,
             broken: false,
@@ -155,6 +162,15 @@ impl<W: Write + Send> StreamWriter<W> {
         if self.broken {
             return;
         }
+        let shifted;
+        let r = if self.base == 0 {
+            r
+        } else {
+            let mut copy = r.clone();
+            copy.index += self.base;
+            shifted = copy;
+            &shifted
+        };
         let res = match &self.render {
             Some(f) => serde_json::to_writer(&mut self.out, &f(r))
                 .map_err(io::Error::from)
@@ -174,12 +190,21 @@ impl<W: Write + Send> Reporter for StreamWriter<W> {
         }
     }
     fn handle(&mut self, event: &Event) {
-        if let Event::CallFinished { result } = event {
-            self.waiting.insert(result.index, (**result).clone());
-            while let Some(r) = self.waiting.remove(&self.next) {
-                self.write(&r);
-                self.next += 1;
+        match event {
+            Event::RunStarted { total, .. } => self.total = *total,
+            Event::CallFinished { result } => {
+                self.waiting.insert(result.index, (**result).clone());
+                while let Some(r) = self.waiting.remove(&self.next) {
+                    self.write(&r);
+                    self.next += 1;
+                }
             }
+            Event::RunFinished { .. } => {
+                self.base += self.total;
+                self.next = 0;
+                self.waiting.clear();
+            }
+            _ => {}
         }
     }
 }

@@ -5,11 +5,12 @@
 //! The coordinator hands ready calls to the gate in call order; the gate handles them one at a
 //! time (a human deciding sees one question at a time, in the order the model asked) and
 //! answers each with a [`Verdict`]. Other calls keep running meanwhile: only the gated call
-//! waits. Approvals come from `--approve all|none|TOOL,...`, else from the terminal
-//! (`/dev/tty`), else the call is refused ("approval required").
+//! waits. Approvals come from `--approve all|none|TOOL,...`, else from the [`Approver`] the
+//! caller handed in (the binary's asks on the terminal), else the call is refused ("approval
+//! required"). Nothing here opens a terminal or prints.
 
-use std::io::{BufRead, Write};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -35,17 +36,49 @@ pub enum Approvals {
 }
 
 impl Approvals {
-    pub fn parse(s: &str) -> Approvals {
-        match s {
+    /// `--approve`: `all`, `none` or a comma-separated list of tools (clap's value parser).
+    pub fn parse(s: &str) -> Result<Approvals, String> {
+        Ok(match s {
             "all" => Approvals::All,
             "none" => Approvals::None,
-            list => Approvals::Tools(
-                list.split(',')
+            list => {
+                let tools: Vec<String> = list
+                    .split(',')
                     .map(|t| t.trim().to_string())
                     .filter(|t| !t.is_empty())
-                    .collect(),
-            ),
-        }
+                    .collect();
+                if tools.is_empty() {
+                    return Err("use all, none or a comma-separated list of tools".into());
+                }
+                Approvals::Tools(tools)
+            }
+        })
+    }
+}
+
+/// A question for whoever approves calls.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub id: String,
+    pub tool: String,
+    /// The resolved arguments the approval is for.
+    pub args: Value,
+}
+
+/// Answers approval questions that `--approve` did not answer in advance. The binary hands in
+/// one that asks on the terminal; tests hand in their own.
+pub trait Approver: Send + Sync {
+    /// `Some(true)` to run the call, `Some(false)` to refuse it, `None` when there is nobody
+    /// to ask. Called on a blocking thread, one question at a time, in call order.
+    fn ask(&self, request: &ApprovalRequest) -> Option<bool>;
+}
+
+/// Nobody to ask: every question is unanswered.
+pub struct NoApprover;
+
+impl Approver for NoApprover {
+    fn ask(&self, _: &ApprovalRequest) -> Option<bool> {
+        None
     }
 }
 
@@ -75,6 +108,7 @@ pub enum Verdict {
 /// Everything the gate needs.
 pub struct Gate {
     pub approvals: Approvals,
+    pub approver: Arc<dyn Approver>,
     pub before_call: Option<Vec<Template>>,
     pub run_id: String,
 }
@@ -131,36 +165,21 @@ impl Gate {
             Approvals::Tools(t) if t.contains(&job.tool) => return Ok(()),
             _ => {}
         }
-        let question = format!(
-            "approve call `{}` to `{}` with arguments {}? [y/N] ",
-            job.id,
-            job.tool,
-            Value::Object(job.args.clone())
-        );
-        let answer = tokio::task::spawn_blocking(move || ask_terminal(&question))
+        let request = ApprovalRequest {
+            id: job.id.clone(),
+            tool: job.tool.clone(),
+            args: Value::Object(job.args.clone()),
+        };
+        let approver = self.approver.clone();
+        let answer = tokio::task::spawn_blocking(move || approver.ask(&request))
             .await
             .map_err(|e| e.to_string())?;
         match answer {
-            Some(a) if matches!(a.trim().to_ascii_lowercase().as_str(), "y" | "yes") => Ok(()),
-            Some(_) => Err("approval denied on the terminal".into()),
+            Some(true) => Ok(()),
+            Some(false) => Err("approval denied on the terminal".into()),
             None => Err("approval required (no terminal to ask on; pass --approve)".into()),
         }
     }
-}
-
-/// Ask on the controlling terminal; `None` when there is none.
-fn ask_terminal(question: &str) -> Option<String> {
-    let tty = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/tty")
-        .ok()?;
-    let mut out = tty.try_clone().ok()?;
-    out.write_all(question.as_bytes()).ok()?;
-    out.flush().ok()?;
-    let mut line = String::new();
-    std::io::BufReader::new(tty).read_line(&mut line).ok()?;
-    Some(line)
 }
 
 /// Run a hook with `input` as JSON on stdin. `Err` carries why it failed.

@@ -6,13 +6,13 @@
 //! under `per_tenant = 1` completes instead of deadlocking.
 
 use crate::manifest::Manifest;
-use crate::plan::Plan;
+use crate::plan::LaneSpec;
 
 /// The environment variable carrying a call's lease.
 pub const LEASE_ENV: &str = "FLUX_TOOLS_LEASE";
 
-/// Apply the lease in the environment, if any, to `plan`'s lanes. Returns the lanes borrowed.
-pub fn borrow(plan: &mut Plan, manifest: &Manifest) -> Vec<String> {
+/// Apply the lease in the environment, if any, to a run's lanes. Returns the lanes borrowed.
+pub fn borrow(lanes: &mut [LaneSpec], manifest: &Manifest) -> Vec<String> {
     let Some(text) = std::env::var_os(LEASE_ENV) else {
         return Vec::new();
     };
@@ -36,7 +36,7 @@ pub fn borrow(plan: &mut Plan, manifest: &Manifest) -> Vec<String> {
         })
         .unwrap_or_default();
     let mut borrowed = Vec::new();
-    for lane in plan.lanes.iter_mut().filter(|l| l.key.across_runs()) {
+    for lane in lanes.iter_mut().filter(|l| l.key.across_runs()) {
         if let Some((_, w)) = held.iter().find(|(name, _)| *name == lane.name) {
             lane.limit = Some(lane.limit.map_or(*w, |l| l.min(*w)).max(1));
             lane.borrowed = true;

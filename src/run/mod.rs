@@ -18,6 +18,6 @@ pub mod journal;
 pub mod lanes;
 pub mod lease;
 pub mod scheduler;
-mod stats;
+pub mod stats;
 
 pub use scheduler::{execute, execute_spawned, RunConfig, RunReport};

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::call::{begin_acquire, never_dispatched, Completion, Emitter, Job};
 use super::cassette::Cassette;
-use super::gate::{Approvals, Gate, GateJob, Verdict};
+use super::gate::{Approvals, Approver, Gate, GateJob, Verdict};
 use super::journal::{Journal, Resume};
 use super::lanes::LaneStore;
 use super::stats;
@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub mcp: Option<Arc<crate::tools::mcp::McpHub>>,
     /// `--approve`.
     pub approvals: Approvals,
+    /// Who answers what `--approve` did not (the terminal, in the binary).
+    pub approver: Arc<dyn Approver>,
     /// `--journal`: where dispatches and results are recorded.
     pub journal: Option<Journal>,
     /// `--resume`: what an earlier run's journal holds.
@@ -52,6 +54,12 @@ pub struct RunConfig {
     pub record: bool,
     /// `--replay`: answer calls from this cassette instead of invoking tools.
     pub replay: Option<Arc<Cassette>>,
+    /// When the run began, if before this batch (a stream's later chunks): times and the run
+    /// deadline count from here. `None`: now.
+    pub start: Option<Instant>,
+    /// What the run already spent before this batch (a stream's earlier chunks), against
+    /// the plan's `max_cost`.
+    pub spent: f64,
 }
 
 /// The finished run.
@@ -64,6 +72,8 @@ pub struct RunReport {
     /// Each call's fingerprint and resolved arguments (when recording).
     pub fingerprints: Vec<Option<String>>,
     pub recorded_args: Vec<Option<Value>>,
+    /// What the run has spent, this batch and any before it (see [`RunConfig::spent`]).
+    pub spent: f64,
 }
 
 /// How many completions the coordinator may leave unread while it dispatches a wide phase:
@@ -556,7 +566,7 @@ pub async fn execute(
     config: RunConfig,
     mut signals: mpsc::UnboundedReceiver<()>,
 ) -> RunReport {
-    let start = Instant::now();
+    let start = config.start.unwrap_or_else(Instant::now);
     let emitter = Emitter {
         tx: config.events.clone(),
         lanes: config.lane_events,
@@ -647,7 +657,7 @@ pub async fn execute(
         stop_rx,
         ending: None,
         budget_hit: false,
-        spent: 0.0,
+        spent: config.spent,
         http_429: 0,
         journal: config.journal.clone(),
         resume: config.resume.clone(),
@@ -672,6 +682,7 @@ pub async fn execute(
         co.gate_tx = Some(tx);
         let gate = Gate {
             approvals: config.approvals.clone(),
+            approver: config.approver.clone(),
             before_call: co.manifest.hooks.before_call.clone(),
             run_id: config.run_id.clone(),
         };
@@ -797,6 +808,7 @@ pub async fn execute(
         stats,
         fingerprints: std::mem::take(&mut co.fps),
         recorded_args: std::mem::take(&mut co.recorded_args),
+        spent: co.spent,
     }
 }
 
@@ -877,11 +889,14 @@ timeout = "700ms"
             lane_events: true,
             mcp: None,
             approvals: Approvals::Ask,
+            approver: Arc::new(crate::run::gate::NoApprover),
             journal: None,
             resume: None,
             retry_indeterminate: false,
             record: false,
             replay: None,
+            start: None,
+            spent: 0.0,
         };
         let (_signals, sig_rx) = mpsc::unbounded_channel();
         let report = execute(m, plan, config, sig_rx).await;

@@ -54,3 +54,30 @@ pub fn compute(
         lanes,
     }
 }
+
+/// Fold a later batch of the same run (a stream's chunk) into `total`. Times count from the
+/// run's start and lane figures are the store's running totals, so those are the later ones.
+pub fn merge(total: &mut Stats, next: Stats) {
+    total.calls += next.calls;
+    total.ok += next.ok;
+    total.failed += next.failed;
+    total.wall_ms = next.wall_ms;
+    total.tool_time_ms += next.tool_time_ms;
+    if next.critical_path_ms > total.critical_path_ms {
+        total.critical_path_ms = next.critical_path_ms;
+        total.critical_path = next.critical_path;
+    }
+    total.speedup = if total.wall_ms > 0 {
+        (total.tool_time_ms as f64 / total.wall_ms as f64 * 100.0).round() / 100.0
+    } else {
+        0.0
+    };
+    total.retries += next.retries;
+    total.rate_limit_waits = next.rate_limit_waits;
+    total.http_429 += next.http_429;
+    total.cost = ((total.cost + next.cost) * 1e9).round() / 1e9;
+    for (tool, c) in next.cost_by_tool {
+        *total.cost_by_tool.entry(tool).or_default() += c;
+    }
+    total.lanes = next.lanes;
+}

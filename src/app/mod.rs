@@ -1,0 +1,105 @@
+//! The Face: each command turns the command line into work and an exit code. This is the edge
+//! where typed errors become messages on stderr, and the only layer that touches the terminal.
+//!
+//! One module per command: [`tools`], [`report`], [`mcp`] (`mcp import`), [`validate`],
+//! [`plan`] (which also loads and plans a batch for `run`), and [`run`], the one run pipeline
+//! for a whole batch and for a stream of JSON Lines ([`stream`] reads the stream's chunks).
+//! [`terminal`] asks approval questions on `/dev/tty` for the runner.
+
+mod mcp;
+mod plan;
+mod report;
+mod run;
+mod stream;
+mod terminal;
+mod tools;
+mod validate;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Args, Command, McpCommand};
+use crate::config;
+use crate::error::{self, render_all, Diagnostic, Error};
+use crate::events::Outcome;
+use crate::manifest::Manifest;
+
+/// Entry point used by `main`.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match dispatch(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            if matches!(e, Error::Invalid(_)) {
+                eprint!("{text}");
+            } else {
+                eprintln!("error: {text}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn is_broken_pipe(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn dispatch(args: Args) -> Result<u8, Error> {
+    match &args.command {
+        Command::Completions { shell } => {
+            let mut cmd = Args::command();
+            clap_complete::generate(*shell, &mut cmd, "flux-tools", &mut std::io::stdout());
+            Ok(error::EXIT_OK)
+        }
+        Command::Tools { format } => tools::tools(&args, *format),
+        Command::Report { results, svg } => report::report(results, svg),
+        Command::Mcp {
+            command: McpCommand::Import { server },
+        } => mcp::import(&args, server),
+        Command::Validate { batches, format } => validate::validate(&args, batches, *format),
+        Command::Plan(p) => plan::plan(&args, p),
+        Command::Run(r) => run::run(&args, r),
+    }
+}
+
+/// The exit code of a run that ended with `outcome`, `failed` calls not ok.
+pub(crate) fn exit_code(outcome: Outcome, failed: usize) -> u8 {
+    match outcome {
+        Outcome::Completed if failed == 0 => error::EXIT_OK,
+        Outcome::Completed => error::EXIT_CALLS_FAILED,
+        Outcome::Interrupted => error::EXIT_INTERRUPTED,
+        _ => error::EXIT_ENDED_EARLY,
+    }
+}
+
+fn stdout_write(bytes: &[u8]) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io("cannot write to stdout", e))
+}
+
+fn load_manifest(args: &Args) -> Result<Manifest, Error> {
+    let path = config::manifest_path(args.manifest.as_deref())?;
+    Manifest::load(&path).map_err(Error::Invalid)
+}
+
+fn print_warnings(args: &Args, warnings: &[Diagnostic]) {
+    if !args.quiet && !warnings.is_empty() {
+        eprint!("{}", render_all(warnings));
+    }
+}
+
+/// The one async runtime a command uses.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))
+}

@@ -1,0 +1,102 @@
+//! `flux-tools plan`, and what it shares with `run`: loading the manifest, reading and
+//! planning the batch, and starting the MCP sessions whose annotations decide a tool's effect.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use super::{load_manifest, print_warnings, stdout_write};
+use crate::batch::Batch;
+use crate::cli::{Args, PlanArgs, PlanFormat};
+use crate::config;
+use crate::error::{self, Diagnostic, Error};
+use crate::manifest::Manifest;
+use crate::model_formats::InputFormat;
+use crate::plan::{self, Plan, PlanOptions};
+use crate::report;
+use crate::tools::mcp::{self, McpHub};
+use crate::tools::ToolKind;
+
+/// Start the MCP sessions of `manifest` (if it has MCP tools) and apply the annotations of the
+/// tools named in `used`. The sessions are returned for the run to reuse.
+pub(super) fn start_mcp(
+    args: &Args,
+    manifest: &mut Manifest,
+    used: &[String],
+    rt: &tokio::runtime::Runtime,
+) -> Result<Option<Arc<McpHub>>, Error> {
+    let has_mcp = manifest
+        .tools
+        .iter()
+        .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+    if !has_mcp {
+        return Ok(None);
+    }
+    let hub = McpHub::new(&manifest.mcp_servers);
+    let diags = rt.block_on(mcp::annotate(manifest, &hub, used));
+    if diags.iter().any(Diagnostic::is_error) {
+        rt.block_on(hub.shutdown());
+        return Err(Error::Invalid(diags));
+    }
+    print_warnings(args, &diags);
+    Ok(Some(hub))
+}
+
+/// Load the manifest and batch and plan them (MCP sessions started first, see [`start_mcp`]).
+pub(super) fn load_plan(
+    args: &Args,
+    batch_arg: Option<&str>,
+    opts: &PlanOptions,
+    input: InputFormat,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
+    let mut manifest = load_manifest(args)?;
+    let file = config::read_batch(batch_arg)?;
+    let (batch, warnings) = Batch::parse_as(file, input).map_err(Error::Invalid)?;
+    let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
+    let hub = start_mcp(args, &mut manifest, &used, rt)?;
+    let plan = match plan::build(&manifest, &batch, opts) {
+        Ok(p) => p,
+        Err(d) => {
+            if let Some(hub) = &hub {
+                rt.block_on(hub.shutdown());
+            }
+            return Err(Error::Invalid(d));
+        }
+    };
+    print_warnings(args, &warnings);
+    Ok((manifest, plan, hub))
+}
+
+pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
+    let opts = PlanOptions {
+        tenant: p.tenant.clone(),
+        max_concurrent_tools: p.max_concurrent_tools,
+        ..Default::default()
+    };
+    let rt = super::runtime()?;
+    let (manifest, plan, hub) = load_plan(args, p.batch.as_deref(), &opts, p.input_format, &rt)?;
+    if let Some(hub) = hub {
+        rt.block_on(hub.shutdown());
+    }
+    print_warnings(args, &plan.warnings);
+    let est = plan::simulate(&plan);
+    let format = p.format.unwrap_or(if std::io::stdout().is_terminal() {
+        PlanFormat::Table
+    } else {
+        PlanFormat::Json
+    });
+    let text = match format {
+        PlanFormat::Table => report::plan::to_table(&plan, &est),
+        PlanFormat::Json | PlanFormat::Jsonl => {
+            let mut out = std::io::stdout().lock();
+            let pretty = format == PlanFormat::Json;
+            report::plan::write_json(&mut out, &plan, &est, &manifest, pretty)
+                .map_err(|e| Error::io("cannot write to stdout", e))?;
+            return Ok(error::EXIT_OK);
+        }
+        PlanFormat::Dot => report::plan::to_dot(&plan, &est),
+        PlanFormat::Mermaid => report::plan::to_mermaid(&plan),
+    };
+    stdout_write(text.as_bytes())?;
+    Ok(error::EXIT_OK)
+}

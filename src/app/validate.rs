@@ -1,0 +1,86 @@
+//! `flux-tools validate [BATCH…]`: every problem of the manifest and the batches, located.
+
+use super::stdout_write;
+use crate::batch::Batch;
+use crate::cli::{Args, ListFormat};
+use crate::config;
+use crate::error::{self, render_all, Diagnostic, Error};
+use crate::manifest::Manifest;
+use crate::plan::{self, PlanOptions};
+
+pub(super) fn validate(
+    args: &Args,
+    batches: &[std::path::PathBuf],
+    format: Option<ListFormat>,
+) -> Result<u8, Error> {
+    let mut diags: Vec<Diagnostic> = Vec::new();
+    let mut summary: Vec<String> = Vec::new();
+    let path = config::manifest_path(args.manifest.as_deref())?;
+    let manifest = match Manifest::load(&path) {
+        Ok(m) => {
+            diags.extend(m.warnings.iter().cloned());
+            summary.push(format!("{}: {} tools", m.name(), m.tools.len()));
+            Some(m)
+        }
+        Err(d) => {
+            diags.extend(d);
+            None
+        }
+    };
+    for b in batches {
+        let file = match config::read_batch(Some(&b.to_string_lossy())) {
+            Ok(f) => f,
+            Err(e) => {
+                diags.push(Diagnostic::error(e.to_string()).in_file(&b.to_string_lossy()));
+                continue;
+            }
+        };
+        match Batch::parse(file) {
+            Ok((batch, warnings)) => {
+                diags.extend(warnings);
+                if let Some(m) = &manifest {
+                    match plan::build(m, &batch, &PlanOptions::default()) {
+                        Ok(p) => {
+                            diags.extend(p.warnings.iter().filter(|w| !w.is_error()).cloned());
+                            summary.push(format!(
+                                "{}: {} calls in {} phases",
+                                batch.file.name,
+                                p.calls.len(),
+                                p.phases.len()
+                            ));
+                        }
+                        Err(d) => diags.extend(d),
+                    }
+                }
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    diags.sort_by_key(|d| d.severity);
+    if matches!(format, Some(ListFormat::Json | ListFormat::Jsonl)) {
+        let doc = serde_json::json!({
+            "valid": errors == 0,
+            "errors": errors,
+            "diagnostics": diags.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+        });
+        stdout_write(format!("{doc}\n").as_bytes())?;
+    } else {
+        let shown: Vec<Diagnostic> = diags
+            .iter()
+            .filter(|d| d.is_error() || !args.quiet)
+            .cloned()
+            .collect();
+        eprint!("{}", render_all(&shown));
+        if errors == 0 && !args.quiet {
+            eprintln!("ok: {}", summary.join("; "));
+        } else if errors > 0 {
+            eprintln!("{errors} error{} found", if errors == 1 { "" } else { "s" });
+        }
+    }
+    Ok(if errors > 0 {
+        error::EXIT_INVALID
+    } else {
+        error::EXIT_OK
+    })
+}

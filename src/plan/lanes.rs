@@ -1,0 +1,210 @@
+//! The lanes a call stands in, in the fixed acquisition order (tenant, the batch's tenant
+//! copy, turn, tool, the batch's tool copy, shared lanes by name, processes), and the
+//! run-wide settings after the batch and the command line narrow the manifest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::{LaneKey, LaneSpec, PlanOptions, RunSettings};
+use crate::batch::{narrow, Batch, OnToolError};
+use crate::error::Diagnostic;
+use crate::manifest::{Manifest, Rate, Tool};
+
+/// The run's lanes, each once, indexed by the order they were first needed.
+pub(super) struct LaneTable {
+    pub lanes: Vec<LaneSpec>,
+    ids: BTreeMap<LaneKey, usize>,
+    tenant: usize,
+    batch_tenant: Option<usize>,
+    turn: usize,
+    /// Each tool's lanes, once computed.
+    of_tool: HashMap<usize, Vec<usize>>,
+}
+
+impl LaneTable {
+    /// The table for `settings`, starting from `seed` when given (a stream's fixed table).
+    pub fn new(
+        manifest: &Manifest,
+        batch: &Batch,
+        settings: &RunSettings,
+        turn: Option<u32>,
+        seed: Option<&[LaneSpec]>,
+    ) -> LaneTable {
+        let mut t = LaneTable {
+            lanes: Vec::new(),
+            ids: BTreeMap::new(),
+            tenant: 0,
+            batch_tenant: None,
+            turn: 0,
+            of_tool: HashMap::new(),
+        };
+        for l in seed.unwrap_or_default() {
+            t.ids.insert(l.key.clone(), t.lanes.len());
+            t.lanes.push(l.clone());
+        }
+        let tenant = settings.tenant.clone();
+        t.tenant = t.intern(
+            LaneKey::Tenant(tenant.clone()),
+            manifest.concurrency.per_tenant,
+            None,
+            None,
+        );
+        t.batch_tenant = batch
+            .concurrency
+            .per_tenant
+            .filter(|b| manifest.concurrency.per_tenant.is_none_or(|m| *b < m))
+            .map(|b| t.intern(LaneKey::BatchTenant(tenant), Some(b), None, None));
+        t.turn = t.intern(LaneKey::Turn, turn, None, None);
+        t
+    }
+
+    fn intern(
+        &mut self,
+        key: LaneKey,
+        limit: Option<u32>,
+        rate: Option<Rate>,
+        burst: Option<u32>,
+    ) -> usize {
+        if let Some(&i) = self.ids.get(&key) {
+            return i;
+        }
+        self.lanes.push(LaneSpec {
+            name: key.display(),
+            key: key.clone(),
+            limit,
+            rate,
+            burst,
+            borrowed: false,
+        });
+        self.ids.insert(key, self.lanes.len() - 1);
+        self.lanes.len() - 1
+    }
+
+    /// The lanes of a call to tool `t`, in acquisition order.
+    pub fn of_tool(
+        &mut self,
+        manifest: &Manifest,
+        batch: &Batch,
+        opts: &PlanOptions,
+        t: usize,
+        warnings: &mut Vec<Diagnostic>,
+    ) -> Vec<usize> {
+        if let Some(l) = self.of_tool.get(&t) {
+            return l.clone();
+        }
+        let tool = &manifest.tools[t];
+        let mut l = vec![self.tenant];
+        l.extend(self.batch_tenant);
+        l.push(self.turn);
+        let per_tool = manifest.concurrency.per_tool.get(&tool.name).copied();
+        l.push(self.intern(LaneKey::Tool(tool.name.clone()), per_tool, None, None));
+        if let Some(&b) = batch.concurrency.per_tool.get(&tool.name) {
+            if per_tool.is_none_or(|m| b < m) {
+                l.push(self.intern(LaneKey::BatchTool(tool.name.clone()), Some(b), None, None));
+            } else if per_tool.is_some_and(|m| b > m) {
+                warnings.push(
+                    Diagnostic::warning(format!(
+                        "the batch asks for per_tool.{} = {b}, wider than the manifest's {}; clamped",
+                        tool.name,
+                        per_tool.unwrap_or(0)
+                    ))
+                    .in_file(&batch.file.name),
+                );
+            }
+        }
+        self.shared_and_processes(manifest, tool, opts, &mut l);
+        self.of_tool.insert(t, l.clone());
+        l
+    }
+
+    fn shared_and_processes(
+        &mut self,
+        manifest: &Manifest,
+        tool: &Tool,
+        opts: &PlanOptions,
+        l: &mut Vec<usize>,
+    ) {
+        for name in &tool.lanes {
+            if let Some(d) = manifest.lanes.get(name) {
+                l.push(self.intern(
+                    LaneKey::Shared(name.clone()),
+                    d.concurrency,
+                    d.rate,
+                    d.burst,
+                ));
+            }
+        }
+        if let (true, Some(cap)) = (tool.kind.spawns_process(), opts.max_processes) {
+            l.push(self.intern(LaneKey::Processes, Some(cap), None, None));
+        }
+    }
+}
+
+/// Every lane a batch of no settings of its own could use with `manifest` and `opts`: the
+/// table a stream of JSON Lines calls (which carry no batch settings) plans every chunk with.
+pub fn lane_table(manifest: &Manifest, opts: &PlanOptions) -> Vec<LaneSpec> {
+    let batch = Batch::empty("<stream>");
+    let mut warnings = Vec::new();
+    let (settings, turn) = settings(manifest, &batch, opts, &mut warnings);
+    let mut table = LaneTable::new(manifest, &batch, &settings, turn, None);
+    for t in 0..manifest.tools.len() {
+        table.of_tool(manifest, &batch, opts, t, &mut warnings);
+    }
+    table.lanes
+}
+
+/// The run-wide settings and the turn lane's limit, after narrowing.
+pub(super) fn settings(
+    manifest: &Manifest,
+    batch: &Batch,
+    opts: &PlanOptions,
+    warnings: &mut Vec<Diagnostic>,
+) -> (RunSettings, Option<u32>) {
+    let file = &batch.file.name;
+    let tenant = opts
+        .tenant
+        .clone()
+        .or_else(|| batch.tenant.clone())
+        .unwrap_or_else(|| "default".into());
+    let turn = narrow(
+        manifest.concurrency.max_concurrent_tools,
+        batch.concurrency.max_concurrent_tools,
+        "max_concurrent_tools",
+        warnings,
+        file,
+    );
+    let turn = match (turn, opts.max_concurrent_tools) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(b) = batch.concurrency.per_tenant {
+        narrow(
+            manifest.concurrency.per_tenant,
+            Some(b),
+            "per_tenant",
+            warnings,
+            file,
+        );
+    }
+    let settings = RunSettings {
+        tenant,
+        on_tool_error: opts
+            .on_tool_error
+            .or(batch.on_tool_error)
+            .unwrap_or(OnToolError::Surface),
+        run_deadline: min_opt(
+            min_opt(manifest.deadline.run, batch.run_deadline),
+            opts.deadline,
+        ),
+        tool_call_deadline: min_opt(manifest.deadline.tool_call, batch.tool_call_deadline),
+        max_cost: opts.max_cost.or(batch.max_cost),
+    };
+    (settings, turn)
+}
+
+fn min_opt(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

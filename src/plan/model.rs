@@ -1,0 +1,168 @@
+//! The plan's types: what the planner produces and the runner and reporters read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::batch::OnToolError;
+use crate::error::Diagnostic;
+use crate::manifest::Rate;
+use crate::reference::Args;
+
+/// What the command line adds to or overrides in a batch.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    pub tenant: Option<String>,
+    pub max_concurrent_tools: Option<u32>,
+    pub on_tool_error: Option<OnToolError>,
+    pub deadline: Option<Duration>,
+    pub max_cost: Option<f64>,
+    /// Calls settled before this batch (earlier chunks of a stream) that references and
+    /// `after` may name: their output, or `None` when they failed.
+    pub external: Option<Arc<External>>,
+    /// The most `command` calls in flight at once (the `processes` lane), from the machine's
+    /// limits and `--max-processes`.
+    pub max_processes: Option<u32>,
+    /// Lanes to start the plan's lane table with (see [`lane_table`](super::lane_table)): a
+    /// stream plans each chunk against the same table, so a lane has the same index in every
+    /// chunk and one lane store serves them all.
+    pub lanes: Option<Vec<LaneSpec>>,
+}
+
+/// Outputs of calls outside the batch, by id (`None`: the call did not succeed).
+pub type External = HashMap<String, Option<serde_json::Value>>;
+
+/// Run-wide settings after narrowing.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub tenant: String,
+    pub on_tool_error: OnToolError,
+    pub run_deadline: Option<Duration>,
+    pub tool_call_deadline: Option<Duration>,
+    pub max_cost: Option<f64>,
+}
+
+/// Why one call waits for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeReason {
+    /// An argument references the other call's output: it must succeed.
+    Reference,
+    /// A declared business ordering: it must succeed.
+    After,
+    /// The previous write in call order: it must have resolved.
+    WriteChain,
+}
+
+impl EdgeReason {
+    /// Whether the dependency must have succeeded (not merely resolved).
+    pub fn needs_success(self) -> bool {
+        !matches!(self, EdgeReason::WriteChain)
+    }
+}
+
+/// `to` waits for `from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub from: usize,
+    pub reason: EdgeReason,
+}
+
+/// Which limit a lane is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LaneKey {
+    Tenant(String),
+    BatchTenant(String),
+    Turn,
+    Tool(String),
+    BatchTool(String),
+    Shared(String),
+    /// What the machine can hold: `command` calls in flight (from `ulimit -n`/`-u`).
+    Processes,
+}
+
+impl LaneKey {
+    /// The name users see: `tenant:acme`, `turn`, `tool:search`, `lane:partner-api`.
+    pub fn display(&self) -> String {
+        match self {
+            LaneKey::Tenant(t) => format!("tenant:{t}"),
+            LaneKey::BatchTenant(t) => format!("tenant:{t} (batch)"),
+            LaneKey::Turn => "turn".into(),
+            LaneKey::Tool(t) => format!("tool:{t}"),
+            LaneKey::BatchTool(t) => format!("tool:{t} (batch)"),
+            LaneKey::Shared(l) => format!("lane:{l}"),
+            LaneKey::Processes => "processes".into(),
+        }
+    }
+
+    /// Whether the lane is shared with other runs (tenant, tool, shared) or this run's own.
+    pub fn across_runs(&self) -> bool {
+        matches!(
+            self,
+            LaneKey::Tenant(_) | LaneKey::Tool(_) | LaneKey::Shared(_)
+        )
+    }
+}
+
+/// One lane this run uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneSpec {
+    pub key: LaneKey,
+    pub name: String,
+    pub limit: Option<u32>,
+    pub rate: Option<Rate>,
+    pub burst: Option<u32>,
+    /// Held for us by the run that started this one (`FLUX_TOOLS_LEASE`): the lane is this
+    /// run's own copy, limited to what the parent holds, and never queues behind the parent.
+    pub borrowed: bool,
+}
+
+/// A phase: a contiguous range of calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phase {
+    pub start: usize,
+    pub end: usize,
+    /// A lone call to a `parallel_safe = false` tool.
+    pub alone: bool,
+}
+
+/// One call, planned.
+#[derive(Debug, Clone)]
+pub struct CallPlan {
+    pub index: usize,
+    pub id: String,
+    pub tool: usize,
+    pub tool_name: String,
+    pub phase: usize,
+    pub edges: Vec<Edge>,
+    /// Lane indices into [`Plan::lanes`], in acquisition order.
+    pub lanes: Vec<usize>,
+    pub args: std::sync::Arc<Args>,
+    pub weight: u32,
+    pub write: bool,
+    pub idempotent: bool,
+    pub cost: f64,
+    /// Expected latency, and whether it came from the manifest (`false` = assumed).
+    pub estimate: Duration,
+    pub estimate_known: bool,
+    /// Ids outside the batch this call references or is `after` (they must have succeeded).
+    pub external_deps: Vec<String>,
+}
+
+/// The plan of a batch.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub settings: RunSettings,
+    pub calls: Vec<CallPlan>,
+    pub phases: Vec<Phase>,
+    pub lanes: Vec<LaneSpec>,
+    pub warnings: Vec<Diagnostic>,
+    /// Call id → position. A built plan holds every call of its batch, so a call's position
+    /// in `calls` is its `index` and an edge's `from` indexes `calls` directly.
+    pub ids: HashMap<String, usize>,
+    /// Calls settled before this batch that its calls may reference (see [`PlanOptions`]).
+    pub external: Option<Arc<External>>,
+}
+
+/// Latency assumed for a tool that declares neither `expected` nor `latency`.
+pub const ASSUMED_LATENCY: Duration = Duration::from_millis(100);
