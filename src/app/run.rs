@@ -390,9 +390,14 @@ fn run_stream(
             Some(t) => run::stats::merge(t, report.stats),
             None => total = Some(report.stats),
         }
-        if report.outcome != Outcome::Completed {
-            outcome = report.outcome;
-            break;
+        match report.outcome {
+            Outcome::Completed => {}
+            // A budget refuses calls that do not fit; later (cheaper) ones may still run.
+            Outcome::BudgetExhausted => outcome = Outcome::BudgetExhausted,
+            ended => {
+                outcome = ended;
+                break;
+            }
         }
     }
     session.close(rt);

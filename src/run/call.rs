@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::lanes::{Admission, BoxFuture, LaneError, LaneStore, Lease};
+use super::lanes::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease};
 use crate::duration::millis;
 use crate::events::ErrorKind;
 use crate::events::{CallResult, ErrorInfo, Event, Status};
@@ -118,6 +118,13 @@ pub(super) struct Job {
 /// A lane acquisition in progress.
 type LeaseFuture = BoxFuture<'static, Result<Lease, LaneError>>;
 
+/// How long to wait before dispatch for a lane's rate token or back-off: known, or still
+/// being asked of a store that answers after I/O.
+enum Admit {
+    Known(Admission),
+    Asking(BoxFuture<'static, Result<Admission, LaneError>>),
+}
+
 /// Lanes a call holds, and where its acquisition stands.
 pub(super) struct Acquisition {
     leases: Vec<(usize, Lease)>,
@@ -126,7 +133,7 @@ pub(super) struct Acquisition {
     /// A lane wait the coordinator began (so it is queued in call order): lane, since, future.
     pending: Option<(usize, Instant, LeaseFuture)>,
     /// A rate token reserved (or a back-off) not yet due: lane, since, how long to wait.
-    token: Option<(usize, Instant, Admission)>,
+    token: Option<(usize, Instant, Admit)>,
     /// The lane waited on longest so far.
     longest: Option<(Duration, usize)>,
 }
@@ -174,23 +181,40 @@ pub(super) fn begin_acquire(
                     weight: call.weight,
                 });
                 acq.leases.push((lane, lease));
-                let adm = store.admission(lane).map_err(|e| e.to_string())?;
-                if !adm.wait.is_zero() {
-                    if adm.token {
-                        emitter.lane(|| Event::RateWaiting {
-                            call: pos,
-                            lane,
-                            waiting: true,
-                        });
+                match store.clone().admission(lane) {
+                    Answer::Now(adm) => {
+                        let adm = adm.map_err(|e| e.to_string())?;
+                        if !adm.wait.is_zero() {
+                            if adm.token {
+                                emitter.lane(|| Event::RateWaiting {
+                                    call: pos,
+                                    lane,
+                                    waiting: true,
+                                });
+                            }
+                            acq.token = Some((lane, since, Admit::Known(adm)));
+                            break;
+                        }
                     }
-                    acq.token = Some((lane, since, adm));
-                    break;
+                    Answer::Later(asking) => {
+                        acq.token = Some((lane, since, Admit::Asking(asking)));
+                        break;
+                    }
                 }
             }
             std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
             std::task::Poll::Pending => {
-                if let Some(held) = store.held_elsewhere(lane) {
-                    emitter.lane(|| Event::LaneShared { lane, held });
+                match store.clone().held_elsewhere(lane) {
+                    Answer::Now(Some(held)) => emitter.lane(|| Event::LaneShared { lane, held }),
+                    Answer::Now(None) => {}
+                    Answer::Later(asking) => {
+                        let emitter = emitter.clone();
+                        tokio::spawn(async move {
+                            if let Some(held) = asking.await {
+                                emitter.lane(|| Event::LaneShared { lane, held });
+                            }
+                        });
+                    }
                 }
                 emitter.lane(|| Event::LaneWaiting {
                     call: pos,
@@ -231,20 +255,22 @@ impl Job {
                         });
                         acq.leases.push((lane, lease));
                         acq.note_wait(self.lanes.as_ref(), lane, since, false);
-                        let adm = self
-                            .lanes
-                            .admission(lane)
-                            .map_err(|e| never(result, ErrorKind::LaneStore, &e.to_string()))?;
-                        if !adm.wait.is_zero() {
-                            if adm.token {
+                        let admit = match self.lanes.clone().admission(lane) {
+                            Answer::Now(adm) => Admit::Known(adm.map_err(|e| {
+                                never(result, ErrorKind::LaneStore, &e.to_string())
+                            })?),
+                            Answer::Later(asking) => Admit::Asking(asking),
+                        };
+                        if let Admit::Known(adm) = &admit {
+                            if adm.token && !adm.wait.is_zero() {
                                 self.emitter.lane(|| Event::RateWaiting {
                                     call: pos,
                                     lane,
                                     waiting: true,
                                 });
                             }
-                            acq.token = Some((lane, Instant::now(), adm));
                         }
+                        acq.token = Some((lane, Instant::now(), admit));
                     }
                     other => {
                         self.emitter.lane(|| Event::LaneReleased {
@@ -267,28 +293,46 @@ impl Job {
                     }
                 }
             }
-            if let Some((lane, since, adm)) = acq.token.take() {
-                let mut stop = self.stop_rx.clone();
-                let stopped = tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
-                    _ = tokio::time::sleep(adm.wait) => false,
+            if let Some((lane, since, admit)) = acq.token.take() {
+                let adm = match admit {
+                    Admit::Known(adm) => adm,
+                    Admit::Asking(asking) => {
+                        let adm = asking
+                            .await
+                            .map_err(|e| never(result, ErrorKind::LaneStore, &e.to_string()))?;
+                        if adm.token && !adm.wait.is_zero() {
+                            self.emitter.lane(|| Event::RateWaiting {
+                                call: pos,
+                                lane,
+                                waiting: true,
+                            });
+                        }
+                        adm
+                    }
                 };
-                if adm.token {
-                    self.emitter.lane(|| Event::RateWaiting {
-                        call: pos,
-                        lane,
-                        waiting: false,
-                    });
+                if !adm.wait.is_zero() {
+                    let mut stop = self.stop_rx.clone();
+                    let stopped = tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+                        _ = tokio::time::sleep(adm.wait) => false,
+                    };
+                    if adm.token {
+                        self.emitter.lane(|| Event::RateWaiting {
+                            call: pos,
+                            lane,
+                            waiting: false,
+                        });
+                    }
+                    if stopped {
+                        let why = format!(
+                            "run ended while waiting for a rate token of lane {}",
+                            self.plan.lanes[lane].name
+                        );
+                        return Err(never(result, ErrorKind::RunEnded, &why));
+                    }
+                    acq.note_wait(self.lanes.as_ref(), lane, since, adm.token);
                 }
-                if stopped {
-                    let why = format!(
-                        "run ended while waiting for a rate token of lane {}",
-                        self.plan.lanes[lane].name
-                    );
-                    return Err(never(result, ErrorKind::RunEnded, &why));
-                }
-                acq.note_wait(self.lanes.as_ref(), lane, since, adm.token);
             }
             if acq.next >= call.lanes.len() {
                 return Ok(());
@@ -408,7 +452,7 @@ impl Job {
                                 self.plan.lanes[lane].key,
                                 LaneKey::Tool(_) | LaneKey::BatchTool(_) | LaneKey::Shared(_)
                             ) {
-                                self.lanes.back_off(lane, wait);
+                                self.lanes.clone().back_off(lane, wait);
                             }
                         }
                     }
@@ -505,7 +549,7 @@ impl Job {
             return false;
         }
         for &(lane, _) in leases {
-            let Ok(adm) = lanes.admission(lane) else {
+            let Ok(adm) = lanes.clone().admission(lane).get().await else {
                 continue;
             };
             if !adm.wait.is_zero() {

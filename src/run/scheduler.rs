@@ -128,6 +128,9 @@ struct Coordinator {
     ending: Option<(Outcome, String)>,
     budget_hit: bool,
     spent: f64,
+    /// Calls whose cost is reserved against the budget (only kept under a budget): a call
+    /// that is then never dispatched gives its reservation back.
+    reserved: Vec<bool>,
     http_429: u64,
     journal: Option<Journal>,
     resume: Option<Arc<Resume>>,
@@ -198,6 +201,11 @@ impl Coordinator {
 
     /// Record a call's final result and release whatever waited for it.
     fn finish(&mut self, p: usize, r: CallResult) {
+        if r.started_ms.is_none() && self.reserved.get(p).copied().unwrap_or(false) {
+            // Never dispatched (refused at the gate, no lane, the run ended): not spent.
+            self.reserved[p] = false;
+            self.spent -= self.plan.calls[p].cost;
+        }
         if let Some(j) = &self.journal {
             if !self.reused[p] {
                 j.record(super::journal::Journal::result(
@@ -427,6 +435,7 @@ impl Coordinator {
                     ));
                 }
                 self.spent += call.cost;
+                self.reserved[p] = true;
             }
         }
         Ok(Ready::Go(match args {
@@ -658,6 +667,14 @@ pub async fn execute(
         ending: None,
         budget_hit: false,
         spent: config.spent,
+        reserved: vec![
+            false;
+            if plan.settings.max_cost.is_some() {
+                n
+            } else {
+                0
+            }
+        ],
         http_429: 0,
         journal: config.journal.clone(),
         resume: config.resume.clone(),

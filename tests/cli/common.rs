@@ -1,6 +1,7 @@
 //! Helpers: the binary, a temporary project folder with its own `tools.toml`, JSON runs.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value;
@@ -161,3 +162,61 @@ effect = "read"
 latency = "10ms"
 retries = 3
 "#;
+
+/// A throwaway `redis-server` on a free loopback port, stopped on drop.
+pub struct Redis {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl Redis {
+    pub fn start() -> Option<Redis> {
+        if std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server is not installed (.ci/run installs it)"
+            );
+            eprintln!("skipping: redis-server is not installed");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

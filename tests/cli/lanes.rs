@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{results, Project};
+use crate::common::{results, Project, Redis};
 
 /// A command tool that logs `start TENANT NANOS` / `end TENANT NANOS` around a 200 ms sleep.
 const LOGGING: &str = r#"
@@ -303,64 +303,6 @@ fn identical_calls_to_an_order_dependent_tool_never_overlap_across_runs() {
         assert!(results(d).iter().all(|r| r["status"] == "ok"), "{d}");
     }
     assert_eq!(peak(&log, None), 1, "the same booking ran twice at once");
-}
-
-/// A throwaway `redis-server` on a free loopback port, stopped on drop.
-struct Redis {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        if std::process::Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is not installed (.ci/run installs it)"
-            );
-            eprintln!("skipping: redis-server is not installed");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        })
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::common::{repo, results, wall_ms, Project};
 
 /// The project's own test server, built by `cargo test` as an example.
-fn own_server() -> PathBuf {
+pub fn own_server() -> PathBuf {
     let bin = assert_cmd::cargo::cargo_bin("flux-tools");
     bin.parent()
         .expect("target dir")
@@ -39,7 +39,7 @@ fn everything() -> Option<PathBuf> {
     None
 }
 
-fn own_manifest(log: &std::path::Path) -> String {
+pub fn own_manifest(log: &std::path::Path) -> String {
     format!(
         r#"
 [concurrency]

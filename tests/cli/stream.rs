@@ -103,3 +103,180 @@ fn many_calls_stream_in_order() {
     }
     assert_eq!(n, 20_000);
 }
+
+/// `(id, status, output, error kind)` of each result, in call order.
+type Digest = Vec<(Value, Value, Value, Value)>;
+
+/// [`Digest`] of `results`.
+fn digest(results: &[Value]) -> Digest {
+    results
+        .iter()
+        .map(|r| {
+            (
+                r["id"].clone(),
+                r["status"].clone(),
+                r["output"].clone(),
+                r["error"]["kind"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Run the JSON Lines `calls` twice — as a batch file, and piped to `run --stream` with each
+/// line written `gap` after the one before (so later lines land in later chunks) — with
+/// `extra` options. Returns both runs' digests and exit codes, and the stream's stderr.
+fn both_ways(
+    p: &Project,
+    calls: &[&str],
+    extra: &[&str],
+    gap: Duration,
+) -> ((Digest, i32), (Digest, i32, String)) {
+    let text = calls.join("\n") + "\n";
+    let (doc, code) = p.run_json(&text, extra);
+    let whole = (digest(crate::common::results(&doc)), code);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .current_dir(p.path())
+        .args(["run", "--stream"])
+        .args(extra)
+        .env("CI", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for c in calls {
+        writeln!(stdin, "{c}").unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(gap);
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let streamed = (digest(&lines), out.status.code().unwrap_or(-1), stderr);
+    (whole, streamed)
+}
+
+#[test]
+fn a_stream_uses_the_redis_lane_store_it_is_given() {
+    // Before the single pipeline, --stream silently used the local store whatever was asked:
+    // a dead Redis still "worked". Now the stream fails like a whole batch does.
+    let p = Project::new(MANIFEST);
+    let out = p
+        .cmd()
+        .args(["run", "--stream", "--lane-store", "redis://127.0.0.1:1"])
+        .write_stdin("{\"tool\": \"z\"}\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"));
+    assert!(out.stdout.is_empty());
+
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let manifest = "[concurrency.per_tool]\nslow = 1\n[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n[tools.slow]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\n";
+    let p = Project::new(manifest);
+    let calls = [
+        r#"{"id": "a", "tool": "slow", "args": {"n": 1}}"#,
+        r#"{"id": "b", "tool": "slow", "args": {"n": 2}}"#,
+        r#"{"tool": "z", "args": {"from": "${a.n}"}}"#,
+    ];
+    let ((whole, wcode), (streamed, scode, stderr)) = both_ways(
+        &p,
+        &calls,
+        &["--lane-store", &redis.url],
+        Duration::from_millis(300),
+    );
+    assert_eq!(whole, streamed, "{stderr}");
+    assert_eq!((wcode, scode), (0, 0), "{stderr}");
+    assert!(stderr.contains("lane tool:slow: peak 1/1"), "{stderr}");
+}
+
+#[test]
+fn a_stream_calls_mcp_tools_with_their_annotations() {
+    let p = Project::new("");
+    let log = p.path().join("mcp.log");
+    std::fs::write(p.path().join("tools.toml"), crate::mcp::own_manifest(&log)).unwrap();
+    let calls = [
+        r#"{"id": "s", "tool": "sleep", "args": {"ms": 10}}"#,
+        r#"{"id": "f", "tool": "fail", "args": {}}"#,
+        r#"{"tool": "structured", "args": {}}"#,
+    ];
+    let ((whole, wcode), (streamed, scode, stderr)) =
+        both_ways(&p, &calls, &[], Duration::from_millis(300));
+    assert_eq!(whole, streamed, "{stderr}");
+    assert_eq!((wcode, scode), (1, 1), "{stderr}");
+    assert_eq!(streamed[0].1, "ok", "{stderr}");
+    assert!(!stderr.contains("were not set up"), "{stderr}");
+}
+
+#[test]
+fn a_stream_runs_hooks_and_keeps_one_budget_across_chunks() {
+    let manifest = r#"
+[hooks]
+before_call = ["sh", "-c", "case \"$(cat)\" in *forbidden*) exit 3;; esac"]
+
+[tools.paid]
+kind = "scripted"
+effect = "read"
+cost = 1.0
+
+[tools.free]
+kind = "scripted"
+effect = "read"
+"#;
+    let p = Project::new(manifest);
+    let calls = [
+        r#"{"id": "one", "tool": "paid", "args": {"n": 1}}"#,
+        r#"{"id": "two", "tool": "free", "args": {"n": "forbidden"}}"#,
+        r#"{"id": "three", "tool": "paid", "args": {"n": 3}}"#,
+        r#"{"id": "four", "tool": "paid", "args": {"n": 4}}"#,
+    ];
+    let ((whole, wcode), (streamed, scode, stderr)) =
+        both_ways(&p, &calls, &["--max-cost", "2"], Duration::from_millis(250));
+    assert_eq!(whole, streamed, "{stderr}");
+    let kinds: Vec<&Value> = streamed.iter().map(|d| &d.3).collect();
+    assert_eq!(
+        kinds,
+        [
+            &Value::Null,
+            &Value::from("guardrail"),
+            &Value::Null,
+            &Value::from("budget_exhausted")
+        ],
+        "{stderr}"
+    );
+    assert_eq!((wcode, scode), (3, 3), "{stderr}");
+}
+
+#[test]
+fn a_bad_line_in_a_stream_is_located_at_its_own_line() {
+    // Before: `<stdin> calls 2-2:1:10`, relative to the chunk.
+    let p = Project::new(MANIFEST);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .current_dir(p.path())
+        .args(["run", "--stream"])
+        .env("CI", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{{\"tool\": \"z\"}}").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    writeln!(stdin).unwrap();
+    writeln!(stdin, "{{\"tool\": \"zz\"}}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("<stdin>:3:"), "{stderr}");
+    assert!(stderr.contains("did you mean"), "{stderr}");
+}

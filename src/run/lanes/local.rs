@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState};
+use super::{
+    Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState,
+};
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -220,8 +222,14 @@ impl FileLane {
         }
     }
 
-    /// Run `f` on the lane's token state under the `rate` file's lock.
-    fn with_tokens<T>(&self, f: impl FnOnce(&mut TokenState, f64) -> T) -> Result<T, LaneError> {
+    /// Run `f` on the lane's token state under the `rate` file's lock. With `wait` false the
+    /// lock is only tried: `Ok(None)` when another process holds it (the caller then waits on
+    /// a blocking thread, never on a runtime thread).
+    fn with_tokens<T>(
+        &self,
+        wait: bool,
+        f: impl FnOnce(&mut TokenState, f64) -> T,
+    ) -> Result<Option<T>, LaneError> {
         let mut file = self
             .rate_file
             .lock()
@@ -229,9 +237,18 @@ impl FileLane {
         let file = &mut *file;
         file.rewind()
             .map_err(|e| LaneError(format!("{}: {e}", self.dir.display())))?;
-        if !flock(file, libc::LOCK_EX) {
+        let op = if wait {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_EX | libc::LOCK_NB
+        };
+        if !flock(file, op) {
+            let err = std::io::Error::last_os_error();
+            if !wait && err.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
             return Err(LaneError(format!(
-                "cannot lock the rate of {}",
+                "cannot lock the rate of {}: {err}",
                 self.dir.display()
             )));
         }
@@ -268,7 +285,7 @@ impl FileLane {
                 self.dir.display()
             ))
         })?;
-        Ok(out)
+        Ok(Some(out))
     }
 }
 
@@ -314,6 +331,29 @@ impl LocalLanes {
         })
     }
 
+    /// How many permits of `lane` other processes hold, found with non-blocking lock attempts.
+    fn probe_elsewhere(&self, lane: usize) -> Option<u64> {
+        let f = self.file(lane).filter(|f| f.slots > 0)?;
+        if !self.mem.should_probe(lane) {
+            return None;
+        }
+        // A slot we cannot lock is held by someone: by us, or by another run.
+        let mut locked = 0u64;
+        for k in 0..f.slots {
+            let Ok(file) = open_rw(&f.dir.join(format!("slot-{k}"))) else {
+                continue;
+            };
+            if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                flock(&file, libc::LOCK_UN);
+            } else {
+                locked += 1;
+            }
+        }
+        let n = locked.saturating_sub(self.mem.held_here(lane));
+        self.mem.note_elsewhere(lane, n);
+        Some(n)
+    }
+
     fn file(&self, lane: usize) -> Option<&FileLane> {
         self.files.get(lane).and_then(Option::as_ref)
     }
@@ -337,21 +377,44 @@ impl LaneStore for LocalLanes {
         })
     }
 
-    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
-        match self.file(lane) {
-            Some(f) => {
-                let rate = f.rate;
-                f.with_tokens(|st, now| st.admit(now, rate))
-            }
-            None => self.mem.admission(lane),
+    fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
+        let Some(f) = self.file(lane) else {
+            return Answer::Now(self.mem.admit(lane));
+        };
+        let rate = f.rate;
+        match f.with_tokens(false, |st, now| st.admit(now, rate)) {
+            Ok(Some(adm)) => Answer::Now(Ok(adm)),
+            Err(e) => Answer::Now(Err(e)),
+            // Another process is at the bucket: wait for it on a blocking thread.
+            Ok(None) => Answer::Later(Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    let f = self
+                        .file(lane)
+                        .ok_or_else(|| LaneError("no such lane".into()))?;
+                    f.with_tokens(true, |st, now| st.admit(now, rate))
+                        .map(Option::unwrap_or_default)
+                })
+                .await
+                .map_err(|e| LaneError(format!("rate lock: {e}")))?
+            })),
         }
     }
 
-    fn back_off(&self, lane: usize, wait: Duration) {
-        self.mem.back_off(lane, wait);
-        if let Some(f) = self.file(lane) {
-            let has_rate = f.rate.is_some();
-            let _ = f.with_tokens(|st, now| st.back_off(now, wait, has_rate));
+    fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
+        self.mem.pause(lane, wait);
+        let Some(f) = self.file(lane) else { return };
+        let has_rate = f.rate.is_some();
+        let pause = move |st: &mut TokenState, now: f64| st.back_off(now, wait, has_rate);
+        if let Ok(Some(())) = f.with_tokens(false, pause) {
+            return;
+        }
+        // Another process is at the bucket: record the pause from a blocking thread.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || {
+                if let Some(f) = self.file(lane) {
+                    let _ = f.with_tokens(true, pause);
+                }
+            });
         }
     }
 
@@ -363,26 +426,9 @@ impl LaneStore for LocalLanes {
         self.mem.stats()
     }
 
-    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
-        let f = self.file(lane).filter(|f| f.slots > 0)?;
-        if !self.mem.should_probe(lane) {
-            return None;
-        }
-        // A slot we cannot lock is held by someone: by us, or by another run.
-        let mut locked = 0u64;
-        for k in 0..f.slots {
-            let Ok(file) = open_rw(&f.dir.join(format!("slot-{k}"))) else {
-                continue;
-            };
-            if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                flock(&file, libc::LOCK_UN);
-            } else {
-                locked += 1;
-            }
-        }
-        let n = locked.saturating_sub(self.mem.held_here(lane));
-        self.mem.note_elsewhere(lane, n);
-        Some(n)
+    fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
+        // Only non-blocking lock attempts: a quick probe, answered at once.
+        Answer::Now(self.probe_elsewhere(lane))
     }
 
     fn exclusive(
@@ -454,7 +500,7 @@ mod tests {
         let waiting =
             tokio::time::timeout(Duration::from_millis(150), b.clone().acquire(0, 1, 0)).await;
         assert!(waiting.is_err(), "B got a slot A holds");
-        assert_eq!(b.held_elsewhere(0), Some(1));
+        assert_eq!(b.clone().held_elsewhere(0).get().await, Some(1));
         drop(held);
         let got = tokio::time::timeout(Duration::from_secs(2), b.clone().acquire(0, 1, 0))
             .await
@@ -481,7 +527,7 @@ mod tests {
         for i in 0..3 {
             leases.push(a.clone().acquire(0, 1, i).await.unwrap());
         }
-        assert_eq!(b.held_elsewhere(0), Some(3));
+        assert_eq!(b.clone().held_elsewhere(0).get().await, Some(3));
         let waiting =
             tokio::time::timeout(Duration::from_millis(150), b.clone().acquire(0, 1, 0)).await;
         assert!(waiting.is_err(), "B got a fourth slot of three");
@@ -491,8 +537,8 @@ mod tests {
             .expect("B never got the freed slot")
             .unwrap();
         // A 429 back-off noted by A pauses B's admissions too (the shared rate file).
-        a.back_off(0, Duration::from_secs(5));
-        let adm = b.admission(0).unwrap();
+        a.clone().back_off(0, Duration::from_secs(5));
+        let adm = b.clone().admission(0).get().await.unwrap();
         assert!(
             adm.wait > Duration::from_secs(3),
             "B's wait: {:?}",

@@ -3,7 +3,10 @@
 //! A call acquires its lanes one at a time in the plan's fixed order (tenant → turn → tool →
 //! shared lanes by name) and releases them in reverse when its [`Lease`]s drop, so no two
 //! calls can each hold what the other waits for. A rate-limited lane takes a token *after*
-//! its permit. [`MemoryLanes`] keeps everything in this process. Its permits are granted
+//! its permit. [`MemoryLanes`] (`memory.rs`) keeps everything in this process, on tokio's clock
+//! (so tests run it on a paused clock); [`LocalLanes`] (`local.rs`) shares lanes between the
+//! processes of one machine through file locks, [`RedisLanes`] (`redis.rs`) between machines.
+//! One file per store. Its permits are granted
 //! strictly in call order ([`OrderedSemaphore`]): whichever task happens to be polled first, a
 //! lane never lets a later call overtake an earlier one waiting for it, and a heavy call at
 //! the head is not starved by light ones behind it. Stores shared across processes and
@@ -13,16 +16,18 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use crate::plan::LaneSpec;
 
 mod local;
+mod memory;
 mod redis;
 use crate::events::LaneStats;
 pub use local::{runtime_dir, LocalLanes};
+pub use memory::MemoryLanes;
 pub use redis::RedisLanes;
 
 /// FNV-1a: a stable, short name for bytes (paths, lanes, fingerprints). Not for security.
@@ -162,6 +167,30 @@ pub struct Admission {
     pub token: bool,
 }
 
+/// What a store answers: at once (in memory), or after I/O it must not block a runtime
+/// thread on (a file lock another process holds, a round trip to Redis).
+pub enum Answer<T> {
+    Now(T),
+    Later(BoxFuture<'static, T>),
+}
+
+impl<T: Send + 'static> Answer<T> {
+    /// The answer as one future (no allocation when it is known already).
+    pub fn boxed(self) -> BoxFuture<'static, T> {
+        match self {
+            Answer::Now(t) => Box::pin(std::future::ready(t)),
+            Answer::Later(f) => f,
+        }
+    }
+
+    pub async fn get(self) -> T {
+        match self {
+            Answer::Now(t) => t,
+            Answer::Later(f) => f.await,
+        }
+    }
+}
+
 /// Why a lane could not be acquired.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("lane store: {0}")]
@@ -180,20 +209,22 @@ pub trait LaneStore: Send + Sync {
     ) -> BoxFuture<'static, Result<Lease, LaneError>>;
     /// After a permit of `lane` is held: reserve its rate token (if it has a rate) and say how
     /// long the caller must wait before dispatching — for the token, or while the lane backs
-    /// off after a partner's 429.
-    fn admission(&self, lane: usize) -> Result<Admission, LaneError>;
+    /// off after a partner's 429. A store that must wait on a lock or a server answers
+    /// [`Answer::Later`]; nothing here may block the runtime's threads.
+    fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>>;
     /// A partner answered 429 (or 503) with this wait: nothing more is admitted to `lane`
-    /// until it has passed, and the rejection is counted.
-    fn back_off(&self, lane: usize, wait: Duration);
+    /// until it has passed, and the rejection is counted. Returns at once: a store that must
+    /// wait on a lock or a server does that work in the background.
+    fn back_off(self: Arc<Self>, lane: usize, wait: Duration);
     /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
     /// Figures for the stats.
     fn stats(&self) -> Vec<LaneStats>;
     /// For a lane shared with other runs: how many of its permits they hold now (counted into
     /// the stats' peak). `None` for a lane only this run uses.
-    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
+    fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
         let _ = lane;
-        None
+        Answer::Now(None)
     }
     /// Hold the lock that keeps calls to a `parallel_safe = false` tool with identical
     /// arguments (`key`) from overlapping across runs. Inside one run its phases already
@@ -208,13 +239,13 @@ pub trait LaneStore: Send + Sync {
 }
 
 #[derive(Default)]
-struct Counters {
-    held: AtomicU64,
-    peak: AtomicU64,
-    wait_ns: AtomicU64,
-    waits: AtomicU64,
-    rate_waits: AtomicU64,
-    rejections: AtomicU64,
+pub(crate) struct Counters {
+    pub held: AtomicU64,
+    pub peak: AtomicU64,
+    pub wait_ns: AtomicU64,
+    pub waits: AtomicU64,
+    pub rate_waits: AtomicU64,
+    pub rejections: AtomicU64,
     /// 1 + the most permits other runs were seen holding (0: never looked).
     elsewhere_peak: AtomicU64,
     /// When other runs' permits were last counted (ms since the store began).
@@ -293,274 +324,5 @@ impl TokenState {
             self.tokens = self.tokens.min(0.0);
             self.at = until;
         }
-    }
-}
-
-struct Lane {
-    spec: LaneSpec,
-    rate: Option<RateSpec>,
-    tokens: Mutex<TokenState>,
-    sem: Option<Arc<OrderedSemaphore>>,
-    counters: Arc<Counters>,
-}
-
-/// Lanes kept in this process only.
-pub struct MemoryLanes {
-    lanes: Vec<Lane>,
-    /// The clock rate buckets count from.
-    base: Instant,
-}
-
-impl MemoryLanes {
-    /// Permits this process holds in `lane`.
-    pub(crate) fn held_here(&self, lane: usize) -> u64 {
-        self.lanes
-            .get(lane)
-            .map_or(0, |l| l.counters.held.load(Ordering::Relaxed))
-    }
-
-    /// Whether to count other runs' permits of `lane` now: at most every 100 ms, so a queue of
-    /// thousands of waiting calls does not probe the shared store thousands of times.
-    pub(crate) fn should_probe(&self, lane: usize) -> bool {
-        let Some(l) = self.lanes.get(lane) else {
-            return false;
-        };
-        let now = u64::try_from(self.base.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let last = l.counters.probed_ms.load(Ordering::Relaxed);
-        (last == 0 || now >= last + 100)
-            && l.counters
-                .probed_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    /// Note that other runs hold `n` permits of `lane`.
-    pub(crate) fn note_elsewhere(&self, lane: usize, n: u64) {
-        if let Some(l) = self.lanes.get(lane) {
-            l.counters
-                .elsewhere_peak
-                .fetch_max(n + 1, Ordering::Relaxed);
-        }
-    }
-
-    pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
-        MemoryLanes {
-            base: Instant::now(),
-            lanes: specs
-                .iter()
-                .map(|s| Lane {
-                    spec: s.clone(),
-                    rate: RateSpec::of(s),
-                    tokens: Mutex::new(TokenState::full(RateSpec::of(s), 0.0)),
-                    sem: s
-                        .limit
-                        .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
-                    counters: Arc::new(Counters::default()),
-                })
-                .collect(),
-        }
-    }
-}
-
-impl LaneStore for MemoryLanes {
-    fn acquire(
-        self: Arc<Self>,
-        lane: usize,
-        weight: u32,
-        order: u64,
-    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
-        Box::pin(async move {
-            let l = self
-                .lanes
-                .get(lane)
-                .ok_or_else(|| LaneError(format!("no lane #{lane}")))?;
-            let w = u64::from(weight);
-            if let Some(sem) = &l.sem {
-                sem.acquire(order, w).await;
-            }
-            let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
-            l.counters.peak.fetch_max(now, Ordering::Relaxed);
-            Ok(Lease {
-                sem: l.sem.clone(),
-                counters: l.counters.clone(),
-                weight: w,
-                shared: None,
-            })
-        })
-    }
-
-    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
-        let Some(l) = self.lanes.get(lane) else {
-            return Ok(Admission::default());
-        };
-        let mut st = l
-            .tokens
-            .lock()
-            .map_err(|_| LaneError("rate bucket poisoned".into()))?;
-        Ok(st.admit(self.base.elapsed().as_secs_f64(), l.rate))
-    }
-
-    fn back_off(&self, lane: usize, wait: Duration) {
-        let Some(l) = self.lanes.get(lane) else {
-            return;
-        };
-        l.counters.rejections.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut st) = l.tokens.lock() {
-            st.back_off(self.base.elapsed().as_secs_f64(), wait, l.rate.is_some());
-        }
-    }
-
-    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
-        if let Some(l) = self.lanes.get(lane) {
-            let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-            l.counters.wait_ns.fetch_add(ns, Ordering::Relaxed);
-            l.counters.waits.fetch_add(1, Ordering::Relaxed);
-            if token {
-                l.counters.rate_waits.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn stats(&self) -> Vec<LaneStats> {
-        self.lanes
-            .iter()
-            .map(|l| LaneStats {
-                lane: l.spec.name.clone(),
-                limit: l.spec.limit,
-                rate: l.spec.rate.map(|r| r.to_string()),
-                peak_in_flight: l.counters.peak.load(Ordering::Relaxed),
-                wait_ms: l.counters.wait_ns.load(Ordering::Relaxed) / 1_000_000,
-                waits: l.counters.waits.load(Ordering::Relaxed),
-                rate_limit_waits: l.counters.rate_waits.load(Ordering::Relaxed),
-                rejections: l.counters.rejections.load(Ordering::Relaxed),
-                peak_held_elsewhere: l
-                    .counters
-                    .elsewhere_peak
-                    .load(Ordering::Relaxed)
-                    .checked_sub(1),
-            })
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::manifest::Rate;
-    use crate::plan::LaneKey;
-
-    fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
-        LaneSpec {
-            key: LaneKey::Turn,
-            name: "turn".into(),
-            limit,
-            rate,
-            burst,
-            borrowed: false,
-        }
-    }
-
-    #[tokio::test]
-    async fn weights_take_several_permits_and_peaks_are_recorded() {
-        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(3), None, None)]));
-        let a = lanes.clone().acquire(0, 2, 0).await.unwrap();
-        let b = lanes.clone().acquire(0, 1, 1).await.unwrap();
-        // A third acquisition must wait until something is released.
-        let pending =
-            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 1, 2)).await;
-        assert!(pending.is_err());
-        drop(a);
-        let c =
-            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 2, 3)).await;
-        assert!(c.is_ok());
-        drop(b);
-        assert_eq!(lanes.stats()[0].peak_in_flight, 3);
-    }
-
-    #[tokio::test]
-    async fn unbounded_lanes_never_wait() {
-        let lanes = Arc::new(MemoryLanes::new(&[spec(None, None, None)]));
-        let mut held = Vec::new();
-        for _ in 0..1000 {
-            held.push(lanes.clone().acquire(0, 1, 0).await.unwrap());
-        }
-        assert_eq!(lanes.stats()[0].peak_in_flight, 1000);
-    }
-
-    #[test]
-    fn back_off_pauses_a_lane_and_its_bucket() {
-        let rate = Rate {
-            count: 100,
-            per: Duration::from_secs(1),
-        };
-        let lanes = MemoryLanes::new(&[spec(None, Some(rate), None), spec(Some(4), None, None)]);
-        lanes.back_off(0, Duration::from_millis(500));
-        lanes.back_off(1, Duration::from_millis(300));
-        let a = lanes.admission(0).unwrap();
-        assert!(a.wait > Duration::from_millis(490) && a.token, "{a:?}");
-        let b = lanes.admission(1).unwrap();
-        assert!(b.wait > Duration::from_millis(290) && !b.token, "{b:?}");
-        assert_eq!(lanes.stats()[0].rejections, 1);
-    }
-
-    #[tokio::test]
-    async fn waiters_are_served_in_call_order_not_arrival_order() {
-        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(1), None, None)]));
-        let first = lanes.clone().acquire(0, 1, 0).await.unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        // Calls 9, 5 and 7 arrive in that order; they must be served 5, 7, 9.
-        for order in [9u64, 5, 7] {
-            let lanes = lanes.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let lease = lanes.acquire(0, 1, order).await.unwrap();
-                let _ = tx.send(order);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                drop(lease);
-            });
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        drop(first);
-        let mut got = Vec::new();
-        for _ in 0..3 {
-            got.push(rx.recv().await.unwrap());
-        }
-        assert_eq!(got, vec![5, 7, 9]);
-    }
-
-    #[tokio::test]
-    async fn a_waiter_that_gives_up_leaves_the_queue() {
-        let sem = Arc::new(OrderedSemaphore::new(1));
-        sem.acquire(0, 1).await;
-        let gave_up = tokio::time::timeout(Duration::from_millis(20), sem.acquire(1, 1)).await;
-        assert!(gave_up.is_err());
-        sem.release(1);
-        // The abandoned waiter must not have swallowed the permit.
-        tokio::time::timeout(Duration::from_millis(20), sem.acquire(2, 1))
-            .await
-            .unwrap();
-    }
-
-    #[test]
-    fn token_bucket_allows_the_burst_then_spaces_calls() {
-        let rate = Rate {
-            count: 10,
-            per: Duration::from_secs(1),
-        };
-        let lanes = MemoryLanes::new(&[spec(None, Some(rate), Some(2))]);
-        assert_eq!(lanes.admission(0).unwrap().wait, Duration::ZERO);
-        assert_eq!(lanes.admission(0).unwrap().wait, Duration::ZERO);
-        let w3 = lanes.admission(0).unwrap().wait;
-        let w4 = lanes.admission(0).unwrap().wait;
-        assert!(
-            w3 > Duration::from_millis(90) && w3 <= Duration::from_millis(100),
-            "{w3:?}"
-        );
-        assert!(
-            w4 > Duration::from_millis(190) && w4 <= Duration::from_millis(200),
-            "{w4:?}"
-        );
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
-use super::{Admission, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
+use super::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -101,8 +101,6 @@ pub struct RedisLanes {
     acquire: Script,
     renew: Script,
     tokens: Script,
-    /// The runtime the admission scripts run on (admission is called from sync code).
-    rt: tokio::runtime::Handle,
     /// Since when Redis has failed every attempt (shared by all calls, so once it has been
     /// down for a while each further dispatch fails after one try, not after its own wait).
     down_since: std::sync::Mutex<Option<tokio::time::Instant>>,
@@ -151,7 +149,6 @@ impl RedisLanes {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
-            rt: tokio::runtime::Handle::current(),
             down_since: std::sync::Mutex::new(None),
         })
     }
@@ -225,7 +222,8 @@ impl RedisLanes {
         }
     }
 
-    fn run_tokens(&self, lane: usize, backoff: Duration) -> Result<Admission, LaneError> {
+    /// The token script: reserve a token (and/or record a back-off of `backoff`) in Redis.
+    async fn run_tokens(&self, lane: usize, backoff: Duration) -> Result<Admission, LaneError> {
         let Some(l) = self.lane(lane) else {
             return Ok(Admission::default());
         };
@@ -236,9 +234,7 @@ impl RedisLanes {
             .arg(if rate.is_some() { 1 } else { 0 })
             .arg(u64::try_from(backoff.as_micros()).unwrap_or(u64::MAX));
         let mut conn = self.conn.clone();
-        // Admission is synchronous in the lane trait; the script is one short round trip.
-        let out: Result<(i64, i64), redis::RedisError> =
-            tokio::task::block_in_place(|| self.rt.block_on(inv.invoke_async(&mut conn)));
+        let out: Result<(i64, i64), redis::RedisError> = inv.invoke_async(&mut conn).await;
         let (wait_us, token) = out.map_err(|e| store_error(&self.url, e))?;
         Ok(Admission {
             wait: Duration::from_micros(wait_us.max(0) as u64),
@@ -292,17 +288,23 @@ impl LaneStore for RedisLanes {
         })
     }
 
-    fn admission(&self, lane: usize) -> Result<Admission, LaneError> {
-        match self.lane(lane) {
-            Some(_) => self.run_tokens(lane, Duration::ZERO),
-            None => self.mem.admission(lane),
+    fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
+        if self.lane(lane).is_none() {
+            return Answer::Now(self.mem.admit(lane));
         }
+        Answer::Later(Box::pin(async move {
+            self.run_tokens(lane, Duration::ZERO).await
+        }))
     }
 
-    fn back_off(&self, lane: usize, wait: Duration) {
-        self.mem.back_off(lane, wait);
+    fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
+        self.mem.pause(lane, wait);
         if self.lane(lane).is_some() {
-            let _ = self.run_tokens(lane, wait.max(Duration::from_micros(1)));
+            tokio::spawn(async move {
+                let _ = self
+                    .run_tokens(lane, wait.max(Duration::from_micros(1)))
+                    .await;
+            });
         }
     }
 
@@ -314,17 +316,21 @@ impl LaneStore for RedisLanes {
         self.mem.stats()
     }
 
-    fn held_elsewhere(&self, lane: usize) -> Option<u64> {
-        let l = self.lane(lane).filter(|l| l.limit > 0)?;
-        if !self.mem.should_probe(lane) {
-            return None;
-        }
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("ZCARD").arg(&l.key).clone();
-        let total: u64 =
-            tokio::task::block_in_place(|| self.rt.block_on(cmd.query_async(&mut conn))).ok()?;
-        let n = total.saturating_sub(self.mem.held_here(lane));
-        self.mem.note_elsewhere(lane, n);
-        Some(n)
+    fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
+        let key = match self.lane(lane) {
+            Some(l) if l.limit > 0 && self.mem.should_probe(lane) => l.key.clone(),
+            _ => return Answer::Now(None),
+        };
+        Answer::Later(Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let total: u64 = redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            let n = total.saturating_sub(self.mem.held_here(lane));
+            self.mem.note_elsewhere(lane, n);
+            Some(n)
+        }))
     }
 }

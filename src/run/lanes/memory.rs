@@ -1,0 +1,301 @@
+//! [`MemoryLanes`]: every lane in this process. Permits through [`OrderedSemaphore`]s (served
+//! in call order), rate tokens from a bucket on tokio's clock, so a test on the paused clock
+//! sees exact waits. The other stores keep their in-process half here too.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    Admission, Answer, BoxFuture, Counters, LaneError, LaneStore, Lease, OrderedSemaphore,
+    RateSpec, TokenState,
+};
+use crate::events::LaneStats;
+use crate::plan::LaneSpec;
+
+struct Lane {
+    spec: LaneSpec,
+    rate: Option<RateSpec>,
+    tokens: Mutex<TokenState>,
+    sem: Option<Arc<OrderedSemaphore>>,
+    counters: Arc<Counters>,
+}
+
+/// Lanes kept in this process only.
+pub struct MemoryLanes {
+    lanes: Vec<Lane>,
+    /// The clock rate buckets count from.
+    base: Instant,
+}
+
+impl MemoryLanes {
+    /// Permits this process holds in `lane`.
+    pub(crate) fn held_here(&self, lane: usize) -> u64 {
+        self.lanes
+            .get(lane)
+            .map_or(0, |l| l.counters.held.load(Ordering::Relaxed))
+    }
+
+    /// Whether to count other runs' permits of `lane` now: at most every 100 ms, so a queue of
+    /// thousands of waiting calls does not probe the shared store thousands of times.
+    pub(crate) fn should_probe(&self, lane: usize) -> bool {
+        let Some(l) = self.lanes.get(lane) else {
+            return false;
+        };
+        let now = u64::try_from(self.base.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = l.counters.probed_ms.load(Ordering::Relaxed);
+        (last == 0 || now >= last + 100)
+            && l.counters
+                .probed_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Note that other runs hold `n` permits of `lane`.
+    pub(crate) fn note_elsewhere(&self, lane: usize, n: u64) {
+        if let Some(l) = self.lanes.get(lane) {
+            l.counters
+                .elsewhere_peak
+                .fetch_max(n + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reserve a token of `lane` (see [`LaneStore::admission`]).
+    pub fn admit(&self, lane: usize) -> Result<Admission, LaneError> {
+        let Some(l) = self.lanes.get(lane) else {
+            return Ok(Admission::default());
+        };
+        let mut st = l
+            .tokens
+            .lock()
+            .map_err(|_| LaneError("rate bucket poisoned".into()))?;
+        Ok(st.admit(self.base.elapsed().as_secs_f64(), l.rate))
+    }
+
+    /// Pause `lane` for `wait` and count the rejection (see [`LaneStore::back_off`]).
+    pub fn pause(&self, lane: usize, wait: Duration) {
+        let Some(l) = self.lanes.get(lane) else {
+            return;
+        };
+        l.counters.rejections.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut st) = l.tokens.lock() {
+            st.back_off(self.base.elapsed().as_secs_f64(), wait, l.rate.is_some());
+        }
+    }
+
+    pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
+        MemoryLanes {
+            base: Instant::now(),
+            lanes: specs
+                .iter()
+                .map(|s| Lane {
+                    spec: s.clone(),
+                    rate: RateSpec::of(s),
+                    tokens: Mutex::new(TokenState::full(RateSpec::of(s), 0.0)),
+                    sem: s
+                        .limit
+                        .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
+                    counters: Arc::new(Counters::default()),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl LaneStore for MemoryLanes {
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            let l = self
+                .lanes
+                .get(lane)
+                .ok_or_else(|| LaneError(format!("no lane #{lane}")))?;
+            let w = u64::from(weight);
+            if let Some(sem) = &l.sem {
+                sem.acquire(order, w).await;
+            }
+            let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
+            l.counters.peak.fetch_max(now, Ordering::Relaxed);
+            Ok(Lease {
+                sem: l.sem.clone(),
+                counters: l.counters.clone(),
+                weight: w,
+                shared: None,
+            })
+        })
+    }
+
+    fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
+        Answer::Now(self.admit(lane))
+    }
+
+    fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
+        self.pause(lane, wait);
+    }
+
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        if let Some(l) = self.lanes.get(lane) {
+            let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+            l.counters.wait_ns.fetch_add(ns, Ordering::Relaxed);
+            l.counters.waits.fetch_add(1, Ordering::Relaxed);
+            if token {
+                l.counters.rate_waits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<LaneStats> {
+        self.lanes
+            .iter()
+            .map(|l| LaneStats {
+                lane: l.spec.name.clone(),
+                limit: l.spec.limit,
+                rate: l.spec.rate.map(|r| r.to_string()),
+                peak_in_flight: l.counters.peak.load(Ordering::Relaxed),
+                wait_ms: l.counters.wait_ns.load(Ordering::Relaxed) / 1_000_000,
+                waits: l.counters.waits.load(Ordering::Relaxed),
+                rate_limit_waits: l.counters.rate_waits.load(Ordering::Relaxed),
+                rejections: l.counters.rejections.load(Ordering::Relaxed),
+                peak_held_elsewhere: l
+                    .counters
+                    .elsewhere_peak
+                    .load(Ordering::Relaxed)
+                    .checked_sub(1),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Rate;
+    use crate::plan::LaneKey;
+
+    fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
+        LaneSpec {
+            key: LaneKey::Turn,
+            name: "turn".into(),
+            limit,
+            rate,
+            burst,
+            borrowed: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn weights_take_several_permits_and_peaks_are_recorded() {
+        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(3), None, None)]));
+        let a = lanes.clone().acquire(0, 2, 0).await.unwrap();
+        let b = lanes.clone().acquire(0, 1, 1).await.unwrap();
+        // A third acquisition must wait until something is released.
+        let pending =
+            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 1, 2)).await;
+        assert!(pending.is_err());
+        drop(a);
+        let c =
+            tokio::time::timeout(Duration::from_millis(50), lanes.clone().acquire(0, 2, 3)).await;
+        assert!(c.is_ok());
+        drop(b);
+        assert_eq!(lanes.stats()[0].peak_in_flight, 3);
+    }
+
+    #[tokio::test]
+    async fn unbounded_lanes_never_wait() {
+        let lanes = Arc::new(MemoryLanes::new(&[spec(None, None, None)]));
+        let mut held = Vec::new();
+        for _ in 0..1000 {
+            held.push(lanes.clone().acquire(0, 1, 0).await.unwrap());
+        }
+        assert_eq!(lanes.stats()[0].peak_in_flight, 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn back_off_pauses_a_lane_and_its_bucket() {
+        let rate = Rate {
+            count: 100,
+            per: Duration::from_secs(1),
+        };
+        let lanes = Arc::new(MemoryLanes::new(&[
+            spec(None, Some(rate), None),
+            spec(Some(4), None, None),
+        ]));
+        lanes.clone().back_off(0, Duration::from_millis(500));
+        lanes.clone().back_off(1, Duration::from_millis(300));
+        let a = lanes.clone().admission(0).get().await.unwrap();
+        // The pause, then the first token after it (a rate of 100/s): exactly 510 ms.
+        assert_eq!(a.wait.as_micros(), 510_000);
+        assert!(a.token, "{a:?}");
+        let b = lanes.clone().admission(1).get().await.unwrap();
+        assert_eq!(b.wait.as_micros(), 300_000);
+        assert!(!b.token, "{b:?}");
+        // On the paused clock: 200 ms later, 300 ms of the first pause are left.
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let later = lanes.clone().admission(1).get().await.unwrap();
+        assert_eq!(later.wait.as_micros(), 100_000);
+        assert_eq!(lanes.stats()[0].rejections, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_served_in_call_order_not_arrival_order() {
+        let lanes = Arc::new(MemoryLanes::new(&[spec(Some(1), None, None)]));
+        let first = lanes.clone().acquire(0, 1, 0).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Calls 9, 5 and 7 arrive in that order; they must be served 5, 7, 9.
+        for order in [9u64, 5, 7] {
+            let lanes = lanes.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let lease = lanes.acquire(0, 1, order).await.unwrap();
+                let _ = tx.send(order);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(lease);
+            });
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(first);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(got, vec![5, 7, 9]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_gives_up_leaves_the_queue() {
+        let sem = Arc::new(OrderedSemaphore::new(1));
+        sem.acquire(0, 1).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), sem.acquire(1, 1)).await;
+        assert!(gave_up.is_err());
+        sem.release(1);
+        // The abandoned waiter must not have swallowed the permit.
+        tokio::time::timeout(Duration::from_millis(20), sem.acquire(2, 1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_allows_the_burst_then_spaces_calls() {
+        let rate = Rate {
+            count: 10,
+            per: Duration::from_secs(1),
+        };
+        let lanes = MemoryLanes::new(&[spec(None, Some(rate), Some(2))]);
+        // On the paused clock no time passes between these: the waits are exact.
+        assert_eq!(lanes.admit(0).unwrap().wait, Duration::ZERO);
+        assert_eq!(lanes.admit(0).unwrap().wait, Duration::ZERO);
+        assert_eq!(lanes.admit(0).unwrap().wait, Duration::from_millis(100));
+        assert_eq!(lanes.admit(0).unwrap().wait, Duration::from_millis(200));
+        // A second on, the two reserved tokens are spent and the bucket holds 10 − 2 − 2... capped by the burst of 2.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(lanes.admit(0).unwrap().wait, Duration::ZERO);
+    }
+}
