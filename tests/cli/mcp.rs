@@ -314,3 +314,27 @@ fn the_reference_server_answers_and_its_import_validates_and_runs() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn concurrent_calls_leave_whole_lines_in_the_servers_log() {
+    // The test server's log once wrote a line and its newline as two writes, so concurrent
+    // handlers interleaved ("start s6 …start s2 …" on one line, then an empty one) and the
+    // overlap test above failed now and then. Many calls at once make that show every time.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let p = Project::new(&own_manifest(&log));
+    let batch: String = (0..200)
+        .map(|i| format!("- {{ tool: sleep, args: {{ ms: 1, tag: t{i} }} }}\n"))
+        .collect();
+    let (doc, code) = p.run_json(&batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 400, "{lines:?}");
+    for l in &lines {
+        let words: Vec<&str> = l.split(' ').collect();
+        assert!(
+            words.len() == 3 && matches!(words[0], "start" | "end"),
+            "a torn log line: {l:?}"
+        );
+    }
+}
