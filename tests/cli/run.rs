@@ -29,7 +29,8 @@ fn four_lookups_at_once_cost_about_one() {
     assert_eq!(code, 0);
     assert_eq!(statuses(&doc), ["ok"; 4]);
     let wall = wall_ms(&doc);
-    assert!((1000..1600).contains(&wall), "4 × 1s lookups took {wall}ms");
+    // One second, not four: the margin absorbs a loaded 2-core machine, never a serial run.
+    assert!((1000..2500).contains(&wall), "4 × 1s lookups took {wall}ms");
     assert_eq!(peak(&doc, "turn"), 4);
 }
 
@@ -38,7 +39,7 @@ fn the_same_four_two_at_a_time_take_about_two() {
     let (doc, code) = run_bundled("batches/two-at-a-time.yaml");
     assert_eq!(code, 0);
     let wall = wall_ms(&doc);
-    assert!((2000..3200).contains(&wall), "took {wall}ms");
+    assert!((2000..3600).contains(&wall), "took {wall}ms");
     assert_eq!(peak(&doc, "turn"), 2);
     let waited: Vec<&Value> = results(&doc)
         .iter()
@@ -73,7 +74,7 @@ fn a_hanging_tool_is_cut_off_by_its_own_ceiling() {
         "tool 'stuck_lookup' exceeded its 1500ms timeout"
     );
     let wall = wall_ms(&doc);
-    assert!((1500..2400).contains(&wall), "took {wall}ms");
+    assert!((1500..2900).contains(&wall), "took {wall}ms");
 }
 
 #[test]

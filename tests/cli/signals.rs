@@ -6,6 +6,15 @@ use serde_json::Value;
 
 use crate::common::{Project, SCRIPTED};
 
+/// Poll `ready` until it holds (panics after `limit`).
+fn wait_for(limit: Duration, ready: impl Fn() -> bool) {
+    let until = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < until, "the run never got there");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn sigint_classifies_in_flight_calls_writes_results_and_exits_130() {
     let p = Project::new(&format!(
@@ -22,8 +31,14 @@ fn sigint_classifies_in_flight_calls_writes_results_and_exits_130() {
         "res.json",
         "--format",
         "json",
+        "--journal",
+        "run.journal",
     ]);
-    std::thread::sleep(Duration::from_millis(1200));
+    // No fixed sleep: the journal (fsynced at each dispatch) says when `next` is in flight.
+    wait_for(Duration::from_secs(20), || {
+        std::fs::read_to_string(p.path().join("run.journal"))
+            .is_ok_and(|j| j.contains(r#""type":"dispatch","index":3"#))
+    });
     // SAFETY: sending SIGINT to our own child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
@@ -121,18 +136,20 @@ fn the_live_display_shows_lane_lines_on_a_terminal() {
 #[test]
 fn a_second_sigint_kills_at_once() {
     // The tool ignores SIGTERM and has a long grace: only the second Ctrl-C's SIGKILL ends it soon.
+    // It marks when it started and each SIGTERM it shrugged off, so the test waits for those
+    // instead of sleeping a fixed time.
     let p = Project::new(
-        "[tools.stubborn]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"trap '' TERM; sleep 60\"]\nstdin = \"none\"\nkill_grace = \"30s\"\n",
+        "[tools.stubborn]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"trap 'touch termed' TERM; touch started; while :; do sleep 0.1; done\"]\nstdin = \"none\"\nkill_grace = \"30s\"\n",
     );
     let b = p.write("b.yaml", "- tool: stubborn\n");
     let child = p.spawn(&["run", b.to_str().unwrap(), "--format", "json"]);
     let pid = child.id() as i32;
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for(Duration::from_secs(20), || p.path().join("started").exists());
     // SAFETY: signalling our own child.
     unsafe {
         libc::kill(pid, libc::SIGINT);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for(Duration::from_secs(20), || p.path().join("termed").exists());
     let second = Instant::now();
     // SAFETY: as above.
     unsafe {
