@@ -144,7 +144,9 @@ fn a_second_sigint_kills_at_once() {
     let b = p.write("b.yaml", "- tool: stubborn\n");
     let child = p.spawn(&["run", b.to_str().unwrap(), "--format", "json"]);
     let pid = child.id() as i32;
-    wait_for(Duration::from_secs(20), || p.path().join("started").exists());
+    wait_for(Duration::from_secs(20), || {
+        p.path().join("started").exists()
+    });
     // SAFETY: signalling our own child.
     unsafe {
         libc::kill(pid, libc::SIGINT);

@@ -1,0 +1,122 @@
+//! Sending a call on: through the gate (approval, `before_call`) when it needs it, else
+//! straight to its lanes and its own task — or, for a kind that can complete inline, polled
+//! once right here.
+
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use super::idempotency_key;
+use super::state::Coordinator;
+use crate::batch::OnToolError;
+use crate::events::ErrorKind;
+use crate::run::call::{begin_acquire, never_dispatched, Job};
+use crate::run::gate::GateJob;
+use crate::tools::Invocation;
+
+impl Coordinator {
+    /// Calls that need approval or a before_call hook go through the gate (serially, in call
+    /// order); the rest are spawned at once.
+    pub(super) fn gate_or_spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
+        let call = &self.plan.calls[p];
+        let needs_approval = self.manifest.tools[call.tool].requires_approval;
+        match &self.gate_tx {
+            Some(tx) if needs_approval || self.manifest.hooks.before_call.is_some() => {
+                let args = resolved.clone().unwrap_or_else(|| call.args.value.clone());
+                let job = GateJob {
+                    pos: p,
+                    id: call.id.clone(),
+                    tool: call.tool_name.clone(),
+                    needs_approval,
+                    args,
+                    resolved,
+                };
+                if tx.send(job).is_ok() {
+                    self.gating += 1;
+                } else {
+                    let r = never_dispatched(
+                        &self.plan,
+                        p,
+                        ErrorKind::Guardrail,
+                        "the approval gate is gone",
+                    );
+                    self.finish(p, r);
+                }
+            }
+            _ => self.spawn(p, resolved),
+        }
+    }
+
+    pub(super) fn spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
+        if let Some(lane) = self.park_lane(p) {
+            self.parked[lane].insert(p);
+            self.parked_args.insert(p, resolved);
+            self.parked_n += 1;
+            return;
+        }
+        let call = &self.plan.calls[p];
+        let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
+            Ok(a) => a,
+            Err(e) => {
+                let r = never_dispatched(&self.plan, p, ErrorKind::LaneStore, &e);
+                self.finish(p, r);
+                return;
+            }
+        };
+        let tool = &self.manifest.tools[call.tool];
+        let inv = Invocation {
+            plan: self.plan.clone(),
+            pos: p,
+            run: self.run.clone(),
+            resolved,
+            idempotency_key: call
+                .write
+                .then(|| idempotency_key(&self.run.run_id, &call.id)),
+            attempt: 1,
+        };
+        let job = Job {
+            pos: p,
+            acquisition: Some(acquisition),
+            plan: self.plan.clone(),
+            tool: self.tools[call.tool].clone(),
+            lanes: self.lanes.clone(),
+            inv,
+            stop_rx: self.stop_rx.clone(),
+            emitter: self.emitter.clone(),
+            run_start: self.start,
+            ready_at: self.ready_at[p].unwrap_or_else(Instant::now),
+            timeout: tool.timeout,
+            timeout_text: tool.timeout_text.clone(),
+            ceiling: self.plan.settings.tool_call_deadline,
+            retries: if tool.idempotent { tool.retries } else { 0 },
+            stop_tx: self.stop_tx.clone(),
+            fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
+            journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
+        };
+        self.in_flight += 1;
+        for &lane in &call.lanes {
+            self.outstanding[lane] += 1;
+        }
+        let mut fut = Box::pin(job.run());
+        if self.tools[call.tool].inline() {
+            // An in-process tool: poll it here once, and a call that completes at once (no
+            // lane wait, no latency) is finished without a task or a channel round trip.
+            // Whatever it registered a waker for is polled again by the task below, which
+            // registers the real waker.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if let std::task::Poll::Ready(mut c) = std::future::Future::poll(fut.as_mut(), &mut cx)
+            {
+                // Lanes first, as a spawned call gives them back before its completion is read.
+                drop(std::mem::take(&mut c.held));
+                self.completed(c);
+                return;
+            }
+        }
+        let done = self.done_tx.clone();
+        tokio::spawn(async move {
+            let mut c = fut.await;
+            let held = std::mem::take(&mut c.held);
+            let _ = done.send(c);
+            drop(held);
+        });
+    }
+}

@@ -1,0 +1,63 @@
+//! What makes a run durable and repeatable, at pre-dispatch: each call's fingerprint (tool,
+//! invocation target, resolved arguments), the arguments a cassette records, a replayed
+//! result, and what the journal of an earlier run says (a result to keep, or a write that
+//! was in flight and is reported indeterminate rather than sent twice).
+
+use serde_json::{Map, Value};
+
+use super::predispatch::Refusal;
+use super::state::Coordinator;
+use super::{idempotency_key, Ready};
+use crate::events::{ErrorInfo, ErrorKind, Status};
+use crate::run::call::never_dispatched;
+use crate::run::journal;
+
+impl Coordinator {
+    /// Fingerprint call `p`; `Some` when a cassette or the journal settles it already.
+    pub(super) fn durable(
+        &mut self,
+        p: usize,
+        args: &Map<String, Value>,
+    ) -> Result<Option<Ready>, Refusal> {
+        let call = &self.plan.calls[p];
+        let tool = &self.manifest.tools[call.tool];
+        let fp = journal::fingerprint(&call.tool_name, &tool.kind.target(), args);
+        self.fps[p] = Some(fp.clone());
+        if self.record {
+            self.recorded_args[p] = Some(Value::Object(args.clone()));
+        }
+        if let Some(cassette) = &self.replay {
+            return match cassette.take(&call.id, &fp) {
+                Ok(r) => Ok(Some(Ready::Reuse(Box::new(r)))),
+                Err(why) => Err((ErrorKind::ReplayMiss, why)),
+            };
+        }
+        let Some(resume) = &self.resume else {
+            return Ok(None);
+        };
+        let key = (call.id.clone(), fp);
+        if let Some(r) = resume.results.get(&key) {
+            return Ok(Some(Ready::Reuse(Box::new(r.clone()))));
+        }
+        if resume.in_flight.contains(&key) && !call.idempotent && !self.retry_indeterminate {
+            return Ok(Some(Ready::Reuse(Box::new(self.indeterminate(p)))));
+        }
+        Ok(None)
+    }
+
+    /// A write that was in flight when the journaled run stopped: maybe it landed.
+    fn indeterminate(&self, p: usize) -> crate::events::CallResult {
+        let call = &self.plan.calls[p];
+        let mut r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, "");
+        r.status = Status::Indeterminate;
+        r.event = Status::Indeterminate.event();
+        r.idempotency_key = call
+            .write
+            .then(|| idempotency_key(&self.run.run_id, &call.id));
+        r.error = Some(ErrorInfo {
+            kind: ErrorKind::RunEnded,
+            message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped; --retry-indeterminate sends it again with the same idempotency key)".into(),
+        });
+        r
+    }
+}

@@ -1,0 +1,161 @@
+//! Pre-dispatch: the serial steps, one call at a time in call order, before a ready call may
+//! go — its dependencies succeeded, its references resolve, its arguments pass the guardrail,
+//! the journal or a cassette has not settled it already, and the budget has room for it.
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::state::Coordinator;
+use super::{Ready, DRAIN_EVERY};
+use crate::events::ErrorKind;
+use crate::reference::ResolveError;
+use crate::run::call::{never_dispatched, Completion};
+
+/// Why a call is never dispatched.
+pub(super) type Refusal = (ErrorKind, String);
+
+impl Coordinator {
+    /// Pre-dispatch every ready call, in call order, and spawn those that pass.
+    pub(super) fn dispatch_ready(&mut self, done_rx: &mut mpsc::UnboundedReceiver<Completion>) {
+        let mut since_drain = 0;
+        self.unpark();
+        while self.ending.is_none() {
+            let Some(p) = self.ready.pop_first() else {
+                break;
+            };
+            match self.pre_dispatch(p) {
+                Ok(Ready::Go(resolved)) => self.gate_or_spawn(p, resolved),
+                Ok(Ready::Reuse(r)) => self.finish_reused(p, *r),
+                Err((kind, why)) => {
+                    let r = never_dispatched(&self.plan, p, kind, &why);
+                    self.finish(p, r);
+                }
+            }
+            since_drain += 1;
+            if since_drain >= DRAIN_EVERY {
+                since_drain = 0;
+                while let Ok(c) = done_rx.try_recv() {
+                    self.completed(c);
+                }
+            }
+            self.unpark();
+        }
+    }
+
+    /// The serial steps before a call may be dispatched: `Ok(Go(resolved arguments, if any
+    /// reference or escape had to be filled))`, `Ok(Reuse)` when a journal or cassette already
+    /// holds its result, or `Err((kind, why))` to never dispatch it.
+    fn pre_dispatch(&mut self, p: usize) -> Result<Ready, Refusal> {
+        self.check_dependencies(p)?;
+        let plan = self.plan.clone();
+        let args = self.resolve_args(&plan, p)?;
+        self.guardrail(p, &args)?;
+        if self.fingerprints {
+            if let Some(settled) = self.durable(p, &args)? {
+                return Ok(settled);
+            }
+        }
+        self.reserve_budget(p)?;
+        Ok(Ready::Go(match args {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(m) => Some(m),
+        }))
+    }
+
+    /// Every call it references or runs `after` (in this batch or an earlier one) succeeded.
+    fn check_dependencies(&self, p: usize) -> Result<(), Refusal> {
+        let plan = &self.plan;
+        let call = &plan.calls[p];
+        for e in call.edges.iter().filter(|e| e.reason.needs_success()) {
+            if self.results[e.from].as_ref().is_none_or(|r| !r.is_ok()) {
+                let why = format!("dependency {} failed", plan.calls[e.from].id);
+                return Err((ErrorKind::DependencyFailed, why));
+            }
+        }
+        if let Some(ext) = &plan.external {
+            let failed = call
+                .external_deps
+                .iter()
+                .find(|id| ext.get(*id).is_none_or(Option::is_none));
+            if let Some(id) = failed {
+                return Err((
+                    ErrorKind::DependencyFailed,
+                    format!("dependency {id} failed"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The arguments with every reference filled from the outputs it names.
+    fn resolve_args<'p>(
+        &self,
+        plan: &'p crate::plan::Plan,
+        p: usize,
+    ) -> Result<Cow<'p, Map<String, Value>>, Refusal> {
+        let results = &self.results;
+        let lookup = |id: &str| -> Option<&Value> {
+            match plan.ids.get(id) {
+                Some(&i) => results[i].as_ref().filter(|r| r.is_ok()).map(|r| &r.output),
+                None => plan
+                    .external
+                    .as_ref()
+                    .and_then(|e| e.get(id))
+                    .and_then(Option::as_ref),
+            }
+        };
+        plan.calls[p].args.resolve(&lookup).map_err(|(arg, e)| {
+            let msg = match e {
+                ResolveError::NoOutput(t) => format!("argument `{arg}`: call `{t}` has no output"),
+                ResolveError::Path(r, m) => {
+                    format!(
+                        "argument `{arg}`: {r} cannot be resolved: `{}` — {}",
+                        m.at, m.why
+                    )
+                }
+            };
+            (ErrorKind::DependencyFailed, msg)
+        })
+    }
+
+    /// The resolved arguments pass the tool's schema.
+    fn guardrail(&self, p: usize, args: &Map<String, Value>) -> Result<(), Refusal> {
+        let tool = &self.manifest.tools[self.plan.calls[p].tool];
+        let Some(schema) = &tool.args else {
+            return Ok(());
+        };
+        let problems = schema.check(args, tool.kind.reserved());
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Err((
+            ErrorKind::Guardrail,
+            format!("guardrail: {}", list.join("; ")),
+        ))
+    }
+
+    /// Reserve the call's cost; a call that does not fit what is left is refused (later,
+    /// cheaper calls may still fit). A call never dispatched gives its reservation back.
+    fn reserve_budget(&mut self, p: usize) -> Result<(), Refusal> {
+        let cost = self.plan.calls[p].cost;
+        let Some(max) = self.plan.settings.max_cost.filter(|_| cost > 0.0) else {
+            return Ok(());
+        };
+        if self.spent + cost > max + 1e-9 {
+            self.budget_hit = true;
+            return Err((
+                ErrorKind::BudgetExhausted,
+                format!(
+                    "budget exhausted ({} of {max} spent; this call costs {cost})",
+                    crate::events::trim_float(self.spent),
+                ),
+            ));
+        }
+        self.spent += cost;
+        self.reserved[p] = true;
+        Ok(())
+    }
+}

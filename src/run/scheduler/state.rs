@@ -1,0 +1,277 @@
+//! The coordinator's state, and what happens when a call settles: its result is recorded (and
+//! journaled), whatever waited on it is released, and under `fail_run` a failure ends the run.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::{RunConfig, QUEUE_AHEAD};
+use crate::batch::OnToolError;
+use crate::events::{CallResult, Outcome};
+use crate::manifest::Manifest;
+use crate::plan::{LaneKey, LaneSpec, Plan};
+use crate::run::call::{Completion, Emitter};
+use crate::run::cassette::Cassette;
+use crate::run::gate::GateJob;
+use crate::run::journal::{Journal, Resume};
+use crate::run::lanes::LaneStore;
+use crate::tools::{RunInfo, StopLevel, ToolContext, ToolImpl};
+
+/// The run's state, owned by the coordinator task.
+pub(super) struct Coordinator {
+    pub(super) manifest: Arc<Manifest>,
+    pub(super) plan: Arc<Plan>,
+    pub(super) lanes: Arc<dyn LaneStore>,
+    pub(super) run: Arc<RunInfo>,
+    pub(super) tools: Vec<Arc<ToolImpl>>,
+    pub(super) emitter: Emitter,
+    pub(super) start: Instant,
+    pub(super) results: Vec<Option<CallResult>>,
+    /// In-phase edges still unresolved, per call.
+    pub(super) pending: Vec<u32>,
+    pub(super) dependants: Vec<Vec<usize>>,
+    pub(super) ready_at: Vec<Option<Instant>>,
+    pub(super) ready: BTreeSet<usize>,
+    pub(super) phase: usize,
+    pub(super) phase_left: usize,
+    pub(super) in_flight: usize,
+    /// Per lane: dispatched calls that use it and have not completed; and how many may.
+    pub(super) outstanding: Vec<usize>,
+    pub(super) lane_cap: Vec<usize>,
+    /// Per lane: parked calls (see [`QUEUE_AHEAD`]), their resolved arguments, and how many.
+    pub(super) parked: Vec<BTreeSet<usize>>,
+    pub(super) parked_args: std::collections::HashMap<usize, Option<Map<String, Value>>>,
+    pub(super) parked_n: usize,
+    /// A completion may have made room for parked calls.
+    pub(super) recheck: bool,
+    pub(super) done_tx: mpsc::UnboundedSender<Completion>,
+    pub(super) stop_tx: Arc<watch::Sender<StopLevel>>,
+    pub(super) stop_rx: watch::Receiver<StopLevel>,
+    pub(super) ending: Option<(Outcome, String)>,
+    pub(super) budget_hit: bool,
+    pub(super) spent: f64,
+    /// Calls whose cost is reserved against the budget (only kept under a budget): a call
+    /// that is then never dispatched gives its reservation back.
+    pub(super) reserved: Vec<bool>,
+    pub(super) http_429: u64,
+    pub(super) journal: Option<Journal>,
+    pub(super) resume: Option<Arc<Resume>>,
+    pub(super) retry_indeterminate: bool,
+    /// Each call's fingerprint (tool and resolved arguments), once resolved.
+    pub(super) fps: Vec<Option<String>>,
+    /// Calls whose result came from the journal.
+    pub(super) reused: Vec<bool>,
+    /// Whether calls are fingerprinted (journal, resume, record or replay).
+    pub(super) fingerprints: bool,
+    pub(super) record: bool,
+    pub(super) replay: Option<Arc<Cassette>>,
+    pub(super) recorded_args: Vec<Option<Value>>,
+    /// Calls waiting at the gate (approval, before_call hook), and where they go.
+    pub(super) gating: usize,
+    pub(super) gate_tx: Option<mpsc::UnboundedSender<GateJob>>,
+    /// Results handed to the after_call hook so far (they go in call order).
+    pub(super) after_next: usize,
+    pub(super) after_tx: Option<mpsc::UnboundedSender<Value>>,
+}
+
+impl Coordinator {
+    pub(super) fn new(
+        manifest: Arc<Manifest>,
+        plan: Arc<Plan>,
+        config: &RunConfig,
+        emitter: Emitter,
+        start: Instant,
+        done_tx: mpsc::UnboundedSender<Completion>,
+    ) -> Coordinator {
+        let n = plan.calls.len();
+        let (pending, dependants) = in_phase_edges(&plan);
+        let (stop_tx, stop_rx) = watch::channel(StopLevel::Running);
+        let fingerprints = config.journal.is_some()
+            || config.resume.is_some()
+            || config.record
+            || config.replay.is_some();
+        let budget = plan.settings.max_cost.is_some();
+        Coordinator {
+            tools: tool_impls(&manifest, &plan, config),
+            run: Arc::new(RunInfo {
+                run_id: config.run_id.clone(),
+                tenant: plan.settings.tenant.clone(),
+                manifest: manifest.path.display().to_string(),
+            }),
+            manifest,
+            lanes: config.lanes.clone(),
+            emitter,
+            start,
+            results: vec![None; n],
+            pending,
+            dependants,
+            ready_at: vec![None; n],
+            ready: BTreeSet::new(),
+            phase: 0,
+            phase_left: 0,
+            in_flight: 0,
+            outstanding: vec![0; plan.lanes.len()],
+            lane_cap: plan.lanes.iter().map(queue_cap).collect(),
+            parked: vec![BTreeSet::new(); plan.lanes.len()],
+            parked_args: std::collections::HashMap::new(),
+            parked_n: 0,
+            recheck: false,
+            done_tx,
+            stop_tx: Arc::new(stop_tx),
+            stop_rx,
+            ending: None,
+            budget_hit: false,
+            spent: config.spent,
+            reserved: vec![false; if budget { n } else { 0 }],
+            http_429: 0,
+            journal: config.journal.clone(),
+            resume: config.resume.clone(),
+            retry_indeterminate: config.retry_indeterminate,
+            // Kept only when used: at 100,000 calls each is megabytes.
+            fps: vec![None; if fingerprints { n } else { 0 }],
+            reused: vec![false; n],
+            fingerprints,
+            record: config.record,
+            replay: config.replay.clone(),
+            recorded_args: vec![None; if config.record { n } else { 0 }],
+            gating: 0,
+            gate_tx: None,
+            after_next: 0,
+            after_tx: None,
+            plan,
+        }
+    }
+
+    pub(super) fn start_phase(&mut self) {
+        let ph = &self.plan.phases[self.phase];
+        self.phase_left = ph.end - ph.start;
+        let now = Instant::now();
+        for p in ph.start..ph.end {
+            if self.pending[p] == 0 {
+                self.ready.insert(p);
+                self.ready_at[p] = Some(now);
+            }
+        }
+    }
+
+    /// End the run (first reason wins): nothing new is dispatched, in-flight calls stop.
+    pub(super) fn end_run(&mut self, outcome: Outcome, why: String) {
+        if self.ending.is_none() {
+            self.ending = Some((outcome, why));
+            self.stop_tx.send_if_modified(|l| {
+                let running = *l == StopLevel::Running;
+                if running {
+                    *l = StopLevel::Graceful;
+                }
+                running
+            });
+        }
+    }
+
+    /// A result the journal already holds: report it, do not record it again.
+    pub(super) fn finish_reused(&mut self, p: usize, r: CallResult) {
+        self.reused[p] = true;
+        self.finish(p, r);
+    }
+
+    /// Record a call's final result and release whatever waited for it.
+    pub(super) fn finish(&mut self, p: usize, r: CallResult) {
+        if r.started_ms.is_none() && self.reserved.get(p).copied().unwrap_or(false) {
+            // Never dispatched (refused at the gate, no lane, the run ended): not spent.
+            self.reserved[p] = false;
+            self.spent -= self.plan.calls[p].cost;
+        }
+        if let Some(j) = &self.journal {
+            if !self.reused[p] {
+                j.record(Journal::result(self.fps[p].as_deref().unwrap_or(""), &r));
+            }
+        }
+        let failed = !r.is_ok();
+        let id = r.id.clone();
+        self.emitter.emit_finished(&r);
+        self.results[p] = Some(r);
+        self.feed_after_hook();
+        if self.plan.calls[p].phase == self.phase {
+            self.phase_left = self.phase_left.saturating_sub(1);
+        }
+        for i in 0..self.dependants[p].len() {
+            let d = self.dependants[p][i];
+            self.pending[d] -= 1;
+            if self.pending[d] == 0 && self.plan.calls[d].phase == self.phase {
+                self.ready.insert(d);
+                self.ready_at[d] = Some(Instant::now());
+            }
+        }
+        if failed && self.plan.settings.on_tool_error == OnToolError::FailRun {
+            self.end_run(
+                Outcome::Failed,
+                format!("call `{id}` failed (on_tool_error = fail_run)"),
+            );
+        }
+    }
+
+    pub(super) fn completed(&mut self, c: Completion) {
+        self.in_flight -= 1;
+        for &lane in &self.plan.calls[c.pos].lanes {
+            self.outstanding[lane] -= 1;
+        }
+        self.recheck |= self.parked_n > 0;
+        self.http_429 += u64::from(c.rejections);
+        let id = c.result.id.clone();
+        self.finish(c.pos, c.result);
+        if c.ceiling_hit {
+            self.end_run(
+                Outcome::DeadlineExceeded,
+                format!("call `{id}` reached deadline.tool_call_seconds"),
+            );
+        }
+    }
+}
+
+/// Per call: how many in-phase edges it waits on, and who waits on it.
+fn in_phase_edges(plan: &Plan) -> (Vec<u32>, Vec<Vec<usize>>) {
+    let n = plan.calls.len();
+    let mut pending = vec![0u32; n];
+    let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (p, c) in plan.calls.iter().enumerate() {
+        for e in &c.edges {
+            if plan.calls[e.from].phase == c.phase {
+                pending[p] += 1;
+                dependants[e.from].push(p);
+            }
+        }
+    }
+    (pending, dependants)
+}
+
+/// Each tool, ready to invoke, sharing one HTTP pool (no more idle connections per host than
+/// the turn lane lets calls use at once) and the run's MCP sessions.
+fn tool_impls(manifest: &Manifest, plan: &Plan, config: &RunConfig) -> Vec<Arc<ToolImpl>> {
+    let turn = plan
+        .lanes
+        .iter()
+        .find(|l| l.key == LaneKey::Turn)
+        .and_then(|l| l.limit);
+    let ctx = ToolContext::for_tools(
+        &manifest.tools,
+        turn.map(|n| n as usize),
+        config.mcp.clone(),
+    );
+    manifest
+        .tools
+        .iter()
+        .map(|t| ToolImpl::from_tool(t, &ctx))
+        .collect()
+}
+
+/// How many calls may use a lane (in flight or queued as tasks) before more are parked.
+fn queue_cap(l: &LaneSpec) -> usize {
+    match (l.limit, l.rate) {
+        (Some(n), _) => n as usize + QUEUE_AHEAD,
+        (None, Some(_)) => 4 * QUEUE_AHEAD,
+        (None, None) => usize::MAX,
+    }
+}
