@@ -1,0 +1,274 @@
+//! Taking a call's lanes in the plan's fixed order. The coordinator begins it synchronously
+//! ([`begin_acquire`]): every lane that is free is taken at once and the first that is not is
+//! queued for, so waiters register in call order. The call's own task finishes the job
+//! ([`Job::finish_acquire`]): the queued lane, then each rate token or back-off, then the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{never, Emitter, Job};
+use crate::events::{CallResult, ErrorKind, Event};
+use crate::plan::Plan;
+use crate::run::lanes::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease};
+use crate::tools::StopLevel;
+
+/// A lane acquisition in progress.
+type LeaseFuture = BoxFuture<'static, Result<Lease, LaneError>>;
+
+/// How long to wait before dispatch for a lane's rate token or back-off: known, or still
+/// being asked of a store that answers after I/O.
+enum Admit {
+    Known(Admission),
+    Asking(BoxFuture<'static, Result<Admission, LaneError>>),
+}
+
+/// Lanes a call holds, and where its acquisition stands.
+pub(in crate::run) struct Acquisition {
+    pub(super) leases: Vec<(usize, Lease)>,
+    /// Next position in the call's lane list still to acquire.
+    next: usize,
+    /// A lane wait the coordinator began (so it is queued in call order): lane, since, future.
+    pending: Option<(usize, Instant, LeaseFuture)>,
+    /// A rate token reserved (or a back-off) not yet due: lane, since, how long to wait.
+    token: Option<(usize, Instant, Admit)>,
+    /// The lane waited on longest so far.
+    pub(super) longest: Option<(Duration, usize)>,
+}
+
+impl Acquisition {
+    fn note_wait(&mut self, lanes: &dyn LaneStore, lane: usize, since: Instant, token: bool) {
+        let waited = since.elapsed();
+        if waited >= Duration::from_millis(1) {
+            lanes.record_wait(lane, waited, token);
+            if self.longest.is_none_or(|(w, _)| waited > w) {
+                self.longest = Some((waited, lane));
+            }
+        }
+    }
+}
+
+/// Start acquiring a ready call's lanes, synchronously and in call order: every lane that is
+/// free is taken at once; the first that is not is queued for (its future polled once) and
+/// the call's task finishes the job.
+pub(in crate::run) fn begin_acquire(
+    store: &Arc<dyn LaneStore>,
+    plan: &Plan,
+    pos: usize,
+    emitter: &Emitter,
+) -> Result<Acquisition, String> {
+    let call = &plan.calls[pos];
+    let mut acq = Acquisition {
+        leases: Vec::with_capacity(call.lanes.len()),
+        next: 0,
+        pending: None,
+        token: None,
+        longest: None,
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while acq.next < call.lanes.len() {
+        let lane = call.lanes[acq.next];
+        acq.next += 1;
+        let since = Instant::now();
+        let mut fut = store.clone().acquire(lane, call.weight, pos as u64);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(lease)) => {
+                emitter.lane(|| Event::LaneAcquired {
+                    call: pos,
+                    lane,
+                    weight: call.weight,
+                });
+                acq.leases.push((lane, lease));
+                match store.clone().admission(lane) {
+                    Answer::Now(adm) => {
+                        let adm = adm.map_err(|e| e.to_string())?;
+                        if !adm.wait.is_zero() {
+                            if adm.token {
+                                emitter.lane(|| Event::RateWaiting {
+                                    call: pos,
+                                    lane,
+                                    waiting: true,
+                                });
+                            }
+                            acq.token = Some((lane, since, Admit::Known(adm)));
+                            break;
+                        }
+                    }
+                    Answer::Later(asking) => {
+                        acq.token = Some((lane, since, Admit::Asking(asking)));
+                        break;
+                    }
+                }
+            }
+            std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
+            std::task::Poll::Pending => {
+                match store.clone().held_elsewhere(lane) {
+                    Answer::Now(Some(held)) => emitter.lane(|| Event::LaneShared { lane, held }),
+                    Answer::Now(None) => {}
+                    Answer::Later(asking) => {
+                        let emitter = emitter.clone();
+                        tokio::spawn(async move {
+                            if let Some(held) = asking.await {
+                                emitter.lane(|| Event::LaneShared { lane, held });
+                            }
+                        });
+                    }
+                }
+                emitter.lane(|| Event::LaneWaiting {
+                    call: pos,
+                    lane,
+                    weight: call.weight,
+                });
+                acq.pending = Some((lane, since, fut));
+                break;
+            }
+        }
+    }
+    Ok(acq)
+}
+
+impl Job {
+    /// Finish acquiring lanes. `Err` is the never-dispatched result.
+    pub(super) async fn finish_acquire(
+        &mut self,
+        acq: &mut Acquisition,
+        result: &mut CallResult,
+    ) -> Result<(), CallResult> {
+        let call = &self.plan.calls[self.pos];
+        let (pos, weight, lanes) = (self.pos, call.weight, call.lanes.len());
+        loop {
+            if let Some((lane, since, fut)) = acq.pending.take() {
+                self.await_lease(acq, (lane, since, fut), result).await?;
+            }
+            if let Some(token) = acq.token.take() {
+                self.await_admission(acq, token, result).await?;
+            }
+            if acq.next >= lanes {
+                return Ok(());
+            }
+            let lane = self.plan.calls[pos].lanes[acq.next];
+            acq.next += 1;
+            self.emitter.lane(|| Event::LaneWaiting {
+                call: pos,
+                lane,
+                weight,
+            });
+            acq.pending = Some((
+                lane,
+                Instant::now(),
+                self.lanes.clone().acquire(lane, weight, pos as u64),
+            ));
+        }
+    }
+
+    /// Wait for the lane the acquisition queued on (or the run ending), then ask for its
+    /// rate token or back-off.
+    async fn await_lease(
+        &mut self,
+        acq: &mut Acquisition,
+        (lane, since, fut): (usize, Instant, LeaseFuture),
+        result: &mut CallResult,
+    ) -> Result<(), CallResult> {
+        let (pos, weight) = (self.pos, self.plan.calls[self.pos].weight);
+        let mut stop = self.stop_rx.clone();
+        let lease = tokio::select! {
+            biased;
+            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
+            r = fut => Some(r),
+        };
+        let lease = match lease {
+            Some(Ok(lease)) => lease,
+            other => {
+                self.emitter.lane(|| Event::LaneReleased {
+                    call: pos,
+                    lane,
+                    weight,
+                    held: false,
+                });
+                let why = format!(
+                    "run ended while queued on lane {}",
+                    self.plan.lanes[lane].name
+                );
+                return Err(match other {
+                    Some(Err(e)) => never(result, ErrorKind::LaneStore, &e.to_string()),
+                    _ => never(result, ErrorKind::RunEnded, &why),
+                });
+            }
+        };
+        self.emitter.lane(|| Event::LaneAcquired {
+            call: pos,
+            lane,
+            weight,
+        });
+        acq.leases.push((lane, lease));
+        acq.note_wait(self.lanes.as_ref(), lane, since, false);
+        let admit = match self.lanes.clone().admission(lane) {
+            Answer::Now(adm) => {
+                let adm = adm.map_err(|e| never(result, ErrorKind::LaneStore, &e.to_string()))?;
+                self.announce_token(lane, &adm);
+                Admit::Known(adm)
+            }
+            Answer::Later(asking) => Admit::Asking(asking),
+        };
+        acq.token = Some((lane, Instant::now(), admit));
+        Ok(())
+    }
+
+    /// Wait out a lane's rate token or back-off (or the run ending).
+    async fn await_admission(
+        &mut self,
+        acq: &mut Acquisition,
+        (lane, since, admit): (usize, Instant, Admit),
+        result: &mut CallResult,
+    ) -> Result<(), CallResult> {
+        let adm = match admit {
+            Admit::Known(adm) => adm,
+            Admit::Asking(asking) => {
+                let adm = asking
+                    .await
+                    .map_err(|e| never(result, ErrorKind::LaneStore, &e.to_string()))?;
+                self.announce_token(lane, &adm);
+                adm
+            }
+        };
+        if adm.wait.is_zero() {
+            return Ok(());
+        }
+        let mut stop = self.stop_rx.clone();
+        let stopped = tokio::select! {
+            biased;
+            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+            _ = tokio::time::sleep(adm.wait) => false,
+        };
+        if adm.token {
+            let pos = self.pos;
+            self.emitter.lane(|| Event::RateWaiting {
+                call: pos,
+                lane,
+                waiting: false,
+            });
+        }
+        if stopped {
+            let why = format!(
+                "run ended while waiting for a rate token of lane {}",
+                self.plan.lanes[lane].name
+            );
+            return Err(never(result, ErrorKind::RunEnded, &why));
+        }
+        acq.note_wait(self.lanes.as_ref(), lane, since, adm.token);
+        Ok(())
+    }
+
+    /// Tell the live display the call now waits for a rate token.
+    fn announce_token(&self, lane: usize, adm: &Admission) {
+        if adm.token && !adm.wait.is_zero() {
+            let pos = self.pos;
+            self.emitter.lane(|| Event::RateWaiting {
+                call: pos,
+                lane,
+                waiting: true,
+            });
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Invoking the tool until it succeeds, fails for good, or is stopped: transient failures of
+//! idempotent tools are retried after a backoff (and a partner's `Retry-After`), a 429 makes
+//! the call's tool and shared lanes back off for everyone, and a stop is classified by its
+//! cause — the tool's own timeout, the run's ceiling, or the run ending.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{backoff, Job};
+use crate::events::{CallResult, ErrorInfo, ErrorKind, Event, Status};
+use crate::plan::LaneKey;
+use crate::run::lanes::{LaneStore, Lease};
+use crate::tools::{Failure, Stop, StopCause, StopLevel};
+
+impl Job {
+    /// Invoke (and retry) the tool; the outcome goes into `result`. Returns whether the run's
+    /// `tool_call_seconds` ceiling was hit, and how many 429s the partner sent.
+    pub(super) async fn attempts(
+        &mut self,
+        result: &mut CallResult,
+        leases: &[(usize, Lease)],
+        dispatched: Instant,
+    ) -> (bool, u32) {
+        let ceiling_at = self.ceiling.map(|c| dispatched + c);
+        let mut ceiling_hit = false;
+        let mut attempt = 1u32;
+        let mut rejections = 0u32;
+        loop {
+            self.inv.attempt = attempt;
+            result.attempts = attempt;
+            let pos = self.pos;
+            self.emitter
+                .lane(|| Event::CallStarted { call: pos, attempt });
+            let mut stop = Stop::new(
+                self.timeout.map(|t| Instant::now() + t),
+                ceiling_at,
+                self.stop_rx.clone(),
+            );
+            let outcome = self.tool.invoke(&self.inv, &mut stop).await;
+            match outcome {
+                Ok(v) => {
+                    result.status = Status::Ok;
+                    result.output = v;
+                }
+                Err(Failure::Failed {
+                    kind,
+                    message,
+                    transient,
+                    retry_after,
+                }) => {
+                    let wait = backoff(attempt).max(retry_after.unwrap_or_default());
+                    if kind.is_rate_limit() || retry_after.is_some() {
+                        rejections += u32::from(kind.is_rate_limit());
+                        self.push_back(leases, wait);
+                    }
+                    if transient
+                        && attempt <= self.retries
+                        && Self::before_retry(&self.lanes, &self.stop_rx, leases, wait).await
+                    {
+                        attempt += 1;
+                        continue;
+                    }
+                    // Not retryable, or stopped between attempts: the last failure stands.
+                    result.status = Status::Error;
+                    result.error = Some(ErrorInfo { kind, message });
+                }
+                Err(Failure::Stopped) => ceiling_hit = self.stopped(result, stop.cause()),
+                Err(Failure::Lost(why)) => {
+                    self.cut_off(result, ErrorKind::ConnectionLost, Some(why))
+                }
+            }
+            break;
+        }
+        (ceiling_hit, rejections)
+    }
+
+    /// The partner pushed back: the call's tool and shared lanes wait it out, so the other
+    /// calls in them do not keep hammering it.
+    fn push_back(&self, leases: &[(usize, Lease)], wait: Duration) {
+        for &(lane, _) in leases {
+            if matches!(
+                self.plan.lanes[lane].key,
+                LaneKey::Tool(_) | LaneKey::BatchTool(_) | LaneKey::Shared(_)
+            ) {
+                self.lanes.clone().back_off(lane, wait);
+            }
+        }
+    }
+
+    /// Classify a call its [`Stop`] ended, by why. Returns whether it reached the run's
+    /// `tool_call_seconds` ceiling (which ends the run).
+    fn stopped(&self, result: &mut CallResult, cause: Option<StopCause>) -> bool {
+        let tool = self.inv.tool();
+        let (message, ceiling) = match cause {
+            Some(StopCause::Timeout) => {
+                let text = self.timeout_text.clone().unwrap_or_else(|| {
+                    self.timeout
+                        .map(crate::duration::format)
+                        .unwrap_or_default()
+                });
+                (format!("tool '{tool}' exceeded its {text} timeout"), false)
+            }
+            Some(StopCause::Ceiling) => {
+                let text = self
+                    .ceiling
+                    .map(crate::duration::format)
+                    .unwrap_or_default();
+                let message = format!(
+                    "tool '{tool}' reached the run's tool_call_seconds ceiling of {text}; the run ends"
+                );
+                (message, true)
+            }
+            Some(StopCause::RunEnded) | None => {
+                self.cut_off(result, ErrorKind::RunEnded, None);
+                return false;
+            }
+        };
+        result.status = Status::TimedOut;
+        result.error = Some(ErrorInfo {
+            kind: ErrorKind::Timeout,
+            message,
+        });
+        ceiling
+    }
+
+    /// Classify a call cut off in flight: `cancelled` if its tool is idempotent (safe to call
+    /// again), else `indeterminate` (the side effect may have landed).
+    fn cut_off(&self, result: &mut CallResult, kind: ErrorKind, why: Option<String>) {
+        let idempotent = self.plan.calls[self.pos].idempotent;
+        result.status = if idempotent {
+            Status::Cancelled
+        } else {
+            Status::Indeterminate
+        };
+        let mut message = if idempotent {
+            "cancelled in flight: safe to call again".to_string()
+        } else {
+            "cancelled in flight: the side effect may have landed".to_string()
+        };
+        if let Some(why) = why {
+            message.push_str(&format!(" ({why})"));
+        }
+        result.error = Some(ErrorInfo { kind, message });
+    }
+
+    /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane
+    /// (each request spends one). `false` if the run ended meanwhile.
+    async fn before_retry(
+        lanes: &Arc<dyn LaneStore>,
+        stop_rx: &watch::Receiver<StopLevel>,
+        leases: &[(usize, Lease)],
+        wait: Duration,
+    ) -> bool {
+        let mut stop = stop_rx.clone();
+        let stopped = tokio::select! {
+            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+            _ = tokio::time::sleep(wait) => false,
+        };
+        if stopped {
+            return false;
+        }
+        for &(lane, _) in leases {
+            let Ok(adm) = lanes.clone().admission(lane).get().await else {
+                continue;
+            };
+            if !adm.wait.is_zero() {
+                let mut stop = stop_rx.clone();
+                let stopped = tokio::select! {
+                    _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => true,
+                    _ = tokio::time::sleep(adm.wait) => false,
+                };
+                if stopped {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}

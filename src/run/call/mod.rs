@@ -1,0 +1,270 @@
+//! One dispatched call, as its own task: finish taking its lanes (in the plan's fixed order),
+//! invoke the tool (retrying transient failures of idempotent tools with backoff), classify how
+//! it ended, give the lanes back in reverse order, and report to the coordinator.
+//!
+//! Layout: `acquire` takes the lanes (begun synchronously by the coordinator, so waiters
+//! queue in call order, and finished here); `attempts` invokes the tool until it succeeds,
+//! fails for good or is stopped, and classifies the outcome; this file holds the job, what it
+//! reports and the results of calls that never went out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+mod acquire;
+mod attempts;
+
+use super::lanes::{LaneStore, Lease};
+use crate::duration::millis;
+use crate::events::ErrorKind;
+use crate::events::{CallResult, ErrorInfo, Event, Status};
+use crate::plan::Plan;
+use crate::tools::{Invocation, StopLevel, ToolImpl};
+pub(super) use acquire::{begin_acquire, Acquisition};
+
+/// Sends events, if anybody listens.
+#[derive(Clone)]
+pub(super) struct Emitter {
+    pub(super) tx: Option<mpsc::UnboundedSender<Event>>,
+    pub(super) lanes: bool,
+}
+
+impl Emitter {
+    pub(super) fn emit(&self, e: Event) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(e);
+        }
+    }
+    /// A call's final result (cloned only when somebody listens).
+    ///
+    /// Per-lane and per-attempt events (`lane`) go only to a live display; results always.
+    pub(super) fn emit_finished(&self, r: &CallResult) {
+        if self.tx.is_some() {
+            self.emit(Event::CallFinished {
+                result: Box::new(r.clone()),
+            });
+        }
+    }
+    pub(super) fn lane(&self, e: impl FnOnce() -> Event) {
+        if self.lanes {
+            self.emit(e());
+        }
+    }
+}
+
+/// What a call task sends back.
+pub(super) struct Completion {
+    pub(super) pos: usize,
+    pub(super) result: CallResult,
+    pub(super) ceiling_hit: bool,
+    /// HTTP 429s this call met.
+    pub(super) rejections: u32,
+    /// The lanes the call still holds: given back when this is dropped (see [`Held`]).
+    pub(super) held: Held,
+}
+
+/// A finished call's lanes, given back (in reverse order of acquisition, each announced
+/// first) when this is dropped. The call's task sends its completion to the coordinator
+/// first and drops this after, so that the next call waiting on a lane is the last task
+/// woken and runs next on the same worker, rather than the coordinator.
+#[derive(Default)]
+pub(super) struct Held {
+    leases: Vec<(usize, Lease)>,
+    emitter: Option<Emitter>,
+    pos: usize,
+    weight: u32,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        while let Some((lane, lease)) = self.leases.pop() {
+            // Announce first: whoever the permits go to announces its acquisition after this.
+            if let Some(emitter) = &self.emitter {
+                let (pos, weight) = (self.pos, self.weight);
+                emitter.lane(|| Event::LaneReleased {
+                    call: pos,
+                    lane,
+                    weight,
+                    held: true,
+                });
+            }
+            drop(lease);
+        }
+    }
+}
+
+/// Base of the exponential backoff between retries.
+const BACKOFF_BASE: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// One dispatched call.
+pub(super) struct Job {
+    pub(super) pos: usize,
+    pub(super) acquisition: Option<Acquisition>,
+    pub(super) plan: Arc<Plan>,
+    pub(super) tool: Arc<ToolImpl>,
+    pub(super) lanes: Arc<dyn LaneStore>,
+    pub(super) inv: Invocation,
+    pub(super) stop_rx: watch::Receiver<StopLevel>,
+    pub(super) emitter: Emitter,
+    pub(super) run_start: Instant,
+    pub(super) ready_at: Instant,
+    pub(super) timeout: Option<Duration>,
+    pub(super) timeout_text: Option<String>,
+    pub(super) ceiling: Option<Duration>,
+    pub(super) retries: u32,
+    /// To end the run *before* this call gives its lanes back, so that under fail_run (or a
+    /// reached ceiling) no queued call slips into the freed permits.
+    pub(super) stop_tx: Arc<watch::Sender<StopLevel>>,
+    pub(super) fail_run: bool,
+    /// The journal and this call's fingerprint: the dispatch is on disk before the tool runs.
+    pub(super) journal: Option<(super::journal::Journal, String)>,
+}
+
+impl Job {
+    pub(super) async fn run(mut self) -> Completion {
+        let mut result = base_result(&self.plan, self.pos);
+        result.idempotency_key = self.inv.idempotency_key.clone();
+        let Some(mut acq) = self.acquisition.take() else {
+            let r = never(&mut result, ErrorKind::LaneStore, "no lanes");
+            return self.release(Vec::new(), r, false);
+        };
+        if let Err(r) = self.finish_acquire(&mut acq, &mut result).await {
+            return self.release(acq.leases, r, false);
+        }
+        let leases = std::mem::take(&mut acq.leases);
+        let _exclusive = match self.hold_exclusive().await {
+            Ok(guard) => guard,
+            Err((kind, why)) => {
+                let r = never(&mut result, kind, &why);
+                return self.release(leases, r, false);
+            }
+        };
+        let dispatched = Instant::now();
+        result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));
+        result.waited_on = acq.longest.map(|(_, l)| self.plan.lanes[l].name.clone());
+        result.started_ms = Some(millis(dispatched.saturating_duration_since(self.run_start)));
+        if let Some((journal, fp)) = &self.journal {
+            let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
+            if let Err(e) = journal.record_durably(record).await {
+                return self.release(leases, never(&mut result, ErrorKind::Journal, &e), false);
+            }
+        }
+        let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
+        result.event = result.status.event();
+        result.duration_ms = Some(millis(dispatched.elapsed()));
+        let mut c = self.release(leases, result, ceiling_hit);
+        c.rejections = rejections;
+        c
+    }
+
+    /// A `parallel_safe = false` tool: identical arguments never overlap, even across runs.
+    /// Holds the store's lock for them (nothing for other tools).
+    async fn hold_exclusive(
+        &mut self,
+    ) -> Result<Option<Box<dyn Send + Sync>>, (ErrorKind, String)> {
+        if !self.plan.phases[self.plan.calls[self.pos].phase].alone {
+            return Ok(None);
+        }
+        let key = format!(
+            "{}\u{0}{}",
+            self.inv.tool(),
+            serde_json::to_string(self.inv.args()).unwrap_or_default()
+        );
+        let mut stop = self.stop_rx.clone();
+        let held = tokio::select! {
+            biased;
+            _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
+            r = self.lanes.clone().exclusive(key) => Some(r),
+        };
+        match held {
+            Some(Ok(guard)) => Ok(guard),
+            Some(Err(e)) => Err((ErrorKind::LaneStore, e.to_string())),
+            None => Err((
+                ErrorKind::RunEnded,
+                "run ended while another run held the same call".into(),
+            )),
+        }
+    }
+
+    /// Package the result with the lanes still held (given back when [`Held`] drops).
+    fn release(
+        &self,
+        leases: Vec<(usize, Lease)>,
+        result: CallResult,
+        ceiling_hit: bool,
+    ) -> Completion {
+        if ceiling_hit || (self.fail_run && !result.is_ok()) {
+            self.stop_tx.send_if_modified(|l| {
+                let running = *l == StopLevel::Running;
+                if running {
+                    *l = StopLevel::Graceful;
+                }
+                running
+            });
+        }
+        Completion {
+            rejections: 0,
+            pos: self.pos,
+            result,
+            ceiling_hit,
+            held: Held {
+                leases,
+                emitter: Some(self.emitter.clone()),
+                pos: self.pos,
+                weight: self.plan.calls[self.pos].weight,
+            },
+        }
+    }
+}
+
+fn never(result: &mut CallResult, kind: ErrorKind, why: &str) -> CallResult {
+    let mut r = result.clone();
+    r.status = Status::NeverDispatched;
+    r.event = Status::NeverDispatched.event();
+    r.error = Some(ErrorInfo {
+        kind,
+        message: format!("never dispatched: {why}"),
+    });
+    r
+}
+
+/// Exponential backoff with jitter: 100ms, 200ms, 400ms, … (each 50–100% of that), capped.
+fn backoff(attempt: u32) -> Duration {
+    let exp = BACKOFF_BASE
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(BACKOFF_MAX);
+    exp.mul_f64(0.5 + fastrand::f64() * 0.5)
+}
+
+pub(super) fn base_result(plan: &Plan, p: usize) -> CallResult {
+    let c = &plan.calls[p];
+    CallResult {
+        index: c.index,
+        id: c.id.clone(),
+        tool: c.tool_name.clone(),
+        status: Status::NeverDispatched,
+        event: Status::NeverDispatched.event(),
+        output: Value::Null,
+        error: None,
+        attempts: 0,
+        phase: c.phase,
+        idempotency_key: None,
+        queued_ms: None,
+        waited_on: None,
+        started_ms: None,
+        duration_ms: None,
+    }
+}
+
+pub(super) fn never_dispatched(plan: &Plan, p: usize, kind: ErrorKind, why: &str) -> CallResult {
+    let mut r = base_result(plan, p);
+    r.error = Some(ErrorInfo {
+        kind,
+        message: format!("never dispatched: {why}"),
+    });
+    r
+}
