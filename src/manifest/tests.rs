@@ -1,1 +1,205 @@
+//! The manifest reader: defaults, every problem at once with its location, each kind's own
+//! fields, and secrets kept unresolved.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::error::Severity;
+
+fn parse(text: &str) -> Result<Manifest, Vec<Diagnostic>> {
+    Manifest::parse(
+        SourceFile::new("tools.toml", text),
+        PathBuf::from("/tmp/tools.toml"),
+    )
+}
+
+fn errors(text: &str) -> Vec<Diagnostic> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors"),
+        Err(d) => d
+            .into_iter()
+            .filter(|d| d.severity == Severity::Error)
+            .collect(),
+    }
+}
+
+/// `(line, col)` of a diagnostic.
+fn at(d: &Diagnostic) -> (usize, usize) {
+    let l = d.location.as_ref().expect("a location");
+    (l.line, l.col)
+}
+
+#[test]
+fn defaults_follow_the_spec() {
+    let m = parse(
+        "[tools.w]\nkind = \"scripted\"\n[tools.r]\nkind = \"scripted\"\neffect = \"read\"\n",
+    )
+    .unwrap();
+    let (w, r) = (m.tool("w").unwrap(), m.tool("r").unwrap());
+    assert_eq!(
+        (w.effect, w.idempotent, w.parallel_safe),
+        (Effect::Write, false, true)
+    );
+    assert_eq!((r.effect, r.idempotent), (Effect::Read, true));
+    assert_eq!(
+        (w.effect_origin, r.effect_origin),
+        (Origin::Default, Origin::Manifest)
+    );
+    assert_eq!((w.weight, w.retries, w.cost), (1, 0, 0.0));
+    // Undeclared effect and an unprotected write are warned about, not refused.
+    let warned: Vec<&str> = m.warnings.iter().map(|d| d.message.as_str()).collect();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("does not declare `effect`")),
+        "{warned:?}"
+    );
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("no idempotency protection")),
+        "{warned:?}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_location() {
+    let text = "[lanes.api]\nrate = \"ten per second\"\n\n[tools.a]\nkind = \"scripted\"\nlatncy = \"1s\"\nlanes = [\"apii\"]\n\n[tools.b]\nkind = \"shell\"\n\n[tools.c]\nkind = \"scripted\"\nweight = \"heavy\"\n";
+    let errs = errors(text);
+    let find = |needle: &str| {
+        errs.iter()
+            .find(|d| d.message.contains(needle))
+            .unwrap_or_else(|| panic!("no error about {needle}: {errs:?}"))
+    };
+    let rate = find("`rate` in [lanes.api]");
+    assert_eq!(at(rate), (2, 8));
+    let field = find("unknown field `latncy`");
+    assert_eq!(at(field), (6, 1));
+    assert_eq!(field.hint.as_deref(), Some("did you mean `latency`?"));
+    let lane = find("lane `apii`, which [lanes] does not declare");
+    assert_eq!(at(lane), (7, 10));
+    let kind = find("unknown tool kind `shell`");
+    assert_eq!(at(kind), (10, 8));
+    assert_eq!(
+        kind.hint.as_deref(),
+        Some("kinds are command, http, mcp and scripted")
+    );
+    let weight = find("`weight` in [tools.c] should be an integer");
+    assert_eq!(at(weight), (14, 10));
+    assert_eq!(errs.len(), 5, "{errs:?}");
+}
+
+#[test]
+fn a_field_of_another_kind_says_whose_it_is() {
+    let errs = errors("[tools.t]\nkind = \"scripted\"\nurl = \"https://x.test/\"\n");
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("`url` belongs to http tools; this tool is kind = \"scripted\"")
+    );
+}
+
+#[test]
+fn a_tool_without_a_kind_is_told_every_kind() {
+    let errs = errors("[tools.t]\neffect = \"read\"\n");
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("add kind = \"command\", \"http\", \"mcp\" or \"scripted\"")
+    );
+}
+
+#[test]
+fn each_kind_reads_its_own_fields() {
+    let m = parse(
+        r#"
+[mcp_servers.fs]
+command = ["server"]
+
+[tools.cmd]
+kind = "command"
+effect = "read"
+command = ["./bin/lookup", "--id", "{id}"]
+stdin = "none"
+kill_grace = "5s"
+max_output = "1KiB"
+[tools.cmd.args]
+id = { type = "string", required = true }
+
+[tools.api]
+kind = "http"
+effect = "read"
+method = "post"
+url = "https://api.test/v1/{id}"
+query = ["limit"]
+[tools.api.args]
+id = { type = "string" }
+limit = { type = "integer" }
+
+[tools.remote]
+kind = "mcp"
+server = "fs"
+
+[tools.fake]
+kind = "scripted"
+effect = "read"
+latency = "250ms"
+output = { ok = true }
+"#,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = m.tools.iter().map(Tool::kind_name).collect();
+    assert_eq!(kinds, ["command", "http", "mcp", "scripted"]);
+    assert_eq!(
+        m.tool("cmd").unwrap().kind.target(),
+        "./bin/lookup --id {id}"
+    );
+    assert_eq!(m.tool("cmd").unwrap().kind.placeholders(), ["id"]);
+    assert!(m.tool("cmd").unwrap().kind.spawns_process());
+    assert_eq!(
+        m.tool("api").unwrap().kind.target(),
+        "POST https://api.test/v1/{id}"
+    );
+    assert_eq!(m.tool("api").unwrap().kind.settings()["body"], "json");
+    // An MCP tool names its remote tool after itself unless told otherwise.
+    assert_eq!(m.tool("remote").unwrap().kind.target(), "fs:remote");
+    let fake = m.tool("fake").unwrap();
+    assert_eq!(fake.estimate(), Some(Duration::from_millis(250)));
+    assert!(fake.kind.reserved().contains(&"_latency"));
+}
+
+#[test]
+fn an_mcp_tools_effect_waits_for_its_server() {
+    // Before: `write tool has no idempotency protection` for every MCP tool, even one the
+    // server annotates read-only. The server's annotations decide (see `mcp::annotate`).
+    let m = parse("[mcp_servers.fs]\ncommand = [\"server\"]\n[tools.read_file]\nkind = \"mcp\"\nserver = \"fs\"\n").unwrap();
+    let warned: Vec<&str> = m.warnings.iter().map(|d| d.message.as_str()).collect();
+    assert!(
+        !warned.iter().any(|w| w.contains("read_file")),
+        "{warned:?}"
+    );
+    let errs = errors("[tools.t]\nkind = \"mcp\"\nserver = \"nowhere\"\n");
+    assert!(
+        errs[0].message.contains("names MCP server `nowhere`"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn secrets_stay_unresolved_and_never_show() {
+    let m = parse("[tools.api]\nkind = \"http\"\neffect = \"read\"\nurl = \"https://api.test/?key=${env:API_KEY}\"\nheaders = { Authorization = \"Bearer ${env:API_KEY}\" }\n").unwrap();
+    let kind = &m.tool("api").unwrap().kind;
+    assert_eq!(kind.target(), "GET https://api.test/?key=***");
+    assert_eq!(kind.settings()["headers"]["Authorization"], "Bearer ***");
+}
+
+#[test]
+fn a_weight_above_a_lane_could_never_run() {
+    let errs = errors("[concurrency]\nmax_concurrent_tools = 2\n[tools.big]\nkind = \"scripted\"\neffect = \"read\"\nweight = 3\n");
+    assert!(
+        errs[0]
+            .message
+            .contains("has weight 3, more than max_concurrent_tools allows (2)"),
+        "{errs:?}"
+    );
+}

@@ -46,7 +46,17 @@ fn kind_list(last: &str, quote: bool) -> String {
     }
 }
 
+/// Where a declaration came from: the manifest, or nowhere (a default).
+fn origin(declared: bool) -> Origin {
+    if declared {
+        Origin::Manifest
+    } else {
+        Origin::Default
+    }
+}
+
 impl Reader<'_> {
+    /// One `[tools.NAME]`: the fields every tool has, and its kind's own (read by the kind).
     pub(super) fn tool(
         &mut self,
         name: &str,
@@ -58,8 +68,59 @@ impl Reader<'_> {
         if name.is_empty() {
             self.error(span.clone(), "a tool name cannot be empty", None);
         }
-        let kind_name = match self.string(t, "kind", ctx) {
-            Some((k, _)) if ToolKind::keys_of(&k).is_some() => k,
+        let kind_name = self.kind_name(t, ctx, &span)?;
+        self.check_tool_keys(t, ctx, &kind_name);
+        let site = Site {
+            name,
+            ctx,
+            span: span.clone(),
+            base,
+        };
+        let kind = ToolKind::parse(&kind_name, self, t, &site)?;
+        let (effect, effect_origin) = self.effect(t, &site, &kind);
+        let idempotent_decl = self.boolean(t, "idempotent", ctx);
+        let idempotent = idempotent_decl.unwrap_or(effect == Effect::Read);
+        let idempotent_origin = origin(idempotent_decl.is_some());
+        let concurrent_writes = self.concurrent_writes(t, ctx, effect);
+        let retries = self.retries(t, name, ctx, idempotent);
+        // A tool whose server announces its effect is judged once the server is asked.
+        let effect_pending = effect_origin == Origin::Default && kind.announces_effect();
+        if effect == Effect::Write && !idempotent && !effect_pending {
+            self.warn(
+                span.clone(),
+                format!("write tool `{name}` has no idempotency protection"),
+                Some("a call cut off in flight is reported indeterminate and never retried; declare idempotent = true if the tool dedupes by FLUX_IDEMPOTENCY_KEY / Idempotency-Key".into()),
+            );
+        }
+        let timeout = self.timeout(t, ctx);
+        Some(Tool {
+            name: name.to_string(),
+            kind,
+            description: self.string(t, "description", ctx).map(|(s, _)| s),
+            effect,
+            effect_origin,
+            idempotent,
+            idempotent_origin,
+            parallel_safe: self.boolean(t, "parallel_safe", ctx).unwrap_or(true),
+            concurrent_writes,
+            timeout_text: timeout.as_ref().map(|(_, s)| s.clone()),
+            timeout: timeout.map(|(d, _)| d),
+            // Lanes named but not declared are checked in `cross_checks`, once all are known.
+            lanes: self.tool_lanes(t, ctx),
+            weight: self.count_field(t, "weight", ctx).unwrap_or(1),
+            retries,
+            cost: self.cost(t, ctx),
+            expected: self.duration(t, "expected", ctx).map(|(d, _)| d),
+            requires_approval: self.boolean(t, "requires_approval", ctx).unwrap_or(false),
+            args: self.arg_schema(t, ctx),
+            span,
+        })
+    }
+
+    /// `kind = "…"`: one of the registered kinds (`None`, reported, otherwise).
+    fn kind_name(&mut self, t: &DeTable<'_>, ctx: &str, span: &Range<usize>) -> Option<String> {
+        match self.string(t, "kind", ctx) {
+            Some((k, _)) if ToolKind::keys_of(&k).is_some() => Some(k),
             Some((k, kspan)) => {
                 self.error(
                     kspan,
@@ -67,20 +128,24 @@ impl Reader<'_> {
                     suggest(&k, ToolKind::NAMES.iter().copied())
                         .or_else(|| Some(format!("kinds are {}", kind_list(" and ", false)))),
                 );
-                return None;
+                None
             }
             None => {
                 if Reader::entry(t, "kind").is_none() {
                     self.error(
-                        span,
+                        span.clone(),
                         format!("{ctx} has no `kind`"),
                         Some(format!("add kind = {}", kind_list(" or ", true))),
                     );
                 }
-                return None;
+                None
             }
-        };
-        let own = ToolKind::keys_of(&kind_name).unwrap_or_default();
+        }
+    }
+
+    /// Every field is a common one or the kind's own; one of another kind says so.
+    fn check_tool_keys(&mut self, t: &DeTable<'_>, ctx: &str, kind_name: &str) {
+        let own = ToolKind::keys_of(kind_name).unwrap_or_default();
         for (k, _) in t.iter() {
             let key = k.get_ref().as_ref();
             if COMMON_TOOL_KEYS.contains(&key) || own.contains(&key) {
@@ -98,15 +163,12 @@ impl Reader<'_> {
             };
             self.error(k.span(), format!("unknown field `{key}` in {ctx}"), hint);
         }
+    }
 
-        let site = Site {
-            name,
-            ctx,
-            span: span.clone(),
-            base,
-        };
-        let kind = ToolKind::parse(&kind_name, self, t, &site)?;
-        let effect_decl = self
+    /// `effect`: declared, else a write (for a kind whose server announces it: until asked).
+    fn effect(&mut self, t: &DeTable<'_>, site: &Site<'_>, kind: &ToolKind) -> (Effect, Origin) {
+        let ctx = site.ctx;
+        let declared = self
             .string(t, "effect", ctx)
             .and_then(|(s, es)| match s.as_str() {
                 "read" => Some(Effect::Read),
@@ -120,18 +182,23 @@ impl Reader<'_> {
                     None
                 }
             });
-        let effect = effect_decl.unwrap_or(Effect::Write);
-        // An MCP tool's annotations supply these defaults at run time (issue 5); until then
-        // the manifest's silence means "write".
-        if effect_decl.is_none() && !kind.announces_effect() {
+        if declared.is_none() && !kind.announces_effect() {
             self.warn(
-                span.clone(),
-                format!("tool `{name}` does not declare `effect`; it is treated as a write"),
+                site.span.clone(),
+                format!(
+                    "tool `{}` does not declare `effect`; it is treated as a write",
+                    site.name
+                ),
                 Some("add effect = \"read\" if it changes nothing".into()),
             );
         }
-        let idempotent_decl = self.boolean(t, "idempotent", ctx);
-        let idempotent = idempotent_decl.unwrap_or(effect == Effect::Read);
+        (
+            declared.unwrap_or(Effect::Write),
+            origin(declared.is_some()),
+        )
+    }
+
+    fn concurrent_writes(&mut self, t: &DeTable<'_>, ctx: &str, effect: Effect) -> bool {
         let concurrent_writes = self.boolean(t, "concurrent_writes", ctx).unwrap_or(false);
         if concurrent_writes && effect == Effect::Read {
             if let Some((k, _)) = Reader::entry(t, "concurrent_writes") {
@@ -142,95 +209,71 @@ impl Reader<'_> {
                 );
             }
         }
-        let retries = match Reader::entry(t, "retries") {
-            Some((_, v)) => match self.int(v, &format!("`retries` in {ctx}")) {
-                Some(n) if (0..=100).contains(&n) => n as u32,
-                Some(n) => {
-                    self.error(
-                        v.span(),
-                        format!("`retries` in {ctx} is {n}; it must be between 0 and 100"),
-                        None,
-                    );
-                    0
-                }
-                None => 0,
-            },
+        concurrent_writes
+    }
+
+    /// `retries`: 0 to 100, and only ever used by an idempotent tool.
+    fn retries(&mut self, t: &DeTable<'_>, name: &str, ctx: &str, idempotent: bool) -> u32 {
+        let Some((k, v)) = Reader::entry(t, "retries") else {
+            return 0;
+        };
+        let retries = match self.int(v, &format!("`retries` in {ctx}")) {
+            Some(n) if (0..=100).contains(&n) => n as u32,
+            Some(n) => {
+                self.error(
+                    v.span(),
+                    format!("`retries` in {ctx} is {n}; it must be between 0 and 100"),
+                    None,
+                );
+                0
+            }
             None => 0,
         };
         if retries > 0 && !idempotent {
-            if let Some((k, _)) = Reader::entry(t, "retries") {
-                self.warn(
-                    k.span(),
-                    format!("tool `{name}` is not idempotent, so its `retries` are never used"),
-                    Some("retrying a write could make it twice; declare idempotent = true if its server dedupes by Idempotency-Key".into()),
-                );
-            }
-        }
-        if effect == Effect::Write && !idempotent {
             self.warn(
-                span.clone(),
-                format!("write tool `{name}` has no idempotency protection"),
-                Some("a call cut off in flight is reported indeterminate and never retried; declare idempotent = true if the tool dedupes by FLUX_IDEMPOTENCY_KEY / Idempotency-Key".into()),
+                k.span(),
+                format!("tool `{name}` is not idempotent, so its `retries` are never used"),
+                Some("retrying a write could make it twice; declare idempotent = true if its server dedupes by Idempotency-Key".into()),
             );
         }
-        let cost = match self.number(t, "cost", ctx) {
+        retries
+    }
+
+    fn cost(&mut self, t: &DeTable<'_>, ctx: &str) -> f64 {
+        match self.number(t, "cost", ctx) {
             Some((c, _)) if c >= 0.0 => c,
             Some((_, cs)) => {
                 self.error(cs, format!("`cost` in {ctx} cannot be negative"), None);
                 0.0
             }
             None => 0.0,
-        };
+        }
+    }
+
+    /// `timeout`, and the text it was written as (for messages).
+    fn timeout(&mut self, t: &DeTable<'_>, ctx: &str) -> Option<(std::time::Duration, String)> {
         let timeout = self.duration(t, "timeout", ctx);
-        if let Some((d, _)) = &timeout {
-            if d.is_zero() {
-                if let Some((_, v)) = Reader::entry(t, "timeout") {
-                    self.error(
-                        v.span(),
-                        format!("`timeout` in {ctx} must be longer than zero"),
-                        None,
-                    );
-                }
+        if timeout.as_ref().is_some_and(|(d, _)| d.is_zero()) {
+            if let Some((_, v)) = Reader::entry(t, "timeout") {
+                self.error(
+                    v.span(),
+                    format!("`timeout` in {ctx} must be longer than zero"),
+                    None,
+                );
             }
         }
-        let lanes = self.strings(t, "lanes", ctx).unwrap_or_default();
-        let mut lane_names: Vec<String> = Vec::new();
-        for (l, _) in &lanes {
-            if !lane_names.contains(l) {
-                lane_names.push(l.clone());
+        timeout
+    }
+
+    /// `lanes`, each once, in the order written.
+    fn tool_lanes(&mut self, t: &DeTable<'_>, ctx: &str) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for (l, _) in self.strings(t, "lanes", ctx).unwrap_or_default() {
+            if !names.contains(&l) {
+                names.push(l);
             }
         }
-        let tool = Tool {
-            name: name.to_string(),
-            kind,
-            description: self.string(t, "description", ctx).map(|(s, _)| s),
-            effect,
-            effect_origin: if effect_decl.is_some() {
-                Origin::Manifest
-            } else {
-                Origin::Default
-            },
-            idempotent,
-            idempotent_origin: if idempotent_decl.is_some() {
-                Origin::Manifest
-            } else {
-                Origin::Default
-            },
-            parallel_safe: self.boolean(t, "parallel_safe", ctx).unwrap_or(true),
-            concurrent_writes,
-            timeout_text: timeout.as_ref().map(|(_, s)| s.clone()),
-            timeout: timeout.map(|(d, _)| d),
-            lanes: lane_names,
-            weight: self.count_field(t, "weight", ctx).unwrap_or(1),
-            retries,
-            cost,
-            expected: self.duration(t, "expected", ctx).map(|(d, _)| d),
-            requires_approval: self.boolean(t, "requires_approval", ctx).unwrap_or(false),
-            args: self.arg_schema(t, ctx),
-            span,
-        };
-        // Lanes named but not declared are checked in `cross_checks`, once every lane is known.
-        Some(tool)
+        names
     }
 
     fn arg_schema(&mut self, t: &DeTable<'_>, ctx: &str) -> Option<ArgSchema> {

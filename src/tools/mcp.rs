@@ -513,6 +513,17 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
                     .at(Some(file.location(tool.span.start, tool.span.end))),
             );
         }
+        // The manifest's reader leaves this to the server's answer (see `announces_effect`).
+        if tool.effect == Effect::Write
+            && !tool.idempotent
+            && tool.effect_origin != Origin::Manifest
+        {
+            diags.push(
+                Diagnostic::warning(format!("write tool `{}` has no idempotency protection", tool.name))
+                    .at(Some(file.location(tool.span.start, tool.span.end)))
+                    .hint("a call cut off in flight is reported indeterminate and never retried; declare idempotent = true if the server dedupes by the _meta idempotency key"),
+            );
+        }
     }
     diags
 }
