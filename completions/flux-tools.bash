@@ -443,7 +443,7 @@ _flux__tools() {
                     return 0
                     ;;
                 --on-tool-error)
-                    COMPREPLY=($(compgen -W "surface fail-run" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "surface fail_run" -- "${cur}"))
                     return 0
                     ;;
                 --deadline)

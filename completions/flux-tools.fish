@@ -50,7 +50,7 @@ openai\t''
 anthropic\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-error -d 'What a failed call does to the run' -r -f -a "surface\t'A failed call loses only itself'
-fail-run\t'The first failure ends the run'"
+fail_run\t'The first failure ends the run (`fail_run`; `fail-run` is accepted too)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l deadline -d 'End the whole run after this long (e.g. 30s, 2m)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-cost -d 'Most the run may spend (sum of the tools\' `cost`); overrides the batch\'s budget' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l output -d 'Also write the results document (json) to FILE, atomically' -r -F

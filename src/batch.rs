@@ -22,7 +22,8 @@ use crate::yaml::{self, Locator};
 pub enum OnToolError {
     /// A failed call loses only itself.
     Surface,
-    /// The first failure ends the run.
+    /// The first failure ends the run (`fail_run`; `fail-run` is accepted too).
+    #[value(name = "fail_run", alias = "fail-run")]
     FailRun,
 }
 
@@ -134,53 +135,7 @@ impl Batch {
         id_offset: usize,
     ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         let text = file.text.clone();
-        let lines = if format == InputFormat::Jsonl {
-            Some(parse_jsonl_lines(&text))
-        } else {
-            parse_jsonl(&text)
-        };
-        let (value, jsonl) = match lines {
-            Some(Ok(calls)) => (Value::Array(calls), true),
-            Some(Err((line, msg))) => {
-                let loc = file.location_at(line, 1, 1);
-                return Err(vec![Diagnostic::error(format!(
-                    "invalid JSON Lines: {msg}"
-                ))
-                .at(Some(loc))]);
-            }
-            None => {
-                match yaml::parse(&text) {
-                    Ok(v) => (v, false),
-                    Err(e) => {
-                        let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
-                        return Err(vec![Diagnostic::error(format!("invalid batch: {}", e.message))
-                        .at(loc)
-                        .in_file(&file.name)
-                        .hint("a batch is YAML or JSON with `calls:`, a sequence of calls, or JSON Lines")]);
-                    }
-                }
-            }
-        };
-        let value = match format {
-            InputFormat::Openai | InputFormat::Anthropic | InputFormat::Auto if !jsonl => {
-                let shape = if format == InputFormat::Auto {
-                    model_formats::detect(&value)
-                } else {
-                    Some(format)
-                };
-                let converted = match shape {
-                    Some(InputFormat::Openai) => Some(model_formats::from_openai(&value)),
-                    Some(InputFormat::Anthropic) => Some(model_formats::from_anthropic(&value)),
-                    _ => None,
-                };
-                match converted {
-                    Some(Ok(calls)) => Value::Array(calls),
-                    Some(Err(e)) => return Err(vec![Diagnostic::error(e).in_file(&file.name)]),
-                    None => value,
-                }
-            }
-            _ => value,
-        };
+        let (value, jsonl) = read_value(&file, format)?;
         let mut p = Parser {
             file: &file,
             diags: Vec::new(),
@@ -250,6 +205,61 @@ impl Batch {
     /// Position of a call id among the calls.
     pub fn index_of(&self, id: &str) -> Option<usize> {
         self.calls.iter().position(|c| c.id == id)
+    }
+}
+
+/// The batch text as one value — the calls of JSON Lines as an array (`true`), a YAML/JSON
+/// document, or a model's reply turned into an array of calls.
+fn read_value(file: &SourceFile, format: InputFormat) -> Result<(Value, bool), Vec<Diagnostic>> {
+    let text = &file.text;
+    let lines = if format == InputFormat::Jsonl {
+        Some(parse_jsonl_lines(text))
+    } else {
+        parse_jsonl(text)
+    };
+    let (value, jsonl) = match lines {
+        Some(Ok(calls)) => (Value::Array(calls), true),
+        Some(Err((line, msg))) => {
+            let loc = file.location_at(line, 1, 1);
+            let d = Diagnostic::error(format!("invalid JSON Lines: {msg}")).at(Some(loc));
+            return Err(vec![d]);
+        }
+        None => {
+            match yaml::parse(text) {
+                Ok(v) => (v, false),
+                Err(e) => {
+                    let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
+                    let d = Diagnostic::error(format!("invalid batch: {}", e.message))
+                    .at(loc)
+                    .in_file(&file.name)
+                    .hint("a batch is YAML or JSON with `calls:`, a sequence of calls, or JSON Lines");
+                    return Err(vec![d]);
+                }
+            }
+        }
+    };
+    if jsonl
+        || !matches!(
+            format,
+            InputFormat::Openai | InputFormat::Anthropic | InputFormat::Auto
+        )
+    {
+        return Ok((value, jsonl));
+    }
+    let shape = if format == InputFormat::Auto {
+        model_formats::detect(&value)
+    } else {
+        Some(format)
+    };
+    let converted = match shape {
+        Some(InputFormat::Openai) => Some(model_formats::from_openai(&value)),
+        Some(InputFormat::Anthropic) => Some(model_formats::from_anthropic(&value)),
+        _ => None,
+    };
+    match converted {
+        Some(Ok(calls)) => Ok((Value::Array(calls), false)),
+        Some(Err(e)) => Err(vec![Diagnostic::error(e).in_file(&file.name)]),
+        None => Ok((value, false)),
     }
 }
 
@@ -345,6 +355,7 @@ impl Parser<'_> {
         );
     }
 
+    /// A batch document's settings into `batch`; returns its calls.
     fn document(&mut self, doc: Map<String, Value>, batch: &mut Batch) -> Vec<Value> {
         for k in doc.keys() {
             if !DOC_KEYS.contains(&k.as_str()) {
@@ -353,116 +364,115 @@ impl Parser<'_> {
                 self.doc_error(k, format!("unknown field `{k}` in the batch"), hint);
             }
         }
-        match doc.get("tenant") {
-            Some(Value::String(t)) if !t.is_empty() && check_id(t).is_ok() => {
-                batch.tenant = Some(t.clone())
-            }
-            Some(Value::String(t)) => {
+        batch.tenant = doc.get("tenant").and_then(|t| self.tenant(t));
+        if let Some(c) = doc.get("concurrency") {
+            batch.concurrency = self.narrowing(c);
+        }
+        batch.on_tool_error = doc.get("on_tool_error").and_then(|v| self.on_tool_error(v));
+        if let Some(d) = doc.get("deadline") {
+            self.deadline(d, batch);
+        }
+        if let Some(b) = doc.get("budget") {
+            batch.max_cost = self.budget(b);
+        }
+        self.calls_of(doc.get("calls"))
+    }
+
+    fn tenant(&mut self, t: &Value) -> Option<String> {
+        match t {
+            Value::String(t) if !t.is_empty() && check_id(t).is_ok() => Some(t.clone()),
+            Value::String(t) => {
                 let why = check_id(t)
                     .err()
                     .unwrap_or_default()
                     .replace("call id", "tenant");
-                self.doc_error("tenant", format!("invalid tenant: {why}"), None)
+                self.doc_error("tenant", format!("invalid tenant: {why}"), None);
+                None
             }
-            Some(other) => self.doc_error(
-                "tenant",
-                format!(
-                    "`tenant` should be a string, found {}",
-                    crate::schema::value_kind(other)
-                ),
-                None,
-            ),
-            None => {}
-        }
-        if let Some(c) = doc.get("concurrency") {
-            batch.concurrency = self.narrowing(c);
-        }
-        match doc.get("on_tool_error") {
-            Some(Value::String(s)) if s == "surface" => {
-                batch.on_tool_error = Some(OnToolError::Surface)
+            other => {
+                let found = crate::schema::value_kind(other);
+                let msg = format!("`tenant` should be a string, found {found}");
+                self.doc_error("tenant", msg, None);
+                None
             }
-            Some(Value::String(s)) if s == "fail_run" => {
-                batch.on_tool_error = Some(OnToolError::FailRun)
-            }
-            Some(other) => self.doc_error(
-                "on_tool_error",
-                format!("`on_tool_error` is {other}; use `surface` or `fail_run`"),
-                other
-                    .as_str()
-                    .and_then(|s| suggest(s, ["surface", "fail_run"])),
-            ),
-            None => {}
         }
-        if let Some(d) = doc.get("deadline") {
-            match d.as_object() {
-                Some(m) => {
-                    for (k, v) in m {
-                        let secs = v
-                            .as_f64()
-                            .and_then(crate::duration::from_secs_f64)
-                            .filter(|d| !d.is_zero());
-                        match (k.as_str(), secs) {
-                            ("run_seconds", Some(s)) => batch.run_deadline = Some(s),
-                            ("tool_call_seconds", Some(s)) => batch.tool_call_deadline = Some(s),
-                            ("run_seconds" | "tool_call_seconds", None) => {
-                                self.doc_error("deadline", format!("`deadline.{k}` must be a positive number of seconds, found {v}"), None)
-                            }
-                            _ => self.doc_error(
-                                "deadline",
-                                format!("unknown field `{k}` in `deadline`"),
-                                suggest(k, ["run_seconds", "tool_call_seconds"]),
-                            ),
-                        }
-                    }
+    }
+
+    /// `surface` or `fail_run` (also spelled `fail-run`, as on the command line).
+    fn on_tool_error(&mut self, v: &Value) -> Option<OnToolError> {
+        match v.as_str() {
+            Some("surface") => Some(OnToolError::Surface),
+            Some("fail_run" | "fail-run") => Some(OnToolError::FailRun),
+            _ => {
+                let hint = v.as_str().and_then(|s| suggest(s, ["surface", "fail_run"]));
+                let msg = format!("`on_tool_error` is {v}; use `surface` or `fail_run`");
+                self.doc_error("on_tool_error", msg, hint);
+                None
+            }
+        }
+    }
+
+    /// `deadline: { run_seconds, tool_call_seconds }`.
+    fn deadline(&mut self, d: &Value, batch: &mut Batch) {
+        let Some(m) = d.as_object() else {
+            let msg = "`deadline` should be a mapping like { run_seconds: 30 }";
+            return self.doc_error("deadline", msg, None);
+        };
+        for (k, v) in m {
+            let secs = v
+                .as_f64()
+                .and_then(crate::duration::from_secs_f64)
+                .filter(|d| !d.is_zero());
+            match (k.as_str(), secs) {
+                ("run_seconds", Some(s)) => batch.run_deadline = Some(s),
+                ("tool_call_seconds", Some(s)) => batch.tool_call_deadline = Some(s),
+                ("run_seconds" | "tool_call_seconds", None) => {
+                    let msg =
+                        format!("`deadline.{k}` must be a positive number of seconds, found {v}");
+                    self.doc_error("deadline", msg, None)
                 }
-                None => self.doc_error(
+                _ => self.doc_error(
                     "deadline",
-                    "`deadline` should be a mapping like { run_seconds: 30 }",
-                    None,
+                    format!("unknown field `{k}` in `deadline`"),
+                    suggest(k, ["run_seconds", "tool_call_seconds"]),
                 ),
             }
         }
-        if let Some(b) = doc.get("budget") {
-            match b.as_object() {
-                Some(m) => {
-                    for (k, v) in m {
-                        match (k.as_str(), v.as_f64()) {
-                            ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => {
-                                batch.max_cost = Some(c)
-                            }
-                            ("max_cost", _) => self.doc_error(
-                                "budget",
-                                format!(
-                                    "`budget.max_cost` must be a non-negative number, found {v}"
-                                ),
-                                None,
-                            ),
-                            _ => self.doc_error(
-                                "budget",
-                                format!("unknown field `{k}` in `budget`"),
-                                suggest(k, ["max_cost"]),
-                            ),
-                        }
-                    }
+    }
+
+    /// `budget: { max_cost }`.
+    fn budget(&mut self, b: &Value) -> Option<f64> {
+        let Some(m) = b.as_object() else {
+            let msg = "`budget` should be a mapping like { max_cost: 0.5 }";
+            self.doc_error("budget", msg, None);
+            return None;
+        };
+        let mut max_cost = None;
+        for (k, v) in m {
+            match (k.as_str(), v.as_f64()) {
+                ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => max_cost = Some(c),
+                ("max_cost", _) => {
+                    let msg = format!("`budget.max_cost` must be a non-negative number, found {v}");
+                    self.doc_error("budget", msg, None)
                 }
-                None => self.doc_error(
+                _ => self.doc_error(
                     "budget",
-                    "`budget` should be a mapping like { max_cost: 0.5 }",
-                    None,
+                    format!("unknown field `{k}` in `budget`"),
+                    suggest(k, ["max_cost"]),
                 ),
             }
         }
-        match doc.get("calls") {
+        max_cost
+    }
+
+    /// `calls:`, a sequence.
+    fn calls_of(&mut self, calls: Option<&Value>) -> Vec<Value> {
+        match calls {
             Some(Value::Array(a)) => a.clone(),
             Some(other) => {
-                self.doc_error(
-                    "calls",
-                    format!(
-                        "`calls` should be a sequence of calls, found {}",
-                        crate::schema::value_kind(other)
-                    ),
-                    None,
-                );
+                let found = crate::schema::value_kind(other);
+                let msg = format!("`calls` should be a sequence of calls, found {found}");
+                self.doc_error("calls", msg, None);
                 Vec::new()
             }
             None => {
@@ -544,160 +554,23 @@ impl Parser<'_> {
         );
     }
 
+    /// One call of the batch (`None`: its problems are reported).
     fn call(&mut self, index: usize, value: Value) -> Option<Call> {
-        let default_id = format!("c{}", self.id_offset + index + 1);
         let Value::Object(mut m) = value else {
-            self.call_error(
-                index,
-                None,
-                "-",
-                format!(
-                    "call #{} should be a mapping with `tool` and `args`, found {}",
-                    index + 1,
-                    crate::schema::value_kind(&value)
-                ),
-                None,
+            let found = crate::schema::value_kind(&value);
+            let msg = format!(
+                "call #{} should be a mapping with `tool` and `args`, found {found}",
+                index + 1
             );
+            self.call_error(index, None, "-", msg, None);
             return None;
         };
         let explicit_id = !matches!(m.get("id"), None | Some(Value::Null));
-        let id = match m.remove("id") {
-            None | Some(Value::Null) => default_id,
-            Some(Value::String(s)) => {
-                if let Err(e) = check_id(&s) {
-                    self.call_error(
-                        index,
-                        Some("id"),
-                        &s,
-                        format!("call #{}: {e}", index + 1),
-                        None,
-                    );
-                    return None;
-                }
-                s
-            }
-            Some(Value::Number(n)) => n.to_string(),
-            Some(other) => {
-                self.call_error(
-                    index,
-                    Some("id"),
-                    "id",
-                    format!(
-                        "call #{}: `id` should be a string, found {}",
-                        index + 1,
-                        crate::schema::value_kind(&other)
-                    ),
-                    None,
-                );
-                return None;
-            }
-        };
-        for k in m.keys() {
-            if !CALL_KEYS.contains(&k.as_str()) {
-                let hint = match k.as_str() {
-                    "name" | "function" => Some("the tool is named by `tool:`".to_string()),
-                    "arguments" | "input" | "params" => {
-                        Some("arguments go under `args:`".to_string())
-                    }
-                    _ => suggest(k, CALL_KEYS.iter().copied()),
-                };
-                self.call_error(
-                    index,
-                    None,
-                    k,
-                    format!("unknown field `{k}` in call `{id}`"),
-                    hint,
-                );
-            }
-        }
-        let tool = match m.get("tool") {
-            Some(Value::String(t)) if !t.is_empty() => t.clone(),
-            Some(other) if !other.is_string() => {
-                self.call_error(
-                    index,
-                    Some("tool"),
-                    "tool",
-                    format!(
-                        "call `{id}`: `tool` should be a string, found {}",
-                        crate::schema::value_kind(other)
-                    ),
-                    None,
-                );
-                return None;
-            }
-            _ => {
-                self.call_error(
-                    index,
-                    None,
-                    "-",
-                    format!("call `{id}` names no `tool`"),
-                    Some("add `tool: NAME`".into()),
-                );
-                return None;
-            }
-        };
-        let args = match m.remove("args") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(a)) => a,
-            Some(other) => {
-                self.call_error(
-                    index,
-                    Some("args"),
-                    "args",
-                    format!(
-                        "call `{id}`: `args` should be a mapping, found {}",
-                        crate::schema::value_kind(&other)
-                    ),
-                    None,
-                );
-                return None;
-            }
-        };
-        let (args, errors) = Args::compile(args);
-        for e in errors {
-            self.call_error(
-                index,
-                None,
-                &e.text,
-                format!("call `{id}`: {}", e.message),
-                None,
-            );
-        }
-        let after = match m.get("after") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => {
-                let mut out = Vec::new();
-                for x in a {
-                    match x.as_str() {
-                        Some(s) => out.push(s.to_string()),
-                        None => self.call_error(
-                            index,
-                            Some("after"),
-                            "after",
-                            format!(
-                                "call `{id}`: each entry of `after` should be a call id, found {x}"
-                            ),
-                            None,
-                        ),
-                    }
-                }
-                out
-            }
-            Some(other) => {
-                self.call_error(
-                    index,
-                    Some("after"),
-                    "after",
-                    format!(
-                        "call `{id}`: `after` should be a list of call ids, found {}",
-                        crate::schema::value_kind(other)
-                    ),
-                    None,
-                );
-                Vec::new()
-            }
-        };
+        let id = self.call_id(index, m.remove("id"))?;
+        self.check_call_keys(index, &m, &id);
+        let tool = self.call_tool(index, m.get("tool"), &id)?;
+        let args = self.call_args(index, m.remove("args"), &id)?;
+        let after = self.call_after(index, m.get("after"), &id);
         Some(Call {
             id,
             explicit_id,
@@ -705,6 +578,113 @@ impl Parser<'_> {
             args: std::sync::Arc::new(args),
             after,
         })
+    }
+
+    /// `id`, else `c1`, `c2`, … by position.
+    fn call_id(&mut self, index: usize, id: Option<Value>) -> Option<String> {
+        match id {
+            None | Some(Value::Null) => Some(format!("c{}", self.id_offset + index + 1)),
+            Some(Value::String(s)) => match check_id(&s) {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    let msg = format!("call #{}: {e}", index + 1);
+                    self.call_error(index, Some("id"), &s, msg, None);
+                    None
+                }
+            },
+            Some(Value::Number(n)) => Some(n.to_string()),
+            Some(other) => {
+                let found = crate::schema::value_kind(&other);
+                let msg = format!(
+                    "call #{}: `id` should be a string, found {found}",
+                    index + 1
+                );
+                self.call_error(index, Some("id"), "id", msg, None);
+                None
+            }
+        }
+    }
+
+    fn check_call_keys(&mut self, index: usize, m: &Map<String, Value>, id: &str) {
+        for k in m.keys() {
+            if CALL_KEYS.contains(&k.as_str()) {
+                continue;
+            }
+            let hint = match k.as_str() {
+                "name" | "function" => Some("the tool is named by `tool:`".to_string()),
+                "arguments" | "input" | "params" => Some("arguments go under `args:`".to_string()),
+                _ => suggest(k, CALL_KEYS.iter().copied()),
+            };
+            let msg = format!("unknown field `{k}` in call `{id}`");
+            self.call_error(index, None, k, msg, hint);
+        }
+    }
+
+    fn call_tool(&mut self, index: usize, tool: Option<&Value>, id: &str) -> Option<String> {
+        match tool {
+            Some(Value::String(t)) if !t.is_empty() => Some(t.clone()),
+            Some(other) if !other.is_string() => {
+                let found = crate::schema::value_kind(other);
+                let msg = format!("call `{id}`: `tool` should be a string, found {found}");
+                self.call_error(index, Some("tool"), "tool", msg, None);
+                None
+            }
+            _ => {
+                let msg = format!("call `{id}` names no `tool`");
+                self.call_error(index, None, "-", msg, Some("add `tool: NAME`".into()));
+                None
+            }
+        }
+    }
+
+    /// `args`, a mapping, with its references compiled.
+    fn call_args(&mut self, index: usize, args: Option<Value>, id: &str) -> Option<Args> {
+        let args = match args {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a,
+            Some(other) => {
+                let found = crate::schema::value_kind(&other);
+                let msg = format!("call `{id}`: `args` should be a mapping, found {found}");
+                self.call_error(index, Some("args"), "args", msg, None);
+                return None;
+            }
+        };
+        let (args, errors) = Args::compile(args);
+        for e in errors {
+            let msg = format!("call `{id}`: {}", e.message);
+            self.call_error(index, None, &e.text, msg, None);
+        }
+        Some(args)
+    }
+
+    /// `after`: one call id or a list of them.
+    fn call_after(&mut self, index: usize, after: Option<&Value>, id: &str) -> Vec<String> {
+        match after {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => {
+                let mut out = Vec::new();
+                for x in a {
+                    match x.as_str() {
+                        Some(s) => out.push(s.to_string()),
+                        None => {
+                            let msg = format!(
+                                "call `{id}`: each entry of `after` should be a call id, found {x}"
+                            );
+                            self.call_error(index, Some("after"), "after", msg, None)
+                        }
+                    }
+                }
+                out
+            }
+            Some(other) => {
+                let found = crate::schema::value_kind(other);
+                let msg =
+                    format!("call `{id}`: `after` should be a list of call ids, found {found}");
+                self.call_error(index, Some("after"), "after", msg, None);
+                Vec::new()
+            }
+        }
     }
 }
 
