@@ -39,165 +39,214 @@ struct Bucket {
     at: f64,
 }
 
-/// Simulate `plan`. Times are in seconds as f64 internally.
+/// Simulate the run: every call starts as soon as its phase has started, its edges resolved
+/// and its lanes (weights, rate tokens) allow, lowest call index first among ready calls that
+/// fit. Times are the tools' `expected` latencies.
 pub fn simulate(plan: &Plan) -> Estimate {
-    let n = plan.calls.len();
+    let mut sim = Sim::new(plan);
+    for phase in &plan.phases {
+        sim.run_phase(phase.start..phase.end);
+    }
+    sim.estimate()
+}
 
-    let est: Vec<f64> = plan
-        .calls
-        .iter()
-        .map(|c| c.estimate.as_secs_f64())
-        .collect();
-    let mut start = vec![0f64; n];
-    let mut end = vec![0f64; n];
+/// The simulation's state.
+struct Sim<'p> {
+    plan: &'p Plan,
+    est: Vec<f64>,
+    start: Vec<f64>,
+    end: Vec<f64>,
+    dependants: Vec<Vec<usize>>,
+    pending: Vec<usize>,
+    wave: Vec<usize>,
+    in_use: Vec<u64>,
+    buckets: Vec<Option<Bucket>>,
+    /// Ready calls grouped by lane signature; each group FIFO in call order.
+    group_sig: Vec<&'p [usize]>,
+    call_group: Vec<usize>,
+    groups: Vec<VecDeque<usize>>,
+    now: f64,
+    width: usize,
+    in_flight: usize,
+    /// (end time in ns, call)
+    running: BinaryHeap<Reverse<(u64, usize)>>,
+}
 
-    // Dependants and in-phase dependency counts.
-    let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut pending = vec![0usize; n];
-    for (p, c) in plan.calls.iter().enumerate() {
-        for e in &c.edges {
-            if plan.calls[e.from].phase == c.phase {
-                dependants[e.from].push(p);
-                pending[p] += 1;
+fn to_ns(s: f64) -> u64 {
+    (s * 1e9).round() as u64
+}
+
+impl<'p> Sim<'p> {
+    fn new(plan: &'p Plan) -> Sim<'p> {
+        let n = plan.calls.len();
+        let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut pending = vec![0usize; n];
+        for (p, c) in plan.calls.iter().enumerate() {
+            for e in &c.edges {
+                if plan.calls[e.from].phase == c.phase {
+                    dependants[e.from].push(p);
+                    pending[p] += 1;
+                }
             }
         }
+        let buckets = plan
+            .lanes
+            .iter()
+            .map(|l| {
+                l.rate.map(|r| {
+                    let burst = f64::from(l.burst.unwrap_or(r.count));
+                    Bucket {
+                        rate: r.per_second(),
+                        burst,
+                        tokens: burst,
+                        at: 0.0,
+                    }
+                })
+            })
+            .collect();
+        let mut group_of_sig: HashMap<&[usize], usize> = HashMap::new();
+        let mut group_sig: Vec<&[usize]> = Vec::new();
+        let call_group: Vec<usize> = plan
+            .calls
+            .iter()
+            .map(|c| {
+                *group_of_sig.entry(c.lanes.as_slice()).or_insert_with(|| {
+                    group_sig.push(c.lanes.as_slice());
+                    group_sig.len() - 1
+                })
+            })
+            .collect();
+        Sim {
+            plan,
+            est: plan
+                .calls
+                .iter()
+                .map(|c| c.estimate.as_secs_f64())
+                .collect(),
+            start: vec![0f64; n],
+            end: vec![0f64; n],
+            dependants,
+            pending,
+            wave: vec![0usize; n],
+            in_use: vec![0u64; plan.lanes.len()],
+            buckets,
+            groups: vec![VecDeque::new(); group_sig.len()],
+            group_sig,
+            call_group,
+            now: 0.0,
+            width: 0,
+            in_flight: 0,
+            running: BinaryHeap::new(),
+        }
     }
-    let mut wave = vec![0usize; n];
 
-    let mut in_use = vec![0u64; plan.lanes.len()];
-    let mut buckets: Vec<Option<Bucket>> = plan
-        .lanes
-        .iter()
-        .map(|l| {
-            l.rate.map(|r| {
-                let burst = f64::from(l.burst.unwrap_or(r.count));
-                Bucket {
-                    rate: r.per_second(),
-                    burst,
-                    tokens: burst,
-                    at: 0.0,
-                }
-            })
-        })
-        .collect();
-
-    // Ready calls grouped by lane signature; each group FIFO in call order.
-    let mut group_of_sig: HashMap<&[usize], usize> = HashMap::new();
-    let mut group_sig: Vec<&[usize]> = Vec::new();
-    let call_group: Vec<usize> = plan
-        .calls
-        .iter()
-        .map(|c| {
-            *group_of_sig.entry(c.lanes.as_slice()).or_insert_with(|| {
-                group_sig.push(c.lanes.as_slice());
-                group_sig.len() - 1
-            })
-        })
-        .collect();
-    let mut groups: Vec<VecDeque<usize>> = vec![VecDeque::new(); group_sig.len()];
-
-    let mut now = 0f64;
-    let mut width = 0usize;
-    let mut in_flight = 0usize;
-    // (end time in ns, call)
-    let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let to_ns = |s: f64| (s * 1e9).round() as u64;
-
-    for phase in &plan.phases {
-        // Calls of this phase, as positions in plan.calls.
-        let members: Vec<usize> = (phase.start..phase.end).collect();
+    /// One phase, to its last completion (the barrier before the next).
+    fn run_phase(&mut self, members: std::ops::Range<usize>) {
         let mut left = members.len();
-        for &p in &members {
-            if pending[p] == 0 {
-                groups[call_group[p]].push_back(p);
+        for p in members.clone() {
+            if self.pending[p] == 0 {
+                self.groups[self.call_group[p]].push_back(p);
             }
         }
         while left > 0 {
-            // Dispatch every ready call that fits, lowest call index first.
-            loop {
-                let mut best: Option<usize> = None;
-                for (g, q) in groups.iter().enumerate() {
-                    let Some(&head) = q.front() else { continue };
-                    let w = u64::from(plan.calls[head].weight);
-                    let fits = group_sig[g].iter().all(|&l| {
-                        plan.lanes[l]
-                            .limit
-                            .is_none_or(|lim| in_use[l] + w <= u64::from(lim))
-                    });
-                    if fits && best.is_none_or(|b| head < groups[b][0]) {
-                        best = Some(g);
-                    }
-                }
-                let Some(g) = best else { break };
-                let Some(p) = groups[g].pop_front() else {
-                    break;
-                };
-                let w = u64::from(plan.calls[p].weight);
-                let mut at = now;
-                for &l in group_sig[g] {
-                    in_use[l] += w;
-                    if let Some(b) = buckets[l].as_mut() {
-                        b.tokens = (b.tokens + (now - b.at) * b.rate).min(b.burst);
-                        b.at = now;
-                        b.tokens -= 1.0;
-                        if b.tokens < 0.0 {
-                            at = at.max(now + (-b.tokens) / b.rate);
-                        }
-                    }
-                }
-                start[p] = at;
-                end[p] = at + est[p];
-                in_flight += 1;
-                width = width.max(in_flight);
-                running.push(Reverse((to_ns(end[p]), p)));
-            }
-            // Advance to the next completion.
-            let Some(Reverse((t, p))) = running.pop() else {
+            while self.dispatch_one() {}
+            if !self.complete_next() {
                 break;
-            };
-            now = now.max(t as f64 / 1e9);
-            in_flight -= 1;
+            }
             left -= 1;
-            let w = u64::from(plan.calls[p].weight);
-            for &l in &plan.calls[p].lanes {
-                in_use[l] -= w;
-            }
-            for &d in &dependants[p] {
-                wave[d] = wave[d].max(wave[p] + 1);
-                pending[d] -= 1;
-                if pending[d] == 0 {
-                    groups[call_group[d]].push_back(d);
-                    // keep each group ordered by call index
-                    let q = &mut groups[call_group[d]];
-                    let mut i = q.len() - 1;
-                    while i > 0 && q[i - 1] > q[i] {
-                        q.swap(i - 1, i);
-                        i -= 1;
-                    }
-                }
-            }
         }
-        // Phase barrier: the next phase starts when this one has resolved.
-        if let Some(last) = members.iter().map(|&p| end[p]).reduce(f64::max) {
-            now = now.max(last);
+        if let Some(last) = members.map(|p| self.end[p]).reduce(f64::max) {
+            self.now = self.now.max(last);
         }
     }
 
-    let est_ns: Vec<u64> = est.iter().map(|&s| to_ns(s)).collect();
-    let (critical_path, critical_ns) = critical_path(plan, &est_ns);
-    let critical_path_time = critical_ns as f64 / 1e9;
+    /// Start the lowest-indexed ready call whose lanes have room; `false` when none fits.
+    fn dispatch_one(&mut self) -> bool {
+        let plan = self.plan;
+        let mut best: Option<usize> = None;
+        for (g, q) in self.groups.iter().enumerate() {
+            let Some(&head) = q.front() else { continue };
+            let w = u64::from(plan.calls[head].weight);
+            let fits = self.group_sig[g].iter().all(|&l| {
+                plan.lanes[l]
+                    .limit
+                    .is_none_or(|lim| self.in_use[l] + w <= u64::from(lim))
+            });
+            if fits && best.is_none_or(|b| head < self.groups[b][0]) {
+                best = Some(g);
+            }
+        }
+        let Some(g) = best else { return false };
+        let Some(p) = self.groups[g].pop_front() else {
+            return false;
+        };
+        let w = u64::from(plan.calls[p].weight);
+        let now = self.now;
+        let mut at = now;
+        for &l in self.group_sig[g] {
+            self.in_use[l] += w;
+            if let Some(b) = self.buckets[l].as_mut() {
+                b.tokens = (b.tokens + (now - b.at) * b.rate).min(b.burst);
+                b.at = now;
+                b.tokens -= 1.0;
+                if b.tokens < 0.0 {
+                    at = at.max(now + (-b.tokens) / b.rate);
+                }
+            }
+        }
+        self.start[p] = at;
+        self.end[p] = at + self.est[p];
+        self.in_flight += 1;
+        self.width = self.width.max(self.in_flight);
+        self.running.push(Reverse((to_ns(self.end[p]), p)));
+        true
+    }
 
-    let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
-    Estimate {
-        makespan: secs(end.iter().copied().fold(0.0, f64::max)),
-        start: start.into_iter().map(secs).collect(),
-        end: end.into_iter().map(secs).collect(),
-        wave,
-        critical_path,
-        critical_path_time: secs(critical_path_time),
-        width,
-        total_tool_time: secs(est.iter().sum()),
-        cost: plan.calls.iter().map(|c| c.cost).sum(),
+    /// Advance to the next completion and release what waited on it; `false` when nothing runs.
+    fn complete_next(&mut self) -> bool {
+        let Some(Reverse((t, p))) = self.running.pop() else {
+            return false;
+        };
+        self.now = self.now.max(t as f64 / 1e9);
+        self.in_flight -= 1;
+        let w = u64::from(self.plan.calls[p].weight);
+        for &l in &self.plan.calls[p].lanes {
+            self.in_use[l] -= w;
+        }
+        for i in 0..self.dependants[p].len() {
+            let d = self.dependants[p][i];
+            self.wave[d] = self.wave[d].max(self.wave[p] + 1);
+            self.pending[d] -= 1;
+            if self.pending[d] == 0 {
+                // Keep each group ordered by call index.
+                let q = &mut self.groups[self.call_group[d]];
+                q.push_back(d);
+                let mut i = q.len() - 1;
+                while i > 0 && q[i - 1] > q[i] {
+                    q.swap(i - 1, i);
+                    i -= 1;
+                }
+            }
+        }
+        true
+    }
+
+    fn estimate(self) -> Estimate {
+        let plan = self.plan;
+        let est_ns: Vec<u64> = self.est.iter().map(|&s| to_ns(s)).collect();
+        let (critical_path, critical_ns) = critical_path(plan, &est_ns);
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        Estimate {
+            makespan: secs(self.end.iter().copied().fold(0.0, f64::max)),
+            start: self.start.into_iter().map(secs).collect(),
+            end: self.end.into_iter().map(secs).collect(),
+            wave: self.wave,
+            critical_path,
+            critical_path_time: secs(critical_ns as f64 / 1e9),
+            width: self.width,
+            total_tool_time: secs(self.est.iter().sum()),
+            cost: plan.calls.iter().map(|c| c.cost).sum(),
+        }
     }
 }
 
