@@ -232,31 +232,7 @@ impl CommandTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        let mut cmd = self.command(inv)?;
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::failed(
-                ErrorKind::SpawnFailed,
-                format!(
-                    "cannot start `{}`: {e}",
-                    self.spec
-                        .argv
-                        .first()
-                        .map(|t| t.redacted())
-                        .unwrap_or_default()
-                ),
-            )
-        })?;
-        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        let mut guard = GroupGuard { pgid };
-
-        if let Some(mut stdin) = child.stdin.take() {
-            let body = serde_json::to_vec(inv.args()).unwrap_or_default();
-            // A tool that does not read stdin may close it early: that is not an error.
-            tokio::spawn(async move {
-                let _ = stdin.write_all(&body).await;
-                let _ = stdin.shutdown().await;
-            });
-        }
+        let (mut child, mut guard) = self.start(inv)?;
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
             return Err(Failure::failed(
@@ -343,8 +319,38 @@ impl CommandTool {
                 )),
             };
         }
+        Err(self.exit_failure(status, &err_tail))
+    }
+
+    /// Start the program in its own process group, its arguments written to stdin.
+    fn start(&self, inv: &Invocation) -> Result<(Child, GroupGuard), Failure> {
+        let mut cmd = self.command(inv)?;
+        let mut child = cmd.spawn().map_err(|e| {
+            let program = self.spec.argv.first().map(|t| t.redacted());
+            Failure::failed(
+                ErrorKind::SpawnFailed,
+                format!("cannot start `{}`: {e}", program.unwrap_or_default()),
+            )
+        })?;
+        let guard = GroupGuard {
+            pgid: child.id().and_then(|p| i32::try_from(p).ok()),
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = serde_json::to_vec(inv.args()).unwrap_or_default();
+            // A tool that does not read stdin may close it early: that is not an error.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        Ok((child, guard))
+    }
+
+    /// A non-zero exit (or death by a signal), with the tail of stderr; transient when the
+    /// status is one `retry_on_exit` names.
+    fn exit_failure(&self, status: std::process::ExitStatus, err_tail: &[u8]) -> Failure {
         let code = status.code();
-        let tail = String::from_utf8_lossy(&err_tail);
+        let tail = String::from_utf8_lossy(err_tail);
         let tail = tail.trim();
         let tail: String = if tail.len() > STDERR_TAIL {
             let mut start = tail.len() - STDERR_TAIL;
@@ -367,12 +373,12 @@ impl CommandTool {
         } else {
             format!("tool `{}` {how}: {tail}", self.name)
         };
-        Err(Failure::Failed {
+        Failure::Failed {
             kind: ErrorKind::ExitStatus,
             message,
             transient: code.is_some_and(|c| self.spec.retry_on_exit.contains(&c)),
             retry_after: None,
-        })
+        }
     }
 }
 
