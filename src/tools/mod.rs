@@ -12,12 +12,8 @@
 //! and the scheduler invokes [`ToolImpl`]s. Kinds use the manifest's TOML [`Reader`] and the
 //! plan's call data; they never touch the scheduler, lanes or reporters.
 
-mod command;
-pub mod http;
 mod invoke;
 mod kind;
-pub mod mcp;
-mod scripted;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +30,13 @@ use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::{Manifest, Tool};
 
-/// The registry: one line a kind, `Variant(settings type)`.
+/// The registry: one line a kind — its module (declared here), its variant and its settings
+/// type.
 macro_rules! kinds {
-    ($($variant:ident($spec:ty)),* $(,)?) => {
+    ($($vis:vis mod $module:ident => $variant:ident($spec:ident)),* $(,)?) => {
+        $($vis mod $module;)*
+        $(use $module::$spec;)*
+
         /// A tool's kind and its own settings.
         #[derive(Debug, Clone)]
         pub enum ToolKind {
@@ -159,8 +159,8 @@ macro_rules! kinds {
 }
 
 kinds! {
-    Command(command::CommandSpec),
-    Http(http::HttpSpec),
-    Mcp(mcp::McpSpec),
-    Scripted(scripted::ScriptedSpec),
+    mod command => Command(CommandSpec),
+    pub mod http => Http(HttpSpec),
+    pub mod mcp => Mcp(McpSpec),
+    mod scripted => Scripted(ScriptedSpec),
 }
