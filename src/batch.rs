@@ -144,14 +144,7 @@ impl Batch {
         };
         let mut batch = Batch {
             file: file.clone(),
-            tenant: None,
-            concurrency: Narrowing::default(),
-            on_tool_error: None,
-            run_deadline: None,
-            tool_call_deadline: None,
-            max_cost: None,
-            calls: Vec::new(),
-            locator: Locator::default(),
+            ..Batch::empty("")
         };
         let calls = match value {
             Value::Array(calls) => calls,
