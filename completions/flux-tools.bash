@@ -356,7 +356,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__plan)
-            opts="-q -h --format --tenant --input-format --max-concurrent-tools --manifest --quiet --color --help"
+            opts="-q -h --format --tenant --input-format --literal --max-concurrent-tools --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -371,7 +371,7 @@ _flux__tools() {
                     return 0
                     ;;
                 --input-format)
-                    COMPREPLY=($(compgen -W "auto batch jsonl openai anthropic" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto batch jsonl openai openai-responses anthropic gemini" -- "${cur}"))
                     return 0
                     ;;
                 --max-concurrent-tools)
@@ -420,7 +420,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --format --tenant --input-format --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
+            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -435,7 +435,7 @@ _flux__tools() {
                     return 0
                     ;;
                 --input-format)
-                    COMPREPLY=($(compgen -W "auto batch jsonl openai anthropic" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto batch jsonl openai openai-responses anthropic gemini" -- "${cur}"))
                     return 0
                     ;;
                 --max-concurrent-tools)
@@ -491,7 +491,7 @@ _flux__tools() {
                     return 0
                     ;;
                 --emit)
-                    COMPREPLY=($(compgen -W "openai anthropic" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "openai openai-responses anthropic gemini" -- "${cur}"))
                     return 0
                     ;;
                 --max-processes)

@@ -43,11 +43,13 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 
 json\t''
 jsonl\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s reply (openai, openai-responses, anthropic, gemini)' -r -f -a "auto\t'Detect the model shapes below; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
 jsonl\t'JSON Lines: one call object per line'
-openai\t''
-anthropic\t''"
+openai\t'OpenAI chat completions'
+openai-responses\t'The OpenAI Responses API'
+anthropic\t'Anthropic Messages'
+gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-error -d 'What a failed call does to the run' -r -f -a "surface\t'A failed call loses only itself'
 fail_run\t'The first failure ends the run (`fail_run`; `fail-run` is accepted too)'"
@@ -63,14 +65,17 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l trace -d '
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l emit -d 'Write the results as messages to send back to the model: `openai` (an array of tool messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream' -r -f -a "openai\t''
-anthropic\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l emit -d 'Write the results as the messages to send back to the model: openai (tool messages), openai-responses (function_call_output items), anthropic (one user message of tool_result blocks), gemini (one content of functionResponse parts); one per line with --stream' -r -f -a "openai\t'OpenAI chat completions: tool messages'
+openai-responses\t'OpenAI Responses API: `function_call_output` items'
+anthropic\t'Anthropic Messages: `tool_result` blocks in a user message'
+gemini\t'Google Gemini: `functionResponse` parts in a user content'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-processes -d 'The most command calls in flight at once [default: derived from ulimit -n and -u]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l literal -d 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model\'s reply is always read so)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
@@ -81,16 +86,19 @@ jsonl\t'The same JSON on one line'
 dot\t'Graphviz'
 mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s response (openai, anthropic)' -r -f -a "auto\t'Detect OpenAI and Anthropic shapes; otherwise a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s reply (openai, openai-responses, anthropic, gemini)' -r -f -a "auto\t'Detect the model shapes below; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
 jsonl\t'JSON Lines: one call object per line'
-openai\t''
-anthropic\t''"
+openai\t'OpenAI chat completions'
+openai-responses\t'The OpenAI Responses API'
+anthropic\t'Anthropic Messages'
+gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l literal -d 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model\'s reply is always read so)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -l format -d 'Output format [default: table]' -r -f -a "table\t''

@@ -45,6 +45,9 @@ pub struct Call {
     /// Shared with the plan, which keeps them for dispatch.
     pub args: std::sync::Arc<Args>,
     pub after: Vec<String>,
+    /// Why a model's call cannot be made (its arguments are not a JSON object, …): it is
+    /// answered as `invalid_call` and never dispatched.
+    pub invalid: Option<String>,
 }
 
 /// A parsed batch.
@@ -59,6 +62,20 @@ pub struct Batch {
     pub max_cost: Option<f64>,
     pub calls: Vec<Call>,
     pub locator: Locator,
+    /// The calls came from a model's reply: each problem with one of them costs only that
+    /// call (an `invalid_call` result), not the batch.
+    pub from_model: bool,
+}
+
+/// How to read a batch's text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading {
+    pub format: InputFormat,
+    /// Arguments are data: no `${…}` references, no `$${` escapes (`--literal`; always so for
+    /// a model's reply).
+    pub literal: bool,
+    /// Default ids count on from here (a stream's later chunks).
+    pub id_offset: usize,
 }
 
 const DOC_KEYS: &[&str] = &[
@@ -112,6 +129,7 @@ impl Batch {
             max_cost: None,
             calls: Vec::new(),
             locator: Default::default(),
+            from_model: false,
         }
     }
 
@@ -120,27 +138,37 @@ impl Batch {
         Batch::parse_as(file, InputFormat::Auto)
     }
 
-    /// Parse batch text of the given format (`Auto` detects OpenAI and Anthropic shapes).
+    /// Parse batch text of the given format (`Auto` detects the model shapes).
     pub fn parse_as(
         file: SourceFile,
         format: InputFormat,
     ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
-        Batch::parse_chunk(file, format, 0)
+        Batch::parse_with(
+            file,
+            Reading {
+                format,
+                ..Reading::default()
+            },
+        )
     }
 
-    /// Parse one chunk of a stream whose earlier chunks held `id_offset` calls.
-    pub fn parse_chunk(
+    /// Parse batch text as `reading` says. A model's reply becomes its calls, each kept as
+    /// sent; anything else is a batch, checked whole.
+    pub fn parse_with(
         file: SourceFile,
-        format: InputFormat,
-        id_offset: usize,
+        reading: Reading,
     ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         let text = file.text.clone();
-        let (value, jsonl) = read_value(&file, format)?;
+        let (value, jsonl) = match read_input(&file, reading.format)? {
+            Input::Reply(reply) => return Ok(Batch::from_reply(file, reply)),
+            Input::Batch(value, jsonl) => (value, jsonl),
+        };
         let mut p = Parser {
             file: &file,
             diags: Vec::new(),
             locator: Locator::default(),
-            id_offset,
+            id_offset: reading.id_offset,
+            literal: reading.literal,
         };
         let mut batch = Batch {
             file: file.clone(),
@@ -181,6 +209,48 @@ impl Batch {
         Ok((batch, diags))
     }
 
+    /// A model's reply as a batch: its calls in order, ids as the provider sent them (else
+    /// `c1`, `c2`, …), arguments literal.
+    fn from_reply(file: SourceFile, reply: model_formats::Reply) -> (Batch, Vec<Diagnostic>) {
+        let mut notes: Vec<Diagnostic> = reply
+            .notes
+            .into_iter()
+            .map(|n| Diagnostic::warning(n).in_file(&file.name))
+            .collect();
+        if reply.calls.is_empty() {
+            notes.push(
+                Diagnostic::warning("the reply asks for no tool calls: nothing to run")
+                    .in_file(&file.name),
+            );
+        }
+        let calls = reply
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, mc)| {
+                let (args, invalid) = match mc.args {
+                    Ok(m) => (Args::literal(m), None),
+                    Err(why) => (Args::default(), Some(why)),
+                };
+                Call {
+                    explicit_id: mc.id.is_some(),
+                    id: mc.id.unwrap_or_else(|| format!("c{}", i + 1)),
+                    tool: mc.tool,
+                    args: std::sync::Arc::new(args),
+                    after: Vec::new(),
+                    invalid,
+                }
+            })
+            .collect();
+        let batch = Batch {
+            file,
+            calls,
+            from_model: true,
+            ..Batch::empty("")
+        };
+        (batch, notes)
+    }
+
     /// The location of `needle` in call `index` (after `key`), falling back to the call's start.
     pub fn locate(
         &self,
@@ -201,17 +271,24 @@ impl Batch {
     }
 }
 
-/// The batch text as one value — the calls of JSON Lines as an array (`true`), a YAML/JSON
-/// document, or a model's reply turned into an array of calls.
-fn read_value(file: &SourceFile, format: InputFormat) -> Result<(Value, bool), Vec<Diagnostic>> {
+/// What a batch's text holds.
+enum Input {
+    /// A batch: a document, a sequence, or the calls of JSON Lines (`true`).
+    Batch(Value, bool),
+    /// A model's reply.
+    Reply(model_formats::Reply),
+}
+
+/// Read the text as JSON Lines, YAML/JSON, or a model's reply.
+fn read_input(file: &SourceFile, format: InputFormat) -> Result<Input, Vec<Diagnostic>> {
     let text = &file.text;
     let lines = if format == InputFormat::Jsonl {
         Some(parse_jsonl_lines(text))
     } else {
         parse_jsonl(text)
     };
-    let (value, jsonl) = match lines {
-        Some(Ok(calls)) => (Value::Array(calls), true),
+    let value = match lines {
+        Some(Ok(calls)) => return Ok(Input::Batch(Value::Array(calls), true)),
         Some(Err((line, msg))) => {
             let loc = file.location_at(line, 1, 1);
             let d = Diagnostic::error(format!("invalid JSON Lines: {msg}")).at(Some(loc));
@@ -219,7 +296,7 @@ fn read_value(file: &SourceFile, format: InputFormat) -> Result<(Value, bool), V
         }
         None => {
             match yaml::parse(text) {
-                Ok(v) => (v, false),
+                Ok(v) => v,
                 Err(e) => {
                     let loc = e.line.map(|l| file.location_at(l, e.col.unwrap_or(1), 1));
                     let d = Diagnostic::error(format!("invalid batch: {}", e.message))
@@ -231,29 +308,30 @@ fn read_value(file: &SourceFile, format: InputFormat) -> Result<(Value, bool), V
             }
         }
     };
-    if jsonl
-        || !matches!(
-            format,
-            InputFormat::Openai | InputFormat::Anthropic | InputFormat::Auto
-        )
-    {
-        return Ok((value, jsonl));
-    }
-    let shape = if format == InputFormat::Auto {
-        model_formats::detect(&value)
-    } else {
-        Some(format)
-    };
-    let converted = match shape {
-        Some(InputFormat::Openai) => Some(model_formats::from_openai(&value)),
-        Some(InputFormat::Anthropic) => Some(model_formats::from_anthropic(&value)),
+    let detected = model_formats::detect(&value);
+    let shape = match format {
+        InputFormat::Auto => detected,
+        f if f.is_model() => match detected {
+            Some(d) if d != f => {
+                let d = Diagnostic::error(format!(
+                    "the input is {} reply, not {} (--input-format)",
+                    d.provider(),
+                    f.provider()
+                ))
+                .in_file(&file.name)
+                .hint("leave --input-format out to detect the shape, or name the right one");
+                return Err(vec![d]);
+            }
+            _ => Some(f),
+        },
         _ => None,
     };
-    match converted {
-        Some(Ok(calls)) => Ok((Value::Array(calls), false)),
-        Some(Err(e)) => Err(vec![Diagnostic::error(e).in_file(&file.name)]),
-        None => Ok((value, false)),
-    }
+    let Some(shape) = shape else {
+        return Ok(Input::Batch(value, false));
+    };
+    model_formats::read(shape, &value)
+        .map(Input::Reply)
+        .map_err(|e| vec![Diagnostic::error(e).in_file(&file.name)])
 }
 
 /// JSON Lines as asked for (`--input-format jsonl`): every non-empty line one JSON value.
@@ -307,6 +385,8 @@ struct Parser<'a> {
     locator: Locator,
     /// Default ids count from here (a chunk of a stream continues its predecessors' numbering).
     id_offset: usize,
+    /// `--literal`: arguments are data, no references.
+    literal: bool,
 }
 
 impl Parser<'_> {
@@ -570,6 +650,7 @@ impl Parser<'_> {
             tool,
             args: std::sync::Arc::new(args),
             after,
+            invalid: None,
         })
     }
 
@@ -642,6 +723,9 @@ impl Parser<'_> {
                 return None;
             }
         };
+        if self.literal {
+            return Some(Args::literal(args));
+        }
         let (args, errors) = Args::compile(args);
         for e in errors {
             let msg = format!("call `{id}`: {}", e.message);

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::batch::OnToolError;
 use crate::model_formats::InputFormat;
+pub use crate::report::emit::Emit;
 use crate::run::gate::Approvals;
 
 /// Run a batch of agent tool calls concurrently inside declared lanes, with call-ordered,
@@ -92,9 +93,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub tenant: Option<String>,
 
-    /// What the input is: a batch, JSON Lines, or a model's response (openai, anthropic)
+    /// What the input is: a batch, JSON Lines, or a model's reply (openai, openai-responses, anthropic, gemini)
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub input_format: InputFormat,
+
+    /// Arguments are data: no `${…}` references or `$${` escapes in the batch (a model's
+    /// reply is always read so)
+    #[arg(long)]
+    pub literal: bool,
 
     /// Narrow the turn lane (never widens the manifest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -154,8 +160,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "ANSWER", value_parser = Approvals::parse)]
     pub approve: Option<Approvals>,
 
-    /// Write the results as messages to send back to the model: `openai` (an array of tool
-    /// messages) or `anthropic` (one user message of tool_result blocks); JSON lines with --stream
+    /// Write the results as the messages to send back to the model: openai (tool messages),
+    /// openai-responses (function_call_output items), anthropic (one user message of
+    /// tool_result blocks), gemini (one content of functionResponse parts); one per line with
+    /// --stream
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
 
@@ -183,9 +191,14 @@ pub struct PlanArgs {
     #[arg(long)]
     pub tenant: Option<String>,
 
-    /// What the input is: a batch, JSON Lines, or a model's response (openai, anthropic)
+    /// What the input is: a batch, JSON Lines, or a model's reply (openai, openai-responses, anthropic, gemini)
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub input_format: InputFormat,
+
+    /// Arguments are data: no `${…}` references or `$${` escapes in the batch (a model's
+    /// reply is always read so)
+    #[arg(long)]
+    pub literal: bool,
 
     /// Narrow the turn lane (never widens the manifest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -244,12 +257,6 @@ impl LaneStoreChoice {
             _ => Err("use local, memory or redis://HOST:PORT[/DB]".into()),
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Emit {
-    Openai,
-    Anthropic,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

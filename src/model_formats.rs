@@ -1,90 +1,255 @@
-//! Tool calls as model APIs produce them: an OpenAI chat-completions response (a whole
-//! response, a choice, or an assistant message with `tool_calls[].function.{name,arguments}`,
-//! where `arguments` is a JSON string) or an Anthropic Messages response (a whole response or
-//! a content list with `tool_use` blocks). Both become ordinary calls, keeping the model's call
-//! ids as result ids so the answers can be sent straight back.
+//! Tool calls as model APIs produce them, read into [`ModelCall`]s: an OpenAI chat completion
+//! (a whole response, a choice, or an assistant message with `tool_calls`), an OpenAI
+//! Responses API response (`output` items of type `function_call`), an Anthropic Messages
+//! response (or its content list, `tool_use` blocks), or a Google Gemini response
+//! (`candidates[0].content.parts[].functionCall`, or that content).
+//!
+//! A model's reply is data, never a batch: its ids are opaque and kept byte for byte, its
+//! arguments reach the tool exactly as sent (no `${…}` references), a reply with no tool calls
+//! is zero calls, and a call that cannot be made (arguments that are not a JSON object, no
+//! name) is kept as a call with the reason, so it is answered like every other.
 
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 
 /// `--input-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum InputFormat {
-    /// Detect OpenAI and Anthropic shapes; otherwise a batch.
+    /// Detect the model shapes below; otherwise a batch.
     #[default]
     Auto,
     /// A batch document, a sequence of calls, or JSON.
     Batch,
     /// JSON Lines: one call object per line.
     Jsonl,
+    /// OpenAI chat completions.
     Openai,
+    /// The OpenAI Responses API.
+    OpenaiResponses,
+    /// Anthropic Messages.
     Anthropic,
+    /// Google Gemini (generateContent).
+    Gemini,
+}
+
+impl InputFormat {
+    /// The provider's API, for messages ("an OpenAI chat completion").
+    pub fn provider(self) -> &'static str {
+        match self {
+            InputFormat::Openai => "an OpenAI chat completion",
+            InputFormat::OpenaiResponses => "an OpenAI Responses API",
+            InputFormat::Anthropic => "an Anthropic Messages",
+            InputFormat::Gemini => "a Google Gemini",
+            InputFormat::Auto | InputFormat::Batch | InputFormat::Jsonl => "a batch",
+        }
+    }
+
+    /// A model's reply (as opposed to a batch written for flux-tools).
+    pub fn is_model(self) -> bool {
+        matches!(
+            self,
+            InputFormat::Openai
+                | InputFormat::OpenaiResponses
+                | InputFormat::Anthropic
+                | InputFormat::Gemini
+        )
+    }
+}
+
+/// One tool call as the model sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    /// The provider's call id, byte for byte (`None`: it gave none, as Gemini may not).
+    pub id: Option<String>,
+    /// The tool's name as the model wrote it.
+    pub tool: String,
+    /// The arguments, or why they cannot be used (answered as an `invalid_call`).
+    pub args: Result<Map<String, Value>, String>,
+}
+
+/// What a model's reply asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reply {
+    pub calls: Vec<ModelCall>,
+    /// Things worth a line on stderr (choices that were ignored).
+    pub notes: Vec<String>,
 }
 
 /// Which model shape `v` has, if any.
 pub fn detect(v: &Value) -> Option<InputFormat> {
-    let is_anthropic_block = |b: &Value| b["type"] == "tool_use";
     match v {
-        Value::Object(m) if m.contains_key("choices") || m.contains_key("tool_calls") => {
-            Some(InputFormat::Openai)
-        }
-        Value::Object(m)
-            if m.get("message")
-                .is_some_and(|x| x.get("tool_calls").is_some()) =>
-        {
-            Some(InputFormat::Openai)
-        }
-        Value::Object(m)
-            if m.get("content")
-                .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(is_anthropic_block)) =>
-        {
+        Value::Object(m) => detect_object(m),
+        Value::Array(a) if !a.is_empty() && a.iter().all(is_anthropic_block) => {
             Some(InputFormat::Anthropic)
         }
-        Value::Array(a) if !a.is_empty() && a.iter().any(is_anthropic_block) => {
-            Some(InputFormat::Anthropic)
+        Value::Array(a) if !a.is_empty() && a.iter().all(is_responses_item) => {
+            Some(InputFormat::OpenaiResponses)
         }
         _ => None,
     }
 }
 
-/// Calls from an OpenAI response, choice or assistant message.
-pub fn from_openai(v: &Value) -> Result<Vec<Value>, String> {
-    let message = if let Some(choices) = v.get("choices").and_then(Value::as_array) {
-        let first = choices.first().ok_or("the response has no choices")?;
-        &first["message"]
-    } else if v.get("message").is_some() {
-        &v["message"]
-    } else {
-        v
-    };
-    let calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .ok_or("the message has no tool_calls")?;
-    let mut out = Vec::with_capacity(calls.len());
-    for (i, c) in calls.iter().enumerate() {
-        let id = c["id"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("c{}", i + 1));
-        let name = c["function"]["name"]
-            .as_str()
-            .ok_or_else(|| format!("tool call `{id}` has no function.name"))?;
-        let args = match &c["function"]["arguments"] {
-            Value::String(s) if s.trim().is_empty() => json!({}),
-            Value::String(s) => serde_json::from_str::<Value>(s).map_err(|e| {
-                format!("tool call `{id}` ({name}): the model's arguments are not valid JSON: {e}")
-            })?,
-            Value::Null => json!({}),
-            other => other.clone(),
-        };
-        out.push(json!({"id": id, "tool": name, "args": args}));
+fn detect_object(m: &Map<String, Value>) -> Option<InputFormat> {
+    let role = m.get("role").and_then(Value::as_str);
+    let content = m.get("content");
+    if m.contains_key("choices") || m.contains_key("tool_calls") {
+        return Some(InputFormat::Openai);
     }
-    Ok(out)
+    if m.get("message").is_some_and(|x| {
+        x.get("tool_calls").is_some() || x.get("role").and_then(Value::as_str) == Some("assistant")
+    }) {
+        return Some(InputFormat::Openai);
+    }
+    if m.get("object").and_then(Value::as_str) == Some("response")
+        || m.get("output").and_then(Value::as_array).is_some()
+    {
+        return Some(InputFormat::OpenaiResponses);
+    }
+    if m.contains_key("candidates") || (m.contains_key("parts") && role == Some("model")) {
+        return Some(InputFormat::Gemini);
+    }
+    let anthropic = m.get("type").and_then(Value::as_str) == Some("message")
+        || content
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty() && a.iter().all(is_anthropic_block));
+    if anthropic {
+        return Some(InputFormat::Anthropic);
+    }
+    if role == Some("assistant") && content.is_none_or(|c| c.is_string() || c.is_null()) {
+        return Some(InputFormat::Openai);
+    }
+    None
 }
 
-/// Calls from an Anthropic response or content list (`tool_use` blocks; text blocks ignored).
-pub fn from_anthropic(v: &Value) -> Result<Vec<Value>, String> {
+fn is_anthropic_block(b: &Value) -> bool {
+    matches!(
+        b.get("type").and_then(Value::as_str),
+        Some("text" | "tool_use" | "thinking" | "redacted_thinking" | "server_tool_use")
+    )
+}
+
+fn is_responses_item(b: &Value) -> bool {
+    matches!(
+        b.get("type").and_then(Value::as_str),
+        Some("function_call" | "message" | "reasoning")
+    )
+}
+
+/// Read a reply of shape `format` (never `Auto`, `Batch` or `Jsonl`).
+pub fn read(format: InputFormat, v: &Value) -> Result<Reply, String> {
+    match format {
+        InputFormat::Openai => from_openai(v),
+        InputFormat::OpenaiResponses => from_responses(v),
+        InputFormat::Anthropic => from_anthropic(v),
+        InputFormat::Gemini => from_gemini(v),
+        InputFormat::Auto | InputFormat::Batch | InputFormat::Jsonl => {
+            Err("not a model's reply".into())
+        }
+    }
+}
+
+/// The first of several alternatives, with a note that the others were ignored.
+fn first_of<'v>(list: &'v [Value], what: &str, notes: &mut Vec<String>) -> Option<&'v Value> {
+    if list.len() > 1 {
+        notes.push(format!(
+            "the reply has {} {what}s; {what} 0 ran and the others were ignored",
+            list.len()
+        ));
+    }
+    list.first()
+}
+
+/// Arguments sent as a JSON string (OpenAI): an object, or why not.
+fn args_from_text(text: &Value) -> Result<Map<String, Value>, String> {
+    match text {
+        Value::Null => Ok(Map::new()),
+        Value::String(s) if s.trim().is_empty() => Ok(Map::new()),
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(v) => args_object(v),
+            Err(e) => Err(format!("the model's arguments are not valid JSON: {e}")),
+        },
+        other => args_object(other.clone()),
+    }
+}
+
+/// Arguments as an object, or why not.
+fn args_object(v: Value) -> Result<Map<String, Value>, String> {
+    match v {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        other => Err(format!(
+            "the model's arguments are {}, not a JSON object",
+            crate::schema::value_kind(&other)
+        )),
+    }
+}
+
+fn name_of(v: &Value) -> Result<String, String> {
+    match v.as_str() {
+        Some(n) => Ok(n.to_string()),
+        None => Err("the call has no tool name".into()),
+    }
+}
+
+/// Calls from an OpenAI chat completion, choice or assistant message.
+pub fn from_openai(v: &Value) -> Result<Reply, String> {
+    let mut reply = Reply::default();
+    let message = match v.get("choices").and_then(Value::as_array) {
+        Some(choices) => match first_of(choices, "choice", &mut reply.notes) {
+            Some(choice) => &choice["message"],
+            None => return Ok(reply),
+        },
+        None if v.get("message").is_some() => &v["message"],
+        None => v,
+    };
+    let Some(calls) = message.get("tool_calls").and_then(Value::as_array) else {
+        return Ok(reply);
+    };
+    for c in calls {
+        let id = c.get("id").and_then(Value::as_str).map(str::to_string);
+        let (tool, args) = match c.get("type").and_then(Value::as_str) {
+            Some("custom") => (
+                c["custom"]["name"].as_str().unwrap_or_default().to_string(),
+                Err(
+                    "custom (free-text) tool calls are not supported; declare a function tool"
+                        .into(),
+                ),
+            ),
+            _ => match name_of(&c["function"]["name"]) {
+                Ok(name) => (name, args_from_text(&c["function"]["arguments"])),
+                Err(e) => (String::new(), Err(e)),
+            },
+        };
+        reply.calls.push(ModelCall { id, tool, args });
+    }
+    Ok(reply)
+}
+
+/// Calls from an OpenAI Responses API response (or its `output` list).
+pub fn from_responses(v: &Value) -> Result<Reply, String> {
+    let items = match v {
+        Value::Array(a) => a,
+        _ => v
+            .get("output")
+            .and_then(Value::as_array)
+            .ok_or("the response has no `output` list")?,
+    };
+    let mut reply = Reply::default();
+    for item in items.iter().filter(|i| i["type"] == "function_call") {
+        let id = item
+            .get("call_id")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let (tool, args) = match name_of(&item["name"]) {
+            Ok(name) => (name, args_from_text(&item["arguments"])),
+            Err(e) => (String::new(), Err(e)),
+        };
+        reply.calls.push(ModelCall { id, tool, args });
+    }
+    Ok(reply)
+}
+
+/// Calls from an Anthropic Messages response or content list (`tool_use` blocks).
+pub fn from_anthropic(v: &Value) -> Result<Reply, String> {
     let blocks = match v {
         Value::Array(a) => a,
         Value::Object(m) => m
@@ -93,20 +258,60 @@ pub fn from_anthropic(v: &Value) -> Result<Vec<Value>, String> {
             .ok_or("the message has no content list")?,
         _ => return Err("expected a Messages response or a content list".into()),
     };
-    Ok(blocks
-        .iter()
-        .filter(|b| b["type"] == "tool_use")
-        .enumerate()
-        .map(|(i, b)| {
-            let id = b["id"].as_str().map(str::to_string).unwrap_or_else(|| format!("c{}", i + 1));
-            json!({"id": id, "tool": b["name"], "args": b.get("input").cloned().unwrap_or_else(|| json!({}))})
-        })
-        .collect())
+    let mut reply = Reply::default();
+    for b in blocks.iter().filter(|b| b["type"] == "tool_use") {
+        let id = b.get("id").and_then(Value::as_str).map(str::to_string);
+        let (tool, args) = match name_of(&b["name"]) {
+            Ok(name) => (
+                name,
+                args_object(b.get("input").cloned().unwrap_or(Value::Null)),
+            ),
+            Err(e) => (String::new(), Err(e)),
+        };
+        reply.calls.push(ModelCall { id, tool, args });
+    }
+    Ok(reply)
+}
+
+/// Calls from a Gemini response (`candidates`) or one content (`parts`).
+pub fn from_gemini(v: &Value) -> Result<Reply, String> {
+    let mut reply = Reply::default();
+    let content = match v.get("candidates").and_then(Value::as_array) {
+        Some(candidates) => match first_of(candidates, "candidate", &mut reply.notes) {
+            Some(c) => &c["content"],
+            None => return Ok(reply),
+        },
+        None => v,
+    };
+    let Some(parts) = content.get("parts").and_then(Value::as_array) else {
+        return Ok(reply);
+    };
+    for call in parts.iter().filter_map(|p| p.get("functionCall")) {
+        let id = call.get("id").and_then(Value::as_str).map(str::to_string);
+        let (tool, args) = match name_of(&call["name"]) {
+            Ok(name) => (
+                name,
+                args_object(call.get("args").cloned().unwrap_or(Value::Null)),
+            ),
+            Err(e) => (String::new(), Err(e)),
+        };
+        reply.calls.push(ModelCall { id, tool, args });
+    }
+    Ok(reply)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn call(id: &str, tool: &str, args: Value) -> ModelCall {
+        ModelCall {
+            id: Some(id.into()),
+            tool: tool.into(),
+            args: Ok(args.as_object().cloned().unwrap_or_default()),
+        }
+    }
 
     #[test]
     fn openai_shapes_become_calls() {
@@ -117,39 +322,106 @@ mod tests {
         let response = json!({"choices": [{"index": 0, "message": msg.clone(), "finish_reason": "tool_calls"}]});
         for v in [&msg, &response, &response["choices"][0]] {
             assert_eq!(detect(v), Some(InputFormat::Openai));
-            let calls = from_openai(v).unwrap();
+            let reply = from_openai(v).unwrap();
             assert_eq!(
-                calls[0],
-                json!({"id": "call_1", "tool": "search", "args": {"query": "x"}})
+                reply.calls[0],
+                call("call_1", "search", json!({"query": "x"}))
             );
-            assert_eq!(calls[1]["tool"], "db.getOrders");
+            assert_eq!(reply.calls[1].tool, "db.getOrders");
         }
     }
 
     #[test]
-    fn invalid_argument_json_names_the_call() {
-        let v = json!({"tool_calls": [{"id": "call_9", "function": {"name": "search", "arguments": "{\"query\": "}}]});
-        let e = from_openai(&v).unwrap_err();
-        assert!(e.contains("call_9") && e.contains("not valid JSON"), "{e}");
+    fn a_bad_call_is_kept_with_its_reason() {
+        let v = json!({"tool_calls": [
+            {"id": "call_9", "function": {"name": "search", "arguments": "{\"query\": "}},
+            {"id": "call.x/y", "function": {"name": "search", "arguments": "[1]"}},
+            {"id": "call_ok", "function": {"name": "search", "arguments": "{}"}}
+        ]});
+        let reply = from_openai(&v).unwrap();
+        assert!(reply.calls[0]
+            .args
+            .as_ref()
+            .unwrap_err()
+            .contains("not valid JSON"));
+        assert!(reply.calls[1]
+            .args
+            .as_ref()
+            .unwrap_err()
+            .contains("an array"));
+        assert_eq!(reply.calls[1].id.as_deref(), Some("call.x/y"));
+        assert!(reply.calls[2].args.is_ok());
     }
 
     #[test]
-    fn anthropic_shapes_become_calls() {
+    fn no_tool_calls_is_zero_calls_in_every_format() {
+        let openai = [
+            json!({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}),
+            json!({"choices": [{"message": {"role": "assistant", "content": "hi", "tool_calls": null}}]}),
+            json!({"choices": [{"message": {"role": "assistant", "content": "hi", "tool_calls": []}}]}),
+            json!({"role": "assistant", "content": "hi"}),
+        ];
+        for v in &openai {
+            assert_eq!(detect(v), Some(InputFormat::Openai), "{v}");
+            assert!(from_openai(v).unwrap().calls.is_empty());
+        }
+        let anthropic = json!({"type": "message", "role": "assistant", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Done."}]});
+        assert_eq!(detect(&anthropic), Some(InputFormat::Anthropic));
+        assert!(from_anthropic(&anthropic).unwrap().calls.is_empty());
+        let responses =
+            json!({"object": "response", "output": [{"type": "message", "content": []}]});
+        assert_eq!(detect(&responses), Some(InputFormat::OpenaiResponses));
+        assert!(from_responses(&responses).unwrap().calls.is_empty());
+        let gemini =
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}}]});
+        assert_eq!(detect(&gemini), Some(InputFormat::Gemini));
+        assert!(from_gemini(&gemini).unwrap().calls.is_empty());
+    }
+
+    #[test]
+    fn several_choices_run_the_first_and_say_so() {
+        let v = json!({"choices": [
+            {"message": {"tool_calls": [{"id": "a", "function": {"name": "t", "arguments": "{}"}}]}},
+            {"message": {"tool_calls": [{"id": "b", "function": {"name": "t", "arguments": "{}"}}]}}
+        ]});
+        let reply = from_openai(&v).unwrap();
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(reply.notes.len(), 1, "{:?}", reply.notes);
+    }
+
+    #[test]
+    fn anthropic_responses_and_gemini_shapes_become_calls() {
         let content = json!([
             {"type": "text", "text": "Let me look."},
-            {"type": "tool_use", "id": "toolu_01", "name": "search", "input": {"query": "x"}},
-            {"type": "tool_use", "id": "toolu_02", "name": "lookup", "input": {"city": "Paris"}}
+            {"type": "tool_use", "id": "toolu_01", "name": "search", "input": {"query": "x"}}
         ]);
         let response = json!({"id": "msg_1", "type": "message", "role": "assistant", "content": content.clone(), "stop_reason": "tool_use"});
         for v in [&content, &response] {
             assert_eq!(detect(v), Some(InputFormat::Anthropic));
-            let calls = from_anthropic(v).unwrap();
-            assert_eq!(calls.len(), 2);
             assert_eq!(
-                calls[1],
-                json!({"id": "toolu_02", "tool": "lookup", "args": {"city": "Paris"}})
+                from_anthropic(v).unwrap().calls,
+                [call("toolu_01", "search", json!({"query": "x"}))]
             );
         }
+        let responses = json!({"object": "response", "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_A", "name": "search", "arguments": "{\"query\":\"x\"}"}
+        ]});
+        assert_eq!(detect(&responses), Some(InputFormat::OpenaiResponses));
+        assert_eq!(
+            from_responses(&responses).unwrap().calls,
+            [call("call_A", "search", json!({"query": "x"}))]
+        );
+        let gemini = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "search", "args": {"query": "x"}}},
+            {"functionCall": {"id": "g-2", "name": "lookup", "args": {}}}
+        ]}}]});
+        assert_eq!(detect(&gemini), Some(InputFormat::Gemini));
+        let reply = from_gemini(&gemini).unwrap();
+        assert_eq!(reply.calls[0].id, None);
+        assert_eq!(reply.calls[1].id.as_deref(), Some("g-2"));
         assert_eq!(detect(&json!({"calls": []})), None);
+        assert_eq!(detect(&json!([{"tool": "x"}])), None);
     }
 }

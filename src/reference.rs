@@ -285,6 +285,14 @@ impl Args {
         (Args { value, holes }, errors)
     }
 
+    /// Arguments that are data: no holes, nothing in them is a reference.
+    pub fn literal(value: Map<String, Value>) -> Args {
+        Args {
+            value,
+            holes: Vec::new(),
+        }
+    }
+
     /// Every reference, with the argument it sits in.
     pub fn refs(&self) -> impl Iterator<Item = (&Hole, &Reference)> {
         self.holes

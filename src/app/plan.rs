@@ -5,12 +5,11 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use super::{load_manifest, print_warnings, stdout_write};
-use crate::batch::Batch;
+use crate::batch::{Batch, Reading};
 use crate::cli::{Args, PlanArgs, PlanFormat};
 use crate::config;
 use crate::error::{self, Diagnostic, Error};
 use crate::manifest::Manifest;
-use crate::model_formats::InputFormat;
 use crate::plan::{self, Plan, PlanOptions};
 use crate::report;
 use crate::tools::mcp::{self, McpHub};
@@ -46,12 +45,12 @@ pub(super) fn load_plan(
     args: &Args,
     batch_arg: Option<&str>,
     opts: &PlanOptions,
-    input: InputFormat,
+    reading: Reading,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
     let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
-    let (batch, warnings) = Batch::parse_as(file, input).map_err(Error::Invalid)?;
+    let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
     let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
     let hub = start_mcp(args, &mut manifest, &used, rt)?;
     let plan = match plan::build(&manifest, &batch, opts) {
@@ -74,7 +73,8 @@ pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
         ..Default::default()
     };
     let rt = super::runtime()?;
-    let (manifest, plan, hub) = load_plan(args, p.batch.as_deref(), &opts, p.input_format, &rt)?;
+    let reading = super::run::reading(p.input_format, p.literal);
+    let (manifest, plan, hub) = load_plan(args, p.batch.as_deref(), &opts, reading, &rt)?;
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }

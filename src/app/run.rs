@@ -18,14 +18,15 @@ use super::plan::{load_plan, start_mcp};
 use super::stream::{first_jsonl_line, Chunks};
 use super::terminal::TerminalApprover;
 use super::{exit_code, load_manifest, print_warnings, runtime};
-use crate::batch::Batch;
-use crate::cli::{Args, Emit, LaneStoreChoice, ProgressChoice, ResultsFormat, RunArgs};
+use crate::batch::{Batch, Reading};
+use crate::cli::{Args, LaneStoreChoice, ProgressChoice, ResultsFormat, RunArgs};
 use crate::config;
 use crate::error::Error;
 use crate::events::{Event, Outcome, Stats, Status};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, External, LaneSpec, Plan, PlanOptions};
+use crate::report::emit;
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::{self, Reporter};
@@ -57,6 +58,15 @@ pub(super) fn run(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         }
     }
     run_whole(args, r, opts, format, rt)
+}
+
+/// How to read the batch `--input-format` and `--literal` name.
+pub(super) fn reading(format: InputFormat, literal: bool) -> Reading {
+    Reading {
+        format,
+        literal,
+        id_offset: 0,
+    }
 }
 
 /// The command line's settings for planning.
@@ -162,11 +172,9 @@ impl Session {
             )));
         }
         if streaming {
-            let render: Option<output::RenderFn> = match r.emit {
-                Some(Emit::Openai) => Some(Box::new(output::openai_message)),
-                Some(Emit::Anthropic) => Some(Box::new(output::anthropic_block)),
-                None => None,
-            };
+            let render: Option<output::RenderFn> = r
+                .emit
+                .map(|e| Box::new(move |res: &_| emit::item(e, res)) as output::RenderFn);
             reporters.push(Box::new(StreamWriter::new(
                 std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
                 render,
@@ -279,8 +287,13 @@ fn run_whole(
     format: ResultsFormat,
     rt: tokio::runtime::Runtime,
 ) -> Result<u8, Error> {
-    let (manifest, mut plan, mcp) =
-        load_plan(args, r.batch.as_deref(), &opts, r.input_format, &rt)?;
+    let (manifest, mut plan, mcp) = load_plan(
+        args,
+        r.batch.as_deref(),
+        &opts,
+        reading(r.input_format, r.literal),
+        &rt,
+    )?;
     print_warnings(args, &plan.warnings);
     lease::borrow(&mut plan.lanes, &manifest);
     let lanes = open_lanes(&r.lane_store, &plan.lanes, &manifest, &rt)?;
@@ -363,11 +376,15 @@ fn run_stream(
     let mut outcome = Outcome::Completed;
     let mut failed = None;
     for chunk in Chunks::new(first) {
-        let parsed =
-            Batch::parse_chunk(chunk.file, InputFormat::Jsonl, seen).and_then(|(batch, _)| {
-                opts.external = Some(external.clone());
-                plan::build(&session.manifest, &batch, &opts).map(|p| (batch, p))
-            });
+        let reading = Reading {
+            format: InputFormat::Jsonl,
+            literal: r.literal,
+            id_offset: seen,
+        };
+        let parsed = Batch::parse_with(chunk.file, reading).and_then(|(batch, _)| {
+            opts.external = Some(external.clone());
+            plan::build(&session.manifest, &batch, &opts).map(|p| (batch, p))
+        });
         let (batch, plan) = match parsed {
             Ok(x) => x,
             Err(d) => {
@@ -447,21 +464,7 @@ fn write_outputs(
     }
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let res = match (r.emit, format) {
-        (Some(Emit::Openai), _) => {
-            let msgs: Vec<serde_json::Value> =
-                report.results.iter().map(output::openai_message).collect();
-            serde_json::to_writer_pretty(&mut out, &msgs)
-                .map_err(std::io::Error::from)
-                .and_then(|_| out.write_all(b"\n"))
-        }
-        (Some(Emit::Anthropic), _) => {
-            let blocks: Vec<serde_json::Value> =
-                report.results.iter().map(output::anthropic_block).collect();
-            let msg = serde_json::json!({"role": "user", "content": blocks});
-            serde_json::to_writer_pretty(&mut out, &msg)
-                .map_err(std::io::Error::from)
-                .and_then(|_| out.write_all(b"\n"))
-        }
+        (Some(e), _) => emit::write(&mut out, e, &report.results),
         (None, ResultsFormat::Json) => output::write_json(&mut out, &doc),
         _ => output::write_table(&mut out, &doc, config::use_color(args.color)),
     };

@@ -43,7 +43,9 @@ pub(super) fn first_jsonl_line() -> Result<Option<(usize, String)>, Error> {
             blank += 1;
             continue;
         }
-        if serde_json::from_str::<Value>(&line).is_ok_and(|v| v.is_object()) {
+        // A call starts a stream; a one-line document (a model's reply as `model_dump_json()`
+        // or curl writes it, or a batch document) is read whole.
+        if serde_json::from_str::<Value>(&line).is_ok_and(|v| is_call(&v)) {
             let line = line.trim_end_matches(['\n', '\r']).to_string();
             return Ok(Some((blank, line)));
         }
@@ -51,6 +53,11 @@ pub(super) fn first_jsonl_line() -> Result<Option<(usize, String)>, Error> {
         crate::config::unread_stdin(seen);
         return Ok(None);
     }
+}
+
+/// A JSON Lines call: an object with `tool` and no `calls`.
+fn is_call(v: &Value) -> bool {
+    v.get("tool").is_some() && v.get("calls").is_none()
 }
 
 /// The calls of stdin in chunks; each line with its 0-based line number.

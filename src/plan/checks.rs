@@ -26,7 +26,8 @@ impl Builder<'_> {
                     continue;
                 }
                 let at = batch.locate(i, Some("args"), &problem.arg);
-                self.error(
+                self.call_error(
+                    i,
                     Diagnostic::error(format!("call `{}` to `{}`: {problem}", c.id, tool.name))
                         .at(at),
                 );
@@ -35,7 +36,8 @@ impl Builder<'_> {
         for p in tool.kind.placeholders() {
             if !c.args.value.contains_key(p) {
                 let at = batch.locate(i, Some("tool"), &c.tool);
-                self.error(
+                self.call_error(
+                    i,
                     Diagnostic::error(format!(
                         "call `{}` to `{}` gives no argument `{p}`, which the tool needs to be invoked",
                         c.id, tool.name
@@ -54,7 +56,8 @@ impl Builder<'_> {
                     continue;
                 };
                 let at = self.batch.locate(c.index, Some("tool"), &c.tool_name);
-                self.error(
+                self.call_error(
+                    c.index,
                     Diagnostic::error(format!(
                         "call `{}`: tool `{}` has weight {}, more than lane {} allows ({lim}): it could never run",
                         c.id, c.tool_name, c.weight, lanes[l].name

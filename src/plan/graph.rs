@@ -28,6 +28,7 @@ pub fn build(
         opts,
         diags: Vec::new(),
         warnings: Vec::new(),
+        invalid: batch.calls.iter().map(|c| c.invalid.clone()).collect(),
     };
     let ids = b.check_ids();
     let tool_of = b.resolve_tools();
@@ -40,14 +41,19 @@ pub fn build(
     let mut table = LaneTable::new(manifest, batch, &settings, turn, opts.lanes.as_deref());
     let mut calls: Vec<CallPlan> = Vec::with_capacity(batch.calls.len());
     for (i, c) in batch.calls.iter().enumerate() {
-        let Some(t) = tool_of[i] else { continue };
+        let Some(t) = tool_of[i] else {
+            if b.invalid[i].is_some() {
+                calls.push(CallPlan::invalid(i, c, phase_of[i]));
+            }
+            continue;
+        };
         let lanes = table.of_tool(manifest, batch, opts, t, &mut b.warnings);
         b.check_call(i, t);
         let tool = &manifest.tools[t];
         calls.push(CallPlan {
             index: i,
             id: c.id.clone(),
-            tool: t,
+            tool: Some(t),
             tool_name: tool.name.clone(),
             phase: phase_of[i],
             edges: std::mem::take(&mut edges[i]),
@@ -60,10 +66,12 @@ pub fn build(
             estimate: estimate_of(tool),
             estimate_known: tool.estimate().is_some(),
             external_deps: std::mem::take(&mut external_deps[i]),
+            invalid: None,
         });
     }
     let lanes = table.lanes;
     b.check_weights(&calls, &lanes);
+    b.mark_invalid(&mut calls);
     if b.diags.iter().any(Diagnostic::is_error) {
         b.diags.extend(b.warnings);
         return Err(b.diags);
@@ -92,11 +100,41 @@ pub(super) struct Builder<'a> {
     /// Errors (and warnings found with them).
     pub diags: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
+    /// Per call: why it cannot be made, for a model's reply (whose problems cost only the
+    /// call: answered `invalid_call`, never dispatched).
+    pub invalid: Vec<Option<String>>,
 }
 
 impl<'a> Builder<'a> {
     pub fn error(&mut self, d: Diagnostic) {
         self.diags.push(d.in_file(&self.batch.file.name));
+    }
+
+    /// A problem with call `i` alone: for a model's reply the call becomes invalid (its
+    /// first problem, with the hint, is its answer); for a batch it is an error.
+    pub fn call_error(&mut self, i: usize, d: Diagnostic) {
+        if !self.batch.from_model {
+            return self.error(d);
+        }
+        if self.invalid[i].is_none() {
+            self.invalid[i] = Some(match &d.hint {
+                Some(h) => format!("{} ({h})", d.message),
+                None => d.message,
+            });
+        }
+    }
+
+    /// Invalid calls take no lanes and wait for nothing: they are answered at once.
+    fn mark_invalid(&mut self, calls: &mut [CallPlan]) {
+        for c in calls.iter_mut() {
+            if let Some(why) = self.invalid[c.index].take() {
+                c.invalid = Some(why);
+                c.lanes.clear();
+                c.edges.clear();
+                c.weight = 0;
+                c.cost = 0.0;
+            }
+        }
     }
 
     /// Ids are unique: call id → position of its first use.
@@ -105,7 +143,8 @@ impl<'a> Builder<'a> {
         let mut ids: HashMap<&str, usize> = HashMap::with_capacity(batch.calls.len());
         for (i, c) in batch.calls.iter().enumerate() {
             if let Some(&first) = ids.get(c.id.as_str()) {
-                self.error(
+                self.call_error(
+                    i,
                     Diagnostic::error(format!(
                         "call id `{}` is used twice (calls #{} and #{})",
                         c.id,
@@ -129,7 +168,8 @@ impl<'a> Builder<'a> {
         for (i, c) in batch.calls.iter().enumerate() {
             let t = manifest.tool_index.get(&c.tool).copied();
             if t.is_none() {
-                self.error(
+                self.call_error(
+                    i,
                     Diagnostic::error(format!("call `{}` uses unknown tool `{}`", c.id, c.tool))
                         .at(batch.locate(i, Some("tool"), &c.tool))
                         .maybe_hint(manifest.suggest_tool(&c.tool)),

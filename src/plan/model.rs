@@ -131,7 +131,8 @@ pub struct Phase {
 pub struct CallPlan {
     pub index: usize,
     pub id: String,
-    pub tool: usize,
+    /// The tool's position in the manifest (`None` only for an invalid call naming no tool).
+    pub tool: Option<usize>,
     pub tool_name: String,
     pub phase: usize,
     pub edges: Vec<Edge>,
@@ -147,6 +148,33 @@ pub struct CallPlan {
     pub estimate_known: bool,
     /// Ids outside the batch this call references or is `after` (they must have succeeded).
     pub external_deps: Vec<String>,
+    /// Why the call cannot be made (a model's unknown tool, bad arguments, …): it is answered
+    /// `invalid_call` and never dispatched.
+    pub invalid: Option<String>,
+}
+
+impl CallPlan {
+    /// A call that names no tool the manifest has: answered `invalid_call`.
+    pub fn invalid(index: usize, call: &crate::batch::Call, phase: usize) -> CallPlan {
+        CallPlan {
+            index,
+            id: call.id.clone(),
+            tool: None,
+            tool_name: call.tool.clone(),
+            phase,
+            edges: Vec::new(),
+            lanes: Vec::new(),
+            args: call.args.clone(),
+            weight: 0,
+            write: false,
+            idempotent: true,
+            cost: 0.0,
+            estimate: Duration::ZERO,
+            estimate_known: true,
+            external_deps: Vec::new(),
+            invalid: Some(String::new()),
+        }
+    }
 }
 
 /// The plan of a batch.

@@ -98,33 +98,6 @@ pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io:
     writeln!(w, "{t}")
 }
 
-/// The text a model gets back for a call: its output (a string as it is, anything else as
-/// JSON text), or for a failure `ERROR (status, kind): message`.
-pub fn model_text(r: &CallResult) -> String {
-    match &r.error {
-        Some(e) => format!("ERROR ({}, {}): {}", r.status.as_str(), e.kind, e.message),
-        None => match &r.output {
-            Value::String(s) => s.clone(),
-            v => v.to_string(),
-        },
-    }
-}
-
-/// `--emit openai`: one chat-completions tool message per call.
-pub fn openai_message(r: &CallResult) -> Value {
-    serde_json::json!({"role": "tool", "tool_call_id": r.id, "content": model_text(r)})
-}
-
-/// `--emit anthropic`: one `tool_result` block per call (`is_error` on failures).
-pub fn anthropic_block(r: &CallResult) -> Value {
-    let mut b =
-        serde_json::json!({"type": "tool_result", "tool_use_id": r.id, "content": model_text(r)});
-    if !r.is_ok() {
-        b["is_error"] = Value::Bool(true);
-    }
-    b
-}
-
 /// Renders one result as a JSON line's value (for `--emit` formats).
 pub type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
 

@@ -59,10 +59,14 @@ struct CallView<'a> {
     phase: usize,
     own_phase: bool,
     wave: usize,
-    effect: crate::manifest::Effect,
-    effect_from: crate::manifest::Origin,
-    idempotent: bool,
-    idempotent_from: crate::manifest::Origin,
+    /// Null for an invalid call (one whose tool is not in the manifest).
+    effect: Option<crate::manifest::Effect>,
+    effect_from: Option<crate::manifest::Origin>,
+    idempotent: Option<bool>,
+    idempotent_from: Option<crate::manifest::Origin>,
+    /// Why the call cannot be made (a model's reply): it is answered `invalid_call`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invalid: Option<&'a str>,
     weight: u32,
     lanes: Vec<&'a str>,
     edges: Vec<EdgeView<'a>>,
@@ -133,7 +137,7 @@ pub fn write_json(
             .iter()
             .enumerate()
             .map(|(p, c)| {
-                let tool = &manifest.tools[c.tool];
+                let tool = c.tool.map(|t| &manifest.tools[t]);
                 CallView {
                     index: c.index,
                     id: &c.id,
@@ -141,10 +145,11 @@ pub fn write_json(
                     phase: c.phase,
                     own_phase: plan.phases[c.phase].alone,
                     wave: est.wave[p],
-                    effect: tool.effect,
-                    effect_from: tool.effect_origin,
-                    idempotent: tool.idempotent,
-                    idempotent_from: tool.idempotent_origin,
+                    effect: tool.map(|t| t.effect),
+                    effect_from: tool.map(|t| t.effect_origin),
+                    idempotent: tool.map(|t| t.idempotent),
+                    idempotent_from: tool.map(|t| t.idempotent_origin),
+                    invalid: c.invalid.as_deref(),
                     weight: c.weight,
                     lanes: c
                         .lanes

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::common::{flux, repo};
+use crate::common::{flux, repo, results};
 
 fn fixture(name: &str) -> String {
     repo()
@@ -96,18 +96,32 @@ fn streamed_emits_are_json_lines_in_call_order() {
 }
 
 #[test]
-fn invalid_argument_json_from_the_model_is_a_clear_error() {
+fn invalid_argument_json_from_the_model_costs_only_that_call() {
+    // Before: exit 2 and an empty stdout, so no call of the reply got an answer.
     let out = flux()
         .current_dir(repo())
-        .args(["run", &fixture("openai_invalid_arguments.json")])
+        .args([
+            "run",
+            &fixture("openai_invalid_arguments.json"),
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bad = results(&doc)
+        .iter()
+        .find(|r| r["id"] == "call_bad")
+        .expect("the bad call is answered");
+    assert_eq!(bad["status"], "never_dispatched");
+    assert_eq!(bad["error"]["kind"], "invalid_call");
     assert!(
-        err.contains("tool call `call_bad` (lookup): the model's arguments are not valid JSON"),
-        "{err}"
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the model's arguments are not valid JSON"),
+        "{bad}"
     );
 }
 
@@ -126,7 +140,8 @@ fn input_format_can_be_forced() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no tool_calls"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("the input is an Anthropic Messages reply, not an OpenAI chat completion"));
 }
 
 #[test]

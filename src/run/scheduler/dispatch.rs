@@ -18,7 +18,10 @@ impl Coordinator {
     /// order); the rest are spawned at once.
     pub(super) fn gate_or_spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
         let call = &self.plan.calls[p];
-        let needs_approval = self.manifest.tools[call.tool].requires_approval;
+        let Some(t) = call.tool else {
+            return self.refuse_invalid(p);
+        };
+        let needs_approval = self.manifest.tools[t].requires_approval;
         match &self.gate_tx {
             Some(tx) if needs_approval || self.manifest.hooks.before_call.is_some() => {
                 let args = resolved.clone().unwrap_or_else(|| call.args.value.clone());
@@ -54,6 +57,9 @@ impl Coordinator {
             return;
         }
         let call = &self.plan.calls[p];
+        let Some(t) = call.tool else {
+            return self.refuse_invalid(p);
+        };
         let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
             Ok(a) => a,
             Err(e) => {
@@ -62,7 +68,7 @@ impl Coordinator {
                 return;
             }
         };
-        let tool = &self.manifest.tools[call.tool];
+        let tool = &self.manifest.tools[t];
         let inv = Invocation {
             plan: self.plan.clone(),
             pos: p,
@@ -77,7 +83,7 @@ impl Coordinator {
             pos: p,
             acquisition: Some(acquisition),
             plan: self.plan.clone(),
-            tool: self.tools[call.tool].clone(),
+            tool: self.tools[t].clone(),
             lanes: self.lanes.clone(),
             inv,
             stop_rx: self.stop_rx.clone(),
@@ -97,7 +103,7 @@ impl Coordinator {
             self.outstanding[lane] += 1;
         }
         let mut fut = Box::pin(job.run());
-        if self.tools[call.tool].inline() {
+        if self.tools[t].inline() {
             // An in-process tool: poll it here once, and a call that completes at once (no
             // lane wait, no latency) is finished without a task or a channel round trip.
             // Whatever it registered a waker for is polled again by the task below, which
@@ -118,5 +124,15 @@ impl Coordinator {
             let _ = done.send(c);
             drop(held);
         });
+    }
+
+    /// A call with no tool to invoke (pre-dispatch answers those first; this is the guard).
+    fn refuse_invalid(&mut self, p: usize) {
+        let why = self.plan.calls[p]
+            .invalid
+            .clone()
+            .unwrap_or_else(|| "the call names no tool".into());
+        let r = never_dispatched(&self.plan, p, ErrorKind::InvalidCall, &why);
+        self.finish(p, r);
     }
 }

@@ -13,14 +13,16 @@ use crate::run::call::never_dispatched;
 use crate::run::journal;
 
 impl Coordinator {
-    /// Fingerprint call `p`; `Some` when a cassette or the journal settles it already.
+    /// Fingerprint call `p` to tool `t`; `Some` when a cassette or the journal settles it
+    /// already.
     pub(super) fn durable(
         &mut self,
         p: usize,
+        t: usize,
         args: &Map<String, Value>,
     ) -> Result<Option<Ready>, Refusal> {
         let call = &self.plan.calls[p];
-        let tool = &self.manifest.tools[call.tool];
+        let tool = &self.manifest.tools[t];
         let fp = journal::fingerprint(&call.tool_name, &tool.kind.target(), args);
         self.fps[p] = Some(fp.clone());
         if self.record {

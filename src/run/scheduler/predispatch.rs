@@ -48,12 +48,22 @@ impl Coordinator {
     /// reference or escape had to be filled))`, `Ok(Reuse)` when a journal or cassette already
     /// holds its result, or `Err((kind, why))` to never dispatch it.
     fn pre_dispatch(&mut self, p: usize) -> Result<Ready, Refusal> {
+        let call = &self.plan.calls[p];
+        let t = match (&call.invalid, call.tool) {
+            (None, Some(t)) => t,
+            (why, _) => {
+                let why = why
+                    .clone()
+                    .unwrap_or_else(|| "the call names no tool".into());
+                return Err((ErrorKind::InvalidCall, why));
+            }
+        };
         self.check_dependencies(p)?;
         let plan = self.plan.clone();
         let args = self.resolve_args(&plan, p)?;
-        self.guardrail(p, &args)?;
+        self.guardrail(t, &args)?;
         if self.fingerprints {
-            if let Some(settled) = self.durable(p, &args)? {
+            if let Some(settled) = self.durable(p, t, &args)? {
                 return Ok(settled);
             }
         }
@@ -120,9 +130,9 @@ impl Coordinator {
         })
     }
 
-    /// The resolved arguments pass the tool's schema.
-    fn guardrail(&self, p: usize, args: &Map<String, Value>) -> Result<(), Refusal> {
-        let tool = &self.manifest.tools[self.plan.calls[p].tool];
+    /// The resolved arguments pass the schema of tool `t`.
+    fn guardrail(&self, t: usize, args: &Map<String, Value>) -> Result<(), Refusal> {
+        let tool = &self.manifest.tools[t];
         let Some(schema) = &tool.args else {
             return Ok(());
         };
