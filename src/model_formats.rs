@@ -2,7 +2,8 @@
 //! (a whole response, a choice, or an assistant message with `tool_calls`), an OpenAI
 //! Responses API response (`output` items of type `function_call`), an Anthropic Messages
 //! response (or its content list, `tool_use` blocks), or a Google Gemini response
-//! (`candidates[0].content.parts[].functionCall`, or that content).
+//! (`candidates[0].content.parts[].functionCall`, or that content; the Python SDK's
+//! `function_call` spelling too).
 //!
 //! A model's reply is data, never a batch: its ids are opaque and kept byte for byte, its
 //! arguments reach the tool exactly as sent (no `${…}` references), a reply with no tool calls
@@ -286,7 +287,13 @@ pub fn from_gemini(v: &Value) -> Result<Reply, String> {
     let Some(parts) = content.get("parts").and_then(Value::as_array) else {
         return Ok(reply);
     };
-    for call in parts.iter().filter_map(|p| p.get("functionCall")) {
+    // The REST API writes `functionCall`; the Python SDK's `model_dump_json()` `function_call`.
+    let calls = parts.iter().filter_map(|p| {
+        p.get("functionCall")
+            .or_else(|| p.get("function_call"))
+            .filter(|c| c.is_object())
+    });
+    for call in calls {
         let id = call.get("id").and_then(Value::as_str).map(str::to_string);
         let (tool, args) = match name_of(&call["name"]) {
             Ok(name) => (

@@ -14,5 +14,6 @@ mod mcp;
 mod plan;
 mod processes;
 mod run;
+mod sdk;
 mod signals;
 mod stream;
