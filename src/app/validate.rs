@@ -7,6 +7,7 @@ use crate::config;
 use crate::error::{self, render_all, Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, PlanOptions};
+use crate::report::summary::plural;
 
 pub(super) fn validate(
     args: &Args,
@@ -19,7 +20,7 @@ pub(super) fn validate(
     let manifest = match Manifest::load(&path) {
         Ok(m) => {
             diags.extend(m.warnings.iter().cloned());
-            summary.push(format!("{}: {} tools", m.name(), m.tools.len()));
+            summary.push(format!("{}: {}", m.name(), plural(m.tools.len(), "tool")));
             Some(m)
         }
         Err(d) => {
@@ -43,10 +44,10 @@ pub(super) fn validate(
                         Ok(p) => {
                             diags.extend(p.warnings.iter().filter(|w| !w.is_error()).cloned());
                             summary.push(format!(
-                                "{}: {} calls in {} phases",
+                                "{}: {} in {}",
                                 batch.file.name,
-                                p.calls.len(),
-                                p.phases.len()
+                                plural(p.calls.len(), "call"),
+                                plural(p.phases.len(), "phase")
                             ));
                         }
                         Err(d) => diags.extend(d),

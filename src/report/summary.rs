@@ -31,8 +31,8 @@ pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
         String::new()
     };
     let mut s = format!(
-        "{} calls: {} ok{failed} in {} · tool time {} · speed-up {:.1}× · critical path {}",
-        stats.calls,
+        "{}: {} ok{failed} in {} · tool time {} · speed-up {:.1}× · critical path {}",
+        plural(stats.calls, "call"),
         stats.ok,
         ms(stats.wall_ms),
         ms(stats.tool_time_ms),
@@ -60,11 +60,11 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
         .map(|l| {
             let limit = l.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
             let mut s = format!(
-                "lane {}: peak {}/{limit}, waited {} over {} calls",
+                "lane {}: peak {}/{limit}, waited {} over {}",
                 l.lane,
                 l.peak_in_flight,
                 ms(l.wait_ms),
-                l.waits
+                plural(l.waits as usize, "call")
             );
             if let Some(n) = l.peak_held_elsewhere {
                 s.push_str(&format!(", other runs held up to {n}"));
@@ -75,4 +75,13 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
             s
         })
         .collect()
+}
+
+/// `1 call`, `2 calls`: a count with its noun (`noun` is the singular; plurals add `s`).
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }

@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use toml::de::{DeTable, DeValue};
@@ -34,8 +34,11 @@ pub struct CommandSpec {
     pub argv: Vec<Template>,
     pub stdin_json: bool,
     pub env: BTreeMap<String, Template>,
-    /// Absolute (resolved against the manifest's folder).
-    pub cwd: Option<PathBuf>,
+    /// Where the program runs: `cwd` resolved against the manifest's folder, else that
+    /// folder (as `just` runs a recipe from its justfile's folder). Absolute.
+    pub cwd: PathBuf,
+    /// The manifest's folder: a relative program path (`./bin/lookup`) resolves against it.
+    pub dir: PathBuf,
     pub max_output: u64,
     pub kill_grace: Duration,
     pub retry_on_exit: Vec<i32>,
@@ -113,7 +116,10 @@ impl Kind for CommandSpec {
             argv,
             stdin_json,
             env: r.template_map(t, "env", ctx),
-            cwd: r.string(t, "cwd", ctx).map(|(s, _)| base.join(s)),
+            cwd: r
+                .string(t, "cwd", ctx)
+                .map_or_else(|| base.to_path_buf(), |(s, _)| base.join(s)),
+            dir: base.to_path_buf(),
             max_output,
             kill_grace: r
                 .duration(t, "kill_grace", ctx)
@@ -170,6 +176,8 @@ const DRAIN_WAIT: Duration = Duration::from_millis(500);
 pub struct CommandTool {
     name: String,
     spec: CommandSpec,
+    /// `FLUX_INVOCATION_DIR`: where flux-tools was started (the program runs in `spec.cwd`).
+    invocation_dir: PathBuf,
 }
 
 impl CommandTool {
@@ -177,6 +185,7 @@ impl CommandTool {
         CommandTool {
             name: tool.name.clone(),
             spec,
+            invocation_dir: std::env::current_dir().unwrap_or_default(),
         }
     }
 
@@ -198,7 +207,14 @@ impl CommandTool {
                 format!("tool `{}` has an empty command", self.name),
             ));
         };
-        let mut cmd = Command::new(program);
+        // `./bin/lookup`: the manifest's folder, wherever flux-tools was started. A bare name
+        // (`cat`) is looked up in PATH.
+        let program = Path::new(program);
+        let mut cmd = if program.is_relative() && program.components().count() > 1 {
+            Command::new(self.spec.dir.join(program))
+        } else {
+            Command::new(program)
+        };
         cmd.args(rest)
             .stdin(if self.spec.stdin_json {
                 Stdio::piped()
@@ -217,16 +233,15 @@ impl CommandTool {
                 "FLUX_IDEMPOTENCY_KEY",
                 inv.idempotency_key.as_deref().unwrap_or(""),
             )
-            .env("FLUX_TOOLS_LEASE", inv.lease());
+            .env("FLUX_TOOLS_LEASE", inv.lease())
+            .env("FLUX_INVOCATION_DIR", &self.invocation_dir)
+            .current_dir(&self.spec.cwd);
         for (k, v) in &self.spec.env {
             cmd.env(
                 k,
                 v.render(inv.args(), &|s| s.to_string())
                     .map_err(render_err)?,
             );
-        }
-        if let Some(cwd) = &self.spec.cwd {
-            cmd.current_dir(cwd);
         }
         Ok(cmd)
     }

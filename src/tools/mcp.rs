@@ -534,8 +534,9 @@ pub fn import_toml(server: &str, tools: &[Value]) -> String {
     use std::fmt::Write as _;
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut out = format!(
-        "# Tools of MCP server `{server}` ({} tools), from tools/list.\n",
-        tools.len()
+        "# Tools of MCP server `{server}` ({} tool{}), from tools/list.\n",
+        tools.len(),
+        if tools.len() == 1 { "" } else { "s" }
     );
     for t in tools {
         let Some(name) = t["name"].as_str() else {

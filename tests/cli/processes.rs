@@ -274,3 +274,33 @@ fn an_unbounded_batch_fits_what_the_machine_can_hold() {
     assert_eq!(lane["limit"], 3);
     assert_eq!(lane["peak_in_flight"], 3);
 }
+
+#[test]
+fn a_manifest_found_in_a_parent_folder_runs_its_commands_from_there() {
+    // Before: `./bin/where` resolved against wherever flux-tools was started, so a manifest
+    // found in a parent folder failed with "No such file or directory".
+    let p = Project::new(
+        "[tools.where]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"./bin/where\"]\nstdin = \"none\"\n",
+    );
+    std::fs::create_dir_all(p.path().join("bin")).unwrap();
+    let script = p.write(
+        "bin/where",
+        "#!/bin/sh\nprintf '{\"pwd\": \"%s\", \"invoked\": \"%s\"}' \"$(pwd)\" \"$FLUX_INVOCATION_DIR\"\n",
+    );
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sub = p.path().join("deep/er");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = crate::common::flux()
+        .current_dir(&sub)
+        .args(["run", "-", "--format", "json"])
+        .write_stdin("- tool: where\n")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let output = &results(&doc)[0]["output"];
+    let canon = |p: &std::path::Path| p.canonicalize().unwrap().display().to_string();
+    assert_eq!(output["pwd"], canon(p.path()), "{doc}");
+    assert_eq!(output["invoked"], canon(&sub), "{doc}");
+}

@@ -322,7 +322,7 @@ fn output_file_is_written_and_stdout_keeps_results_only() {
     let doc: Value =
         serde_json::from_slice(&std::fs::read(p.path().join("res.json")).unwrap()).unwrap();
     assert_eq!(doc["outcome"], "completed");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("1 calls: 1 ok"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 call: 1 ok"));
     // A missing folder is refused before anything runs.
     let out = p
         .cmd()
@@ -349,4 +349,26 @@ fn table_format_shows_each_call() {
         !text.contains("\x1b["),
         "no color when stdout is not a terminal"
     );
+}
+
+#[test]
+fn a_terminal_of_zero_columns_gets_the_tables_natural_width() {
+    // Before: a terminal that reports 0 columns (`script` without a size) squeezed every
+    // column of the results table to one character.
+    let p = Project::new(SCRIPTED);
+    let b = p.write("b.yaml", "- { tool: read, args: { _latency: 200ms } }\n");
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let inner = format!(
+        "stty cols 0 rows 0; {} run {} --progress never --color always",
+        bin.display(),
+        b.display()
+    );
+    let out = std::process::Command::new("script")
+        .current_dir(p.path())
+        .args(["-qfec", &inner, "/dev/null"])
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("output / error"), "{screen}");
 }
