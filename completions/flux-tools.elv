@@ -107,6 +107,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;mcp;import'= {
+            cand --prefix 'Name each tool PREFIX.name (with `tool = "name"`), so two servers'' tools of the same name fit in one manifest'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'

@@ -127,6 +127,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fis
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l prefix -d 'Name each tool PREFIX.name (with `tool = "name"`), so two servers\' tools of the same name fit in one manifest' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''

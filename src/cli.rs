@@ -77,6 +77,10 @@ pub enum McpCommand {
     Import {
         /// The server, as named in [mcp_servers.NAME]
         server: String,
+        /// Name each tool PREFIX.name (with `tool = "name"`), so two servers' tools of the same
+        /// name fit in one manifest
+        #[arg(long, value_name = "PREFIX")]
+        prefix: Option<String>,
     },
 }
 

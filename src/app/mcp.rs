@@ -5,13 +5,17 @@ use crate::cli::Args;
 use crate::error::{self, Error};
 use crate::tools::mcp::{self, McpHub};
 
-pub(super) fn import(args: &Args, server: &str) -> Result<u8, Error> {
+pub(super) fn import(args: &Args, server: &str, prefix: Option<&str>) -> Result<u8, Error> {
     let manifest = load_manifest(args)?;
     if !manifest.mcp_servers.contains_key(server) {
-        let hint = error::suggest(server, manifest.mcp_servers.keys().map(String::as_str))
-            .unwrap_or_else(|| {
+        let declared: Vec<&str> = manifest.mcp_servers.keys().map(String::as_str).collect();
+        let hint = match error::suggest(server, declared.iter().copied()) {
+            Some(s) => format!("{s} (declared: {})", declared.join(", ")),
+            None if declared.is_empty() => {
                 "declare it: [mcp_servers.NAME] command = [...] or url = \"...\"".into()
-            });
+            }
+            None => format!("declared servers: {}", declared.join(", ")),
+        };
         return Err(Error::Usage(format!(
             "{} has no [mcp_servers.{server}]\nhint: {hint}",
             manifest.name()
@@ -22,6 +26,6 @@ pub(super) fn import(args: &Args, server: &str) -> Result<u8, Error> {
     let tools = rt.block_on(hub.tools(server));
     rt.block_on(hub.shutdown());
     let tools = tools.map_err(Error::Usage)?;
-    stdout_write(mcp::import_toml(server, &tools).as_bytes())?;
+    stdout_write(mcp::import_toml(server, &tools, prefix).as_bytes())?;
     Ok(error::EXIT_OK)
 }

@@ -60,8 +60,8 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         Command::Tools { format } => tools::tools(&args, *format),
         Command::Report { results, svg } => report::report(results, svg),
         Command::Mcp {
-            command: McpCommand::Import { server },
-        } => mcp::import(&args, server),
+            command: McpCommand::Import { server, prefix },
+        } => mcp::import(&args, server, prefix.as_deref()),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p),
         Command::Run(r) => run::run(&args, r),

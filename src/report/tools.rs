@@ -4,23 +4,33 @@
 use comfy_table::{presets, ContentArrangement, Table};
 use serde_json::{json, Value};
 
-use crate::manifest::{Manifest, Tool};
+use crate::manifest::{Manifest, Origin, Tool};
 
 /// What the tool invokes, in one line (secrets as `***`).
 pub fn target(t: &Tool) -> String {
     t.kind.target()
 }
 
+fn origin(o: Origin) -> &'static str {
+    match o {
+        Origin::Manifest => "manifest",
+        Origin::Annotation => "annotation",
+        Origin::Default => "default",
+    }
+}
+
 pub fn tool_json(t: &Tool) -> Value {
+    let pending = t.effect_origin == Origin::Default && t.kind.announces_effect();
     let kind = t.kind.settings();
     json!({
         "name": t.name,
         "kind": t.kind_name(),
         "description": t.description.as_deref().map(crate::template::redact_raw),
-        "effect": t.effect,
-        "effect_from": t.effect_origin,
-        "idempotent": t.idempotent,
-        "idempotent_from": t.idempotent_origin,
+        // Null until its server is asked, for a kind whose server announces it (MCP).
+        "effect": (!pending).then_some(t.effect),
+        "effect_from": if pending { "server" } else { origin(t.effect_origin) },
+        "idempotent": (!pending || t.idempotent_origin != Origin::Default).then_some(t.idempotent),
+        "idempotent_from": if pending && t.idempotent_origin == Origin::Default { "server" } else { origin(t.idempotent_origin) },
         "parallel_safe": t.parallel_safe,
         "concurrent_writes": t.concurrent_writes,
         "timeout": t.timeout_text,
@@ -68,6 +78,10 @@ pub fn to_table(m: &Manifest) -> String {
         ]);
     for tool in &m.tools {
         let effect = match tool.effect_origin {
+            // Its server's annotations decide (`plan` and `run` ask it).
+            crate::manifest::Origin::Default if tool.kind.announces_effect() => {
+                "from server".to_string()
+            }
             crate::manifest::Origin::Default => {
                 format!("{:?} (default)", tool.effect).to_lowercase()
             }
@@ -80,7 +94,9 @@ pub fn to_table(m: &Manifest) -> String {
             tool.name.clone(),
             tool.kind_name().to_string(),
             effect,
-            if tool.idempotent {
+            if tool.idempotent_origin == Origin::Default && tool.kind.announces_effect() {
+                "from server".into()
+            } else if tool.idempotent {
                 "yes".into()
             } else {
                 "no".into()

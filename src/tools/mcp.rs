@@ -530,7 +530,10 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
 
 /// `flux-tools mcp import`: `[tools.*]` TOML for a server's tools, with `effect` and
 /// `idempotent` from their annotations and an `[args]` schema from each input schema.
-pub fn import_toml(server: &str, tools: &[Value]) -> String {
+///
+/// With `prefix`, each tool is `[tools."PREFIX.name"]` with `tool = "name"`, so two servers
+/// that expose the same names fit in one manifest.
+pub fn import_toml(server: &str, tools: &[Value], prefix: Option<&str>) -> String {
     use std::fmt::Write as _;
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut out = format!(
@@ -542,7 +545,10 @@ pub fn import_toml(server: &str, tools: &[Value]) -> String {
         let Some(name) = t["name"].as_str() else {
             continue;
         };
-        let key = format!("tools.{}", q(name));
+        let key = match prefix {
+            Some(p) => format!("tools.{}", q(&format!("{p}.{name}"))),
+            None => format!("tools.{}", q(name)),
+        };
         let _ = writeln!(
             out,
             "\n[{key}]\nkind = \"mcp\"\nserver = {}\ntool = {}",

@@ -339,3 +339,60 @@ fn concurrent_calls_leave_whole_lines_in_the_servers_log() {
         );
     }
 }
+
+#[test]
+fn two_servers_with_the_same_tool_names_fit_in_one_manifest_with_prefixes() {
+    // Before: importing two servers gave `[tools."sleep"]` twice: a duplicate-key TOML.
+    let servers = format!(
+        "[concurrency]\nmax_concurrent_tools = 4\n[mcp_servers.a]\ncommand = [\"{s}\"]\n[mcp_servers.b]\ncommand = [\"{s}\"]\n",
+        s = own_server().display()
+    );
+    let p = Project::new(&servers);
+    let import = |server: &str| {
+        let out = p
+            .cmd()
+            .args(["mcp", "import", server, "--prefix", server])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (a, b) = (import("a"), import("b"));
+    assert!(
+        a.contains("[tools.\"a.sleep\"]") && a.contains("tool = \"sleep\""),
+        "{a}"
+    );
+    std::fs::write(p.path().join("tools.toml"), format!("{servers}\n{a}\n{b}")).unwrap();
+    let (doc, code) = p.run_json(
+        "- { tool: a.sleep, args: { ms: 10, tag: x } }\n- { tool: b.sleep, args: { ms: 10, tag: y } }\n",
+        &[],
+    );
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(results(&doc)[1]["output"]["tag"], "y");
+    // A server the manifest does not declare: the declared ones are listed.
+    let out = p.cmd().args(["mcp", "import", "zzz"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("declared servers: a, b"), "{err}");
+}
+
+#[test]
+fn validate_and_tools_make_no_claim_an_mcp_server_has_not_made() {
+    // Before: `validate` warned "write tool `read_file` has no idempotency protection" and
+    // `tools` showed `write (default)` for a tool its server annotates read-only.
+    let dir = tempfile::tempdir().unwrap();
+    let p = Project::new(&own_manifest(&dir.path().join("log")));
+    let out = p.cmd().args(["validate"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("no idempotency protection"), "{err}");
+    let out = p.cmd().args(["tools"]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(!table.contains("write (default)"), "{table}");
+    assert!(table.contains("from server"), "{table}");
+    let out = p.cmd().args(["tools", "--format", "json"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sleep = &doc["tools"][0];
+    assert_eq!(sleep["effect"], Value::Null, "{sleep}");
+    assert_eq!(sleep["effect_from"], "server");
+}
