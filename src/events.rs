@@ -275,8 +275,28 @@ pub enum Event {
     CallStarted { call: usize, attempt: u32 },
     /// Call `call` has its final result.
     CallFinished { result: Box<CallResult> },
+    /// A stream's run grew: it now has `total` calls (sent for each new segment).
+    RunExtended { total: usize },
     /// The run ended; no event follows.
     RunFinished { outcome: Outcome, stats: Box<Stats> },
+}
+
+impl Event {
+    /// Renumber the calls this event names by `base` (a stream segment's place in the run).
+    pub fn shift_calls(&mut self, base: usize) {
+        match self {
+            Event::LaneWaiting { call, .. }
+            | Event::LaneAcquired { call, .. }
+            | Event::LaneReleased { call, .. }
+            | Event::RateWaiting { call, .. }
+            | Event::CallStarted { call, .. } => *call += base,
+            Event::CallFinished { result } => result.index += base,
+            Event::RunStarted { .. }
+            | Event::LaneShared { .. }
+            | Event::RunExtended { .. }
+            | Event::RunFinished { .. } => {}
+        }
+    }
 }
 
 /// A cost or other amount without trailing zeros (`0.25`, `3`).

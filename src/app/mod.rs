@@ -3,13 +3,15 @@
 //!
 //! One module per command: [`tools`], [`report`], [`mcp`] (`mcp import`), [`validate`],
 //! [`plan`] (which also loads and plans a batch for `run`), and [`run`], the one run pipeline
-//! for a whole batch and for a stream of JSON Lines ([`stream`] reads the stream's chunks).
+//! for a whole batch and for a stream of JSON Lines ([`session`] is what a run's batches
+//! share; [`stream`] reads a stream's chunks and runs them as segments).
 //! [`terminal`] asks approval questions on `/dev/tty` for the runner.
 
 mod mcp;
 mod plan;
 mod report;
 mod run;
+mod session;
 mod stream;
 mod terminal;
 mod tools;

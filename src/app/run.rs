@@ -1,44 +1,36 @@
 //! `flux-tools run`: the one run pipeline, for a whole batch and for a stream of JSON Lines.
 //!
 //! Both go through the same steps: the options ([`options`]), the manifest with its MCP
-//! sessions started and annotations applied, the lane store ([`open_lanes`]), a [`Session`]
-//! (run id, approvals, the terminal approver, signals, the reporters on their own thread), one
-//! `execute` per batch (a whole batch is one; a stream's chunks are many, sharing the
-//! session's lanes, budget, clock and deadline), then the outputs, the summary and the exit
-//! code ([`super::exit_code`]). Only what needs the whole batch (journal, resume, cassettes,
-//! trace, `--output`) is refused for a stream.
+//! sessions started and annotations applied, the lane store ([`open_lanes`]), a
+//! [`Session`](super::session::Session) (run id, approvals, the terminal approver, signals,
+//! the reporters on their own thread), one `execute` per batch (a whole batch is one; a
+//! stream's segments are many — [`super::stream`] — sharing the session's lanes, budget, clock
+//! and deadline), then the outputs, the summary and the exit code ([`super::exit_code`]).
+//! Only what needs the whole batch (journal, resume, cassettes, trace, `--output`) is refused
+//! for a stream.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-use tokio::time::Instant;
-
-use super::plan::{load_plan, start_mcp};
-use super::stream::{first_jsonl_line, Chunks};
-use super::terminal::TerminalApprover;
-use super::{exit_code, load_manifest, print_warnings, runtime};
-use crate::batch::{Batch, Reading};
-use crate::cli::{Args, LaneStoreChoice, ProgressChoice, ResultsFormat, RunArgs};
+use super::plan::load_plan;
+use super::session::{Durability, Session};
+use super::stream::first_jsonl_line;
+use super::{exit_code, print_warnings, runtime};
+use crate::batch::Reading;
+use crate::cli::{Args, LaneStoreChoice, ResultsFormat, RunArgs};
 use crate::config;
 use crate::error::Error;
-use crate::events::{Event, Outcome, Stats, Status};
+use crate::events::{Outcome, Stats, Status};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
-use crate::plan::{self, External, LaneSpec, Plan, PlanOptions};
+use crate::plan::{LaneSpec, Plan, PlanOptions};
+use crate::report;
 use crate::report::emit;
-use crate::report::output::{self, RunDocument, StreamWriter};
-use crate::report::progress::Progress;
-use crate::report::{self, Reporter};
+use crate::report::output::{self, RunDocument};
 use crate::run::cassette::Cassette;
 use crate::run::journal::{self, Journal, Resume};
 use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
-use crate::run::{self, lease, RunConfig, RunReport};
-use crate::tools::mcp::McpHub;
-use crate::tools::ToolKind;
-
-/// How long the event consumer lets events gather after each round.
-const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+use crate::run::{self, lease, RunReport};
 
 pub(super) fn run(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     let format = r.format.unwrap_or(if std::io::stdout().is_terminal() {
@@ -54,7 +46,7 @@ pub(super) fn run(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     let stdin = matches!(r.batch.as_deref(), None | Some("-"));
     if r.stream && stdin && matches!(r.input_format, InputFormat::Auto | InputFormat::Jsonl) {
         if let Some(first) = first_jsonl_line()? {
-            return run_stream(args, r, opts, first, rt);
+            return super::stream::run_stream(args, r, opts, first, rt);
         }
     }
     run_whole(args, r, opts, format, rt)
@@ -99,7 +91,7 @@ fn options(r: &RunArgs) -> Result<PlanOptions, Error> {
 }
 
 /// The lane store `--lane-store` names, for `lanes`.
-fn open_lanes(
+pub(super) fn open_lanes(
     choice: &LaneStoreChoice,
     lanes: &[LaneSpec],
     manifest: &Manifest,
@@ -119,164 +111,6 @@ fn open_lanes(
             .map_err(|e| Error::Usage(e.to_string()))?,
         ),
     })
-}
-
-/// What every batch of one run shares.
-struct Session {
-    manifest: Arc<Manifest>,
-    mcp: Option<Arc<McpHub>>,
-    lanes: Arc<dyn LaneStore>,
-    run_id: String,
-    approvals: crate::run::gate::Approvals,
-    lane_events: bool,
-    events: Option<mpsc::UnboundedSender<Event>>,
-    consumer: Option<std::thread::JoinHandle<()>>,
-    /// Signals go to whichever batch is running.
-    signals: Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<()>>>>,
-    start: Instant,
-    spent: f64,
-}
-
-/// The durable parts of a run over a whole batch (none for a stream).
-#[derive(Default)]
-struct Durability {
-    journal: Option<Journal>,
-    resume: Option<Arc<Resume>>,
-    retry_indeterminate: bool,
-    record: bool,
-    replay: Option<Arc<Cassette>>,
-}
-
-impl Session {
-    #[allow(clippy::too_many_arguments)]
-    fn open(
-        r: &RunArgs,
-        manifest: Manifest,
-        mcp: Option<Arc<McpHub>>,
-        lanes: Arc<dyn LaneStore>,
-        run_id: String,
-        streaming: bool,
-        rt: &tokio::runtime::Runtime,
-    ) -> Session {
-        let show_progress = match r.progress {
-            ProgressChoice::Always => true,
-            ProgressChoice::Never => false,
-            ProgressChoice::Auto => {
-                std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
-            }
-        };
-        let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
-        if show_progress {
-            reporters.push(Box::new(Progress::new(
-                r.progress == ProgressChoice::Always,
-            )));
-        }
-        if streaming {
-            let render: Option<output::RenderFn> = r
-                .emit
-                .map(|e| Box::new(move |res: &_| emit::item(e, res)) as output::RenderFn);
-            reporters.push(Box::new(StreamWriter::new(
-                std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
-                render,
-            )));
-        }
-        let (events, consumer) = if reporters.is_empty() {
-            (None, None)
-        } else {
-            let (tx, rx) = mpsc::unbounded_channel::<Event>();
-            (
-                Some(tx),
-                Some(std::thread::spawn(move || consume(rx, reporters))),
-            )
-        };
-        let signals: Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<()>>>> = Arc::default();
-        let current = signals.clone();
-        let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<()>();
-        rt.spawn(async move {
-            while sig_rx.recv().await.is_some() {
-                if let Some(tx) = current.lock().ok().and_then(|c| c.clone()) {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rt.block_on(async { spawn_signal_forwarder(sig_tx) });
-        Session {
-            manifest: Arc::new(manifest),
-            mcp,
-            lanes,
-            run_id,
-            approvals: r.approve.clone().unwrap_or_default(),
-            lane_events: show_progress,
-            events,
-            consumer,
-            signals,
-            start: Instant::now(),
-            spent: 0.0,
-        }
-    }
-
-    /// Run one batch of the run to its end.
-    fn execute(&mut self, rt: &tokio::runtime::Runtime, plan: Plan, d: Durability) -> RunReport {
-        let (tx, rx) = mpsc::unbounded_channel::<()>();
-        if let Ok(mut c) = self.signals.lock() {
-            *c = Some(tx);
-        }
-        let config = RunConfig {
-            run_id: self.run_id.clone(),
-            lanes: self.lanes.clone(),
-            events: self.events.clone(),
-            lane_events: self.lane_events,
-            mcp: self.mcp.clone(),
-            approvals: self.approvals.clone(),
-            approver: Arc::new(TerminalApprover),
-            journal: d.journal,
-            resume: d.resume,
-            retry_indeterminate: d.retry_indeterminate,
-            record: d.record,
-            replay: d.replay,
-            start: Some(self.start),
-            spent: self.spent,
-        };
-        let manifest = self.manifest.clone();
-        let report = rt.block_on(run::execute_spawned(manifest, Arc::new(plan), config, rx));
-        self.spent = report.spent;
-        report
-    }
-
-    /// End the run: MCP sessions closed, every event rendered.
-    fn close(mut self, rt: tokio::runtime::Runtime) {
-        if let Some(hub) = &self.mcp {
-            rt.block_on(hub.shutdown());
-        }
-        // Tasks that outlived the run (none should) must not keep the process alive.
-        rt.shutdown_background();
-        self.events = None;
-        if let Some(c) = self.consumer.take() {
-            let _ = c.join();
-        }
-    }
-}
-
-/// Feed events to the reporters until the run ends.
-fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Reporter>>) {
-    while let Some(ev) = rx.blocking_recv() {
-        for rep in reporters.iter_mut() {
-            rep.handle(&ev);
-        }
-        // Handle whatever else is already waiting, then flush once: streamed lines go out as
-        // soon as the run pauses, without a write per line when it does not.
-        while let Ok(ev) = rx.try_recv() {
-            for rep in reporters.iter_mut() {
-                rep.handle(&ev);
-            }
-        }
-        for rep in reporters.iter_mut() {
-            rep.flush();
-        }
-        // Let events gather for a moment: one wake-up per millisecond at most, rather than a
-        // futex and a context switch per call when calls finish thousands a second.
-        std::thread::sleep(REPORTER_PAUSE);
-    }
 }
 
 /// A whole batch: one plan, one execute, every output.
@@ -317,6 +151,7 @@ fn run_whole(
         replay,
     };
     let report = session.execute(&rt, plan, durability);
+    let drained = session.drained.load(std::sync::atomic::Ordering::SeqCst);
     session.close(rt);
     if let Some(j) = journal {
         j.record(serde_json::json!({"type": "end", "outcome": report.outcome}));
@@ -328,102 +163,11 @@ fn run_whole(
     write_outputs(args, r, format, streaming, &report)?;
     let statuses: Vec<Status> = report.results.iter().map(|r| r.status).collect();
     summary(args, report.outcome, &report.stats, &statuses);
+    // Nobody reads the results any more (`| head`): like a closed pipe, not a failure.
+    if drained {
+        return Ok(crate::error::EXIT_OK);
+    }
     Ok(exit_code(report.outcome, report.stats.failed))
-}
-
-/// A stream of JSON Lines: the same session for every chunk, results written as they come.
-fn run_stream(
-    args: &Args,
-    r: &RunArgs,
-    mut opts: PlanOptions,
-    first: (usize, String),
-    rt: tokio::runtime::Runtime,
-) -> Result<u8, Error> {
-    for (set, flag) in [
-        (r.output.is_some(), "--output"),
-        (
-            r.journal.is_some() || r.resume.is_some(),
-            "--journal/--resume",
-        ),
-        (
-            r.record.is_some() || r.replay.is_some(),
-            "--record/--replay",
-        ),
-        (r.trace.is_some(), "--trace"),
-    ] {
-        if set {
-            return Err(Error::Usage(format!("{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin")));
-        }
-    }
-    let mut manifest = load_manifest(args)?;
-    // Which tools the stream will call is not known yet: every MCP tool is looked up.
-    let mcp_tools: Vec<String> = manifest
-        .tools
-        .iter()
-        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
-        .map(|t| t.name.clone())
-        .collect();
-    let mcp = start_mcp(args, &mut manifest, &mcp_tools, &rt)?;
-    let mut table = plan::lane_table(&manifest, &opts);
-    lease::borrow(&mut table, &manifest);
-    let lanes = open_lanes(&r.lane_store, &table, &manifest, &rt)?;
-    opts.lanes = Some(table);
-    let run_id = run::scheduler::new_run_id();
-    let mut session = Session::open(r, manifest, mcp, lanes, run_id, true, &rt);
-    let mut external: Arc<External> = Arc::default();
-    let (mut seen, mut failures) = (0usize, Vec::<Status>::new());
-    let mut total: Option<Stats> = None;
-    let mut outcome = Outcome::Completed;
-    let mut failed = None;
-    for chunk in Chunks::new(first) {
-        let reading = Reading {
-            format: InputFormat::Jsonl,
-            literal: r.literal,
-            id_offset: seen,
-        };
-        let parsed = Batch::parse_with(chunk.file, reading).and_then(|(batch, _)| {
-            opts.external = Some(external.clone());
-            plan::build(&session.manifest, &batch, &opts).map(|p| (batch, p))
-        });
-        let (batch, plan) = match parsed {
-            Ok(x) => x,
-            Err(d) => {
-                failed = Some(Error::Invalid(d));
-                break;
-            }
-        };
-        let report = session.execute(&rt, plan, Durability::default());
-        let ext = Arc::make_mut(&mut external);
-        for (c, res) in batch.calls.iter().zip(&report.results) {
-            if c.explicit_id {
-                ext.insert(c.id.clone(), res.is_ok().then(|| res.output.clone()));
-            }
-            if !res.is_ok() {
-                failures.push(res.status);
-            }
-        }
-        seen += chunk.calls;
-        match &mut total {
-            Some(t) => run::stats::merge(t, report.stats),
-            None => total = Some(report.stats),
-        }
-        match report.outcome {
-            Outcome::Completed => {}
-            // A budget refuses calls that do not fit; later (cheaper) ones may still run.
-            Outcome::BudgetExhausted => outcome = Outcome::BudgetExhausted,
-            ended => {
-                outcome = ended;
-                break;
-            }
-        }
-    }
-    session.close(rt);
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let stats = total.unwrap_or_default();
-    summary(args, outcome, &stats, &failures);
-    Ok(exit_code(outcome, stats.failed))
 }
 
 /// Results on stdout (unless streamed), and the files `--trace`, `--record` and `--output` ask for.
@@ -475,7 +219,7 @@ fn write_outputs(
 }
 
 /// The one-line summary and the lane lines on stderr.
-fn summary(args: &Args, outcome: Outcome, stats: &Stats, statuses: &[Status]) {
+pub(super) fn summary(args: &Args, outcome: Outcome, stats: &Stats, statuses: &[Status]) {
     if args.quiet {
         return;
     }
@@ -541,26 +285,4 @@ fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<Journal
         None => (None, None),
     };
     Ok((run_id, journal, resume, thread))
-}
-
-/// Forward SIGINT and SIGTERM to the scheduler: the first stops gracefully, the second at once.
-fn spawn_signal_forwarder(tx: mpsc::UnboundedSender<()>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            if tx.send(()).is_err() {
-                break;
-            }
-        }
-    });
 }

@@ -1,21 +1,45 @@
-//! A stream of JSON Lines calls on stdin (`… | flux-tools run --stream`), cut into chunks.
+//! A stream of JSON Lines calls on stdin (`… | flux-tools run --stream`): calls start as they
+//! arrive, results go out in call order as they resolve.
 //!
-//! A chunk is whatever lines have arrived (up to [`CHUNK`]) once its first one is there. The
-//! run pipeline ([`super::run`]) plans and runs each chunk with the run's one manifest, lane
-//! store, MCP sessions, approvals, hooks, budget, deadline and signals; its results are
-//! written before the next chunk starts, so a chunk boundary is one more barrier: it can only
-//! make a run more ordered, never less safe. Default ids (`c1`, `c2`, …), result indices,
-//! times and error locations continue across chunks. A call may reference or be `after` a
-//! call of an earlier chunk that had an explicit `id` (its output is kept; default-id calls
-//! are not, so memory is bounded by explicitly named calls).
+//! The stream is cut into chunks: whatever lines have arrived (up to [`CHUNK`]) once the
+//! first is there. Each chunk is planned against the run's one lane table and runs as a
+//! *segment* of the run ([`Session::spawn_segment`]) with the run's manifest, lane store, MCP
+//! sessions, approvals, hooks, clock and deadline; its calls are numbered on from the
+//! segments before it, so results, ids and error locations continue across chunks.
+//!
+//! A segment starts at once, beside the segments still running, when nothing in call order
+//! forbids it: it has no `parallel_safe = false` call, no reference or `after` to a call
+//! outside it, no write while a running segment has one (the write chain), no running
+//! segment holds a `parallel_safe = false` call, and the run has no budget and is not
+//! `fail_run` (both need one ledger of what ran first). Otherwise it waits for every running
+//! segment to finish first — one more barrier, which can only make a run more ordered, never
+//! less safe. A call may reference or be `after` a call of an earlier chunk that had an
+//! explicit `id` (its output is kept; default-id calls are not, so memory is bounded by the
+//! explicitly named calls).
 
+use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::task::JoinHandle;
 
+use super::plan::start_mcp;
+use super::run::{open_lanes, summary};
+use super::session::Session;
+use super::{exit_code, load_manifest};
+use crate::batch::{Batch, OnToolError, Reading};
+use crate::cli::{Args, RunArgs};
 use crate::error::{Error, SourceFile};
+use crate::events::{Event, LaneInfo, Outcome, Stats, Status};
+use crate::manifest::Manifest;
+use crate::model_formats::InputFormat;
+use crate::plan::{self, External, PlanOptions};
+use crate::run::{self, lease, RunReport};
+use crate::tools::ToolKind;
 
 /// Most calls in one chunk.
 pub const CHUNK: usize = 2048;
@@ -63,6 +87,8 @@ fn is_call(v: &Value) -> bool {
 /// The calls of stdin in chunks; each line with its 0-based line number.
 pub(super) struct Chunks {
     lines: Receiver<(usize, String)>,
+    /// When any is set, no more chunks are read (Ctrl-C, a closed stdout).
+    stop: Vec<Arc<AtomicBool>>,
 }
 
 /// One chunk: its text and how many lines of the input came before it.
@@ -73,7 +99,7 @@ pub(super) struct Chunk {
 
 impl Chunks {
     /// The stream whose first call is `first`, after `blank` blank lines.
-    pub fn new((blank, first): (usize, String)) -> Chunks {
+    pub fn new((blank, first): (usize, String), stop: Vec<Arc<AtomicBool>>) -> Chunks {
         let (tx, rx) = sync_channel::<(usize, String)>(CHUNK * 2);
         std::thread::spawn(move || {
             if tx.send((blank, first)).is_err() {
@@ -89,7 +115,7 @@ impl Chunks {
                 }
             }
         });
-        Chunks { lines: rx }
+        Chunks { lines: rx, stop }
     }
 }
 
@@ -97,7 +123,16 @@ impl Iterator for Chunks {
     type Item = Chunk;
 
     fn next(&mut self) -> Option<Chunk> {
-        let (first_line, first) = self.lines.recv().ok()?;
+        let (first_line, first) = loop {
+            if self.stop.iter().any(|s| s.load(Ordering::SeqCst)) {
+                return None;
+            }
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => break line,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        };
         let mut text = first;
         let mut last_line = first_line;
         let mut calls = 1;
@@ -121,4 +156,244 @@ impl Iterator for Chunks {
             calls,
         })
     }
+}
+
+/// What a segment holds that decides whether the next may run beside it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Traits {
+    /// A `parallel_safe = false` call: nothing may overlap it.
+    alone: bool,
+    /// A write (the write chain runs across segments).
+    writes: bool,
+    /// A reference or `after` to a call outside the segment.
+    outside: bool,
+}
+
+impl Traits {
+    fn of(batch: &Batch, manifest: &Manifest) -> Traits {
+        let ids: HashSet<&str> = batch.calls.iter().map(|c| c.id.as_str()).collect();
+        let mut t = Traits::default();
+        for c in &batch.calls {
+            if let Some(tool) = manifest.tool(&c.tool) {
+                t.alone |= !tool.parallel_safe;
+                t.writes |= tool.is_write();
+            }
+            t.outside |= c.args.refs().any(|(_, r)| !ids.contains(r.target.as_str()))
+                || c.after.iter().any(|a| !ids.contains(a.as_str()));
+        }
+        t
+    }
+}
+
+/// A segment running.
+struct Segment {
+    handle: JoinHandle<RunReport>,
+    traits: Traits,
+    /// Its calls' ids, and whether each was named (named ones are kept for later references).
+    ids: Vec<(String, bool)>,
+}
+
+/// The stream's ledger: segments running, what finished, how the run stands.
+struct Ledger {
+    running: VecDeque<Segment>,
+    external: Arc<External>,
+    failures: Vec<Status>,
+    total: Option<Stats>,
+    outcome: Outcome,
+}
+
+impl Ledger {
+    /// Whether a segment with `next` traits must wait for every running one.
+    fn must_wait(&self, next: Traits, opts: &PlanOptions) -> bool {
+        let ledgered = opts.max_cost.is_some() || opts.on_tool_error == Some(OnToolError::FailRun);
+        ledgered
+            || next.alone
+            || next.outside
+            || self
+                .running
+                .iter()
+                .any(|s| s.traits.alone || (next.writes && s.traits.writes))
+    }
+
+    /// Take in the segments that finished (all of them with `wait`), in order.
+    fn settle(&mut self, session: &mut Session, rt: &tokio::runtime::Runtime, wait: bool) {
+        while let Some(front) = self.running.front() {
+            if !wait && !front.handle.is_finished() {
+                break;
+            }
+            let Some(seg) = self.running.pop_front() else {
+                break;
+            };
+            let report = match rt.block_on(seg.handle) {
+                Ok(r) => r,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            };
+            self.take(session, seg.ids, report);
+        }
+    }
+
+    fn take(&mut self, session: &mut Session, ids: Vec<(String, bool)>, report: RunReport) {
+        session.spent = session.spent.max(report.spent);
+        let ext = Arc::make_mut(&mut self.external);
+        for ((id, named), res) in ids.into_iter().zip(&report.results) {
+            if named {
+                ext.insert(id, res.is_ok().then(|| res.output.clone()));
+            }
+            if !res.is_ok() {
+                self.failures.push(res.status);
+            }
+        }
+        match &mut self.total {
+            Some(t) => run::stats::merge(t, report.stats),
+            None => self.total = Some(report.stats),
+        }
+        match (self.outcome, report.outcome) {
+            (_, Outcome::Completed) => {}
+            // A budget refuses calls that do not fit; later (cheaper) ones may still run.
+            (Outcome::Completed, Outcome::BudgetExhausted) => {
+                self.outcome = Outcome::BudgetExhausted
+            }
+            (Outcome::Completed | Outcome::BudgetExhausted, ended) => self.outcome = ended,
+            _ => {}
+        }
+    }
+
+    /// Whether the run has ended (fail_run, a deadline, Ctrl-C).
+    fn ended(&self) -> bool {
+        !matches!(self.outcome, Outcome::Completed | Outcome::BudgetExhausted)
+    }
+}
+
+/// A stream of JSON Lines: one session, its chunks run as segments, results written as they
+/// resolve in call order.
+pub(super) fn run_stream(
+    args: &Args,
+    r: &RunArgs,
+    mut opts: PlanOptions,
+    first: (usize, String),
+    rt: tokio::runtime::Runtime,
+) -> Result<u8, Error> {
+    refuse_whole_batch_options(r)?;
+    let mut manifest = load_manifest(args)?;
+    // Which tools the stream will call is not known yet: every MCP tool is looked up.
+    let mcp_tools: Vec<String> = manifest
+        .tools
+        .iter()
+        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .map(|t| t.name.clone())
+        .collect();
+    let mcp = start_mcp(args, &mut manifest, &mcp_tools, &rt)?;
+    let mut table = plan::lane_table(&manifest, &opts);
+    lease::borrow(&mut table, &manifest);
+    let lanes = open_lanes(&r.lane_store, &table, &manifest, &rt)?;
+    let infos = table
+        .iter()
+        .map(|l| LaneInfo {
+            name: l.name.clone(),
+            limit: l.limit,
+            rate: l.rate.map(|r| r.to_string()),
+        })
+        .collect();
+    opts.lanes = Some(table);
+    let run_id = run::scheduler::new_run_id();
+    let mut session = Session::open(r, manifest, mcp, lanes, run_id, true, &rt);
+    session.emit(Event::RunStarted {
+        run_id: session.run_id.clone(),
+        total: 0,
+        lanes: infos,
+    });
+    let mut ledger = Ledger {
+        running: VecDeque::new(),
+        external: Arc::default(),
+        failures: Vec::new(),
+        total: None,
+        outcome: Outcome::Completed,
+    };
+    let stop = vec![session.interrupted.clone(), session.drained.clone()];
+    let mut seen = 0usize;
+    let mut failed = None;
+    for chunk in Chunks::new(first, stop) {
+        let reading = Reading {
+            format: InputFormat::Jsonl,
+            literal: r.literal,
+            id_offset: seen,
+        };
+        let batch = match Batch::parse_with(chunk.file, reading) {
+            Ok((batch, _)) => batch,
+            Err(d) => {
+                failed = Some(Error::Invalid(d));
+                break;
+            }
+        };
+        let traits = Traits::of(&batch, &session.manifest);
+        let wait = ledger.must_wait(traits, &opts);
+        ledger.settle(&mut session, &rt, wait);
+        if ledger.ended() {
+            break;
+        }
+        opts.external = Some(ledger.external.clone());
+        let plan = match plan::build(&session.manifest, &batch, &opts) {
+            Ok(p) => p,
+            Err(d) => {
+                failed = Some(Error::Invalid(d));
+                break;
+            }
+        };
+        session.emit(Event::RunExtended {
+            total: seen + chunk.calls,
+        });
+        let ids = batch
+            .calls
+            .iter()
+            .map(|c| (c.id.clone(), c.explicit_id))
+            .collect();
+        let handle = session.spawn_segment(&rt, plan, seen);
+        ledger.running.push_back(Segment {
+            handle,
+            traits,
+            ids,
+        });
+        seen += chunk.calls;
+    }
+    ledger.settle(&mut session, &rt, true);
+    if session.interrupted.load(Ordering::SeqCst) && !ledger.ended() {
+        // Ctrl-C while the stream waited for its next line.
+        ledger.outcome = Outcome::Interrupted;
+    }
+    let stats = ledger.total.take().unwrap_or_default();
+    session.emit(Event::RunFinished {
+        outcome: ledger.outcome,
+        stats: Box::new(stats.clone()),
+    });
+    let drained = session.drained.load(Ordering::SeqCst);
+    session.close(rt);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    summary(args, ledger.outcome, &stats, &ledger.failures);
+    if drained {
+        return Ok(crate::error::EXIT_OK);
+    }
+    Ok(exit_code(ledger.outcome, stats.failed))
+}
+
+/// `--output`, `--journal`, `--record`/`--replay` and `--trace` need a whole batch.
+fn refuse_whole_batch_options(r: &RunArgs) -> Result<(), Error> {
+    for (set, flag) in [
+        (r.output.is_some(), "--output"),
+        (
+            r.journal.is_some() || r.resume.is_some(),
+            "--journal/--resume",
+        ),
+        (
+            r.record.is_some() || r.replay.is_some(),
+            "--record/--replay",
+        ),
+        (r.trace.is_some(), "--trace"),
+    ] {
+        if set {
+            return Err(Error::Usage(format!("{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin")));
+        }
+    }
+    Ok(())
 }

@@ -114,16 +114,13 @@ pub type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
 pub struct StreamWriter<W: Write + Send> {
     out: W,
     next: usize,
-    /// Calls of earlier batches of the same run (a stream's chunks): their results came
-    /// before, so this batch's indices continue after them.
-    base: usize,
-    /// Calls in the batch now running.
-    total: usize,
     waiting: BTreeMap<usize, CallResult>,
     /// Render a result as one line (`None`: the default result line).
     render: Option<RenderFn>,
     /// Set when stdout has gone away (a closed pipe); the run carries on regardless.
     pub broken: bool,
+    /// Told once when stdout goes away, so the run can stop dispatching.
+    on_broken: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl<W: Write + Send> StreamWriter<W> {
@@ -131,27 +128,23 @@ impl<W: Write + Send> StreamWriter<W> {
         StreamWriter {
             out,
             next: 0,
-            base: 0,
-            total: 0,
             waiting: BTreeMap::new(),
             render,
             broken: false,
+            on_broken: None,
         }
+    }
+
+    /// Call `f` once if stdout goes away (`| head -1`).
+    pub fn on_broken(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.on_broken = Some(Box::new(f));
+        self
     }
 
     fn write(&mut self, r: &CallResult) {
         if self.broken {
             return;
         }
-        let shifted;
-        let r = if self.base == 0 {
-            r
-        } else {
-            let mut copy = r.clone();
-            copy.index += self.base;
-            shifted = copy;
-            &shifted
-        };
         let res = match &self.render {
             Some(f) => serde_json::to_writer(&mut self.out, &f(r))
                 .map_err(io::Error::from)
@@ -159,7 +152,14 @@ impl<W: Write + Send> StreamWriter<W> {
             None => write_jsonl_line(&mut self.out, r),
         };
         if res.is_err() {
-            self.broken = true;
+            self.break_off();
+        }
+    }
+
+    fn break_off(&mut self) {
+        self.broken = true;
+        if let Some(f) = self.on_broken.take() {
+            f();
         }
     }
 }
@@ -167,25 +167,18 @@ impl<W: Write + Send> StreamWriter<W> {
 impl<W: Write + Send> Reporter for StreamWriter<W> {
     fn flush(&mut self) {
         if !self.broken && self.out.flush().is_err() {
-            self.broken = true;
+            self.break_off();
         }
     }
     fn handle(&mut self, event: &Event) {
-        match event {
-            Event::RunStarted { total, .. } => self.total = *total,
-            Event::CallFinished { result } => {
-                self.waiting.insert(result.index, (**result).clone());
-                while let Some(r) = self.waiting.remove(&self.next) {
-                    self.write(&r);
-                    self.next += 1;
-                }
+        // Results are numbered across the whole run (a stream's segments included), so
+        // writing them in index order is call order.
+        if let Event::CallFinished { result } = event {
+            self.waiting.insert(result.index, (**result).clone());
+            while let Some(r) = self.waiting.remove(&self.next) {
+                self.write(&r);
+                self.next += 1;
             }
-            Event::RunFinished { .. } => {
-                self.base += self.total;
-                self.next = 0;
-                self.waiting.clear();
-            }
-            _ => {}
         }
     }
 }

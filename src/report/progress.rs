@@ -202,6 +202,7 @@ impl Reporter for Progress {
                 }
                 self.refresh_lane(*lane);
             }
+            Event::RunExtended { total } => self.overall.set_length(*total as u64),
             Event::CallStarted { .. } => {}
             Event::CallFinished { result } => {
                 if result.status == Status::Ok {

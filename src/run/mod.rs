@@ -20,4 +20,4 @@ pub mod lease;
 pub mod scheduler;
 pub mod stats;
 
-pub use scheduler::{execute, execute_spawned, RunConfig, RunReport};
+pub use scheduler::{execute, execute_spawned, Control, RunConfig, RunReport};

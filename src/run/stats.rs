@@ -61,7 +61,7 @@ pub fn merge(total: &mut Stats, next: Stats) {
     total.calls += next.calls;
     total.ok += next.ok;
     total.failed += next.failed;
-    total.wall_ms = next.wall_ms;
+    total.wall_ms = total.wall_ms.max(next.wall_ms);
     total.tool_time_ms += next.tool_time_ms;
     if next.critical_path_ms > total.critical_path_ms {
         total.critical_path_ms = next.critical_path_ms;

@@ -390,7 +390,11 @@ fn validate_and_tools_make_no_claim_an_mcp_server_has_not_made() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(!table.contains("write (default)"), "{table}");
     assert!(table.contains("from server"), "{table}");
-    let out = p.cmd().args(["tools", "--format", "json"]).output().unwrap();
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .unwrap();
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let sleep = &doc["tools"][0];
     assert_eq!(sleep["effect"], Value::Null, "{sleep}");

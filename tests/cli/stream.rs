@@ -280,3 +280,137 @@ fn a_bad_line_in_a_stream_is_located_at_its_own_line() {
     assert!(stderr.contains("<stdin>:3:"), "{stderr}");
     assert!(stderr.contains("did you mean"), "{stderr}");
 }
+
+/// `flux-tools run --stream` in `p`, stdin and stdout piped.
+fn stream_child(p: &Project) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .current_dir(p.path())
+        .args(["run", "--stream"])
+        .env("CI", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_fast_call_streams_out_before_its_slow_sibling_ends() {
+    // Before: x (0.2 s) came out at 2.01 s, when its chunk (with y, 2 s) had finished.
+    let p = Project::new(MANIFEST);
+    let mut child = stream_child(&p);
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"id\": \"x\", \"tool\": \"slow\"}\n{\"id\": \"y\", \"tool\": \"slow\", \"args\": {\"_latency\": \"2s\"}}\n")
+        .unwrap();
+    let started = Instant::now();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let first_at = started.elapsed();
+    drop(stdin);
+    let x: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(x["id"], "x");
+    assert!(
+        first_at < Duration::from_millis(1500),
+        "x came out after {first_at:?}"
+    );
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_call_arriving_mid_run_starts_before_the_earlier_slow_call_ends() {
+    // Before: a call arriving while a chunk ran waited for the whole chunk (a barrier).
+    let p = Project::new(MANIFEST);
+    let mut child = stream_child(&p);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        "{{\"id\": \"y\", \"tool\": \"slow\", \"args\": {{\"_latency\": \"3s\"}}}}"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    writeln!(stdin, "{{\"id\": \"z\", \"tool\": \"slow\"}}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[1]["id"], "z");
+    // Times count from the run's start: z went out while y (3 s) still ran.
+    let z_started = lines[1]["started_ms"].as_u64().unwrap();
+    assert!(
+        (400..2500).contains(&z_started),
+        "z started at {z_started} ms"
+    );
+    let y_ended =
+        lines[0]["started_ms"].as_u64().unwrap() + lines[0]["duration_ms"].as_u64().unwrap();
+    assert!(z_started < y_ended);
+}
+
+#[test]
+fn a_lone_call_in_a_stream_still_waits_for_everything_before_it() {
+    let manifest = format!("{MANIFEST}[tools.alone]\nkind = \"scripted\"\neffect = \"read\"\nparallel_safe = false\nlatency = \"200ms\"\n");
+    let p = Project::new(&manifest);
+    let mut child = stream_child(&p);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        "{{\"id\": \"y\", \"tool\": \"slow\", \"args\": {{\"_latency\": \"1s\"}}}}"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    writeln!(stdin, "{{\"id\": \"a\", \"tool\": \"alone\"}}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let y_end =
+        lines[0]["started_ms"].as_u64().unwrap() + lines[0]["duration_ms"].as_u64().unwrap();
+    assert!(
+        lines[1]["started_ms"].as_u64().unwrap() >= y_end,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_reader_that_goes_away_stops_new_calls_and_the_run_ends_with_its_calls_in_flight() {
+    let manifest = format!("{MANIFEST}[tools.mark]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"touch\", \"marked\"]\nstdin = \"none\"\n");
+    let p = Project::new(&manifest);
+    let mut child = stream_child(&p);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{{\"id\": \"a\", \"tool\": \"slow\"}}").unwrap();
+    writeln!(
+        stdin,
+        "{{\"id\": \"b\", \"tool\": \"slow\", \"args\": {{\"_latency\": \"1s\"}}}}"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    // `| head -1`: read one line and close the pipe.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    drop(stdout);
+    let closed = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    // A call arriving after the reader left is never dispatched.
+    let _ = writeln!(stdin, "{{\"id\": \"c\", \"tool\": \"mark\"}}");
+    let _ = stdin.flush();
+    let status = child.wait().unwrap();
+    assert!(
+        closed.elapsed() < Duration::from_secs(5),
+        "it did not end promptly"
+    );
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !p.path().join("marked").exists(),
+        "c ran after the reader left"
+    );
+    drop(stdin);
+}

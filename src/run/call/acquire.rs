@@ -71,7 +71,10 @@ pub(in crate::run) fn begin_acquire(
         let lane = call.lanes[acq.next];
         acq.next += 1;
         let since = Instant::now();
-        let mut fut = store.clone().acquire(lane, call.weight, pos as u64);
+        // Waiters queue in call order across the whole run (a stream's segments included).
+        let mut fut = store
+            .clone()
+            .acquire(lane, call.weight, (emitter.base + pos) as u64);
         match fut.as_mut().poll(&mut cx) {
             std::task::Poll::Ready(Ok(lease)) => {
                 emitter.lane(|| Event::LaneAcquired {
@@ -157,7 +160,9 @@ impl Job {
             acq.pending = Some((
                 lane,
                 Instant::now(),
-                self.lanes.clone().acquire(lane, weight, pos as u64),
+                self.lanes
+                    .clone()
+                    .acquire(lane, weight, (self.emitter.base + pos) as u64),
             ));
         }
     }

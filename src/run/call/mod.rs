@@ -30,13 +30,18 @@ pub(super) use acquire::{begin_acquire, Acquisition};
 pub(super) struct Emitter {
     pub(super) tx: Option<mpsc::UnboundedSender<Event>>,
     pub(super) lanes: bool,
+    /// Calls of the run before this batch (a stream's earlier segments): events name calls
+    /// by their place in the whole run.
+    pub(super) base: usize,
 }
 
 impl Emitter {
-    pub(super) fn emit(&self, e: Event) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(e);
+    pub(super) fn emit(&self, mut e: Event) {
+        let Some(tx) = &self.tx else { return };
+        if self.base > 0 {
+            e.shift_calls(self.base);
         }
+        let _ = tx.send(e);
     }
     /// A call's final result (cloned only when somebody listens).
     ///

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::state::Coordinator;
-use super::{RunConfig, RunReport};
+use super::{Control, RunConfig, RunReport};
 use crate::duration::millis;
 use crate::events::{CallResult, ErrorKind, Event, Outcome};
 use crate::run::call::{never_dispatched, Completion};
@@ -20,7 +20,7 @@ impl Coordinator {
         &mut self,
         mut done_rx: mpsc::UnboundedReceiver<Completion>,
         mut verdicts: mpsc::UnboundedReceiver<Verdict>,
-        signals: &mut mpsc::UnboundedReceiver<()>,
+        signals: &mut mpsc::UnboundedReceiver<Control>,
     ) {
         let run_deadline = self.plan.settings.run_deadline.map(|d| self.start + d);
         let mut signals_open = true;
@@ -60,13 +60,22 @@ impl Coordinator {
                 }
                 s = signals.recv(), if signals_open => match s {
                     None => signals_open = false,
-                    Some(()) if self.ending.is_some() => {
+                    Some(Control::Drain) => self.drain(),
+                    Some(Control::Interrupt) if self.ending.is_some() => {
                         // A second signal (or one after the run began ending): stop at once.
                         self.stop_tx.send_replace(StopLevel::Force);
                     }
-                    Some(()) => self.end_run(Outcome::Interrupted, "interrupted".into()),
+                    Some(Control::Interrupt) => self.end_run(Outcome::Interrupted, "interrupted".into()),
                 },
             }
+        }
+    }
+
+    /// Nobody reads the results: end the run without stopping the calls in flight.
+    fn drain(&mut self) {
+        if self.ending.is_none() {
+            let why = "nobody reads the results any more (stdout closed)".to_string();
+            self.ending = Some((Outcome::Interrupted, why));
         }
     }
 
@@ -135,10 +144,12 @@ impl Coordinator {
             config.lanes.stats(),
             self.http_429,
         );
-        self.emitter.emit(Event::RunFinished {
-            outcome,
-            stats: Box::new(stats.clone()),
-        });
+        if config.segment.is_none() {
+            self.emitter.emit(Event::RunFinished {
+                outcome,
+                stats: Box::new(stats.clone()),
+            });
+        }
         RunReport {
             run_id: config.run_id,
             outcome,

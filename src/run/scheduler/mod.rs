@@ -70,6 +70,21 @@ pub struct RunConfig {
     /// What the run already spent before this batch (a stream's earlier chunks), against
     /// the plan's `max_cost`.
     pub spent: f64,
+    /// This batch is a segment of a longer run (a stream), starting at this call index: its
+    /// events number calls from there, and the run's start and finish are announced by
+    /// whoever runs the segments.
+    pub segment: Option<usize>,
+}
+
+/// What the outside world asks of a running batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// SIGINT/SIGTERM: the first stops gracefully (in-flight calls are stopped), the second
+    /// at once.
+    Interrupt,
+    /// Nobody reads the results any more (a closed stdout): dispatch nothing new, let the
+    /// calls in flight finish.
+    Drain,
 }
 
 /// The finished run.
@@ -112,7 +127,7 @@ pub async fn execute_spawned(
     manifest: Arc<Manifest>,
     plan: Arc<Plan>,
     config: RunConfig,
-    signals: mpsc::UnboundedReceiver<()>,
+    signals: mpsc::UnboundedReceiver<Control>,
 ) -> RunReport {
     match tokio::spawn(execute(manifest, plan, config, signals)).await {
         Ok(report) => report,
@@ -121,32 +136,35 @@ pub async fn execute_spawned(
     }
 }
 
-/// Run `plan`. `signals` delivers SIGINT/SIGTERM: the first stops gracefully, the second at
-/// once. Returns when every call has a result.
+/// Run `plan`. `signals` delivers [`Control`]s (SIGINT/SIGTERM, a reader gone). Returns when
+/// every call has a result.
 pub async fn execute(
     manifest: Arc<Manifest>,
     plan: Arc<Plan>,
     config: RunConfig,
-    mut signals: mpsc::UnboundedReceiver<()>,
+    mut signals: mpsc::UnboundedReceiver<Control>,
 ) -> RunReport {
     let start = config.start.unwrap_or_else(Instant::now);
     let emitter = Emitter {
         tx: config.events.clone(),
         lanes: config.lane_events,
+        base: config.segment.unwrap_or(0),
     };
-    emitter.emit(Event::RunStarted {
-        run_id: config.run_id.clone(),
-        total: plan.calls.len(),
-        lanes: plan
-            .lanes
-            .iter()
-            .map(|l| LaneInfo {
-                name: l.name.clone(),
-                limit: l.limit,
-                rate: l.rate.map(|r| r.to_string()),
-            })
-            .collect(),
-    });
+    if config.segment.is_none() {
+        emitter.emit(Event::RunStarted {
+            run_id: config.run_id.clone(),
+            total: plan.calls.len(),
+            lanes: plan
+                .lanes
+                .iter()
+                .map(|l| LaneInfo {
+                    name: l.name.clone(),
+                    limit: l.limit,
+                    rate: l.rate.map(|r| r.to_string()),
+                })
+                .collect(),
+        });
+    }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let mut co = Coordinator::new(manifest, plan, &config, emitter, start, done_tx);
     let (gate, verdicts) = co.start_gate(&config);

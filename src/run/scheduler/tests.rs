@@ -69,6 +69,7 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
         replay: None,
         start: None,
         spent: 0.0,
+        segment: None,
     };
     let (_signals, sig_rx) = mpsc::unbounded_channel();
     let report = execute(m, plan, config, sig_rx).await;

@@ -1,0 +1,303 @@
+//! What every batch of one run shares: the manifest and its MCP sessions, the lane store, the
+//! run id, approvals, the reporters (on their own thread), the clock, the budget spent so far,
+//! and the controls — SIGINT/SIGTERM and a closed stdout reach every batch that is running.
+//! A whole batch is one `execute`; a stream's segments are many, some at once.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::terminal::TerminalApprover;
+use crate::cli::{ProgressChoice, RunArgs};
+use crate::events::Event;
+use crate::manifest::Manifest;
+use crate::plan::Plan;
+use crate::report::emit;
+use crate::report::output::{self, StreamWriter};
+use crate::report::progress::Progress;
+use crate::report::Reporter;
+use crate::run::cassette::Cassette;
+use crate::run::gate::Approvals;
+use crate::run::journal::{Journal, Resume};
+use crate::run::lanes::LaneStore;
+use crate::run::{self, Control, RunConfig, RunReport};
+use crate::tools::mcp::McpHub;
+
+/// How long the event consumer lets events gather after each round.
+const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The controls of the batches running now.
+type Controls = Arc<Mutex<Vec<mpsc::UnboundedSender<Control>>>>;
+
+/// What every batch of one run shares.
+pub(super) struct Session {
+    pub manifest: Arc<Manifest>,
+    mcp: Option<Arc<McpHub>>,
+    lanes: Arc<dyn LaneStore>,
+    pub run_id: String,
+    approvals: Approvals,
+    lane_events: bool,
+    events: Option<mpsc::UnboundedSender<Event>>,
+    consumer: Option<std::thread::JoinHandle<()>>,
+    controls: Controls,
+    /// Set when stdout went away: nothing more is dispatched, and the run exits 0.
+    pub drained: Arc<AtomicBool>,
+    /// Set on SIGINT/SIGTERM: a stream stops reading.
+    pub interrupted: Arc<AtomicBool>,
+    pub start: Instant,
+    /// What the run has spent (carried from one batch to the next).
+    pub spent: f64,
+}
+
+/// The durable parts of a run over a whole batch (none for a stream).
+#[derive(Default)]
+pub(super) struct Durability {
+    pub journal: Option<Journal>,
+    pub resume: Option<Arc<Resume>>,
+    pub retry_indeterminate: bool,
+    pub record: bool,
+    pub replay: Option<Arc<Cassette>>,
+}
+
+/// Send `c` to every batch still running.
+fn tell(controls: &Controls, c: Control) {
+    if let Ok(list) = controls.lock() {
+        for tx in list.iter() {
+            let _ = tx.send(c);
+        }
+    }
+}
+
+impl Session {
+    /// Start the reporters and the signal forwarder. `streaming`: results go out as JSON
+    /// lines as they resolve (in call order).
+    pub fn open(
+        r: &RunArgs,
+        manifest: Manifest,
+        mcp: Option<Arc<McpHub>>,
+        lanes: Arc<dyn LaneStore>,
+        run_id: String,
+        streaming: bool,
+        rt: &tokio::runtime::Runtime,
+    ) -> Session {
+        let show_progress = match r.progress {
+            ProgressChoice::Always => true,
+            ProgressChoice::Never => false,
+            ProgressChoice::Auto => {
+                std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+            }
+        };
+        let controls: Controls = Arc::default();
+        let drained = Arc::new(AtomicBool::new(false));
+        let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
+        if show_progress {
+            let always = r.progress == ProgressChoice::Always;
+            reporters.push(Box::new(Progress::new(always)));
+        }
+        if streaming {
+            let render: Option<output::RenderFn> = r
+                .emit
+                .map(|e| Box::new(move |res: &_| emit::item(e, res)) as output::RenderFn);
+            let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
+            let (c, d) = (controls.clone(), drained.clone());
+            reporters.push(Box::new(StreamWriter::new(out, render).on_broken(
+                move || {
+                    d.store(true, Ordering::SeqCst);
+                    tell(&c, Control::Drain);
+                },
+            )));
+            watch_reader(controls.clone(), drained.clone());
+        }
+        let (events, consumer) = if reporters.is_empty() {
+            (None, None)
+        } else {
+            let (tx, rx) = mpsc::unbounded_channel::<Event>();
+            let consumer = std::thread::spawn(move || consume(rx, reporters));
+            (Some(tx), Some(consumer))
+        };
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let (c, i) = (controls.clone(), interrupted.clone());
+        rt.block_on(async move { forward_signals(c, i) });
+        Session {
+            manifest: Arc::new(manifest),
+            mcp,
+            lanes,
+            run_id,
+            approvals: r.approve.clone().unwrap_or_default(),
+            lane_events: show_progress,
+            events,
+            consumer,
+            controls,
+            drained,
+            interrupted,
+            start: Instant::now(),
+            spent: 0.0,
+        }
+    }
+
+    /// Tell the reporters something the batches do not (a stream's start, growth and end).
+    pub fn emit(&self, e: Event) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(e);
+        }
+    }
+
+    /// The configuration of one batch, and its control channel (registered with the others).
+    fn config(
+        &self,
+        d: Durability,
+        segment: Option<usize>,
+    ) -> (RunConfig, mpsc::UnboundedReceiver<Control>) {
+        let (tx, rx) = mpsc::unbounded_channel::<Control>();
+        if self.drained.load(Ordering::SeqCst) {
+            let _ = tx.send(Control::Drain);
+        }
+        if let Ok(mut list) = self.controls.lock() {
+            list.retain(|c| !c.is_closed());
+            list.push(tx);
+        }
+        let config = RunConfig {
+            run_id: self.run_id.clone(),
+            lanes: self.lanes.clone(),
+            events: self.events.clone(),
+            lane_events: self.lane_events,
+            mcp: self.mcp.clone(),
+            approvals: self.approvals.clone(),
+            approver: Arc::new(TerminalApprover),
+            journal: d.journal,
+            resume: d.resume,
+            retry_indeterminate: d.retry_indeterminate,
+            record: d.record,
+            replay: d.replay,
+            start: Some(self.start),
+            spent: self.spent,
+            segment,
+        };
+        (config, rx)
+    }
+
+    /// Run a whole batch to its end.
+    pub fn execute(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        plan: Plan,
+        d: Durability,
+    ) -> RunReport {
+        let (config, rx) = self.config(d, None);
+        let manifest = self.manifest.clone();
+        let report = rt.block_on(run::execute_spawned(manifest, Arc::new(plan), config, rx));
+        self.spent = report.spent;
+        report
+    }
+
+    /// Start one segment of a stream (its calls numbered from `base` in the run); it runs
+    /// beside whatever segments are running.
+    pub fn spawn_segment(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        plan: Plan,
+        base: usize,
+    ) -> JoinHandle<RunReport> {
+        let (config, rx) = self.config(Durability::default(), Some(base));
+        rt.spawn(run::execute(
+            self.manifest.clone(),
+            Arc::new(plan),
+            config,
+            rx,
+        ))
+    }
+
+    /// End the run: MCP sessions closed, every event rendered.
+    pub fn close(mut self, rt: tokio::runtime::Runtime) {
+        if let Some(hub) = &self.mcp {
+            rt.block_on(hub.shutdown());
+        }
+        // Tasks that outlived the run (none should) must not keep the process alive.
+        rt.shutdown_background();
+        self.events = None;
+        if let Some(c) = self.consumer.take() {
+            let _ = c.join();
+        }
+    }
+}
+
+/// Feed events to the reporters until the run ends.
+fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Reporter>>) {
+    while let Some(ev) = rx.blocking_recv() {
+        for rep in reporters.iter_mut() {
+            rep.handle(&ev);
+        }
+        // Handle whatever else is already waiting, then flush once: streamed lines go out as
+        // soon as the run pauses, without a write per line when it does not.
+        while let Ok(ev) = rx.try_recv() {
+            for rep in reporters.iter_mut() {
+                rep.handle(&ev);
+            }
+        }
+        for rep in reporters.iter_mut() {
+            rep.flush();
+        }
+        // Let events gather for a moment: one wake-up per millisecond at most, rather than a
+        // futex and a context switch per call when calls finish thousands a second.
+        std::thread::sleep(REPORTER_PAUSE);
+    }
+}
+
+/// Forward SIGINT and SIGTERM to every running batch: the first stops gracefully, the second
+/// at once.
+fn forward_signals(controls: Controls, interrupted: Arc<AtomicBool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            interrupted.store(true, Ordering::SeqCst);
+            tell(&controls, Control::Interrupt);
+        }
+    });
+}
+
+/// When stdout is a pipe, notice at once when its reader goes away (`| head -1`), not at the
+/// next write: nothing more is dispatched, and the run ends when its calls in flight do.
+fn watch_reader(controls: Controls, drained: Arc<AtomicBool>) {
+    use std::os::fd::AsRawFd;
+    let fd = std::io::stdout().as_raw_fd();
+    // SAFETY: fstat on our own stdout into a zeroed struct; failure is reported by the result.
+    let is_pipe = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    };
+    if !is_pipe {
+        return;
+    }
+    std::thread::spawn(move || loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own; with no events asked for, it returns only when
+        // the pipe's reader has closed (POLLERR/POLLHUP), or on an error.
+        let n = unsafe { libc::poll(&mut p, 1, -1) };
+        if n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            drained.store(true, Ordering::SeqCst);
+            tell(&controls, Control::Drain);
+            return;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    });
+}
