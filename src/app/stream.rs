@@ -43,6 +43,9 @@ use crate::tools::ToolKind;
 
 /// Most calls in one chunk.
 pub const CHUNK: usize = 2048;
+/// Most segments running at once: memory stays bounded by this many chunks however fast the
+/// stream arrives (results go out in call order, so a later segment cannot get far ahead).
+const MAX_RUNNING: usize = 8;
 /// How long to wait for more lines before running what has arrived.
 const GATHER: Duration = Duration::from_millis(5);
 
@@ -221,15 +224,20 @@ impl Ledger {
             if !wait && !front.handle.is_finished() {
                 break;
             }
-            let Some(seg) = self.running.pop_front() else {
-                break;
-            };
-            let report = match rt.block_on(seg.handle) {
-                Ok(r) => r,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            };
-            self.take(session, seg.ids, report);
+            self.settle_first(session, rt);
         }
+    }
+
+    /// Wait for the oldest running segment and take it in.
+    fn settle_first(&mut self, session: &mut Session, rt: &tokio::runtime::Runtime) {
+        let Some(seg) = self.running.pop_front() else {
+            return;
+        };
+        let report = match rt.block_on(seg.handle) {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.take(session, seg.ids, report);
     }
 
     fn take(&mut self, session: &mut Session, ids: Vec<(String, bool)>, report: RunReport) {
@@ -328,6 +336,9 @@ pub(super) fn run_stream(
         let traits = Traits::of(&batch, &session.manifest);
         let wait = ledger.must_wait(traits, &opts);
         ledger.settle(&mut session, &rt, wait);
+        while ledger.running.len() >= MAX_RUNNING {
+            ledger.settle_first(&mut session, &rt);
+        }
         if ledger.ended() {
             break;
         }
