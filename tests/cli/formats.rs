@@ -215,3 +215,25 @@ fn trace_and_svg_timeline_draw_every_dispatched_call() {
         ),
     }
 }
+
+#[test]
+fn the_bundled_replies_of_every_provider_run_and_answer_each_call() {
+    for provider in ["openai", "openai-responses", "anthropic", "gemini"] {
+        let out = flux()
+            .current_dir(repo())
+            .args([
+                "run",
+                &format!("batches/replies/{provider}.json"),
+                "--emit",
+                provider,
+                "--stream",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{provider}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().count(), 3, "{provider}: {text}");
+        // The model's `${name}` is text for the tool, not a reference.
+        assert!(text.contains("Hello ${name}!"), "{provider}: {text}");
+    }
+}
