@@ -237,3 +237,22 @@ fn the_bundled_replies_of_every_provider_run_and_answer_each_call() {
         assert!(text.contains("Hello ${name}!"), "{provider}: {text}");
     }
 }
+
+#[test]
+fn literal_makes_a_batch_files_arguments_data() {
+    let p = crate::common::Project::new(
+        "[tools.echo]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"cat\"]\n",
+    );
+    let batch = "- { tool: echo, args: { text: 'Hello ${name}! $${x}' } }\n";
+    let (doc, code) = p.run_json(batch, &["--literal"]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(
+        results(&doc)[0]["output"],
+        serde_json::json!({"text": "Hello ${name}! $${x}"})
+    );
+    // Without it, a batch file's `${name}` is a reference: checked before anything runs.
+    let b = p.write("b.yaml", batch);
+    let out = p.cmd().args(["run", b.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("references unknown call `name`"));
+}
