@@ -16,13 +16,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use toml::de::{DeTable, DeValue};
 
-use super::{parse_output, Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use super::{parse_output, Failure, Invocation, Kind, Site, Stop, ToolContext};
 use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
@@ -156,16 +155,7 @@ impl Kind for CommandSpec {
     }
 }
 
-impl Invoke for CommandTool {
-    fn invoke<'a>(
-        &'a self,
-        inv: &'a Invocation,
-        stop: &'a mut Stop,
-    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
-        // Boxed: the future is large, and every call's task would otherwise be that large.
-        Box::pin(self.call(inv, stop))
-    }
-}
+super::kind::invoke_boxed!(CommandTool);
 
 /// How much of stderr an error keeps.
 const STDERR_TAIL: usize = 2048;

@@ -14,12 +14,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AF
 use serde_json::{Map, Value};
 
 use std::collections::BTreeMap;
-use std::future::Future;
 
 use serde_json::json;
 use toml::de::DeTable;
 
-use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use super::{Failure, Invocation, Kind, Site, Stop, ToolContext};
 use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
@@ -119,16 +118,7 @@ impl Kind for HttpSpec {
     }
 }
 
-impl Invoke for HttpTool {
-    fn invoke<'a>(
-        &'a self,
-        inv: &'a Invocation,
-        stop: &'a mut Stop,
-    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
-        // Boxed: the future is large, and every call's task would otherwise be that large.
-        Box::pin(self.call(inv, stop))
-    }
-}
+super::kind::invoke_boxed!(HttpTool);
 
 /// An http tool's URL must be `http(s)://host…`, and every `{placeholder}` must come after the
 /// host (in the path or query), so an argument can never choose where a request goes.

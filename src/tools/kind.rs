@@ -77,3 +77,23 @@ pub trait Invoke: Send + Sync + 'static {
         stop: &'a mut Stop,
     ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a;
 }
+
+/// `impl Invoke` for a runner whose invocation is its inherent `async fn call`, boxed: the
+/// future is large, and every call's task would otherwise be that large.
+macro_rules! invoke_boxed {
+    ($runner:ty) => {
+        impl $crate::tools::Invoke for $runner {
+            fn invoke<'a>(
+                &'a self,
+                inv: &'a $crate::tools::Invocation,
+                stop: &'a mut $crate::tools::Stop,
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<::serde_json::Value, $crate::tools::Failure>,
+            > + Send
+                   + 'a {
+                Box::pin(self.call(inv, stop))
+            }
+        }
+    };
+}
+pub(crate) use invoke_boxed;

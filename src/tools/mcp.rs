@@ -22,12 +22,11 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
-use std::future::Future;
 
 use toml::de::DeTable;
 
 use super::ToolKind;
-use super::{Failure, Invocation, Invoke, Kind, Site, Stop, ToolContext};
+use super::{Failure, Invocation, Kind, Site, Stop, ToolContext};
 use crate::error::Diagnostic;
 use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
@@ -94,16 +93,7 @@ impl Kind for McpSpec {
     }
 }
 
-impl Invoke for McpTool {
-    fn invoke<'a>(
-        &'a self,
-        inv: &'a Invocation,
-        stop: &'a mut Stop,
-    ) -> impl Future<Output = Result<Value, Failure>> + Send + 'a {
-        // Boxed: the future is large, and every call's task would otherwise be that large.
-        Box::pin(self.call(inv, stop))
-    }
-}
+super::kind::invoke_boxed!(McpTool);
 
 /// How long a server may take to start and answer `initialize`.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

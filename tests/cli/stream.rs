@@ -13,15 +13,7 @@ const MANIFEST: &str = "[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n[tool
 #[test]
 fn the_first_result_comes_out_before_the_input_ends() {
     let p = Project::new(MANIFEST);
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
-        .current_dir(p.path())
-        .args(["run", "--stream"])
-        .env("CI", "true")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stream_child(&p);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     writeln!(
@@ -258,15 +250,7 @@ effect = "read"
 fn a_bad_line_in_a_stream_is_located_at_its_own_line() {
     // Before: `<stdin> calls 2-2:1:10`, relative to the chunk.
     let p = Project::new(MANIFEST);
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
-        .current_dir(p.path())
-        .args(["run", "--stream"])
-        .env("CI", "true")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = stream_child(&p);
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{{\"tool\": \"z\"}}").unwrap();
     stdin.flush().unwrap();
