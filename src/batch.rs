@@ -33,6 +33,8 @@ pub struct Narrowing {
     pub max_concurrent_tools: Option<u32>,
     pub per_tenant: Option<u32>,
     pub per_tool: BTreeMap<String, u32>,
+    /// `hazards`: a batch may only make it stricter.
+    pub hazards: Option<crate::manifest::Hazards>,
 }
 
 /// One call.
@@ -581,6 +583,14 @@ impl Parser<'_> {
             match k.as_str() {
                 "max_concurrent_tools" => n.max_concurrent_tools = count(self, k, v),
                 "per_tenant" => n.per_tenant = count(self, k, v),
+                "hazards" => match v.as_str().and_then(crate::manifest::Hazards::parse) {
+                    Some(h) => n.hazards = Some(h),
+                    None => self.doc_error(
+                        "concurrency",
+                        format!("`concurrency.hazards` is {v}; use `backend` or `writes`"),
+                        None,
+                    ),
+                },
                 "per_tool" => match v.as_object() {
                     Some(pt) => {
                         for (tool, lim) in pt {
@@ -598,7 +608,10 @@ impl Parser<'_> {
                 _ => self.doc_error(
                     "concurrency",
                     format!("unknown field `{k}` in `concurrency`"),
-                    suggest(k, ["max_concurrent_tools", "per_tenant", "per_tool"]),
+                    suggest(
+                        k,
+                        ["max_concurrent_tools", "per_tenant", "per_tool", "hazards"],
+                    ),
                 ),
             }
         }

@@ -56,6 +56,44 @@ pub struct Concurrency {
     pub max_concurrent_tools: Option<u32>,
     pub per_tenant: Option<u32>,
     pub per_tool: BTreeMap<String, u32>,
+    /// Which calls are ordered for their side effects (`hazards`).
+    pub hazards: Hazards,
+}
+
+/// `[concurrency] hazards`: what a call waits for because of side effects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hazards {
+    /// Only writes are ordered among themselves (the write chain).
+    Writes,
+    /// Also a read and a write on a shared backend keep call order (no stale read, no write
+    /// under a read). Stricter than `Writes`.
+    #[default]
+    Backend,
+}
+
+impl Hazards {
+    pub fn parse(s: &str) -> Option<Hazards> {
+        match s {
+            "backend" => Some(Hazards::Backend),
+            "writes" => Some(Hazards::Writes),
+            _ => None,
+        }
+    }
+}
+
+/// Where a tool's backends came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendOrigin {
+    /// `backend = …` in the manifest.
+    Manifest,
+    /// Its shared lanes.
+    Lanes,
+    /// Its kind (an MCP tool: its server).
+    Kind,
+    /// Nothing said: the tool itself.
+    Tool,
 }
 
 /// `[deadline]`.
@@ -152,6 +190,10 @@ pub struct Tool {
     /// The timeout as the manifest wrote it, for messages ("exceeded its 5s timeout").
     pub timeout_text: Option<String>,
     pub lanes: Vec<String>,
+    /// What it reads and writes (seed 001's backend or quota group): calls on a shared
+    /// backend keep call order between reads and writes.
+    pub backends: Vec<String>,
+    pub backends_origin: BackendOrigin,
     pub weight: u32,
     pub retries: u32,
     pub cost: f64,

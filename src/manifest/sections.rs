@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
-use super::{Concurrency, Hooks, LaneDecl, McpServer, Rate};
+use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, Rate};
 
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
@@ -15,7 +15,21 @@ impl Reader<'_> {
             return c;
         };
         let ctx = "[concurrency]";
-        self.check_keys(t, &["max_concurrent_tools", "per_tenant", "per_tool"], ctx);
+        self.check_keys(
+            t,
+            &["max_concurrent_tools", "per_tenant", "per_tool", "hazards"],
+            ctx,
+        );
+        if let Some((h, span)) = self.string(t, "hazards", ctx) {
+            match Hazards::parse(&h) {
+                Some(h) => c.hazards = h,
+                None => self.error(
+                    span,
+                    format!("`hazards` in {ctx} is `{h}`; use \"backend\" or \"writes\""),
+                    crate::error::suggest(&h, ["backend", "writes"]),
+                ),
+            }
+        }
         c.max_concurrent_tools = self.count_field(t, "max_concurrent_tools", ctx);
         c.per_tenant = self.count_field(t, "per_tenant", ctx);
         if let Some(pt) = self.table(t, "per_tool", ctx) {

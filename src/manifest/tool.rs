@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 use serde_json::Value;
 
 use super::reader::{de_to_json, Reader};
-use super::{Effect, Origin, Tool};
+use super::{BackendOrigin, Effect, Origin, Tool};
 use crate::error::suggest;
 use crate::schema::{ArgSchema, ArgSpec, ArgType};
 use crate::tools::{Site, ToolKind};
@@ -31,6 +31,7 @@ const COMMON_TOOL_KEYS: &[&str] = &[
     "expected",
     "requires_approval",
     "args",
+    "backend",
 ];
 
 /// `command, http, mcp and scripted`, or quoted: `"command", "http", "mcp" or "scripted"`.
@@ -93,6 +94,8 @@ impl Reader<'_> {
             );
         }
         let timeout = self.timeout(t, ctx);
+        let lanes = self.tool_lanes(t, ctx);
+        let (backends, backends_origin) = self.backends(t, &site, &kind, &lanes);
         Some(Tool {
             name: name.to_string(),
             kind,
@@ -106,7 +109,9 @@ impl Reader<'_> {
             timeout_text: timeout.as_ref().map(|(_, s)| s.clone()),
             timeout: timeout.map(|(d, _)| d),
             // Lanes named but not declared are checked in `cross_checks`, once all are known.
-            lanes: self.tool_lanes(t, ctx),
+            lanes,
+            backends,
+            backends_origin,
             weight: self.count_field(t, "weight", ctx).unwrap_or(1),
             retries,
             cost: self.cost(t, ctx),
@@ -263,6 +268,42 @@ impl Reader<'_> {
             }
         }
         timeout
+    }
+
+    /// `backend = "orders-db"` or a list; else its shared lanes, else what its kind says (an
+    /// MCP tool: `mcp:SERVER`), else the tool itself (`tool:NAME`).
+    fn backends(
+        &mut self,
+        t: &DeTable<'_>,
+        site: &Site<'_>,
+        kind: &ToolKind,
+        lanes: &[String],
+    ) -> (Vec<String>, BackendOrigin) {
+        let declared = match Reader::entry(t, "backend").map(|(_, v)| v) {
+            Some(v) => match v.get_ref() {
+                DeValue::String(s) => Some(vec![s.to_string()]),
+                DeValue::Array(_) => self
+                    .strings(t, "backend", site.ctx)
+                    .map(|l| l.into_iter().map(|(s, _)| s).collect()),
+                other => {
+                    let what = format!("`backend` in {}", site.ctx);
+                    self.type_error(v.span(), &what, "a string or an array of strings", other);
+                    None
+                }
+            },
+            None => None,
+        };
+        match declared {
+            Some(mut b) if !b.is_empty() => {
+                b.dedup();
+                (b, BackendOrigin::Manifest)
+            }
+            _ if !lanes.is_empty() => (lanes.to_vec(), BackendOrigin::Lanes),
+            _ => match kind.backend() {
+                Some(b) => (vec![b], BackendOrigin::Kind),
+                None => (vec![format!("tool:{}", site.name)], BackendOrigin::Tool),
+            },
+        }
     }
 
     /// `lanes`, each once, in the order written.

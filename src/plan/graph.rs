@@ -14,7 +14,7 @@ use super::lanes::{settings, LaneTable};
 use super::model::*;
 use crate::batch::Batch;
 use crate::error::{suggest, Diagnostic};
-use crate::manifest::Manifest;
+use crate::manifest::{Hazards, Manifest};
 
 /// Validate `batch` against `manifest` and plan it. `Err` holds every error (and warnings).
 pub fn build(
@@ -35,9 +35,9 @@ pub fn build(
     let (phases, phase_of) = split_phases(manifest, &tool_of);
     let (mut edges, mut external_deps) = b.link(&ids, &phases, &phase_of);
     b.report_cycles(&edges);
-    chain_writes(manifest, &tool_of, &phase_of, &mut edges);
     b.check_batch_per_tool();
     let (settings, turn) = settings(manifest, batch, opts, &mut b.warnings);
+    let backends = order_side_effects(manifest, &tool_of, &phase_of, settings.hazards, &mut edges);
     let mut table = LaneTable::new(manifest, batch, &settings, turn, opts.lanes.as_deref());
     let mut calls: Vec<CallPlan> = Vec::with_capacity(batch.calls.len());
     for (i, c) in batch.calls.iter().enumerate() {
@@ -89,6 +89,7 @@ pub fn build(
         warnings,
         ids,
         external: opts.external.clone(),
+        backends,
     })
 }
 
@@ -203,7 +204,11 @@ impl<'a> Builder<'a> {
                     }
                     Some(&j) => {
                         if !edges[i].iter().any(|e| e.from == j) {
-                            edges[i].push(Edge { from: j, reason });
+                            edges[i].push(Edge {
+                                from: j,
+                                reason,
+                                backend: None,
+                            });
                         }
                     }
                 }
@@ -373,13 +378,25 @@ fn split_phases(manifest: &Manifest, tool_of: &[Option<usize>]) -> (Vec<Phase>, 
     (phases, phase_of)
 }
 
-/// Each write waits for the previous write of its phase, unless its tool allows concurrent writes.
-fn chain_writes(
+/// Side effects keep call order inside a phase. Each write waits for the previous write (the
+/// write chain, unless its tool allows concurrent writes). With `hazards = "backend"`, a write
+/// also waits for every earlier read of a backend it shares (since that backend's last write:
+/// no write under a read), and a read waits for the latest earlier write of a backend it
+/// shares (no stale read). All need the earlier call resolved, not succeeded. Linear: per
+/// backend, its last write and the reads since. Returns the backends the edges name.
+fn order_side_effects(
     manifest: &Manifest,
     tool_of: &[Option<usize>],
     phase_of: &[usize],
+    hazards: Hazards,
     edges: &mut [Vec<Edge>],
-) {
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut ids: HashMap<&str, u32> = HashMap::new();
+    // Per backend: (phase, last write, reads since it).
+    let mut track: Vec<(usize, Option<usize>, Vec<usize>)> = Vec::new();
+    // The write a call last got a hazard edge for, so two shared backends give one edge.
+    let mut stamp = vec![usize::MAX; tool_of.len()];
     let mut last_write: Option<usize> = None;
     for i in 0..tool_of.len() {
         let Some(t) = tool_of[i] else { continue };
@@ -387,18 +404,50 @@ fn chain_writes(
         if i > 0 && phase_of[i] != phase_of[i - 1] {
             last_write = None;
         }
+        let before = edges[i].len();
+        let mut add = |edges: &mut [Vec<Edge>], from: usize, reason, backend| {
+            if stamp[from] != i && !edges[i][..before].iter().any(|e| e.from == from) {
+                stamp[from] = i;
+                edges[i].push(Edge {
+                    from,
+                    reason,
+                    backend,
+                });
+            }
+        };
         if tool.is_write() {
-            if let Some(w) = last_write {
-                if !tool.concurrent_writes && !edges[i].iter().any(|e| e.from == w) {
-                    edges[i].push(Edge {
-                        from: w,
-                        reason: EdgeReason::WriteChain,
-                    });
-                }
+            if let Some(w) = last_write.filter(|_| !tool.concurrent_writes) {
+                add(edges, w, EdgeReason::WriteChain, None);
             }
             last_write = Some(i);
         }
+        if hazards != Hazards::Backend {
+            continue;
+        }
+        for b in &tool.backends {
+            let id = *ids.entry(b.as_str()).or_insert_with(|| {
+                names.push(b.clone());
+                track.push((phase_of[i], None, Vec::new()));
+                (names.len() - 1) as u32
+            });
+            let tr = &mut track[id as usize];
+            if tr.0 != phase_of[i] {
+                *tr = (phase_of[i], None, Vec::new());
+            }
+            if tool.is_write() {
+                for r in std::mem::take(&mut tr.2) {
+                    add(edges, r, EdgeReason::ReadThenWrite, Some(id));
+                }
+                tr.1 = Some(i);
+            } else {
+                if let Some(w) = tr.1 {
+                    add(edges, w, EdgeReason::WriteThenRead, Some(id));
+                }
+                tr.2.push(i);
+            }
+        }
     }
+    names
 }
 
 fn estimate_of(tool: &crate::manifest::Tool) -> Duration {
@@ -547,7 +596,8 @@ calls:
             p.calls[3].edges,
             vec![Edge {
                 from: 2,
-                reason: EdgeReason::Reference
+                reason: EdgeReason::Reference,
+                backend: None
             }]
         );
         // `after` and the write chain both point at the refund: one edge, the stronger reason.
@@ -555,7 +605,8 @@ calls:
             p.calls[4].edges,
             vec![Edge {
                 from: 3,
-                reason: EdgeReason::After
+                reason: EdgeReason::After,
+                backend: None
             }]
         );
     }
@@ -613,14 +664,16 @@ calls:
             p.calls[2].edges,
             vec![Edge {
                 from: 0,
-                reason: EdgeReason::WriteChain
+                reason: EdgeReason::WriteChain,
+                backend: None
             }]
         );
         assert_eq!(
             p.calls[3].edges,
             vec![Edge {
                 from: 2,
-                reason: EdgeReason::WriteChain
+                reason: EdgeReason::WriteChain,
+                backend: None
             }]
         );
         assert!(p.calls[1].edges.is_empty());

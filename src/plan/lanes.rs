@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{LaneKey, LaneSpec, PlanOptions, RunSettings};
 use crate::batch::{narrow, Batch, OnToolError};
 use crate::error::Diagnostic;
-use crate::manifest::{Manifest, Rate, Tool};
+use crate::manifest::{Hazards, Manifest, Rate, Tool};
 
 /// The run's lanes, each once, indexed by the order they were first needed.
 pub(super) struct LaneTable {
@@ -198,8 +198,28 @@ pub(super) fn settings(
         ),
         tool_call_deadline: min_opt(manifest.deadline.tool_call, batch.tool_call_deadline),
         max_cost: opts.max_cost.or(batch.max_cost),
+        hazards: hazards(manifest, batch, warnings),
     };
     (settings, turn)
+}
+
+/// The manifest's `hazards`, made stricter (never looser) by the batch.
+fn hazards(manifest: &Manifest, batch: &Batch, warnings: &mut Vec<Diagnostic>) -> Hazards {
+    let m = manifest.concurrency.hazards;
+    match batch.concurrency.hazards {
+        Some(b) if b < m => {
+            warnings.push(
+                Diagnostic::warning(
+                    "the batch asks for hazards = writes, looser than the manifest's backend; kept backend",
+                )
+                .in_file(&batch.file.name)
+                .hint("a batch can make ordering stricter, never looser"),
+            );
+            m
+        }
+        Some(b) => b.max(m),
+        None => m,
+    }
 }
 
 fn min_opt(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {

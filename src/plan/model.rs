@@ -40,6 +40,8 @@ pub struct RunSettings {
     pub run_deadline: Option<Duration>,
     pub tool_call_deadline: Option<Duration>,
     pub max_cost: Option<f64>,
+    /// Which calls are ordered for their side effects.
+    pub hazards: crate::manifest::Hazards,
 }
 
 /// Why one call waits for another.
@@ -52,12 +54,20 @@ pub enum EdgeReason {
     After,
     /// The previous write in call order: it must have resolved.
     WriteChain,
+    /// A write waits for an earlier read of a backend it shares (no write under a read): the
+    /// read must have resolved.
+    #[serde(rename = "read→write")]
+    ReadThenWrite,
+    /// A read waits for the latest earlier write of a backend it shares (no stale read): the
+    /// write must have resolved.
+    #[serde(rename = "write→read")]
+    WriteThenRead,
 }
 
 impl EdgeReason {
     /// Whether the dependency must have succeeded (not merely resolved).
     pub fn needs_success(self) -> bool {
-        !matches!(self, EdgeReason::WriteChain)
+        matches!(self, EdgeReason::Reference | EdgeReason::After)
     }
 }
 
@@ -66,6 +76,8 @@ impl EdgeReason {
 pub struct Edge {
     pub from: usize,
     pub reason: EdgeReason,
+    /// For a read/write hazard: the shared backend, an index into [`Plan::backends`].
+    pub backend: Option<u32>,
 }
 
 /// Which limit a lane is.
@@ -190,6 +202,8 @@ pub struct Plan {
     pub ids: HashMap<String, usize>,
     /// Calls settled before this batch that its calls may reference (see [`PlanOptions`]).
     pub external: Option<Arc<External>>,
+    /// The backends read/write hazard edges name.
+    pub backends: Vec<String>,
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.

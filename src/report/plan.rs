@@ -16,7 +16,23 @@ fn reason_str(r: EdgeReason) -> &'static str {
         EdgeReason::Reference => "reference",
         EdgeReason::After => "after",
         EdgeReason::WriteChain => "write chain",
+        EdgeReason::ReadThenWrite => "read→write",
+        EdgeReason::WriteThenRead => "write→read",
     }
+}
+
+/// An edge's reason as shown: `reference`, `write chain`, `read→write on orders-db`.
+fn edge_label(plan: &Plan, e: &crate::plan::Edge) -> String {
+    match backend_of(plan, e) {
+        Some(b) => format!("{} on {b}", reason_str(e.reason)),
+        None => reason_str(e.reason).to_string(),
+    }
+}
+
+fn backend_of<'p>(plan: &'p Plan, e: &crate::plan::Edge) -> Option<&'p str> {
+    e.backend
+        .and_then(|b| plan.backends.get(b as usize))
+        .map(String::as_str)
 }
 
 fn id_of(plan: &Plan, index: usize) -> &str {
@@ -49,6 +65,9 @@ struct PhaseView<'a> {
 struct EdgeView<'a> {
     from: &'a str,
     reason: EdgeReason,
+    /// The shared backend, for a read/write hazard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -64,6 +83,9 @@ struct CallView<'a> {
     effect_from: Option<crate::manifest::Origin>,
     idempotent: Option<bool>,
     idempotent_from: Option<crate::manifest::Origin>,
+    /// What its tool reads and writes, and where that came from.
+    backends: Option<&'a [String]>,
+    backends_from: Option<crate::manifest::BackendOrigin>,
     /// Why the call cannot be made (a model's reply): it is answered `invalid_call`.
     #[serde(skip_serializing_if = "Option::is_none")]
     invalid: Option<&'a str>,
@@ -149,6 +171,8 @@ pub fn write_json(
                     effect_from: tool.map(|t| t.effect_origin),
                     idempotent: tool.map(|t| t.idempotent),
                     idempotent_from: tool.map(|t| t.idempotent_origin),
+                    backends: tool.map(|t| t.backends.as_slice()),
+                    backends_from: tool.map(|t| t.backends_origin),
                     invalid: c.invalid.as_deref(),
                     weight: c.weight,
                     lanes: c
@@ -162,6 +186,7 @@ pub fn write_json(
                         .map(|e| EdgeView {
                             from: id_of(plan, e.from),
                             reason: e.reason,
+                            backend: backend_of(plan, e),
                         })
                         .collect(),
                     est_start_ms: millis(est.start[p]),
@@ -222,7 +247,7 @@ pub fn to_table(plan: &Plan, est: &Estimate) -> String {
             let edges: Vec<String> = c
                 .edges
                 .iter()
-                .map(|e| format!("{} ({})", id_of(plan, e.from), reason_str(e.reason)))
+                .map(|e| format!("{} ({})", id_of(plan, e.from), edge_label(plan, e)))
                 .collect();
             let lanes: Vec<String> = c
                 .lanes
@@ -325,7 +350,7 @@ pub fn to_dot(plan: &Plan, est: &Estimate) -> String {
                 "  {} -> {} [label={}{style}];",
                 dot_id(id_of(plan, e.from)),
                 dot_id(&c.id),
-                dot_id(reason_str(e.reason))
+                dot_id(&edge_label(plan, e))
             );
         }
     }
@@ -365,7 +390,7 @@ pub fn to_mermaid(plan: &Plan) -> String {
                     out,
                     "  {} -->|{}| {}",
                     mermaid_id(f),
-                    reason_str(e.reason),
+                    edge_label(plan, e),
                     mermaid_id(p)
                 );
             }

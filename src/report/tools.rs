@@ -11,6 +11,17 @@ pub fn target(t: &Tool) -> String {
     t.kind.target()
 }
 
+/// `orders-db`, or `partner-api (lanes)`, `mcp:git (server)`, `tool:search (the tool)`.
+fn backends(t: &Tool) -> String {
+    let list = t.backends.join(", ");
+    match t.backends_origin {
+        crate::manifest::BackendOrigin::Manifest => list,
+        crate::manifest::BackendOrigin::Lanes => format!("{list} (lanes)"),
+        crate::manifest::BackendOrigin::Kind => format!("{list} (server)"),
+        crate::manifest::BackendOrigin::Tool => format!("{list} (the tool)"),
+    }
+}
+
 fn origin(o: Origin) -> &'static str {
     match o {
         Origin::Manifest => "manifest",
@@ -35,6 +46,8 @@ pub fn tool_json(t: &Tool) -> Value {
         "concurrent_writes": t.concurrent_writes,
         "timeout": t.timeout_text,
         "lanes": t.lanes,
+        "backends": t.backends,
+        "backends_from": t.backends_origin,
         "weight": t.weight,
         "retries": t.retries,
         "cost": t.cost,
@@ -73,6 +86,7 @@ pub fn to_table(m: &Manifest) -> String {
             "parallel",
             "limit",
             "lanes",
+            "backends",
             "timeout",
             "invokes",
         ]);
@@ -115,6 +129,7 @@ pub fn to_table(m: &Manifest) -> String {
             } else {
                 tool.lanes.join(", ")
             },
+            backends(tool),
             tool.timeout_text.clone().unwrap_or_else(|| "—".into()),
             super::output::shorten(&target(tool), 50),
         ]);

@@ -60,6 +60,11 @@ pub trait Kind: Sized + Clone + std::fmt::Debug {
     fn target(&self) -> String;
     /// Its settings as JSON for `tools --format json`, secrets redacted.
     fn settings(&self) -> Value;
+    /// The backend its calls read and write when the tool names none and has no shared lanes
+    /// (an MCP tool: its server). `None`: the tool itself.
+    fn backend(&self) -> Option<String> {
+        None
+    }
     /// The latency `plan` assumes when the tool declares no `expected`.
     fn estimate(&self) -> Option<Duration> {
         None

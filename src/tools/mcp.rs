@@ -81,6 +81,10 @@ impl Kind for McpSpec {
         format!("{}:{}", self.server, self.tool)
     }
 
+    fn backend(&self) -> Option<String> {
+        Some(format!("mcp:{}", self.server))
+    }
+
     fn settings(&self) -> Value {
         json!({"server": self.server, "tool": self.tool})
     }

@@ -123,6 +123,12 @@ macro_rules! kinds {
                 }
             }
 
+            pub fn backend(&self) -> Option<String> {
+                match self {
+                    $(ToolKind::$variant(s) => s.backend(),)*
+                }
+            }
+
             pub fn estimate(&self) -> Option<Duration> {
                 match self {
                     $(ToolKind::$variant(s) => s.estimate(),)*

@@ -186,7 +186,13 @@ fn is_error_rpc_errors_and_structured_content_are_shaped() {
 #[test]
 fn a_server_that_dies_mid_run_loses_its_calls_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Project::new(&own_manifest(&dir.path().join("log")));
+    // The crashing write must run while the sleep (a read of the same server) is in flight:
+    // only writes are ordered here, not reads against writes.
+    let manifest = own_manifest(&dir.path().join("log")).replace(
+        "max_concurrent_tools = 16",
+        "max_concurrent_tools = 16\nhazards = \"writes\"",
+    );
+    let p = Project::new(&manifest);
     let started = Instant::now();
     let (doc, code) = p.run_json(
         "- { id: inflight, tool: sleep, args: { ms: 5000, tag: s } }\n- { id: boom, tool: crash }\n- { id: after, tool: write, args: { ms: 10, tag: w } }\n",
