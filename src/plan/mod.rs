@@ -8,6 +8,8 @@
 
 mod checks;
 mod graph;
+#[cfg(test)]
+mod hazard_tests;
 mod lanes;
 mod model;
 mod schedule;

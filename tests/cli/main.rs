@@ -5,6 +5,7 @@ mod completions;
 mod errors;
 mod formats;
 mod gate;
+mod hazards;
 mod hostile;
 mod http;
 mod http_server;

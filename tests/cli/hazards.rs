@@ -1,0 +1,115 @@
+//! Reads and writes on one backend keep call order across real processes: command tools that
+//! log when they start and end, and a real git repository.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::common::{results, Project};
+
+/// A command tool that logs `start ID NANOS` and `end ID NANOS` around a sleep.
+fn logging_tool(name: &str, effect: &str, backend: &str, secs: &str) -> String {
+    format!(
+        "[tools.{name}]\nkind = \"command\"\neffect = \"{effect}\"\nidempotent = true\nbackend = \"{backend}\"\nstdin = \"none\"\ncommand = [\"sh\", \"-c\", \"echo start $FLUX_CALL_ID $(date +%s%N) >> log; sleep {secs}; echo end $FLUX_CALL_ID $(date +%s%N) >> log\"]\n"
+    )
+}
+
+/// `(start, end)` in nanoseconds per call id, from the log.
+fn spans(p: &Project) -> HashMap<String, (u128, u128)> {
+    let mut out: HashMap<String, (u128, u128)> = HashMap::new();
+    for line in std::fs::read_to_string(p.path().join("log"))
+        .unwrap()
+        .lines()
+    {
+        let w: Vec<&str> = line.split(' ').collect();
+        let t: u128 = w[2].parse().unwrap();
+        let e = out.entry(w[1].to_string()).or_default();
+        if w[0] == "start" {
+            e.0 = t;
+        } else {
+            e.1 = t;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_read_before_a_write_ends_before_it_and_a_read_after_starts_after_it() {
+    let manifest = [
+        "[concurrency]\nmax_concurrent_tools = 8\n".to_string(),
+        logging_tool("read", "read", "db", "0.3"),
+        logging_tool("write", "write", "db", "0.3"),
+        logging_tool("other", "read", "elsewhere", "1.2"),
+    ]
+    .concat();
+    let p = Project::new(&manifest);
+    let (doc, code) = p.run_json(
+        "- { id: before, tool: read }\n- { id: w, tool: write }\n- { id: after, tool: read }\n- { id: o, tool: other }\n",
+        &[],
+    );
+    assert_eq!(code, 0, "{doc}");
+    let s = spans(&p);
+    assert!(
+        s["before"].1 <= s["w"].0,
+        "the write ran under the read: {s:?}"
+    );
+    assert!(
+        s["w"].1 <= s["after"].0,
+        "the read saw a write in flight: {s:?}"
+    );
+    // Another backend overlaps both.
+    assert!(s["o"].0 < s["w"].1 && s["w"].0 < s["o"].1, "{s:?}");
+    assert!(s["o"].0 < s["after"].1 && s["after"].0 < s["o"].1, "{s:?}");
+    let waited: Vec<&Value> = results(&doc).iter().map(|r| &r["waited_on"]).collect();
+    assert_eq!(waited.len(), 4);
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+#[test]
+fn a_diff_listed_before_an_add_always_sees_the_change() {
+    // Seen with mcp-server-git: `git_diff_unstaged` listed before `git_add` ran at the same
+    // time as it, and returned an empty diff in one run and the full diff in the next.
+    let p = Project::new(
+        "[concurrency]\nmax_concurrent_tools = 8\n\n[tools.git_diff_unstaged]\nkind = \"command\"\neffect = \"read\"\nbackend = \"repo\"\ncwd = \"repo\"\nstdin = \"none\"\ncommand = [\"git\", \"diff\"]\n\n[tools.git_add]\nkind = \"command\"\neffect = \"write\"\nidempotent = true\nbackend = \"repo\"\ncwd = \"repo\"\nstdin = \"none\"\ncommand = [\"git\", \"add\", \"-A\"]\n\n[tools.git_diff_staged]\nkind = \"command\"\neffect = \"read\"\nbackend = \"repo\"\ncwd = \"repo\"\nstdin = \"none\"\ncommand = [\"git\", \"diff\", \"--cached\", \"--stat\"]\n",
+    );
+    let repo = p.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.email", "t@example.test"]);
+    git(&repo, &["config", "user.name", "t"]);
+    std::fs::write(repo.join("notes.txt"), "one\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "first"]);
+    let batch = "- { id: diff, tool: git_diff_unstaged }\n- { id: add, tool: git_add }\n- { id: staged, tool: git_diff_staged }\n";
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        std::fs::write(repo.join("notes.txt"), "one\ntwo\n").unwrap();
+        let (doc, code) = p.run_json(batch, &[]);
+        assert_eq!(code, 0, "{doc}");
+        let r = results(&doc);
+        seen.push((r[0]["output"].clone(), r[2]["output"].clone()));
+        git(&repo, &["reset", "-q"]);
+    }
+    assert!(
+        seen[0].0.as_str().unwrap().contains("+two"),
+        "the diff before the add shows the change: {:?}",
+        seen[0]
+    );
+    assert!(seen[0].1.as_str().unwrap().contains("notes.txt"));
+    assert!(
+        seen.iter().all(|s| *s == seen[0]),
+        "runs differed: {seen:?}"
+    );
+}
