@@ -83,9 +83,6 @@ struct CallView<'a> {
     effect_from: Option<crate::manifest::Origin>,
     idempotent: Option<bool>,
     idempotent_from: Option<crate::manifest::Origin>,
-    /// What its tool reads and writes, and where that came from.
-    backends: Option<&'a [String]>,
-    backends_from: Option<crate::manifest::BackendOrigin>,
     /// Why the call cannot be made (a model's reply): it is answered `invalid_call`.
     #[serde(skip_serializing_if = "Option::is_none")]
     invalid: Option<&'a str>,
@@ -110,6 +107,10 @@ struct LaneView<'a> {
 struct PlanView<'a> {
     tenant: &'a str,
     on_tool_error: crate::batch::OnToolError,
+    /// How reads and writes on a shared backend are ordered (`backend` or `writes`).
+    hazards: crate::manifest::Hazards,
+    /// Per tool the plan calls: the backends it reads and writes, and where they came from.
+    tools: std::collections::BTreeMap<&'a str, ToolView<'a>>,
     phases: Vec<PhaseView<'a>>,
     calls: Vec<CallView<'a>>,
     lanes: Vec<LaneView<'a>>,
@@ -120,6 +121,12 @@ struct PlanView<'a> {
     makespan_ms: u64,
     cost: f64,
     warnings: Vec<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ToolView<'a> {
+    backends: &'a [String],
+    backends_from: crate::manifest::BackendOrigin,
 }
 
 /// Write the plan as JSON, streaming (a 100,000-call plan is never built as a JSON tree).
@@ -150,9 +157,26 @@ pub fn write_json(
         }
         ph.waves[w].push(&c.id);
     }
+    let tools = plan
+        .calls
+        .iter()
+        .filter_map(|c| c.tool)
+        .collect::<std::collections::BTreeSet<usize>>()
+        .into_iter()
+        .map(|t| {
+            let tool = &manifest.tools[t];
+            let view = ToolView {
+                backends: &tool.backends,
+                backends_from: tool.backends_origin,
+            };
+            (tool.name.as_str(), view)
+        })
+        .collect();
     let view = PlanView {
         tenant: &plan.settings.tenant,
         on_tool_error: plan.settings.on_tool_error,
+        hazards: plan.settings.hazards,
+        tools,
         phases,
         calls: plan
             .calls
@@ -171,8 +195,6 @@ pub fn write_json(
                     effect_from: tool.map(|t| t.effect_origin),
                     idempotent: tool.map(|t| t.idempotent),
                     idempotent_from: tool.map(|t| t.idempotent_origin),
-                    backends: tool.map(|t| t.backends.as_slice()),
-                    backends_from: tool.map(|t| t.backends_origin),
                     invalid: c.invalid.as_deref(),
                     weight: c.weight,
                     lanes: c
