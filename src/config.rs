@@ -1,7 +1,7 @@
 //! From command-line arguments to what a command needs: the manifest path (discovery), the
 //! output format, color, and the batch text (file or stdin).
 
-use std::io::{IsTerminal, Read};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::cli::ColorChoice;
@@ -133,18 +133,66 @@ pub fn check_output_path(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Write `bytes` to `path` atomically: a temporary file beside it, fsynced, then renamed.
+/// Write `bytes` to `path` as [`write_atomic_with`] does.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
-/// Write to `path` atomically what `fill` writes (buffered, so a large document is never held
-/// in memory whole): a temporary file beside it, fsynced, then renamed. On any failure the
-/// temporary file is removed and `path` is untouched.
+/// Where a file the run writes goes.
+enum Target {
+    /// A regular file (or none yet): written to a temporary file beside it and renamed over
+    /// it, so a reader never sees half a document. A symlink is resolved first, so the link
+    /// stays and its target gets the document.
+    Replace(PathBuf),
+    /// Something that is not ours to replace — a device (`/dev/null`), a FIFO or process
+    /// substitution (`>(jq …)`), a socket, `/dev/stdout`, `/dev/fd/N`: written through, in place.
+    Through(PathBuf),
+}
+
+fn target_of(path: &Path) -> Target {
+    let special = ["/dev/", "/proc/"]
+        .iter()
+        .any(|d| path.starts_with(d) || path.to_string_lossy().starts_with(d));
+    match std::fs::metadata(path) {
+        Ok(m) if special || !(m.is_file() || m.is_dir()) => Target::Through(path.to_path_buf()),
+        Ok(_) => Target::Replace(path.canonicalize().unwrap_or_else(|_| path.to_path_buf())),
+        // Nothing there yet, or a link to something not there yet: create what the link names.
+        Err(_) => match std::fs::read_link(path) {
+            Ok(to) => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                Target::Replace(dir.join(to))
+            }
+            Err(_) => Target::Replace(path.to_path_buf()),
+        },
+    }
+}
+
+/// Write a file the run produces (`--output`, `--record`, `--trace`, `report --svg`): a regular
+/// file atomically (temporary file, fsync, rename), through a symlink to its target, and a
+/// device, FIFO or socket in place — never replacing what is not ours.
 pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), Error> {
+    let err = |e| Error::io(format!("cannot write `{}`", path.display()), e);
+    match target_of(path) {
+        Target::Through(p) => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(err)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+            fill(&mut w).and_then(|_| w.flush()).map_err(err)
+        }
+        Target::Replace(p) => replace(&p, fill).map_err(err),
+    }
+}
+
+/// Write `path` through a temporary file beside it, fsynced, then renamed over it.
+fn replace(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -161,11 +209,10 @@ pub fn write_atomic_with(
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
-    if let Err(e) = result {
+    if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(format!("cannot write `{}`", path.display()), e));
     }
-    Ok(())
+    result
 }
 
 /// How many `command` calls the machine can hold at once: each needs about four descriptors

@@ -12,6 +12,7 @@ mod http_server;
 mod journal;
 mod lanes;
 mod mcp;
+mod outputs;
 mod plan;
 mod processes;
 mod run;
