@@ -230,10 +230,26 @@ pub struct McpServer {
 }
 
 /// `[hooks]`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Hooks {
     pub before_call: Option<Vec<Template>>,
     pub after_call: Option<Vec<Template>>,
+    /// `hook_timeout`: the most a hook may take, start to exit (default 30 s); past it the
+    /// hook's process group is killed.
+    pub timeout: Duration,
+}
+
+/// Default `hook_timeout`.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for Hooks {
+    fn default() -> Hooks {
+        Hooks {
+            before_call: None,
+            after_call: None,
+            timeout: DEFAULT_HOOK_TIMEOUT,
+        }
+    }
 }
 
 const TOP_KEYS: &[&str] = &[

@@ -128,10 +128,13 @@ impl Reader<'_> {
         let Some(t) = self.table(root, "hooks", "the manifest") else {
             return Hooks::default();
         };
-        self.check_keys(t, &["before_call", "after_call"], "[hooks]");
+        self.check_keys(t, &["before_call", "after_call", "hook_timeout"], "[hooks]");
         let mut h = Hooks {
             before_call: self.templates(t, "before_call", "[hooks]", false),
             after_call: self.templates(t, "after_call", "[hooks]", false),
+            timeout: self
+                .duration(t, "hook_timeout", "[hooks]")
+                .map_or(super::DEFAULT_HOOK_TIMEOUT, |(d, _)| d),
         };
         for (key, hook) in [
             ("before_call", &mut h.before_call),

@@ -20,9 +20,6 @@ use tokio::sync::mpsc;
 use crate::events::ErrorKind;
 use crate::template::Template;
 
-/// How long a hook may run before it counts as failed.
-const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// `--approve`: answers given in advance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Approvals {
@@ -107,6 +104,8 @@ pub enum Verdict {
 
 /// Everything the gate needs.
 pub struct Gate {
+    /// `[hooks] hook_timeout`.
+    pub hook_timeout: Duration,
     pub approvals: Approvals,
     pub approver: Arc<dyn Approver>,
     pub before_call: Option<Vec<Template>>,
@@ -144,7 +143,7 @@ impl Gate {
         }
         if let Some(argv) = &self.before_call {
             let input = json!({"run_id": self.run_id, "call": {"index": job.pos, "id": job.id, "tool": job.tool, "args": job.args}});
-            if let Err(e) = run_hook(argv, &input).await {
+            if let Err(e) = run_hook(argv, &input, self.hook_timeout).await {
                 return Verdict::Refuse {
                     pos,
                     kind: ErrorKind::Guardrail,
@@ -182,8 +181,11 @@ impl Gate {
     }
 }
 
-/// Run a hook with `input` as JSON on stdin. `Err` carries why it failed.
-pub async fn run_hook(argv: &[Template], input: &Value) -> Result<(), String> {
+/// Run a hook with `input` as JSON on stdin, within `limit` from start to exit. Its stdin is
+/// written from its own task and its stderr read while it runs, so a hook that reads neither
+/// cannot block anything; past the limit its process group is killed. `Err` says why it
+/// failed.
+pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Result<(), String> {
     let no_args = Map::new();
     let mut parts = Vec::with_capacity(argv.len());
     for t in argv {
@@ -200,29 +202,61 @@ pub async fn run_hook(argv: &[Template], input: &Value) -> Result<(), String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv[0].redacted()))?;
+    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(mut stdin) = child.stdin.take() {
         let body = serde_json::to_vec(input).unwrap_or_default();
-        let _ = stdin.write_all(&body).await;
+        // A hook need not read its input: a full pipe must not hold the gate.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&body).await;
+        });
     }
-    let mut stderr = child.stderr.take();
-    let waited = tokio::time::timeout(HOOK_TIMEOUT, child.wait()).await;
-    let status = match waited {
+    let stderr = child.stderr.take().map(|mut err| {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut err).take(4096).read_to_end(&mut buf).await;
+            // Drain the rest so the hook never blocks writing to stderr.
+            let _ = tokio::io::copy(&mut err, &mut tokio::io::sink()).await;
+            buf
+        })
+    });
+    let status = match tokio::time::timeout(limit, child.wait()).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(format!("it ran longer than {}s", HOOK_TIMEOUT.as_secs())),
+        Err(_) => {
+            if let Some(g) = pgid {
+                // SAFETY: kill(2) on the hook's own process group.
+                unsafe {
+                    libc::kill(-g, libc::SIGKILL);
+                }
+            }
+            let _ = child.wait().await;
+            return Err(format!(
+                "hook timed out after {}",
+                crate::duration::format(limit)
+            ));
+        }
     };
+    if let Some(g) = pgid {
+        // Anything the hook left behind in its group goes with it.
+        // SAFETY: kill(2) on the hook's own process group, which has exited.
+        unsafe {
+            libc::kill(-g, libc::SIGKILL);
+        }
+    }
     if status.success() {
         return Ok(());
     }
-    let mut tail = String::new();
-    if let Some(err) = stderr.as_mut() {
-        let mut buf = Vec::new();
-        let _ = err.take(4096).read_to_end(&mut buf).await;
-        tail = String::from_utf8_lossy(&buf).trim().to_string();
-    }
+    let tail = match stderr {
+        Some(t) => match tokio::time::timeout(Duration::from_millis(500), t).await {
+            Ok(Ok(buf)) => String::from_utf8_lossy(&buf).trim().to_string(),
+            _ => String::new(),
+        },
+        None => String::new(),
+    };
     let code = status
         .code()
         .map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));

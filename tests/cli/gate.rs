@@ -150,3 +150,43 @@ fn hooks_guard_and_observe_in_call_order() {
         "after_call sees results in call order although c finished first"
     );
 }
+
+#[test]
+fn a_hook_that_reads_nothing_cannot_hang_the_run() {
+    // Before: a before_call hook that never reads its stdin, given 300 KB of arguments,
+    // blocked the serial gate forever (the write to its stdin never finished).
+    let p = Project::new(
+        "[hooks]\nbefore_call = [\"sleep\", \"1000\"]\nhook_timeout = \"1s\"\n\n[tools.read]\nkind = \"scripted\"\neffect = \"read\"\n",
+    );
+    let big = "x".repeat(300 * 1024);
+    let b = p.write(
+        "b.yaml",
+        &format!("- {{ id: big, tool: read, args: {{ blob: \"{big}\" }} }}\n- {{ id: small, tool: read }}\n"),
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .current_dir(p.path())
+        .args(["run", b.to_str().unwrap(), "--format", "json"])
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the run hung on a hook that reads nothing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in results(&doc) {
+        assert_eq!(r["status"], "never_dispatched", "{r}");
+        assert_eq!(r["error"]["kind"], "guardrail");
+        assert!(r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("hook timed out after 1s"));
+    }
+}

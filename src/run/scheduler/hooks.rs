@@ -22,6 +22,7 @@ impl Coordinator {
             let (tx, rx) = mpsc::unbounded_channel();
             self.gate_tx = Some(tx);
             let gate = Gate {
+                hook_timeout: self.manifest.hooks.timeout,
                 approvals: config.approvals.clone(),
                 approver: config.approver.clone(),
                 before_call: self.manifest.hooks.before_call.clone(),
@@ -35,12 +36,13 @@ impl Coordinator {
     /// Start the `after_call` hook's feeder, if the manifest has one.
     pub(super) fn start_after_hook(&mut self) -> Option<JoinHandle<()>> {
         let argv = self.manifest.hooks.after_call.clone()?;
+        let limit = self.manifest.hooks.timeout;
         let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
         self.after_tx = Some(tx);
         Some(tokio::spawn(async move {
             // An observer: its failures never change a result.
             while let Some(input) = rx.recv().await {
-                let _ = gate::run_hook(&argv, &input).await;
+                let _ = gate::run_hook(&argv, &input, limit).await;
             }
         }))
     }
