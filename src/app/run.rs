@@ -160,17 +160,27 @@ fn run_whole(
             let _ = t.join();
         }
     }
-    write_outputs(args, r, format, streaming, &report)?;
+    // Calls ran: a file that cannot be written is reported, but the results still go to
+    // stdout and the exit status stays the run's (at least 1), never 2 ("nothing was run").
+    let written = write_outputs(args, r, format, streaming, &report);
     let statuses: Vec<Status> = report.results.iter().map(|r| r.status).collect();
     summary(args, report.outcome, &report.stats, &statuses);
     // Nobody reads the results any more (`| head`): like a closed pipe, not a failure.
     if drained {
         return Ok(crate::error::EXIT_OK);
     }
-    Ok(exit_code(report.outcome, report.stats.failed))
+    let code = exit_code(report.outcome, report.stats.failed);
+    match written {
+        Ok(()) => Ok(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(code.max(crate::error::EXIT_CALLS_FAILED))
+        }
+    }
 }
 
-/// Results on stdout (unless streamed), and the files `--trace`, `--record` and `--output` ask for.
+/// Results on stdout (unless streamed), then the files `--trace`, `--record` and `--output` ask
+/// for. Every one is attempted; the first failure is returned.
 fn write_outputs(
     args: &Args,
     r: &RunArgs,
@@ -184,9 +194,20 @@ fn write_outputs(
         results: &report.results,
         stats: &report.stats,
     };
+    let mut first: Option<Error> = None;
+    let mut note = |res: Result<(), Error>| {
+        if let Err(e) = res {
+            first.get_or_insert(e);
+        }
+    };
+    if !streamed {
+        note(write_stdout(args, r, format, report, &doc));
+    }
     if let Some(path) = &r.trace {
         let trace = report::timeline::chrome_trace(&report.run_id, &report.results);
-        config::write_atomic_with(path, |w| write_json_line(w, &trace))?;
+        note(config::write_atomic_with(path, |w| {
+            write_json_line(w, &trace)
+        }));
     }
     if let Some(path) = &r.record {
         let doc = run::cassette::document(
@@ -195,22 +216,32 @@ fn write_outputs(
             &report.fingerprints,
             &report.recorded_args,
         );
-        config::write_atomic_with(path, |w| {
+        note(config::write_atomic_with(path, |w| {
             serde_json::to_writer_pretty(&mut *w, &doc)?;
             w.write_all(b"\n")
-        })?;
+        }));
     }
     if let Some(path) = &r.output {
-        config::write_atomic_with(path, |w| output::write_json(w, &doc))?;
+        note(config::write_atomic_with(path, |w| {
+            output::write_json(w, &doc)
+        }));
     }
-    if streamed {
-        return Ok(());
-    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The results on stdout in the format asked for (a closed stdout is not an error).
+fn write_stdout(
+    args: &Args,
+    r: &RunArgs,
+    format: ResultsFormat,
+    report: &RunReport,
+    doc: &RunDocument<'_>,
+) -> Result<(), Error> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let res = match (r.emit, format) {
         (Some(e), _) => emit::write(&mut out, e, &report.results),
-        (None, ResultsFormat::Json) => output::write_json(&mut out, &doc),
-        _ => output::write_table(&mut out, &doc, config::use_color(args.color)),
+        (None, ResultsFormat::Json) => output::write_json(&mut out, doc),
+        _ => output::write_table(&mut out, doc, config::use_color(args.color)),
     };
     match res.and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

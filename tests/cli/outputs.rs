@@ -83,3 +83,33 @@ fn output_to_a_symlink_replaces_its_target_and_keeps_the_link() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&target).unwrap()).unwrap();
     assert_eq!(doc["outcome"], "completed");
 }
+
+#[test]
+fn an_output_that_cannot_be_written_after_calls_ran_keeps_the_runs_exit_status() {
+    // Before: the `--output` folder removed mid-run gave exit 2 ("nothing was run") and no
+    // results on stdout, though the calls had run.
+    let p = Project::new(
+        "[tools.slow]\nkind = \"command\"\neffect = \"read\"\nstdin = \"none\"\ncommand = [\"sh\", \"-c\", \"touch started; sleep 1; echo done\"]\n",
+    );
+    std::fs::create_dir_all(p.path().join("out")).unwrap();
+    let b = p.write("b.yaml", "- tool: slow\n");
+    let child = p.spawn(&[
+        "run",
+        b.to_str().unwrap(),
+        "--format",
+        "json",
+        "--output",
+        "out/results.json",
+    ]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !p.path().join("started").exists() {
+        assert!(std::time::Instant::now() < until, "the call never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::remove_dir_all(p.path().join("out")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("results still on stdout");
+    assert_eq!(doc["results"][0]["output"], "done");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write `out/results.json`"));
+}
