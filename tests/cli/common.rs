@@ -171,6 +171,11 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Option<Redis> {
+        Redis::start_with(&[])
+    }
+
+    /// A server started with `extra` arguments (`--requirepass`, TLS settings, …).
+    pub fn start_with(extra: &[&str]) -> Option<Redis> {
         if std::process::Command::new("redis-server")
             .arg("--version")
             .output()
@@ -199,6 +204,7 @@ impl Redis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start redis-server");

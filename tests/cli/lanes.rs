@@ -449,3 +449,32 @@ fn redis_going_away_mid_run_is_a_classified_failure_not_a_hang() {
         );
     }
 }
+
+#[test]
+fn redis_with_a_password_works_and_the_password_is_never_shown() {
+    let Some(redis) = Redis::start_with(&["--requirepass", "s3cret-pw"]) else {
+        return;
+    };
+    let p = Project::new(
+        "[concurrency.per_tool]\nz = 1\n[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n",
+    );
+    let port = redis.url.rsplit(':').next().unwrap();
+    let good = format!("redis://:s3cret-pw@127.0.0.1:{port}");
+    let (doc, code) = p.run_json("- tool: z\n- tool: z\n", &["--lane-store", &good]);
+    assert_eq!(code, 0, "{doc}");
+    assert!(!doc.to_string().contains("s3cret-pw"));
+    // A wrong password: a clear error that names the store without its password.
+    let bad = format!("redis://user:wrong-pw@127.0.0.1:{port}");
+    let b = p.write("b.yaml", "- tool: z\n");
+    let out = p
+        .cmd()
+        .args(["run", b.to_str().unwrap(), "--lane-store", &bad])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("redis://user:***@127.0.0.1"), "{stderr}");
+    assert!(
+        !stderr.contains("wrong-pw") && !String::from_utf8_lossy(&out.stdout).contains("wrong-pw")
+    );
+}

@@ -110,6 +110,19 @@ fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
     LaneError(format!("lane store {url} is unreachable: {e}"))
 }
 
+/// The URL as shown in any message: a password (`redis://user:secret@host`) as `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let user = rest[..at].split(':').next().unwrap_or("");
+    format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+}
+
 impl RedisLanes {
     /// Connect; `namespace` (the manifest's canonical path) separates manifests sharing a Redis.
     pub async fn connect(
@@ -117,12 +130,12 @@ impl RedisLanes {
         specs: &[LaneSpec],
         namespace: &str,
     ) -> Result<RedisLanes, LaneError> {
-        let client =
-            redis::Client::open(url).map_err(|e| LaneError(format!("--lane-store {url}: {e}")))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| LaneError(format!("--lane-store {}: {e}", redact_url(url))))?;
         let conn = tokio::time::timeout(UNREACHABLE_FOR, client.get_multiplexed_async_connection())
             .await
-            .map_err(|_| store_error(url, "no answer"))?
-            .map_err(|e| store_error(url, e))?;
+            .map_err(|_| store_error(&redact_url(url), "no answer"))?
+            .map_err(|e| store_error(&redact_url(url), e))?;
         let lease = std::env::var("FLUX_TOOLS_LEASE_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -141,7 +154,8 @@ impl RedisLanes {
             })
             .collect();
         Ok(RedisLanes {
-            url: url.to_string(),
+            // Only ever shown, so only ever kept redacted.
+            url: redact_url(url),
             conn,
             mem: Arc::new(MemoryLanes::new(specs)),
             lanes,
