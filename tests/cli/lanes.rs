@@ -478,3 +478,135 @@ fn redis_with_a_password_works_and_the_password_is_never_shown() {
         !stderr.contains("wrong-pw") && !String::from_utf8_lossy(&out.stdout).contains("wrong-pw")
     );
 }
+
+/// A CA and a server certificate for 127.0.0.1, made with `openssl` in `dir`.
+fn make_certs(dir: &Path) -> bool {
+    let run = |args: &[&str]| {
+        std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=flux-tools test CA",
+    ]) && run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ])
+}
+
+#[test]
+fn rediss_with_tls_and_a_password_shares_a_lane() {
+    let certs = tempfile::tempdir().unwrap();
+    if !make_certs(certs.path()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "openssl could not make a certificate"
+        );
+        eprintln!("NOTICE: skipped: openssl could not make a certificate");
+        return;
+    }
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let file = |n: &str| certs.path().join(n).display().to_string();
+    let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
+    let port = tls_port.to_string();
+    let Some(_redis) = Redis::start_with(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        "tls-pw",
+    ]) else {
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not open its TLS port"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let p = Project::new(
+        "[concurrency.per_tool]\nz = 1\n[tools.z]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\n",
+    );
+    let url = format!("rediss://:tls-pw@127.0.0.1:{tls_port}");
+    let b = p.write("b.yaml", "- tool: z\n- tool: z\n");
+    // The test's CA is trusted through SSL_CERT_FILE, as for any system store.
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap(),
+            "--format",
+            "json",
+            "--lane-store",
+            &url,
+        ])
+        .env("SSL_CERT_FILE", &ca)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(crate::common::peak(&doc, "tool:z"), 1);
+    // Without the CA the certificate is refused: a clear error, the password not in it.
+    let out = p
+        .cmd()
+        .args(["run", b.to_str().unwrap(), "--lane-store", &url])
+        .env("SSL_CERT_FILE", "/nonexistent")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("tls-pw"), "{stderr}");
+}
