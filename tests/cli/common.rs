@@ -167,6 +167,8 @@ retries = 3
 pub struct Redis {
     pub child: std::process::Child,
     pub url: String,
+    port: u16,
+    extra: Vec<String>,
 }
 
 impl Redis {
@@ -193,6 +195,17 @@ impl Redis {
             .local_addr()
             .unwrap()
             .port();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let child = Redis::spawn(port, &extra);
+        Some(Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+            port,
+            extra,
+        })
+    }
+
+    fn spawn(port: u16, extra: &[String]) -> std::process::Child {
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",
@@ -213,10 +226,16 @@ impl Redis {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        })
+        child
+    }
+
+    /// SIGKILL the server, then start it again on the same port with the same arguments
+    /// (and so the same data file, when it has one).
+    pub fn restart(&mut self, down_for: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down_for);
+        self.child = Redis::spawn(self.port, &self.extra);
     }
 }
 

@@ -610,3 +610,51 @@ fn rediss_with_tls_and_a_password_shares_a_lane() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(!stderr.contains("tls-pw"), "{stderr}");
 }
+
+#[test]
+fn redis_restarted_mid_run_is_reconnected_and_the_limit_holds() {
+    // Before: a connection that did not reconnect; every dispatch after the restart failed
+    // with `lane_store` until the run gave up.
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().display().to_string();
+    let Some(mut redis) = Redis::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &dir,
+    ]) else {
+        return;
+    };
+    let p = Project::new(LOGGING);
+    let log = p.path().join("restart.log");
+    let children: Vec<_> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|n| {
+            let path = p.write(&format!("{n}.yaml"), &batch("work", n, 15, &log));
+            p.spawn(&[
+                "run",
+                path.to_str().unwrap(),
+                "--format",
+                "json",
+                "--lane-store",
+                &redis.url,
+            ])
+        })
+        .collect();
+    // Once calls are running, kill Redis and bring it back on the same port and data file.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 4 {
+        assert!(Instant::now() < deadline, "no call started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis.restart(Duration::from_millis(800));
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(results(&doc).iter().all(|r| r["status"] == "ok"), "{doc}");
+    }
+    assert_eq!(peak(&log, None), 2, "the tool lane's limit was exceeded");
+}

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 use redis::Script;
 
 use super::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
@@ -94,7 +94,9 @@ struct RedisLane {
 /// Lanes shared through Redis.
 pub struct RedisLanes {
     url: String,
-    conn: MultiplexedConnection,
+    /// Reconnects by itself when Redis restarts (a request during the outage fails and is
+    /// retried by the caller, within `UNREACHABLE_FOR`).
+    conn: ConnectionManager,
     mem: Arc<MemoryLanes>,
     lanes: Vec<Option<RedisLane>>,
     lease: Duration,
@@ -132,7 +134,7 @@ impl RedisLanes {
     ) -> Result<RedisLanes, LaneError> {
         let client = redis::Client::open(url)
             .map_err(|e| LaneError(format!("--lane-store {}: {e}", redact_url(url))))?;
-        let conn = tokio::time::timeout(UNREACHABLE_FOR, client.get_multiplexed_async_connection())
+        let conn = tokio::time::timeout(UNREACHABLE_FOR, ConnectionManager::new(client))
             .await
             .map_err(|_| store_error(&redact_url(url), "no answer"))?
             .map_err(|e| store_error(&redact_url(url), e))?;
