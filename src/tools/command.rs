@@ -238,6 +238,7 @@ impl CommandTool {
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let (mut child, mut guard) = self.start(inv)?;
+        let exit = ExitWatch::new(child.id());
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
             return Err(Failure::failed(
@@ -294,9 +295,18 @@ impl CommandTool {
                             }
                         }
                     },
-                    s = child.wait(), if status.is_none() => {
+                    _ = exit.exited(), if status.is_none() => {
+                        // The program is done but not yet reaped: its group id cannot have been
+                        // reused, so nothing it started outlives the call and no stranger's
+                        // group gets the signal. Then reap it.
+                        guard.kill_once();
+                        let s = child.wait().await;
                         status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
-                        // The program is done: nothing it started may outlive the call.
+                        drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
+                    },
+                    s = child.wait(), if status.is_none() && !exit.watching() => {
+                        status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
+                        // No pidfd (an old kernel): the group goes right after the reap.
                         guard.kill_once();
                         drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
                     },
@@ -412,6 +422,48 @@ impl GroupGuard {
             unsafe {
                 libc::killpg(pgid, sig);
             }
+        }
+    }
+}
+
+/// Resolves when the program has exited, *without* reaping it (a pidfd turns readable): while
+/// it is a zombie its process-group id stays taken, so the group can be killed before `wait`
+/// reaps it and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
+/// never resolves and the caller waits as before.
+struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
+
+impl ExitWatch {
+    fn new(pid: Option<u32>) -> ExitWatch {
+        use std::os::fd::FromRawFd;
+        let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) else {
+            return ExitWatch(None);
+        };
+        // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
+        // descriptor we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let Ok(fd) = i32::try_from(fd) else {
+            return ExitWatch(None);
+        };
+        if fd < 0 {
+            return ExitWatch(None);
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
+        // AsyncFd owns it from here and deregisters it before closing it.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
+        ExitWatch(unsafe { tokio::io::unix::AsyncFd::register(owned) }.ok())
+    }
+
+    fn watching(&self) -> bool {
+        self.0.is_some()
+    }
+
+    async fn exited(&self) {
+        match &self.0 {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            None => std::future::pending().await,
         }
     }
 }
