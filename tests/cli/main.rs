@@ -1,5 +1,6 @@
 //! The one integration test binary: runs the real `flux-tools` against batches and manifests.
 
+mod chaos;
 mod common;
 mod completions;
 mod errors;

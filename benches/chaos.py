@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Chaos: SIGKILL a 200-call run at random points, resume it, kill it again, and finish it.
+
+The run mixes reads, chained writes (not idempotent), concurrent idempotent writes and a
+`parallel_safe = false` tool. Every write appends "CALL_ID IDEMPOTENCY_KEY" to a ledger and
+fsyncs it (the effect). After the last resume finishes, it counts:
+
+  duplicate write effects  a key written twice by a tool that is not idempotent (must be 0)
+  lost results             calls without a result in the finished run's document (must be 0)
+  indeterminate            calls reported `indeterminate` (in flight at a kill, not re-sent)
+
+    python3 benches/chaos.py [--runs 4] [--kills 4] [--calls 200] [--seed 1] [--bin PATH]
+
+Exit status 1 if a must-be-0 figure is not 0.
+"""
+
+import argparse
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+LEDGER_TOOL = """#!/bin/sh
+# One effect: a line in the ledger, on disk before the tool answers.
+sleep "$1"
+printf '%s %s\\n' "$FLUX_CALL_ID" "$FLUX_IDEMPOTENCY_KEY" >> ledger
+sync ledger
+echo '{"ok": true}'
+"""
+
+MANIFEST = """
+[concurrency]
+max_concurrent_tools = 8
+
+[tools.read]
+kind = "scripted"
+effect = "read"
+latency = "40ms"
+
+[tools.chain]
+kind = "command"
+effect = "write"
+idempotent = false
+stdin = "none"
+command = ["./effect.sh", "0.05"]
+
+[tools.cwrite]
+kind = "command"
+effect = "write"
+idempotent = true
+concurrent_writes = true
+stdin = "none"
+command = ["./effect.sh", "0.08"]
+
+[tools.solo]
+kind = "command"
+effect = "write"
+idempotent = true
+parallel_safe = false
+stdin = "none"
+command = ["./effect.sh", "0.03"]
+"""
+
+
+def batch(n, rng):
+    lines = []
+    for i in range(n):
+        tool = rng.choices(["read", "chain", "cwrite", "solo"], weights=[5, 3, 3, 1])[0]
+        lines.append(json.dumps({"id": f"k{i}", "tool": tool, "args": {"n": i}}))
+    return "\n".join(lines) + "\n"
+
+
+def one_run(binary, work, calls, kills, rng):
+    batch_path = os.path.join(work, "batch.jsonl")
+    with open(batch_path, "w") as f:
+        f.write(batch(calls, rng))
+    journal = os.path.join(work, "run.journal")
+    killed = 0
+    first = True
+    while True:
+        args = [binary, "run", batch_path, "--format", "json", "-q", "--progress", "never"]
+        args += ["--journal", journal] if first else ["--resume", journal]
+        proc = subprocess.Popen(args, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if killed < kills:
+            time.sleep(rng.uniform(0.05, 1.2))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                killed += 1
+                first = False
+                continue
+        out, err = proc.communicate(timeout=300)
+        return json.loads(out), killed, proc.returncode, err.decode()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--kills", type=int, default=4)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "flux-tools"))
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    totals = collections.Counter()
+    for run in range(a.runs):
+        with tempfile.TemporaryDirectory() as work:
+            with open(os.path.join(work, "tools.toml"), "w") as f:
+                f.write(MANIFEST)
+            tool = os.path.join(work, "effect.sh")
+            with open(tool, "w") as f:
+                f.write(LEDGER_TOOL)
+            os.chmod(tool, 0o755)
+            doc, killed, code, err = one_run(a.bin, work, a.calls, a.kills, rng)
+            results = doc["results"]
+            by_id = {r["id"]: r for r in results}
+            ledger = collections.Counter()
+            if os.path.exists(os.path.join(work, "ledger")):
+                with open(os.path.join(work, "ledger")) as f:
+                    for line in f:
+                        ledger[tuple(line.split())] += 1
+            not_idempotent = {r["id"] for r in results if r["tool"] == "chain"}
+            dupes = sum(c - 1 for (cid, _), c in ledger.items() if c > 1 and cid in not_idempotent)
+            lost = a.calls - len(by_id) + sum(
+                1 for r in results if r["status"] == "never_dispatched"
+                and (r["error"] or {}).get("kind") == "run_ended")
+            totals.update({
+                "runs": 1, "kills": killed, "duplicate write effects": dupes, "lost results": lost,
+                "indeterminate": sum(1 for r in results if r["status"] == "indeterminate"),
+                "effects": sum(ledger.values()),
+                "idempotent re-sends": sum(c - 1 for (cid, _), c in ledger.items()
+                                           if c > 1 and cid not in not_idempotent),
+            })
+            print(f"run {run + 1}: {killed} kills, exit {code}, {len(results)} results, "
+                  f"{dupes} duplicate effects, {lost} lost", file=sys.stderr)
+    print(json.dumps(dict(totals), indent=2))
+    bad = totals["duplicate write effects"] or totals["lost results"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
