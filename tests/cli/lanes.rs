@@ -305,31 +305,42 @@ fn identical_calls_to_an_order_dependent_tool_never_overlap_across_runs() {
     assert_eq!(peak(&log, None), 1, "the same booking ran twice at once");
 }
 
-#[test]
-fn redis_shares_a_tool_lane_across_processes() {
-    let Some(redis) = Redis::start() else { return };
-    let p = Project::new(LOGGING);
-    let log = p.path().join("redis.log");
-    let children: Vec<_> = ["r1", "r2", "r3"]
+/// Three `flux-tools run`s of `n` logged `work` calls each, sharing the Redis lane store.
+fn three_runs(p: &Project, log: &Path, n: usize, url: &str) -> Vec<std::process::Child> {
+    ["r1", "r2", "r3"]
         .iter()
-        .map(|n| {
-            let path = p.write(&format!("{n}.yaml"), &batch("work", n, 6, &log));
-            p.spawn(&[
+        .map(|t| {
+            let path = p.write(&format!("{t}.yaml"), &batch("work", t, n, log));
+            let args = [
                 "run",
                 path.to_str().unwrap(),
                 "--format",
                 "json",
                 "--lane-store",
-                &redis.url,
-            ])
+                url,
+            ];
+            p.spawn(&args)
         })
-        .collect();
+        .collect()
+}
+
+/// Wait for every run: each must have every call `ok`.
+fn all_ok(children: Vec<std::process::Child>) {
     for c in children {
         let out = c.wait_with_output().unwrap();
         let doc: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         assert!(results(&doc).iter().all(|r| r["status"] == "ok"), "{doc}");
     }
+}
+
+#[test]
+fn redis_shares_a_tool_lane_across_processes() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis.log");
+    let children = three_runs(&p, &log, 6, &redis.url);
+    all_ok(children);
     assert_eq!(peak(&log, None), 2);
 }
 
@@ -629,20 +640,7 @@ fn redis_restarted_mid_run_is_reconnected_and_the_limit_holds() {
     };
     let p = Project::new(LOGGING);
     let log = p.path().join("restart.log");
-    let children: Vec<_> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|n| {
-            let path = p.write(&format!("{n}.yaml"), &batch("work", n, 15, &log));
-            p.spawn(&[
-                "run",
-                path.to_str().unwrap(),
-                "--format",
-                "json",
-                "--lane-store",
-                &redis.url,
-            ])
-        })
-        .collect();
+    let children = three_runs(&p, &log, 15, &redis.url);
     // Once calls are running, kill Redis and bring it back on the same port and data file.
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 4 {
@@ -650,11 +648,6 @@ fn redis_restarted_mid_run_is_reconnected_and_the_limit_holds() {
         std::thread::sleep(Duration::from_millis(20));
     }
     redis.restart(Duration::from_millis(800));
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        let doc: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        assert!(results(&doc).iter().all(|r| r["status"] == "ok"), "{doc}");
-    }
+    all_ok(children);
     assert_eq!(peak(&log, None), 2, "the tool lane's limit was exceeded");
 }
