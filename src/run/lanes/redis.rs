@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use super::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
@@ -134,10 +134,20 @@ impl RedisLanes {
     ) -> Result<RedisLanes, LaneError> {
         let client = redis::Client::open(url)
             .map_err(|e| LaneError(format!("--lane-store {}: {e}", redact_url(url))))?;
-        let conn = tokio::time::timeout(UNREACHABLE_FOR, ConnectionManager::new(client))
-            .await
-            .map_err(|_| store_error(&redact_url(url), "no answer"))?
-            .map_err(|e| store_error(&redact_url(url), e))?;
+        // Short timeouts and one retry a request: the store's own loop retries for
+        // `UNREACHABLE_FOR`, and a Redis that is gone must not stretch each attempt.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200))
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        let conn = tokio::time::timeout(
+            UNREACHABLE_FOR,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| store_error(&redact_url(url), "no answer"))?
+        .map_err(|e| store_error(&redact_url(url), e))?;
         let lease = std::env::var("FLUX_TOOLS_LEASE_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -249,9 +259,24 @@ impl RedisLanes {
             .arg(rate.map_or(0.0, |r| r.burst))
             .arg(if rate.is_some() { 1 } else { 0 })
             .arg(u64::try_from(backoff.as_micros()).unwrap_or(u64::MAX));
-        let mut conn = self.conn.clone();
-        let out: Result<(i64, i64), redis::RedisError> = inv.invoke_async(&mut conn).await;
-        let (wait_us, token) = out.map_err(|e| store_error(&self.url, e))?;
+        // While Redis is away (a restart), retry like an acquisition does, for as long as the
+        // store is not yet declared unreachable.
+        let mut delay = Duration::from_millis(5);
+        let (wait_us, token) = loop {
+            let mut conn = self.conn.clone();
+            let out: Result<(i64, i64), redis::RedisError> = inv.invoke_async(&mut conn).await;
+            match out {
+                Ok(v) => {
+                    let _ = self.note_answer(&Ok(1));
+                    break v;
+                }
+                Err(e) => {
+                    self.note_answer(&Err(e))?;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(100));
+                }
+            }
+        };
         Ok(Admission {
             wait: Duration::from_micros(wait_us.max(0) as u64),
             token: token == 1,
