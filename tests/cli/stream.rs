@@ -277,6 +277,23 @@ fn stream_child(p: &Project) -> std::process::Child {
         .unwrap()
 }
 
+/// Stream `first`, then `second` after `gap`: the result lines, and whether the run exited 0.
+fn two_calls_apart(p: &Project, first: &str, gap: Duration, second: &str) -> (Vec<Value>, bool) {
+    let mut child = stream_child(p);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{first}").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(gap);
+    writeln!(stdin, "{second}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (lines, out.status.success())
+}
+
 #[test]
 fn a_fast_call_streams_out_before_its_slow_sibling_ends() {
     // Before: x (0.2 s) came out at 2.01 s, when its chunk (with y, 2 s) had finished.
@@ -305,23 +322,13 @@ fn a_fast_call_streams_out_before_its_slow_sibling_ends() {
 fn a_call_arriving_mid_run_starts_before_the_earlier_slow_call_ends() {
     // Before: a call arriving while a chunk ran waited for the whole chunk (a barrier).
     let p = Project::new(MANIFEST);
-    let mut child = stream_child(&p);
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(
-        stdin,
-        "{{\"id\": \"y\", \"tool\": \"slow\", \"args\": {{\"_latency\": \"3s\"}}}}"
-    )
-    .unwrap();
-    stdin.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    writeln!(stdin, "{{\"id\": \"z\", \"tool\": \"slow\"}}").unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (lines, ok) = two_calls_apart(
+        &p,
+        r#"{"id": "y", "tool": "slow", "args": {"_latency": "3s"}}"#,
+        Duration::from_millis(500),
+        r#"{"id": "z", "tool": "slow"}"#,
+    );
+    assert!(ok);
     assert_eq!(lines[1]["id"], "z");
     // Times count from the run's start: z went out while y (3 s) still ran.
     let z_started = lines[1]["started_ms"].as_u64().unwrap();
@@ -338,22 +345,12 @@ fn a_call_arriving_mid_run_starts_before_the_earlier_slow_call_ends() {
 fn a_lone_call_in_a_stream_still_waits_for_everything_before_it() {
     let manifest = format!("{MANIFEST}[tools.alone]\nkind = \"scripted\"\neffect = \"read\"\nparallel_safe = false\nlatency = \"200ms\"\n");
     let p = Project::new(&manifest);
-    let mut child = stream_child(&p);
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(
-        stdin,
-        "{{\"id\": \"y\", \"tool\": \"slow\", \"args\": {{\"_latency\": \"1s\"}}}}"
-    )
-    .unwrap();
-    stdin.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    writeln!(stdin, "{{\"id\": \"a\", \"tool\": \"alone\"}}").unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (lines, _) = two_calls_apart(
+        &p,
+        r#"{"id": "y", "tool": "slow", "args": {"_latency": "1s"}}"#,
+        Duration::from_millis(300),
+        r#"{"id": "a", "tool": "alone"}"#,
+    );
     let y_end =
         lines[0]["started_ms"].as_u64().unwrap() + lines[0]["duration_ms"].as_u64().unwrap();
     assert!(
