@@ -62,6 +62,8 @@ pub struct Batch {
     pub run_deadline: Option<Duration>,
     pub tool_call_deadline: Option<Duration>,
     pub max_cost: Option<f64>,
+    /// `budget.max_calls`: may only narrow the manifest's.
+    pub max_calls: Option<u32>,
     pub calls: Vec<Call>,
     pub locator: Locator,
     /// The calls came from a model's reply: each problem with one of them costs only that
@@ -129,6 +131,7 @@ impl Batch {
             run_deadline: None,
             tool_call_deadline: None,
             max_cost: None,
+            max_calls: None,
             calls: Vec::new(),
             locator: Default::default(),
             from_model: false,
@@ -448,7 +451,7 @@ impl Parser<'_> {
             self.deadline(d, batch);
         }
         if let Some(b) = doc.get("budget") {
-            batch.max_cost = self.budget(b);
+            self.budget(b, batch);
         }
         self.calls_of(doc.get("calls"))
     }
@@ -515,29 +518,39 @@ impl Parser<'_> {
         }
     }
 
-    /// `budget: { max_cost }`.
-    fn budget(&mut self, b: &Value) -> Option<f64> {
+    /// `budget: { max_cost, max_calls }`.
+    fn budget(&mut self, b: &Value, batch: &mut Batch) {
         let Some(m) = b.as_object() else {
-            let msg = "`budget` should be a mapping like { max_cost: 0.5 }";
+            let msg = "`budget` should be a mapping like { max_cost: 0.5, max_calls: 20 }";
             self.doc_error("budget", msg, None);
-            return None;
+            return;
         };
-        let mut max_cost = None;
         for (k, v) in m {
-            match (k.as_str(), v.as_f64()) {
-                ("max_cost", Some(c)) if c >= 0.0 && c.is_finite() => max_cost = Some(c),
-                ("max_cost", _) => {
-                    let msg = format!("`budget.max_cost` must be a non-negative number, found {v}");
-                    self.doc_error("budget", msg, None)
-                }
+            match k.as_str() {
+                "max_cost" => match v.as_f64() {
+                    Some(c) if c >= 0.0 && c.is_finite() => batch.max_cost = Some(c),
+                    _ => {
+                        let msg =
+                            format!("`budget.max_cost` must be a non-negative number, found {v}");
+                        self.doc_error("budget", msg, None)
+                    }
+                },
+                "max_calls" => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                    Some(n) => batch.max_calls = Some(n),
+                    None => {
+                        let msg = format!(
+                            "`budget.max_calls` must be a whole number of calls, found {v}"
+                        );
+                        self.doc_error("budget", msg, None)
+                    }
+                },
                 _ => self.doc_error(
                     "budget",
                     format!("unknown field `{k}` in `budget`"),
-                    suggest(k, ["max_cost"]),
+                    suggest(k, ["max_cost", "max_calls"]),
                 ),
             }
         }
-        max_cost
     }
 
     /// `calls:`, a sequence.

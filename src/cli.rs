@@ -122,6 +122,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "AMOUNT")]
     pub max_cost: Option<f64>,
 
+    /// Most calls the run may make (replaces the manifest's [budget] max_calls; a batch may
+    /// only lower it); cache hits do not count
+    #[arg(long, value_name = "N")]
+    pub max_calls: Option<u32>,
+
+    /// Answer nothing from the read cache and store nothing in it
+    #[arg(long)]
+    pub no_cache: bool,
+
+    /// Ignore cached results from earlier runs, but store this run's
+    #[arg(long, conflicts_with = "no_cache")]
+    pub refresh: bool,
+
     /// Also write the results document (json) to FILE, atomically
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

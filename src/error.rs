@@ -16,6 +16,9 @@ pub const EXIT_CALLS_FAILED: u8 = 1;
 pub const EXIT_INVALID: u8 = 2;
 /// The run was ended early or cut short (fail_run, a deadline, the budget).
 pub const EXIT_ENDED_EARLY: u8 = 3;
+/// The run paused: every call ran that could, and some wait for an approval (resume the
+/// journal with `--approve ID@HASH`).
+pub const EXIT_PAUSED: u8 = 4;
 /// The run was interrupted by SIGINT/SIGTERM (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 

@@ -87,6 +87,11 @@ pub enum ErrorKind {
     ServerExited,
     /// A model asked for a call that cannot be made (unknown tool, arguments that are not a JSON object, …).
     InvalidCall,
+    /// The run reached its `max_calls`.
+    CallLimit,
+    /// It needs an approval nobody can give now (journaled: `flux-tools approvals`, then
+    /// `--resume … --approve ID@HASH`), or it depends on a call that does.
+    AwaitingApproval,
 }
 
 impl ErrorKind {
@@ -113,6 +118,8 @@ impl ErrorKind {
             ErrorKind::ConnectionLost => "connection_lost",
             ErrorKind::ServerExited => "server_exited",
             ErrorKind::InvalidCall => "invalid_call",
+            ErrorKind::CallLimit => "call_limit",
+            ErrorKind::AwaitingApproval => "awaiting_approval",
         }
     }
 
@@ -148,6 +155,9 @@ pub struct CallResult {
     pub attempts: u32,
     pub phase: usize,
     pub idempotency_key: Option<String>,
+    /// Answered from the read cache (nothing was invoked). Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
     pub queued_ms: Option<u64>,
     pub waited_on: Option<String>,
     pub started_ms: Option<u64>,
@@ -169,6 +179,8 @@ pub enum Outcome {
     DeadlineExceeded,
     BudgetExhausted,
     Interrupted,
+    /// Every call ran that could; some wait for an approval (exit 4; resume the journal).
+    Paused,
 }
 
 impl Outcome {
@@ -179,6 +191,7 @@ impl Outcome {
             Outcome::DeadlineExceeded => "deadline_exceeded",
             Outcome::BudgetExhausted => "budget_exhausted",
             Outcome::Interrupted => "interrupted",
+            Outcome::Paused => "paused",
         }
     }
 }
@@ -222,6 +235,10 @@ pub struct Stats {
     pub http_429: u64,
     pub cost: f64,
     pub cost_by_tool: BTreeMap<String, f64>,
+    /// Calls answered from the read cache, and per tool.
+    pub cache_hits: usize,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cache_hits_by_tool: BTreeMap<String, usize>,
     pub lanes: Vec<LaneStats>,
 }
 

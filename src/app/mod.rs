@@ -76,7 +76,10 @@ pub(crate) fn exit_code(outcome: Outcome, failed: usize) -> u8 {
         Outcome::Completed if failed == 0 => error::EXIT_OK,
         Outcome::Completed => error::EXIT_CALLS_FAILED,
         Outcome::Interrupted => error::EXIT_INTERRUPTED,
-        _ => error::EXIT_ENDED_EARLY,
+        Outcome::Paused => error::EXIT_PAUSED,
+        Outcome::Failed | Outcome::DeadlineExceeded | Outcome::BudgetExhausted => {
+            error::EXIT_ENDED_EARLY
+        }
     }
 }
 

@@ -84,6 +84,7 @@ fn options(r: &RunArgs) -> Result<PlanOptions, Error> {
         on_tool_error: r.on_tool_error,
         deadline,
         max_cost: r.max_cost,
+        max_calls: r.max_calls,
         external: None,
         max_processes: Some(config::process_cap(r.max_processes)),
         lanes: None,

@@ -20,6 +20,7 @@ use crate::report::emit;
 use crate::report::output::{self, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::Reporter;
+use crate::run::cache::Cache;
 use crate::run::cassette::Cassette;
 use crate::run::gate::Approvals;
 use crate::run::journal::{Journal, Resume};
@@ -51,6 +52,10 @@ pub(super) struct Session {
     pub start: Instant,
     /// What the run has spent (carried from one batch to the next).
     pub spent: f64,
+    /// Calls the run has made (carried from one batch to the next, against `max_calls`).
+    pub calls_made: u64,
+    /// The read cache in the lane store (`None`: `--no-cache`).
+    cache: Option<Arc<Cache>>,
 }
 
 /// The durable parts of a run over a whole batch (none for a stream).
@@ -125,8 +130,6 @@ impl Session {
         Session {
             manifest: Arc::new(manifest),
             mcp,
-            lanes,
-            run_id,
             approvals: r.approve.clone().unwrap_or_default(),
             lane_events: show_progress,
             events,
@@ -136,6 +139,10 @@ impl Session {
             interrupted,
             start: Instant::now(),
             spent: 0.0,
+            calls_made: 0,
+            cache: (!r.no_cache).then(|| Cache::new(lanes.cache_store(), &run_id, r.refresh)),
+            lanes,
+            run_id,
         }
     }
 
@@ -176,6 +183,8 @@ impl Session {
             start: Some(self.start),
             spent: self.spent,
             segment,
+            cache: self.cache.clone(),
+            calls_made: self.calls_made,
         };
         (config, rx)
     }
@@ -191,6 +200,7 @@ impl Session {
         let manifest = self.manifest.clone();
         let report = rt.block_on(run::execute_spawned(manifest, Arc::new(plan), config, rx));
         self.spent = report.spent;
+        self.calls_made = report.calls_made;
         report
     }
 

@@ -203,12 +203,16 @@ struct Ledger {
     failures: Vec<Status>,
     total: Option<Stats>,
     outcome: Outcome,
+    /// The run has a call cap: segments count calls one after another.
+    capped: bool,
 }
 
 impl Ledger {
     /// Whether a segment with `next` traits must wait for every running one.
     fn must_wait(&self, next: Traits, opts: &PlanOptions) -> bool {
-        let ledgered = opts.max_cost.is_some() || opts.on_tool_error == Some(OnToolError::FailRun);
+        let ledgered = opts.max_cost.is_some()
+            || self.capped
+            || opts.on_tool_error == Some(OnToolError::FailRun);
         ledgered
             || next.alone
             || next.outside
@@ -242,6 +246,7 @@ impl Ledger {
 
     fn take(&mut self, session: &mut Session, ids: Vec<(String, bool)>, report: RunReport) {
         session.spent = session.spent.max(report.spent);
+        session.calls_made = session.calls_made.max(report.calls_made);
         let ext = Arc::make_mut(&mut self.external);
         for ((id, named), res) in ids.into_iter().zip(&report.results) {
             if named {
@@ -258,17 +263,24 @@ impl Ledger {
         match (self.outcome, report.outcome) {
             (_, Outcome::Completed) => {}
             // A budget refuses calls that do not fit; later (cheaper) ones may still run.
-            (Outcome::Completed, Outcome::BudgetExhausted) => {
+            (Outcome::Completed | Outcome::Paused, Outcome::BudgetExhausted) => {
                 self.outcome = Outcome::BudgetExhausted
             }
-            (Outcome::Completed | Outcome::BudgetExhausted, ended) => self.outcome = ended,
+            (Outcome::Completed, Outcome::Paused) => self.outcome = Outcome::Paused,
+            (Outcome::BudgetExhausted, Outcome::Paused) => {}
+            (Outcome::Completed | Outcome::BudgetExhausted | Outcome::Paused, ended) => {
+                self.outcome = ended
+            }
             _ => {}
         }
     }
 
     /// Whether the run has ended (fail_run, a deadline, Ctrl-C).
     fn ended(&self) -> bool {
-        !matches!(self.outcome, Outcome::Completed | Outcome::BudgetExhausted)
+        !matches!(
+            self.outcome,
+            Outcome::Completed | Outcome::BudgetExhausted | Outcome::Paused
+        )
     }
 }
 
@@ -316,6 +328,7 @@ pub(super) fn run_stream(
         failures: Vec::new(),
         total: None,
         outcome: Outcome::Completed,
+        capped: opts.max_calls.is_some() || session.manifest.budget.max_calls.is_some(),
     };
     let stop = vec![session.interrupted.clone(), session.drained.clone()];
     let mut seen = 0usize;

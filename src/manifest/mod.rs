@@ -19,6 +19,7 @@ mod sections;
 #[cfg(test)]
 mod tests;
 mod tool;
+pub use tool::cache_refusal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -41,6 +42,7 @@ pub struct Manifest {
     pub path: PathBuf,
     pub concurrency: Concurrency,
     pub deadline: Deadline,
+    pub budget: Budget,
     pub lanes: BTreeMap<String, LaneDecl>,
     pub tools: Vec<Tool>,
     pub tool_index: HashMap<String, usize>,
@@ -199,6 +201,9 @@ pub struct Tool {
     pub cost: f64,
     pub expected: Option<Duration>,
     pub requires_approval: bool,
+    /// `cache = "5m"`: how long an `ok` result of this read is reused (keyed by tenant and
+    /// fingerprint).
+    pub cache: Option<Duration>,
     pub args: Option<ArgSchema>,
     /// Byte span of the `[tools.NAME]` key, for diagnostics.
     pub span: Range<usize>,
@@ -259,7 +264,16 @@ const TOP_KEYS: &[&str] = &[
     "tools",
     "mcp_servers",
     "hooks",
+    "budget",
 ];
+
+/// `[budget]`: limits on a whole run.
+#[derive(Debug, Clone, Default)]
+pub struct Budget {
+    /// `max_calls`: the most calls a run may invoke (cache hits do not count).
+    pub max_calls: Option<u32>,
+}
+
 impl Manifest {
     /// Read and parse the manifest at `path`.
     pub fn load(path: &Path) -> Result<Manifest, Vec<Diagnostic>> {
@@ -305,6 +319,15 @@ impl Manifest {
             }
             None => Deadline::default(),
         };
+        let budget = match r.table(root, "budget", "the manifest") {
+            Some(t) => {
+                r.check_keys(t, &["max_calls"], "[budget]");
+                Budget {
+                    max_calls: r.count_field(t, "max_calls", "[budget]"),
+                }
+            }
+            None => Budget::default(),
+        };
         let lanes = r.lanes(root);
         let mcp_servers = r.mcp_servers(root);
         let hooks = r.hooks(root);
@@ -334,6 +357,7 @@ impl Manifest {
             path,
             concurrency,
             deadline,
+            budget,
             lanes,
             tools,
             tool_index,

@@ -30,6 +30,7 @@ const COMMON_TOOL_KEYS: &[&str] = &[
     "cost",
     "expected",
     "requires_approval",
+    "cache",
     "args",
     "backend",
 ];
@@ -45,6 +46,17 @@ fn kind_list(last: &str, quote: bool) -> String {
         Some((l, rest)) if !rest.is_empty() => format!("{}{last}{l}", rest.join(", ")),
         _ => quoted.join(""),
     }
+}
+
+/// Why a tool of this effect cannot have a `cache` (`None`: it can).
+pub fn cache_refusal(effect: Effect, idempotent: bool, effect_pending: bool) -> Option<String> {
+    if effect == Effect::Write && !effect_pending {
+        return Some("the tool is a write, and a write's result is never reused".into());
+    }
+    if !idempotent && !effect_pending {
+        return Some("the tool is not idempotent".into());
+    }
+    None
 }
 
 /// Where a declaration came from: the manifest, or nowhere (a default).
@@ -94,6 +106,7 @@ impl Reader<'_> {
             );
         }
         let timeout = self.timeout(t, ctx);
+        let cache = self.cache(t, ctx, (effect, idempotent), effect_pending);
         let lanes = self.tool_lanes(t, ctx);
         let (backends, backends_origin) = self.backends(t, &site, &kind, &lanes);
         Some(Tool {
@@ -117,6 +130,7 @@ impl Reader<'_> {
             cost: self.cost(t, ctx),
             expected: self.duration(t, "expected", ctx).map(|(d, _)| d),
             requires_approval: self.boolean(t, "requires_approval", ctx).unwrap_or(false),
+            cache,
             args: self.arg_schema(t, ctx),
             span,
         })
@@ -268,6 +282,32 @@ impl Reader<'_> {
             }
         }
         timeout
+    }
+
+    /// `cache = "5m"`: only on a read, idempotent tool (a write's result is never reused). A
+    /// tool whose server announces its effect is checked once the server is asked.
+    fn cache(
+        &mut self,
+        t: &DeTable<'_>,
+        ctx: &str,
+        (effect, idempotent): (Effect, bool),
+        effect_pending: bool,
+    ) -> Option<std::time::Duration> {
+        let (ttl, _) = self.duration(t, "cache", ctx)?;
+        let span = Reader::entry(t, "cache").map(|(_, v)| v.span())?;
+        if ttl.is_zero() {
+            self.error(span, format!("`cache` in {ctx} must be longer than zero"), None);
+            return None;
+        }
+        if let Some(why) = cache_refusal(effect, idempotent, effect_pending) {
+            self.error(
+                span,
+                format!("`cache` in {ctx}: {why}"),
+                Some("only a read, idempotent tool's results can be reused; remove `cache`".into()),
+            );
+            return None;
+        }
+        Some(ttl)
     }
 
     /// `backend = "orders-db"` or a list; else its shared lanes, else what its kind says (an

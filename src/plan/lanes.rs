@@ -198,9 +198,34 @@ pub(super) fn settings(
         ),
         tool_call_deadline: min_opt(manifest.deadline.tool_call, batch.tool_call_deadline),
         max_cost: opts.max_cost.or(batch.max_cost),
+        max_calls: max_calls(manifest, batch, opts, warnings),
         hazards: hazards(manifest, batch, warnings),
     };
     (settings, turn)
+}
+
+/// `max_calls`: `--max-calls` in place of the manifest's, then the batch's if it is lower (a
+/// batch asking for more is warned and kept to the cap).
+fn max_calls(
+    manifest: &Manifest,
+    batch: &Batch,
+    opts: &PlanOptions,
+    warnings: &mut Vec<Diagnostic>,
+) -> Option<u32> {
+    let cap = opts.max_calls.or(manifest.budget.max_calls);
+    match (cap, batch.max_calls) {
+        (Some(c), Some(b)) if b > c => {
+            warnings.push(
+                Diagnostic::warning(format!(
+                    "the batch asks for budget.max_calls = {b}, above the cap of {c}; kept {c}"
+                ))
+                .in_file(&batch.file.name)
+                .hint("a batch can lower the call cap, never raise it"),
+            );
+            Some(c)
+        }
+        (c, b) => b.or(c),
+    }
 }
 
 /// The manifest's `hazards`, made stricter (never looser) by the batch.

@@ -17,6 +17,8 @@ pub struct PlanOptions {
     pub on_tool_error: Option<OnToolError>,
     pub deadline: Option<Duration>,
     pub max_cost: Option<f64>,
+    /// `--max-calls` (replaces the manifest's; the batch may only narrow).
+    pub max_calls: Option<u32>,
     /// Calls settled before this batch (earlier chunks of a stream) that references and
     /// `after` may name: their output, or `None` when they failed.
     pub external: Option<Arc<External>>,
@@ -40,6 +42,8 @@ pub struct RunSettings {
     pub run_deadline: Option<Duration>,
     pub tool_call_deadline: Option<Duration>,
     pub max_cost: Option<f64>,
+    /// The most calls the run may make (cache hits do not count).
+    pub max_calls: Option<u32>,
     /// Which calls are ordered for their side effects.
     pub hazards: crate::manifest::Hazards,
 }

@@ -200,6 +200,7 @@ mod tests {
             attempts: 1,
             phase: 0,
             idempotency_key: None,
+            cached: false,
             queued_ms: Some(0),
             waited_on: None,
             started_ms: Some(0),

@@ -39,6 +39,9 @@ pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
         stats.speedup,
         ms(stats.critical_path_ms),
     );
+    if stats.cache_hits > 0 {
+        s.push_str(&format!(" · {} cached", stats.cache_hits));
+    }
     if stats.cost > 0.0 {
         s.push_str(&format!(
             " · cost {}",

@@ -201,6 +201,7 @@ mod tests {
             attempts: 1,
             phase: 0,
             idempotency_key: None,
+            cached: false,
             queued_ms: start.map(|_| 5),
             waited_on: None,
             started_ms: start,

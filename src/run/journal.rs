@@ -173,6 +173,8 @@ struct ResultRecord {
     attempts: u32,
     phase: usize,
     idempotency_key: Option<String>,
+    #[serde(default)]
+    cached: bool,
     queued_ms: Option<u64>,
     waited_on: Option<String>,
     started_ms: Option<u64>,
@@ -192,6 +194,7 @@ impl ResultRecord {
             attempts: self.attempts,
             phase: self.phase,
             idempotency_key: self.idempotency_key,
+            cached: self.cached,
             queued_ms: self.queued_ms,
             waited_on: self.waited_on,
             started_ms: self.started_ms,

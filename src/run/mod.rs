@@ -11,6 +11,7 @@
 //! - Stopping flows one way: the coordinator flips a `watch` channel (graceful, then force);
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
 
+pub mod cache;
 mod call;
 pub mod cassette;
 pub mod gate;

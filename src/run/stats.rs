@@ -15,7 +15,11 @@ pub fn compute(
     http_429: u64,
 ) -> Stats {
     let n = results.len();
-    let dur: Vec<u64> = results.iter().map(|r| r.duration_ms.unwrap_or(0)).collect();
+    // A cache hit invoked nothing: its lookup is no tool time.
+    let dur: Vec<u64> = results
+        .iter()
+        .map(|r| if r.cached { 0 } else { r.duration_ms.unwrap_or(0) })
+        .collect();
 
     let (chain, critical_path_ms) = crate::plan::critical_path(plan, &dur);
     let path: Vec<String> = chain.into_iter().map(|p| results[p].id.clone()).collect();
@@ -24,12 +28,16 @@ pub fn compute(
     let mut cost_by_tool: BTreeMap<String, f64> = BTreeMap::new();
     let mut cost = 0.0;
     for (p, r) in results.iter().enumerate() {
-        if r.started_ms.is_some() && plan.calls[p].cost > 0.0 {
+        if r.started_ms.is_some() && !r.cached && plan.calls[p].cost > 0.0 {
             *cost_by_tool.entry(r.tool.clone()).or_default() += plan.calls[p].cost;
             cost += plan.calls[p].cost;
         }
     }
     let ok = results.iter().filter(|r| r.status == Status::Ok).count();
+    let mut cache_hits_by_tool: BTreeMap<String, usize> = BTreeMap::new();
+    for r in results.iter().filter(|r| r.cached) {
+        *cache_hits_by_tool.entry(r.tool.clone()).or_default() += 1;
+    }
     Stats {
         calls: n,
         ok,
@@ -51,6 +59,8 @@ pub fn compute(
         http_429,
         cost: (cost * 1e9).round() / 1e9,
         cost_by_tool,
+        cache_hits: cache_hits_by_tool.values().sum(),
+        cache_hits_by_tool,
         lanes,
     }
 }
@@ -78,6 +88,10 @@ pub fn merge(total: &mut Stats, next: Stats) {
     total.cost = ((total.cost + next.cost) * 1e9).round() / 1e9;
     for (tool, c) in next.cost_by_tool {
         *total.cost_by_tool.entry(tool).or_default() += c;
+    }
+    total.cache_hits += next.cache_hits;
+    for (tool, n) in next.cache_hits_by_tool {
+        *total.cache_hits_by_tool.entry(tool).or_default() += n;
     }
     total.lanes = next.lanes;
 }

@@ -507,7 +507,17 @@ pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) ->
                     .at(Some(file.location(tool.span.start, tool.span.end))),
             );
         }
-        // The manifest's reader leaves this to the server's answer (see `announces_effect`).
+        // The manifest's reader leaves these to the server's answer (see `announces_effect`).
+        if let Some(why) = tool
+            .cache
+            .and_then(|_| crate::manifest::cache_refusal(tool.effect, tool.idempotent, false))
+        {
+            diags.push(
+                Diagnostic::error(format!("`cache` on tool `{}`: {why} (its server's annotations say so)", tool.name))
+                    .at(Some(file.location(tool.span.start, tool.span.end)))
+                    .hint("only a read, idempotent tool's results can be reused; remove `cache`, or declare effect = \"read\" if the server is wrong"),
+            );
+        }
         if tool.effect == Effect::Write
             && !tool.idempotent
             && tool.effect_origin != Origin::Manifest

@@ -127,6 +127,8 @@ pub(super) struct Job {
     pub(super) fail_run: bool,
     /// The journal and this call's fingerprint: the dispatch is on disk before the tool runs.
     pub(super) journal: Option<(super::journal::Journal, String)>,
+    /// This call leads its key in the read cache: an `ok` output is kept this long.
+    pub(super) cache: Option<(super::cache::Lead, Duration)>,
 }
 
 impl Job {
@@ -159,6 +161,11 @@ impl Job {
             }
         }
         let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
+        if let Some((lead, ttl)) = self.cache.take() {
+            if result.is_ok() {
+                lead.publish(&result.output, ttl).await;
+            }
+        }
         result.event = result.status.event();
         result.duration_ms = Some(millis(dispatched.elapsed()));
         let mut c = self.release(leases, result, ceiling_hit);
@@ -258,6 +265,7 @@ pub(super) fn base_result(plan: &Plan, p: usize) -> CallResult {
         attempts: 0,
         phase: c.phase,
         idempotency_key: None,
+        cached: false,
         queued_ms: None,
         waited_on: None,
         started_ms: None,

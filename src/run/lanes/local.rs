@@ -360,6 +360,10 @@ impl LocalLanes {
 }
 
 impl LaneStore for LocalLanes {
+    fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
+        Arc::new(crate::run::cache::FileCache::new(&self.root))
+    }
+
     fn acquire(
         self: Arc<Self>,
         lane: usize,

@@ -28,6 +28,8 @@ pub struct MemoryLanes {
     lanes: Vec<Lane>,
     /// The clock rate buckets count from.
     base: Instant,
+    /// Cached results (this process only).
+    cache: Arc<crate::run::cache::MemoryCache>,
 }
 
 impl MemoryLanes {
@@ -90,6 +92,7 @@ impl MemoryLanes {
     pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
         MemoryLanes {
             base: Instant::now(),
+            cache: Arc::new(crate::run::cache::MemoryCache::new()),
             lanes: specs
                 .iter()
                 .map(|s| Lane {
@@ -107,6 +110,10 @@ impl MemoryLanes {
 }
 
 impl LaneStore for MemoryLanes {
+    fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
+        self.cache.clone()
+    }
+
     fn acquire(
         self: Arc<Self>,
         lane: usize,

@@ -198,6 +198,8 @@ pub struct LaneError(pub String);
 
 /// Where lane permits and tokens live.
 pub trait LaneStore: Send + Sync {
+    /// Where this store keeps cached results (`cache = "…"` tools).
+    fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore>;
     /// Wait for `weight` permits of `lane`; `order` is the call's position (earlier first).
     /// The returned future is polled once by the coordinator as soon as the call is ready, so
     /// waiters register in call order; the call's own task then awaits it.

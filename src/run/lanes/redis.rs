@@ -99,6 +99,8 @@ pub struct RedisLanes {
     conn: ConnectionManager,
     mem: Arc<MemoryLanes>,
     lanes: Vec<Option<RedisLane>>,
+    /// The manifest's namespace in key names.
+    ns: String,
     lease: Duration,
     acquire: Script,
     renew: Script,
@@ -171,6 +173,7 @@ impl RedisLanes {
             conn,
             mem: Arc::new(MemoryLanes::new(specs)),
             lanes,
+            ns,
             lease,
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
@@ -312,6 +315,14 @@ impl Drop for Permits {
 }
 
 impl LaneStore for RedisLanes {
+    fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
+        Arc::new(crate::run::cache::RedisCache::new(
+            self.conn.clone(),
+            &self.ns,
+            &self.url,
+        ))
+    }
+
     fn acquire(
         self: Arc<Self>,
         lane: usize,

@@ -97,6 +97,7 @@ impl Coordinator {
             stop_tx: self.stop_tx.clone(),
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
+            cache: self.leads.remove(&p).zip(tool.cache),
         };
         self.in_flight += 1;
         for &lane in &call.lanes {

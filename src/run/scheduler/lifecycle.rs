@@ -5,6 +5,7 @@
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::caching::CacheAnswer;
 use super::state::Coordinator;
 use super::{Control, RunConfig, RunReport};
 use crate::duration::millis;
@@ -20,6 +21,7 @@ impl Coordinator {
         &mut self,
         mut done_rx: mpsc::UnboundedReceiver<Completion>,
         mut verdicts: mpsc::UnboundedReceiver<Verdict>,
+        mut cache_answers: mpsc::UnboundedReceiver<CacheAnswer>,
         signals: &mut mpsc::UnboundedReceiver<Control>,
     ) {
         let run_deadline = self.plan.settings.run_deadline.map(|d| self.start + d);
@@ -39,7 +41,10 @@ impl Coordinator {
             }
             if self.in_flight == 0
                 && (self.ending.is_some()
-                    || (self.ready.is_empty() && self.gating == 0 && self.parked_n == 0))
+                    || (self.ready.is_empty()
+                        && self.gating == 0
+                        && self.cache_waiting == 0
+                        && self.parked_n == 0))
             {
                 // Ending with nothing in flight, or (a bug) calls left that nothing will
                 // release: classify them in `settle` rather than hang.
@@ -54,6 +59,7 @@ impl Coordinator {
             tokio::select! {
                 Some(c) = done_rx.recv() => self.completed(c),
                 Some(v) = verdicts.recv(), if self.gating > 0 => self.verdict(v),
+                Some(a) = cache_answers.recv(), if self.cache_waiting > 0 => self.cache_answered(a),
                 _ = deadline, if self.ending.is_none() => {
                     let d = self.plan.settings.run_deadline.map(crate::duration::format).unwrap_or_default();
                     self.end_run(Outcome::DeadlineExceeded, format!("the run deadline of {d} was reached"));
@@ -158,6 +164,7 @@ impl Coordinator {
             fingerprints: std::mem::take(&mut self.fps),
             recorded_args: std::mem::take(&mut self.recorded_args),
             spent: self.spent,
+            calls_made: self.calls_made,
         }
     }
 }

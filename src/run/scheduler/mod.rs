@@ -3,17 +3,18 @@
 //! A call becomes *ready* when its phase has started and every in-phase edge has resolved.
 //! Ready calls go through pre-dispatch one at a time, lowest call index first (a call still
 //! waiting on its edges never holds back later independent calls): dependency success,
-//! reference resolution, the argument guardrail and the budget. Then the lanes that are free
+//! reference resolution, the argument guardrail, the read cache, the budget and the call cap. Then the lanes that are free
 //! are taken at once and the first that is not is queued for — still in call order — and the
 //! call is spawned as its own task ([`super::call`]). Results come back over a channel in any
 //! order; they are stored by index, so the report is in call order.
 //!
 //! Layout: `state` holds the [`Coordinator`](state::Coordinator) and how a result is
 //! recorded; `predispatch` the serial steps before a call may go (with `durability`: journal,
-//! resume, record and replay); `dispatch` hands a call to the gate or spawns it; `parking`
+//! resume, record and replay; `caching`: the read cache and its waits); `dispatch` hands a call to the gate or spawns it; `parking`
 //! keeps waiting calls as indices; `hooks` starts the gate and the `after_call` hook;
 //! `lifecycle` is the coordinator's loop and how a run is settled into a [`RunReport`].
 
+mod caching;
 mod dispatch;
 mod durability;
 mod hooks;
@@ -30,6 +31,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::cache::Cache;
 use super::call::Emitter;
 use super::cassette::Cassette;
 use super::gate::{Approvals, Approver};
@@ -74,6 +76,11 @@ pub struct RunConfig {
     /// events number calls from there, and the run's start and finish are announced by
     /// whoever runs the segments.
     pub segment: Option<usize>,
+    /// The read cache (`None`: `--no-cache`).
+    pub cache: Option<Arc<Cache>>,
+    /// Calls the run already made before this batch (a stream's earlier chunks, a journal's
+    /// earlier run), against the plan's `max_calls`.
+    pub calls_made: u64,
 }
 
 /// What the outside world asks of a running batch.
@@ -99,6 +106,8 @@ pub struct RunReport {
     pub recorded_args: Vec<Option<Value>>,
     /// What the run has spent, this batch and any before it (see [`RunConfig::spent`]).
     pub spent: f64,
+    /// Calls the run has made, this batch and any before it (see [`RunConfig::calls_made`]).
+    pub calls_made: u64,
 }
 
 /// How many completions the coordinator may leave unread while it dispatches a wide phase:
@@ -118,6 +127,11 @@ enum Ready {
     Go(Option<Map<String, Value>>),
     /// The journal of an earlier run already settled it.
     Reuse(Box<CallResult>),
+    /// The read cache answered it.
+    Cached(Box<CallResult>),
+    /// Its cache lookup waits (on an identical call in flight, or on the store): it goes on
+    /// when the answer comes.
+    Waiting,
 }
 
 /// [`execute`] as a task on the runtime's workers rather than on the thread that waits for
@@ -166,10 +180,12 @@ pub async fn execute(
         });
     }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (cache_tx, cache_rx) = mpsc::unbounded_channel();
     let mut co = Coordinator::new(manifest, plan, &config, emitter, start, done_tx);
+    co.cache_tx = Some(cache_tx);
     let (gate, verdicts) = co.start_gate(&config);
     let after = co.start_after_hook();
-    co.run_loop(done_rx, verdicts, &mut signals).await;
+    co.run_loop(done_rx, verdicts, cache_rx, &mut signals).await;
     co.settle(gate, after, config).await
 }
 

@@ -1,6 +1,7 @@
 //! Pre-dispatch: the serial steps, one call at a time in call order, before a ready call may
 //! go — its dependencies succeeded, its references resolve, its arguments pass the guardrail,
-//! the journal or a cassette has not settled it already, and the budget has room for it.
+//! the journal or a cassette has not settled it already, the read cache has no answer for it,
+//! and the budget and the call cap have room for it.
 
 use std::borrow::Cow;
 
@@ -28,6 +29,8 @@ impl Coordinator {
             match self.pre_dispatch(p) {
                 Ok(Ready::Go(resolved)) => self.gate_or_spawn(p, resolved),
                 Ok(Ready::Reuse(r)) => self.finish_reused(p, *r),
+                Ok(Ready::Cached(r)) => self.finish(p, *r),
+                Ok(Ready::Waiting) => {}
                 Err((kind, why)) => {
                     let r = never_dispatched(&self.plan, p, kind, &why);
                     self.finish(p, r);
@@ -67,11 +70,50 @@ impl Coordinator {
                 return Ok(settled);
             }
         }
-        self.reserve_budget(p)?;
+        if let Some(found) = self.consult_cache(p, t, &args) {
+            return Ok(found);
+        }
+        self.reserve(p)?;
         Ok(Ready::Go(match args {
             Cow::Borrowed(_) => None,
             Cow::Owned(m) => Some(m),
         }))
+    }
+
+    /// What a call takes from the run's limits before it goes: its cost, and one call of
+    /// `max_calls`. Either refused, neither is taken.
+    pub(super) fn reserve(&mut self, p: usize) -> Result<(), Refusal> {
+        self.reserve_call(p)?;
+        if let Err(refusal) = self.reserve_budget(p) {
+            self.give_back_call(p);
+            return Err(refusal);
+        }
+        Ok(())
+    }
+
+    /// Count the call against `max_calls`; past the cap it is refused (kind `call_limit`).
+    fn reserve_call(&mut self, p: usize) -> Result<(), Refusal> {
+        let Some(max) = self.plan.settings.max_calls else {
+            return Ok(());
+        };
+        if self.calls_made >= u64::from(max) {
+            self.budget_hit = true;
+            return Err((
+                ErrorKind::CallLimit,
+                format!("call limit reached (max_calls = {max})"),
+            ));
+        }
+        self.calls_made += 1;
+        self.call_reserved[p] = true;
+        Ok(())
+    }
+
+    /// A call counted against `max_calls` that never went out gives its place back.
+    pub(super) fn give_back_call(&mut self, p: usize) {
+        if self.call_reserved.get(p).copied().unwrap_or(false) {
+            self.call_reserved[p] = false;
+            self.calls_made -= 1;
+        }
     }
 
     /// Every call it references or runs `after` (in this batch or an earlier one) succeeded.

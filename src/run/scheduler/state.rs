@@ -1,18 +1,20 @@
 //! The coordinator's state, and what happens when a call settles: its result is recorded (and
 //! journaled), whatever waited on it is released, and under `fail_run` a failure ends the run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::caching::CacheAnswer;
 use super::{RunConfig, QUEUE_AHEAD};
 use crate::batch::OnToolError;
 use crate::events::{CallResult, Outcome};
 use crate::manifest::Manifest;
 use crate::plan::{LaneKey, LaneSpec, Plan};
+use crate::run::cache::{Cache, Lead};
 use crate::run::call::{Completion, Emitter};
 use crate::run::cassette::Cassette;
 use crate::run::gate::GateJob;
@@ -75,6 +77,16 @@ pub(super) struct Coordinator {
     /// Results handed to the after_call hook so far (they go in call order).
     pub(super) after_next: usize,
     pub(super) after_tx: Option<mpsc::UnboundedSender<Value>>,
+    /// The read cache; the keys this run's calls lead (stored by their jobs); lookups that
+    /// wait, where their answers come, and the resolved arguments of their calls.
+    pub(super) cache: Option<Arc<Cache>>,
+    pub(super) leads: HashMap<usize, Lead>,
+    pub(super) cache_waiting: usize,
+    pub(super) cache_tx: Option<mpsc::UnboundedSender<CacheAnswer>>,
+    pub(super) cache_args: HashMap<usize, Option<Map<String, Value>>>,
+    /// Calls counted against `max_calls` (this batch and before), and which of ours are.
+    pub(super) calls_made: u64,
+    pub(super) call_reserved: Vec<bool>,
 }
 
 impl Coordinator {
@@ -141,6 +153,13 @@ impl Coordinator {
             gate_tx: None,
             after_next: 0,
             after_tx: None,
+            cache: config.cache.clone(),
+            leads: HashMap::new(),
+            cache_waiting: 0,
+            cache_tx: None,
+            cache_args: HashMap::new(),
+            calls_made: config.calls_made,
+            call_reserved: vec![false; if plan.settings.max_calls.is_some() { n } else { 0 }],
             plan,
         }
     }
@@ -174,15 +193,26 @@ impl Coordinator {
     /// A result the journal already holds: report it, do not record it again.
     pub(super) fn finish_reused(&mut self, p: usize, r: CallResult) {
         self.reused[p] = true;
+        if self.resume.is_some() && self.replay.is_none() && r.attempts > 0 {
+            // Made by the journaled run: it counts against the run's `max_calls`.
+            self.calls_made += 1;
+        }
         self.finish(p, r);
     }
 
     /// Record a call's final result and release whatever waited for it.
     pub(super) fn finish(&mut self, p: usize, r: CallResult) {
-        if r.started_ms.is_none() && self.reserved.get(p).copied().unwrap_or(false) {
+        if r.started_ms.is_none() {
             // Never dispatched (refused at the gate, no lane, the run ended): not spent.
-            self.reserved[p] = false;
-            self.spent -= self.plan.calls[p].cost;
+            if self.reserved.get(p).copied().unwrap_or(false) {
+                self.reserved[p] = false;
+                self.spent -= self.plan.calls[p].cost;
+            }
+            self.give_back_call(p);
+        }
+        if !self.leads.is_empty() {
+            // A lead whose call never went out lets its key go.
+            self.leads.remove(&p);
         }
         if let Some(j) = &self.journal {
             if !self.reused[p] {
