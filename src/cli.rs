@@ -44,6 +44,15 @@ pub enum Command {
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
     },
+    /// List the calls a paused run waits to have approved (from its journal), and how to
+    /// approve each
+    Approvals {
+        /// The run's journal (--journal FILE)
+        journal: PathBuf,
+        /// Output format [default: table]
+        #[arg(long, value_enum)]
+        format: Option<ListFormat>,
+    },
     /// List the manifest's tools and their declarations
     Tools {
         /// Output format [default: table]
@@ -220,6 +229,10 @@ pub struct PlanArgs {
     /// Narrow the turn lane (never widens the manifest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tools: Option<u32>,
+
+    /// The lane store whose read cache is consulted to mark the calls it would answer now
+    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
+    pub lane_store: LaneStoreChoice,
 }
 
 /// `run --format`: how results are written.

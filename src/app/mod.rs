@@ -5,8 +5,10 @@
 //! [`plan`] (which also loads and plans a batch for `run`), and [`run`], the one run pipeline
 //! for a whole batch and for a stream of JSON Lines ([`session`] is what a run's batches
 //! share; [`stream`] reads a stream's chunks and runs them as segments).
+//! [`approvals`] lists what a paused run waits for.
 //! [`terminal`] asks approval questions on `/dev/tty` for the runner.
 
+mod approvals;
 mod mcp;
 mod plan;
 mod report;
@@ -66,6 +68,7 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         } => mcp::import(&args, server, prefix.as_deref()),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p),
+        Command::Approvals { journal, format } => approvals::approvals(journal, *format),
         Command::Run(r) => run::run(&args, r),
     }
 }

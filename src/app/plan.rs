@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::{load_manifest, print_warnings, stdout_write};
 use crate::batch::{Batch, Reading};
-use crate::cli::{Args, PlanArgs, PlanFormat};
+use crate::cli::{Args, LaneStoreChoice, PlanArgs, PlanFormat};
 use crate::config;
 use crate::error::{self, Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, Plan, PlanOptions};
 use crate::report;
+use crate::run::cache;
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::ToolKind;
 
@@ -78,6 +79,7 @@ pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }
+    let cached = cache_hits(&manifest, &plan, &p.lane_store, &rt)?;
     print_warnings(args, &plan.warnings);
     let est = plan::simulate(&plan);
     let format = p.format.unwrap_or(if std::io::stdout().is_terminal() {
@@ -86,11 +88,11 @@ pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
         PlanFormat::Json
     });
     let text = match format {
-        PlanFormat::Table => report::plan::to_table(&plan, &est),
+        PlanFormat::Table => report::plan::to_table(&plan, &est, &cached),
         PlanFormat::Json | PlanFormat::Jsonl => {
             let mut out = std::io::stdout().lock();
             let pretty = format == PlanFormat::Json;
-            report::plan::write_json(&mut out, &plan, &est, &manifest, pretty)
+            report::plan::write_json(&mut out, &plan, &est, &manifest, &cached, pretty)
                 .map_err(|e| Error::io("cannot write to stdout", e))?;
             return Ok(error::EXIT_OK);
         }
@@ -99,4 +101,35 @@ pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
     };
     stdout_write(text.as_bytes())?;
     Ok(error::EXIT_OK)
+}
+
+/// Which calls the read cache would answer now: those to a `cache` tool whose arguments are
+/// known before the run (no references) and whose entry is in the lane store.
+fn cache_hits(
+    manifest: &Manifest,
+    plan: &Plan,
+    store: &LaneStoreChoice,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Vec<bool>, Error> {
+    let cachable = |c: &crate::plan::CallPlan| {
+        c.tool
+            .filter(|&t| manifest.tools[t].cache.is_some())
+            .filter(|_| c.args.refs().next().is_none())
+    };
+    if !plan.calls.iter().any(|c| cachable(c).is_some()) {
+        return Ok(Vec::new());
+    }
+    let lanes = super::run::open_lanes(store, &plan.lanes, manifest, rt)?;
+    let store = lanes.cache_store();
+    let mut hits = vec![false; plan.calls.len()];
+    for (p, c) in plan.calls.iter().enumerate() {
+        let Some(t) = cachable(c) else { continue };
+        let Ok(args) = c.args.resolve(&|_| None) else {
+            continue;
+        };
+        let tool = &manifest.tools[t];
+        let key = cache::key(&plan.settings.tenant, &c.tool_name, &tool.kind.target(), &args);
+        hits[p] = matches!(rt.block_on(store.clone().get(key).get()), Ok(Some(_)));
+    }
+    Ok(hits)
 }

@@ -267,6 +267,30 @@ fn write_json_line(w: &mut dyn Write, value: &serde_json::Value) -> std::io::Res
     w.write_all(b"\n")
 }
 
+/// Every `--approve ID@HASH` names a call the journal has waiting, with the hash it shows:
+/// an approval for arguments nobody was shown runs nothing.
+fn check_grants(r: &RunArgs, path: &std::path::Path, res: &Resume) -> Result<(), Error> {
+    let Some(approvals) = &r.approve else {
+        return Ok(());
+    };
+    for (id, hash) in approvals.calls() {
+        let shown = res.awaiting.iter().find(|a| a.id == id);
+        let problem = match shown {
+            Some(a) if a.hash == hash => continue,
+            Some(a) => format!(
+                "--approve {id}@{hash}: the journal shows call `{id}` waiting with arguments that hash to {}, not {hash}",
+                a.hash
+            ),
+            None => format!("--approve {id}@{hash}: no call `{id}` awaits approval in this journal"),
+        };
+        return Err(Error::Usage(format!(
+            "{problem} (see `flux-tools approvals {}`)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 type JournalSetup = (
     String,
     Option<Journal>,
@@ -294,6 +318,7 @@ fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<Journal
                     path.display()
                 )));
             }
+            check_grants(r, path, &res)?;
             Some(Arc::new(res))
         }
         None => None,

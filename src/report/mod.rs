@@ -2,6 +2,7 @@
 //! render them — results on stdout (jsonl, json, table), progress and summaries on stderr.
 //! Nothing here spawns, sleeps or schedules.
 
+pub mod approvals;
 pub mod emit;
 pub mod output;
 pub mod plan;

@@ -93,6 +93,9 @@ struct CallView<'a> {
     est_end_ms: u64,
     estimate_assumed: bool,
     cost: f64,
+    /// The read cache holds its result now: `run` would answer it without invoking anything.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cached: bool,
 }
 
 #[derive(Serialize)]
@@ -130,11 +133,13 @@ struct ToolView<'a> {
 }
 
 /// Write the plan as JSON, streaming (a 100,000-call plan is never built as a JSON tree).
+/// The plan as JSON; `cached[p]`: call `p` would be a cache hit now.
 pub fn write_json(
     w: &mut dyn std::io::Write,
     plan: &Plan,
     est: &Estimate,
     manifest: &Manifest,
+    cached: &[bool],
     pretty: bool,
 ) -> std::io::Result<()> {
     let mut phases: Vec<PhaseView<'_>> = plan
@@ -215,6 +220,7 @@ pub fn write_json(
                     est_end_ms: millis(est.end[p]),
                     estimate_assumed: !c.estimate_known,
                     cost: c.cost,
+                    cached: cached.get(p).copied().unwrap_or(false),
                 }
             })
             .collect(),
@@ -250,7 +256,8 @@ pub fn write_json(
     buf.flush()
 }
 
-pub fn to_table(plan: &Plan, est: &Estimate) -> String {
+/// The plan as a table per phase; a call the read cache would answer now is marked.
+pub fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
     let mut out = String::new();
     let waves = waves(plan, est);
     for (i, ph) in plan.phases.iter().enumerate() {
@@ -286,7 +293,11 @@ pub fn to_table(plan: &Plan, est: &Estimate) -> String {
             t.add_row(vec![
                 c.index.to_string(),
                 c.id.clone(),
-                c.tool_name.clone(),
+                if cached.get(p).copied().unwrap_or(false) {
+                    format!("{} (cached)", c.tool_name)
+                } else {
+                    c.tool_name.clone()
+                },
                 lanes.join(", "),
                 if edges.is_empty() {
                     "—".into()

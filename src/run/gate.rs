@@ -23,34 +23,89 @@ use crate::template::Template;
 /// `--approve`: answers given in advance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Approvals {
-    /// Ask on the terminal when there is one, else refuse.
+    /// Ask on the terminal when there is one, else refuse (or defer, with a journal).
     #[default]
     Ask,
     All,
     None,
-    /// These tools are approved; others are asked about.
-    Tools(Vec<String>),
+    /// These tools and calls are approved; others are asked about.
+    Some(Vec<Grant>),
+}
+
+/// One answer of a `--approve` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// Every call to this tool.
+    Tool(String),
+    /// This call, only with the arguments whose [`approval_hash`] this is (`ID@HASH`, as
+    /// `flux-tools approvals` shows it).
+    Call { id: String, hash: String },
 }
 
 impl Approvals {
-    /// `--approve`: `all`, `none` or a comma-separated list of tools (clap's value parser).
+    /// `--approve`: `all`, `none` or a comma-separated list of tools and `ID@HASH` calls
+    /// (clap's value parser).
     pub fn parse(s: &str) -> Result<Approvals, String> {
         Ok(match s {
             "all" => Approvals::All,
             "none" => Approvals::None,
             list => {
-                let tools: Vec<String> = list
-                    .split(',')
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                if tools.is_empty() {
-                    return Err("use all, none or a comma-separated list of tools".into());
+                let mut grants = Vec::new();
+                for item in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                    grants.push(match item.split_once('@') {
+                        Some((id, hash)) if !id.is_empty() && is_hash(hash) => Grant::Call {
+                            id: id.to_string(),
+                            hash: hash.to_string(),
+                        },
+                        Some(_) => {
+                            return Err(format!(
+                                "`{item}`: a call is approved as ID@HASH, the hash as `flux-tools approvals JOURNAL` shows it"
+                            ))
+                        }
+                        None => Grant::Tool(item.to_string()),
+                    });
                 }
-                Approvals::Tools(tools)
+                if grants.is_empty() {
+                    return Err("use all, none or a comma-separated list of tools or ID@HASH".into());
+                }
+                Approvals::Some(grants)
             }
         })
     }
+
+    /// The `ID@HASH` grants.
+    pub fn calls(&self) -> Vec<(&str, &str)> {
+        match self {
+            Approvals::Some(g) => g
+                .iter()
+                .filter_map(|g| match g {
+                    Grant::Call { id, hash } => Some((id.as_str(), hash.as_str())),
+                    Grant::Tool(_) => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Sixteen lower-case hex digits.
+fn is_hash(s: &str) -> bool {
+    s.len() == HASH_LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+const HASH_LEN: usize = 16;
+
+/// What an approval is bound to: a SHA-256 of the tool and its resolved arguments (keys
+/// sorted), its first 16 hex digits.
+pub fn approval_hash(tool: &str, args: &Map<String, Value>) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(tool.as_bytes());
+    h.update([0u8]);
+    h.update(crate::run::cache::canonical(&Value::Object(args.clone())).as_bytes());
+    let mut hex = crate::run::cache::hex(&h.finalize());
+    hex.truncate(HASH_LEN);
+    hex
 }
 
 /// A question for whoever approves calls.
@@ -100,6 +155,20 @@ pub enum Verdict {
         kind: ErrorKind,
         why: String,
     },
+    /// Nobody can approve it now and the run is journaled: it waits for a resumed run.
+    Defer {
+        pos: usize,
+        args: Map<String, Value>,
+        hash: String,
+    },
+}
+
+/// Why an approval was not given.
+enum NotApproved {
+    /// Refused (`--approve none`, "n" on the terminal, arguments changed since approved).
+    Denied(String),
+    /// Nobody to ask.
+    Unanswered,
 }
 
 /// Everything the gate needs.
@@ -110,6 +179,8 @@ pub struct Gate {
     pub approver: Arc<dyn Approver>,
     pub before_call: Option<Vec<Template>>,
     pub run_id: String,
+    /// The run is journaled: a call nobody can approve now is deferred, not refused.
+    pub defer: bool,
 }
 
 impl Gate {
@@ -132,7 +203,22 @@ impl Gate {
         if job.needs_approval {
             match self.approve(&job).await {
                 Ok(()) => {}
-                Err(why) => {
+                Err(NotApproved::Unanswered) if self.defer => {
+                    let hash = approval_hash(&job.tool, &job.args);
+                    return Verdict::Defer {
+                        pos,
+                        args: job.args,
+                        hash,
+                    };
+                }
+                Err(NotApproved::Unanswered) => {
+                    return Verdict::Refuse {
+                        pos,
+                        kind: ErrorKind::ApprovalDenied,
+                        why: "approval required (no terminal to ask on; pass --approve, or --journal to pause for it)".into(),
+                    }
+                }
+                Err(NotApproved::Denied(why)) => {
                     return Verdict::Refuse {
                         pos,
                         kind: ErrorKind::ApprovalDenied,
@@ -157,12 +243,16 @@ impl Gate {
         }
     }
 
-    async fn approve(&self, job: &GateJob) -> Result<(), String> {
+    async fn approve(&self, job: &GateJob) -> Result<(), NotApproved> {
         match &self.approvals {
             Approvals::All => return Ok(()),
-            Approvals::None => return Err("approval denied (--approve none)".into()),
-            Approvals::Tools(t) if t.contains(&job.tool) => return Ok(()),
-            _ => {}
+            Approvals::None => return Err(NotApproved::Denied("approval denied (--approve none)".into())),
+            Approvals::Some(grants) => {
+                if let Some(answer) = granted(grants, job) {
+                    return answer;
+                }
+            }
+            Approvals::Ask => {}
         }
         let request = ApprovalRequest {
             id: job.id.clone(),
@@ -172,13 +262,35 @@ impl Gate {
         let approver = self.approver.clone();
         let answer = tokio::task::spawn_blocking(move || approver.ask(&request))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NotApproved::Denied(e.to_string()))?;
         match answer {
             Some(true) => Ok(()),
-            Some(false) => Err("approval denied on the terminal".into()),
-            None => Err("approval required (no terminal to ask on; pass --approve)".into()),
+            Some(false) => Err(NotApproved::Denied("approval denied on the terminal".into())),
+            None => Err(NotApproved::Unanswered),
         }
     }
+}
+
+/// What `--approve` says of this call: its tool approved, or its id approved for arguments
+/// that still hash the same (else refused: nobody approved these arguments). `None`: nothing.
+fn granted(grants: &[Grant], job: &GateJob) -> Option<Result<(), NotApproved>> {
+    for g in grants {
+        match g {
+            Grant::Tool(t) if *t == job.tool => return Some(Ok(())),
+            Grant::Call { id, hash } if *id == job.id => {
+                let now = approval_hash(&job.tool, &job.args);
+                return Some(if now == *hash {
+                    Ok(())
+                } else {
+                    Err(NotApproved::Denied(format!(
+                        "approval denied: `{id}` was approved for arguments with hash {hash}, and its arguments now hash to {now}"
+                    )))
+                });
+            }
+            Grant::Tool(_) | Grant::Call { .. } => {}
+        }
+    }
+    None
 }
 
 /// Run a hook with `input` as JSON on stdin, within `limit` from start to exit. Its stdin is

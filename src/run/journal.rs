@@ -8,7 +8,8 @@
 //! invoked), a call never dispatched runs, an idempotent call that was in flight runs again,
 //! and a non-idempotent call that was in flight is `indeterminate` — unless
 //! `--retry-indeterminate`, which sends it again with the same idempotency key (the run id is
-//! the journal's).
+//! the journal's). A call deferred for an approval has an `awaiting_approval` record (its
+//! resolved arguments and their hash) until a later run settles it.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
@@ -102,6 +103,19 @@ pub struct Resume {
     /// (call id, fingerprint) of calls dispatched without a recorded result (in flight).
     pub in_flight: HashSet<(String, String)>,
     pub ids: HashSet<String>,
+    /// Calls waiting for an approval, in call order (the last run deferred them).
+    pub awaiting: Vec<Awaiting>,
+}
+
+/// A call deferred for an approval nobody could give.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Awaiting {
+    pub index: usize,
+    pub id: String,
+    pub tool: String,
+    /// Its resolved arguments, and their [`approval_hash`](crate::run::gate::approval_hash).
+    pub args: Value,
+    pub hash: String,
 }
 
 impl Resume {
@@ -111,6 +125,7 @@ impl Resume {
             .map_err(|e| format!("cannot read journal `{}`: {e}", path.display()))?;
         let mut r = Resume::default();
         let mut dispatched: HashSet<(String, String)> = HashSet::new();
+        let mut awaiting: HashMap<String, Awaiting> = HashMap::new();
         for line in std::io::BufReader::new(file).lines() {
             let Ok(line) = line else { break };
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
@@ -134,7 +149,16 @@ impl Resume {
                 Some("result") => {
                     if let Ok(res) = serde_json::from_value::<ResultRecord>(v["result"].clone()) {
                         r.ids.insert(key().0);
-                        r.results.insert(key(), res.into_result());
+                        // A call never dispatched runs when the journal is resumed.
+                        if res.status != crate::events::Status::NeverDispatched {
+                            awaiting.remove(&key().0);
+                            r.results.insert(key(), res.into_result());
+                        }
+                    }
+                }
+                Some("awaiting_approval") => {
+                    if let Ok(a) = serde_json::from_value::<Awaiting>(v.clone()) {
+                        awaiting.insert(a.id.clone(), a);
                     }
                 }
                 _ => {}
@@ -146,6 +170,8 @@ impl Resume {
                 path.display()
             ));
         }
+        r.awaiting = awaiting.into_values().collect();
+        r.awaiting.sort_by_key(|a| a.index);
         r.in_flight = dispatched
             .into_iter()
             .filter(|k| !r.results.contains_key(k))

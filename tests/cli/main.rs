@@ -1,6 +1,7 @@
 //! The one integration test binary: runs the real `flux-tools` against batches and manifests.
 
 mod chaos;
+mod cache;
 mod common;
 mod completions;
 mod errors;

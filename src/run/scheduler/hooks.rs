@@ -1,12 +1,15 @@
-//! The gate (approvals and the `before_call` hook, serially in call order) and the
-//! `after_call` hook (fed results in call order as they settle).
+//! The gate (approvals and the `before_call` hook, serially in call order), calls deferred
+//! for an approval nobody can give now, and the `after_call` hook (fed results in call order
+//! as they settle).
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::state::Coordinator;
 use super::RunConfig;
+use crate::events::ErrorKind;
+use crate::run::call::never_dispatched;
 use crate::run::gate::{self, Gate, Verdict};
 
 impl Coordinator {
@@ -27,10 +30,32 @@ impl Coordinator {
                 approver: config.approver.clone(),
                 before_call: self.manifest.hooks.before_call.clone(),
                 run_id: config.run_id.clone(),
+                defer: config.journal.is_some(),
             };
             tokio::spawn(gate.serve(rx, verdict_tx))
         });
         (task, verdict_rx)
+    }
+
+    /// A call nobody can approve now, in a journaled run: the journal records what it waits
+    /// for (its resolved arguments and their hash), and it and whatever depends on it wait
+    /// for a resumed run.
+    pub(super) fn defer(&mut self, p: usize, args: Map<String, Value>, hash: String) {
+        let call = &self.plan.calls[p];
+        if let Some(j) = &self.journal {
+            j.record(json!({
+                "type": "awaiting_approval", "index": p, "id": call.id, "tool": call.tool_name,
+                "args": args, "hash": hash,
+            }));
+        }
+        let why = format!(
+            "awaiting approval: resume with --resume JOURNAL --approve {}@{hash} (`flux-tools approvals JOURNAL` lists what waits)",
+            call.id
+        );
+        let phase = call.phase;
+        self.paused_phase = Some(self.paused_phase.map_or(phase, |q| q.min(phase)));
+        let r = never_dispatched(&self.plan, p, ErrorKind::AwaitingApproval, &why);
+        self.finish(p, r);
     }
 
     /// Start the `after_call` hook's feeder, if the manifest has one.

@@ -99,6 +99,7 @@ impl Coordinator {
                 let r = never_dispatched(&self.plan, pos, kind, &why);
                 self.finish(pos, r);
             }
+            Verdict::Defer { pos, args, hash } => self.defer(pos, args, hash),
         }
     }
 
@@ -132,6 +133,7 @@ impl Coordinator {
         let outcome = match &self.ending {
             Some((o, _)) => *o,
             None if self.budget_hit => Outcome::BudgetExhausted,
+            None if self.paused_phase.is_some() => Outcome::Paused,
             None => Outcome::Completed,
         };
         let plan = self.plan.clone();

@@ -120,10 +120,19 @@ impl Coordinator {
     fn check_dependencies(&self, p: usize) -> Result<(), Refusal> {
         let plan = &self.plan;
         let call = &plan.calls[p];
+        if self.paused_phase.is_some_and(|q| q < call.phase) {
+            let why = "awaiting approval of a call in an earlier phase";
+            return Err((ErrorKind::AwaitingApproval, why.into()));
+        }
         for e in call.edges.iter().filter(|e| e.reason.needs_success()) {
-            if self.results[e.from].as_ref().is_none_or(|r| !r.is_ok()) {
-                let why = format!("dependency {} failed", plan.calls[e.from].id);
-                return Err((ErrorKind::DependencyFailed, why));
+            let dep = self.results[e.from].as_ref();
+            if dep.is_none_or(|r| !r.is_ok()) {
+                let from = &plan.calls[e.from].id;
+                if dep.and_then(|r| r.error.as_ref()).map(|e| e.kind) == Some(ErrorKind::AwaitingApproval) {
+                    let why = format!("awaiting approval of {from}, which it depends on");
+                    return Err((ErrorKind::AwaitingApproval, why));
+                }
+                return Err((ErrorKind::DependencyFailed, format!("dependency {from} failed")));
             }
         }
         if let Some(ext) = &plan.external {

@@ -87,6 +87,8 @@ pub(super) struct Coordinator {
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
+    /// The earliest phase with a call deferred for approval: later phases wait with it.
+    pub(super) paused_phase: Option<usize>,
 }
 
 impl Coordinator {
@@ -160,6 +162,7 @@ impl Coordinator {
             cache_args: HashMap::new(),
             calls_made: config.calls_made,
             call_reserved: vec![false; if plan.settings.max_calls.is_some() { n } else { 0 }],
+            paused_phase: None,
             plan,
         }
     }

@@ -1,0 +1,65 @@
+//! `flux-tools approvals JOURNAL`: the calls a paused run left waiting for an approval, with
+//! what to pass to approve each one.
+
+use crate::run::journal::Awaiting;
+
+/// One block per call: its id, tool, resolved arguments and the `--approve` that runs it.
+pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
+    if waiting.is_empty() {
+        return format!("no call awaits approval in {journal} (run {run_id})\n");
+    }
+    let mut out = format!(
+        "{} in {journal} (run {run_id}):\n",
+        match waiting.len() {
+            1 => "1 call awaits approval".to_string(),
+            n => format!("{n} calls await approval"),
+        }
+    );
+    for a in waiting {
+        out.push_str(&format!(
+            "\n  {} → {}\n    arguments: {}\n    approve:   --approve {}@{}\n",
+            a.id, a.tool, a.args, a.id, a.hash
+        ));
+    }
+    let all: Vec<String> = waiting
+        .iter()
+        .map(|a| format!("{}@{}", a.id, a.hash))
+        .collect();
+    out.push_str(&format!(
+        "\nresume: flux-tools run BATCH --resume {journal} --approve {}\n",
+        all.join(",")
+    ));
+    out
+}
+
+/// `[{index, id, tool, args, hash}]`.
+pub fn to_json(waiting: &[Awaiting]) -> String {
+    serde_json::to_string(waiting).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_call_shows_how_to_approve_it() {
+        let w = vec![Awaiting {
+            index: 2,
+            id: "pay-1".into(),
+            tool: "pay".into(),
+            args: json!({"amount": 120}),
+            hash: "0123456789abcdef".into(),
+        }];
+        let text = to_text("j.jsonl", "run-1", &w);
+        assert!(text.starts_with("1 call awaits approval in j.jsonl (run run-1):"));
+        assert!(text.contains("pay-1 → pay"));
+        assert!(text.contains(r#"arguments: {"amount":120}"#));
+        assert!(text.contains("--approve pay-1@0123456789abcdef"));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&to_json(&w)).unwrap()[0]["hash"],
+            "0123456789abcdef"
+        );
+        assert!(to_text("j", "r", &[]).starts_with("no call awaits approval"));
+    }
+}
