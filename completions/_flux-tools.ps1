@@ -32,6 +32,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
@@ -47,6 +48,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--on-tool-error', '--on-tool-error', [CompletionResultType]::ParameterName, 'What a failed call does to the run')
             [CompletionResult]::new('--deadline', '--deadline', [CompletionResultType]::ParameterName, 'End the whole run after this long (e.g. 30s, 2m)')
             [CompletionResult]::new('--max-cost', '--max-cost', [CompletionResultType]::ParameterName, 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget')
+            [CompletionResult]::new('--max-calls', '--max-calls', [CompletionResultType]::ParameterName, 'Most calls the run may make (replaces the manifest''s [budget] max_calls; a batch may only lower it); cache hits do not count')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Live lane display on stderr (auto: only when stderr is a terminal)')
@@ -62,6 +64,8 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('--literal', '--literal', [CompletionResultType]::ParameterName, 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)')
+            [CompletionResult]::new('--no-cache', '--no-cache', [CompletionResultType]::ParameterName, 'Answer nothing from the read cache and store nothing in it')
+            [CompletionResult]::new('--refresh', '--refresh', [CompletionResultType]::ParameterName, 'Ignore cached results from earlier runs, but store this run''s')
             [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Emit each result as a JSON line as soon as it and every earlier call have resolved')
             [CompletionResult]::new('--retry-indeterminate', '--retry-indeterminate', [CompletionResultType]::ParameterName, 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
@@ -75,6 +79,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant for the tenant lane (overrides the batch''s)')
             [CompletionResult]::new('--input-format', '--input-format', [CompletionResultType]::ParameterName, 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow the turn lane (never widens the manifest''s)')
+            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'The lane store whose read cache is consulted to mark the calls it would answer now')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('--literal', '--literal', [CompletionResultType]::ParameterName, 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)')
@@ -85,6 +90,16 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;validate' {
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'flux-tools;approvals' {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table]')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
@@ -159,6 +174,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
@@ -173,6 +189,9 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;help;validate' {
+            break
+        }
+        'flux-tools;help;approvals' {
             break
         }
         'flux-tools;help;tools' {

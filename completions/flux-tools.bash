@@ -16,6 +16,9 @@ _flux__tools() {
             ",$1")
                 cmd="flux__tools"
                 ;;
+            flux__tools,approvals)
+                cmd="flux__tools__subcmd__approvals"
+                ;;
             flux__tools,completions)
                 cmd="flux__tools__subcmd__completions"
                 ;;
@@ -39,6 +42,9 @@ _flux__tools() {
                 ;;
             flux__tools,validate)
                 cmd="flux__tools__subcmd__validate"
+                ;;
+            flux__tools__subcmd__help,approvals)
+                cmd="flux__tools__subcmd__help__subcmd__approvals"
                 ;;
             flux__tools__subcmd__help,completions)
                 cmd="flux__tools__subcmd__help__subcmd__completions"
@@ -86,12 +92,38 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --quiet --color --help --version run plan validate tools mcp report completions help"
+            opts="-q -h -V --manifest --quiet --color --help --version run plan validate approvals tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__approvals)
+            opts="-q -h --format --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
+                    return 0
+                    ;;
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -130,8 +162,22 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help)
-            opts="run plan validate tools mcp report completions help"
+            opts="run plan validate approvals tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__approvals)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -360,7 +406,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__plan)
-            opts="-q -h --format --tenant --input-format --literal --max-concurrent-tools --manifest --quiet --color --help"
+            opts="-q -h --format --tenant --input-format --literal --max-concurrent-tools --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,6 +425,10 @@ _flux__tools() {
                     return 0
                     ;;
                 --max-concurrent-tools)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lane-store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -424,7 +474,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
+            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -455,6 +505,10 @@ _flux__tools() {
                     return 0
                     ;;
                 --max-cost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-calls)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -29,6 +29,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
+            cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
             cand report 'Draw a results document (from --format json or --output) as a timeline picture'
@@ -43,6 +44,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --on-tool-error 'What a failed call does to the run'
             cand --deadline 'End the whole run after this long (e.g. 30s, 2m)'
             cand --max-cost 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget'
+            cand --max-calls 'Most calls the run may make (replaces the manifest''s [budget] max_calls; a batch may only lower it); cache hits do not count'
             cand -o 'Also write the results document (json) to FILE, atomically'
             cand --output 'Also write the results document (json) to FILE, atomically'
             cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
@@ -58,6 +60,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --literal 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)'
+            cand --no-cache 'Answer nothing from the read cache and store nothing in it'
+            cand --refresh 'Ignore cached results from earlier runs, but store this run''s'
             cand --stream 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
             cand --retry-indeterminate 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
@@ -70,6 +74,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
             cand --input-format 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
+            cand --lane-store 'The lane store whose read cache is consulted to mark the calls it would answer now'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --literal 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)'
@@ -79,6 +84,15 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;validate'= {
+            cand --format 'Output format [default: table]'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'flux-tools;approvals'= {
             cand --format 'Output format [default: table]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
@@ -144,6 +158,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
+            cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
             cand report 'Draw a results document (from --format json or --output) as a timeline picture'
@@ -155,6 +170,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;help;plan'= {
         }
         &'flux-tools;help;validate'= {
+        }
+        &'flux-tools;help;approvals'= {
         }
         &'flux-tools;help;tools'= {
         }

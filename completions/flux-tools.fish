@@ -34,6 +34,7 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -s V -l version -d '
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "run" -d 'Execute a batch'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work with Model Context Protocol servers'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
@@ -55,6 +56,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-er
 fail_run\t'The first failure ends the run (`fail_run`; `fail-run` is accepted too)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l deadline -d 'End the whole run after this long (e.g. 30s, 2m)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-cost -d 'Most the run may spend (sum of the tools\' `cost`); overrides the batch\'s budget' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-calls -d 'Most calls the run may make (replaces the manifest\'s [budget] max_calls; a batch may only lower it); cache hits do not count' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l output -d 'Also write the results document (json) to FILE, atomically' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal)' -r -f -a "auto\t''
 always\t''
@@ -76,6 +78,8 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d '
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l literal -d 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model\'s reply is always read so)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l no-cache -d 'Answer nothing from the read cache and store nothing in it'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l refresh -d 'Ignore cached results from earlier runs, but store this run\'s'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
@@ -94,6 +98,7 @@ openai-responses\t'The OpenAI Responses API'
 anthropic\t'Anthropic Messages'
 gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l lane-store -d 'The lane store whose read cache is consulted to mark the calls it would answer now' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
@@ -110,6 +115,15 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -l format -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+jsonl\t'The same JSON (one line)'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 jsonl\t'The same JSON (one line)'"
@@ -149,12 +163,13 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "run" -d 'Execute a batch'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate tools mcp report completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "run" -d 'Execute a batch'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'

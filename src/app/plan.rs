@@ -128,7 +128,12 @@ fn cache_hits(
             continue;
         };
         let tool = &manifest.tools[t];
-        let key = cache::key(&plan.settings.tenant, &c.tool_name, &tool.kind.target(), &args);
+        let key = cache::key(
+            &plan.settings.tenant,
+            &c.tool_name,
+            &tool.kind.target(),
+            &args,
+        );
         hits[p] = matches!(rt.block_on(store.clone().get(key).get()), Ok(Some(_)));
     }
     Ok(hits)

@@ -296,7 +296,11 @@ impl Reader<'_> {
         let (ttl, _) = self.duration(t, "cache", ctx)?;
         let span = Reader::entry(t, "cache").map(|(_, v)| v.span())?;
         if ttl.is_zero() {
-            self.error(span, format!("`cache` in {ctx} must be longer than zero"), None);
+            self.error(
+                span,
+                format!("`cache` in {ctx} must be longer than zero"),
+                None,
+            );
             return None;
         }
         if let Some(why) = cache_refusal(effect, idempotent, effect_pending) {

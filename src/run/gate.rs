@@ -66,7 +66,9 @@ impl Approvals {
                     });
                 }
                 if grants.is_empty() {
-                    return Err("use all, none or a comma-separated list of tools or ID@HASH".into());
+                    return Err(
+                        "use all, none or a comma-separated list of tools or ID@HASH".into(),
+                    );
                 }
                 Approvals::Some(grants)
             }
@@ -90,7 +92,9 @@ impl Approvals {
 
 /// Sixteen lower-case hex digits.
 fn is_hash(s: &str) -> bool {
-    s.len() == HASH_LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == HASH_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 const HASH_LEN: usize = 16;
@@ -246,7 +250,11 @@ impl Gate {
     async fn approve(&self, job: &GateJob) -> Result<(), NotApproved> {
         match &self.approvals {
             Approvals::All => return Ok(()),
-            Approvals::None => return Err(NotApproved::Denied("approval denied (--approve none)".into())),
+            Approvals::None => {
+                return Err(NotApproved::Denied(
+                    "approval denied (--approve none)".into(),
+                ))
+            }
             Approvals::Some(grants) => {
                 if let Some(answer) = granted(grants, job) {
                     return answer;
@@ -265,7 +273,9 @@ impl Gate {
             .map_err(|e| NotApproved::Denied(e.to_string()))?;
         match answer {
             Some(true) => Ok(()),
-            Some(false) => Err(NotApproved::Denied("approval denied on the terminal".into())),
+            Some(false) => Err(NotApproved::Denied(
+                "approval denied on the terminal".into(),
+            )),
             None => Err(NotApproved::Unanswered),
         }
     }

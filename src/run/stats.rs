@@ -18,7 +18,13 @@ pub fn compute(
     // A cache hit invoked nothing: its lookup is no tool time.
     let dur: Vec<u64> = results
         .iter()
-        .map(|r| if r.cached { 0 } else { r.duration_ms.unwrap_or(0) })
+        .map(|r| {
+            if r.cached {
+                0
+            } else {
+                r.duration_ms.unwrap_or(0)
+            }
+        })
         .collect();
 
     let (chain, critical_path_ms) = crate::plan::critical_path(plan, &dur);

@@ -195,7 +195,13 @@ fn redis_shares_entries_and_reads_in_flight_across_processes() {
     two_processes_share_one_call(&p, &log, &["--lane-store", &redis.url]);
     // The entry is a key with a TTL.
     let out = std::process::Command::new("redis-cli")
-        .args(["-u", &redis.url, "--scan", "--pattern", "flux-tools:*:cache:*"])
+        .args([
+            "-u",
+            &redis.url,
+            "--scan",
+            "--pattern",
+            "flux-tools:*:cache:*",
+        ])
         .output();
     if let Ok(out) = out {
         let keys = String::from_utf8_lossy(&out.stdout);

@@ -81,7 +81,7 @@ fn without_a_terminal_or_an_answer_approval_is_required() {
     for (flag, first) in [
         (
             None,
-            "approval required (no terminal to ask on; pass --approve)",
+            "approval required (no terminal to ask on; pass --approve, or --journal to pause for it)",
         ),
         (Some("none"), "approval denied (--approve none)"),
     ] {

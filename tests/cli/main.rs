@@ -1,7 +1,7 @@
 //! The one integration test binary: runs the real `flux-tools` against batches and manifests.
 
-mod chaos;
 mod cache;
+mod chaos;
 mod common;
 mod completions;
 mod errors;
@@ -13,6 +13,7 @@ mod http;
 mod http_server;
 mod journal;
 mod lanes;
+mod limits;
 mod mcp;
 mod outputs;
 mod plan;

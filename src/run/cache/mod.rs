@@ -126,7 +126,9 @@ impl Cache {
         let mut delay = Duration::from_millis(10);
         loop {
             match self.store.clone().get(key.clone()).get().await {
-                Ok(Some(e)) if !self.refresh || e.run == self.run_id => return Lookup::Hit(e.output),
+                Ok(Some(e)) if !self.refresh || e.run == self.run_id => {
+                    return Lookup::Hit(e.output)
+                }
                 Ok(_) => {}
                 Err(e) => return Lookup::Bypass(e),
             }
@@ -200,7 +202,12 @@ impl Lead {
 }
 
 /// The cache key of a call: tenant, tool, invocation target and resolved arguments.
-pub fn key(tenant: &str, tool: &str, target: &str, args: &serde_json::Map<String, Value>) -> String {
+pub fn key(
+    tenant: &str,
+    tool: &str,
+    target: &str,
+    args: &serde_json::Map<String, Value>,
+) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for part in [tenant, tool, target] {
@@ -214,10 +221,12 @@ pub fn key(tenant: &str, tool: &str, target: &str, args: &serde_json::Map<String
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// JSON with every object's keys sorted: the same value always gives the same text.

@@ -4,7 +4,6 @@
 //! in flight, a store across the network — goes on in its own task, and the call continues
 //! from here when the answer comes back.
 
-use std::borrow::Cow;
 use std::task::{Context, Poll, Waker};
 
 use serde_json::{Map, Value};
@@ -26,12 +25,13 @@ pub(super) struct CacheAnswer {
 
 impl Coordinator {
     /// For a call to a cached tool: `Some(Cached)` on a hit, `Some(Waiting)` while the lookup
-    /// waits, `None` to go on (it leads its key, or nothing is cached).
+    /// waits (the caller keeps the call's resolved arguments in `cache_args`), `None` to go on
+    /// (it leads its key, or nothing is cached).
     pub(super) fn consult_cache(
         &mut self,
         p: usize,
         t: usize,
-        args: &Cow<'_, Map<String, Value>>,
+        args: &Map<String, Value>,
     ) -> Option<Ready> {
         let cache = self.cache.as_ref()?;
         let tool = &self.manifest.tools[t];
@@ -45,12 +45,13 @@ impl Coordinator {
         let started = Instant::now();
         let mut lookup = cache.lookup(key, tool.timeout);
         // Memory and file stores answer at once: no task, no round trip.
-        if let Poll::Ready(found) = lookup.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        if let Poll::Ready(found) = lookup
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
             return self.looked_up(p, found, started);
         }
-        let Some(tx) = self.cache_tx.clone() else {
-            return None;
-        };
+        let tx = self.cache_tx.clone()?;
         tokio::spawn(async move {
             let lookup = lookup.await;
             let _ = tx.send(CacheAnswer {
@@ -60,11 +61,6 @@ impl Coordinator {
             });
         });
         self.cache_waiting += 1;
-        let resolved = match args {
-            Cow::Borrowed(_) => None,
-            Cow::Owned(m) => Some(m.clone()),
-        };
-        self.cache_args.insert(p, resolved);
         Some(Ready::Waiting)
     }
 

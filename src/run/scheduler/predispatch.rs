@@ -71,6 +71,13 @@ impl Coordinator {
             }
         }
         if let Some(found) = self.consult_cache(p, t, &args) {
+            if matches!(found, Ready::Waiting) {
+                let resolved = match args {
+                    Cow::Borrowed(_) => None,
+                    Cow::Owned(m) => Some(m),
+                };
+                self.cache_args.insert(p, resolved);
+            }
             return Ok(found);
         }
         self.reserve(p)?;
@@ -128,11 +135,16 @@ impl Coordinator {
             let dep = self.results[e.from].as_ref();
             if dep.is_none_or(|r| !r.is_ok()) {
                 let from = &plan.calls[e.from].id;
-                if dep.and_then(|r| r.error.as_ref()).map(|e| e.kind) == Some(ErrorKind::AwaitingApproval) {
+                if dep.and_then(|r| r.error.as_ref()).map(|e| e.kind)
+                    == Some(ErrorKind::AwaitingApproval)
+                {
                     let why = format!("awaiting approval of {from}, which it depends on");
                     return Err((ErrorKind::AwaitingApproval, why));
                 }
-                return Err((ErrorKind::DependencyFailed, format!("dependency {from} failed")));
+                return Err((
+                    ErrorKind::DependencyFailed,
+                    format!("dependency {from} failed"),
+                ));
             }
         }
         if let Some(ext) = &plan.external {

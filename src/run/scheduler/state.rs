@@ -161,7 +161,14 @@ impl Coordinator {
             cache_tx: None,
             cache_args: HashMap::new(),
             calls_made: config.calls_made,
-            call_reserved: vec![false; if plan.settings.max_calls.is_some() { n } else { 0 }],
+            call_reserved: vec![
+                false;
+                if plan.settings.max_calls.is_some() {
+                    n
+                } else {
+                    0
+                }
+            ],
             paused_phase: None,
             plan,
         }

@@ -54,9 +54,11 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
     let (b, _) = Batch::parse(SourceFile::new("b.yaml", batch)).unwrap();
     let plan = Arc::new(build(&m, &b, &PlanOptions::default()).unwrap());
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let lanes: Arc<dyn crate::run::lanes::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
+    let cache = crate::run::cache::Cache::new(lanes.cache_store(), "run-test", false);
     let config = RunConfig {
         run_id: "run-test".into(),
-        lanes: Arc::new(MemoryLanes::new(&plan.lanes)),
+        lanes,
         events: Some(tx),
         lane_events: true,
         mcp: None,
@@ -70,6 +72,8 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
         start: None,
         spent: 0.0,
         segment: None,
+        cache: Some(cache),
+        calls_made: 0,
     };
     let (_signals, sig_rx) = mpsc::unbounded_channel();
     let report = execute(m, plan, config, sig_rx).await;
