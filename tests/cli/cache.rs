@@ -205,7 +205,11 @@ fn redis_shares_entries_and_reads_in_flight_across_processes() {
         .output();
     if let Ok(out) = out {
         let keys = String::from_utf8_lossy(&out.stdout);
-        let key = keys.lines().next().expect("a cache key").to_string();
+        let mut names: Vec<&str> = keys.lines().collect();
+        // The entry, and no lead key left behind.
+        assert_eq!(names.len(), 1, "{names:?}");
+        let key = names.pop().expect("a cache key").to_string();
+        assert!(!key.ends_with(":lead"), "{key}");
         let ttl = std::process::Command::new("redis-cli")
             .args(["-u", &redis.url, "PTTL", &key])
             .output()

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{repo, results, wall_ms, Project};
 
@@ -405,4 +405,43 @@ fn validate_and_tools_make_no_claim_an_mcp_server_has_not_made() {
     let sleep = &doc["tools"][0];
     assert_eq!(sleep["effect"], Value::Null, "{sleep}");
     assert_eq!(sleep["effect_from"], "server");
+}
+
+#[test]
+fn a_cached_mcp_read_is_asked_of_the_server_once_and_a_cached_destructive_tool_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let manifest = own_manifest(&log).replace(
+        "[tools.sleep]\nkind = \"mcp\"\nserver = \"own\"\n",
+        "[tools.sleep]\nkind = \"mcp\"\nserver = \"own\"\ncache = \"1m\"\n",
+    );
+    let p = Project::new(&manifest);
+    let batch = "- { id: a, tool: sleep, args: { ms: 200, tag: x } }\n- { id: b, tool: sleep, args: { ms: 200, tag: x } }\n";
+    let (doc, code) = p.run_json(batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    let (doc2, _) = p.run_json(batch, &[]);
+    let starts = log_lines(&log)
+        .iter()
+        .filter(|l| l.starts_with("start "))
+        .count();
+    assert_eq!(starts, 1, "{:?}", log_lines(&log));
+    assert_eq!(results(&doc)[1]["cached"], true);
+    assert!(results(&doc2).iter().all(|r| r["cached"] == true));
+    assert_eq!(
+        results(&doc2)[0]["output"],
+        json!({"slept": 200, "tag": "x"})
+    );
+
+    // `write` is annotated destructive: a cache on it is refused once the server says so.
+    let manifest = own_manifest(&log).replace(
+        "[tools.write]\nkind = \"mcp\"\nserver = \"own\"\n",
+        "[tools.write]\nkind = \"mcp\"\nserver = \"own\"\ncache = \"1m\"\n",
+    );
+    let p = Project::new(&manifest);
+    let b = p.write("w.yaml", "- { tool: write, args: { ms: 1, tag: w } }\n");
+    let out = p.cmd().args(["run", b.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`cache` on tool `write`"), "{err}");
+    assert!(err.contains("annotations"), "{err}");
 }

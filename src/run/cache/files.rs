@@ -117,7 +117,19 @@ impl FileCache {
             .mode(0o600)
             .open(&path)
             .map_err(|e| error("open", &path, e))?;
-        Ok(lock_now(&file).then(|| Box::new(file) as Claim))
+        Ok(lock_now(&file).then(|| Box::new(Locked { _file: file }) as Claim))
+    }
+}
+
+/// A key's lock file, locked: closing it unlocks.
+struct Locked {
+    _file: File,
+}
+
+impl super::Claimed for Locked {
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        drop(self);
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -42,9 +42,21 @@ pub struct Entry {
 #[error("result cache: {0}")]
 pub struct CacheError(pub String);
 
-/// What a process holds while it leads a key (a file lock, a Redis key); dropping it lets the
-/// key go.
-pub type Claim = Box<dyn Send + Sync>;
+/// What a process holds while it leads a key (a file lock, a Redis key).
+pub type Claim = Box<dyn Claimed>;
+
+/// A held claim: released when its lead is done (dropping it lets the key go too, at once
+/// or in the background).
+pub trait Claimed: Send + Sync {
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// A claim with nothing to release but itself (the memory store's, a file lock).
+impl Claimed for () {
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
 
 /// Where entries live: one implementation per lane store.
 pub trait CacheStore: Send + Sync {
@@ -190,14 +202,21 @@ pub struct Lead {
 
 impl Lead {
     /// Keep `output` for `ttl`, then let the key go (waiters find the entry).
-    pub async fn publish(mut self, output: &Value, ttl: Duration) {
+    pub async fn publish(self, output: &Value, ttl: Duration) {
         let entry = Entry {
             run: self.cache.run_id.clone(),
             output: output.clone(),
         };
         let store = self.cache.store.clone();
         store.put(self.key.clone(), entry, ttl).await;
-        drop(self.claim.take());
+        self.abandon().await;
+    }
+
+    /// Let the key go without an entry (the call failed): the next waiter leads it.
+    pub async fn abandon(mut self) {
+        if let Some(claim) = self.claim.take() {
+            claim.release().await;
+        }
     }
 }
 

@@ -110,8 +110,27 @@ struct LeadKey {
     token: String,
 }
 
+impl super::Claimed for LeadKey {
+    /// Delete the lead key now (waiters in other processes look again at once).
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, ()> {
+        let mut conn = self.conn.clone();
+        let key = std::mem::take(&mut self.key);
+        let token = std::mem::take(&mut self.token);
+        Box::pin(async move {
+            let _: Result<i64, _> = redis::Script::new(LET_GO)
+                .key(&key)
+                .arg(&token)
+                .invoke_async(&mut conn)
+                .await;
+        })
+    }
+}
+
 impl Drop for LeadKey {
     fn drop(&mut self) {
+        if self.key.is_empty() {
+            return;
+        }
         let mut conn = self.conn.clone();
         let key = std::mem::take(&mut self.key);
         let token = std::mem::take(&mut self.token);

@@ -164,6 +164,8 @@ impl Job {
         if let Some((lead, ttl)) = self.cache.take() {
             if result.is_ok() {
                 lead.publish(&result.output, ttl).await;
+            } else {
+                lead.abandon().await;
             }
         }
         result.event = result.status.event();
