@@ -69,6 +69,10 @@ pub struct Batch {
     /// The calls came from a model's reply: each problem with one of them costs only that
     /// call (an `invalid_call` result), not the batch.
     pub from_model: bool,
+    /// What the input was read as: a batch, JSON Lines, or a provider's reply.
+    pub input_format: InputFormat,
+    /// A model reply's model and token usage, when it reported them.
+    pub usage: Option<model_formats::Usage>,
 }
 
 /// How to read a batch's text.
@@ -135,6 +139,8 @@ impl Batch {
             calls: Vec::new(),
             locator: Default::default(),
             from_model: false,
+            input_format: InputFormat::Batch,
+            usage: None,
         }
     }
 
@@ -165,7 +171,7 @@ impl Batch {
     ) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         let text = file.text.clone();
         let (value, jsonl) = match read_input(&file, reading.format)? {
-            Input::Reply(reply) => return Ok(Batch::from_reply(file, reply)),
+            Input::Reply(format, reply) => return Ok(Batch::from_reply(file, format, reply)),
             Input::Batch(value, jsonl) => (value, jsonl),
         };
         let mut p = Parser {
@@ -177,6 +183,11 @@ impl Batch {
         };
         let mut batch = Batch {
             file: file.clone(),
+            input_format: if jsonl {
+                InputFormat::Jsonl
+            } else {
+                InputFormat::Batch
+            },
             ..Batch::empty("")
         };
         let calls = match value {
@@ -216,7 +227,11 @@ impl Batch {
 
     /// A model's reply as a batch: its calls in order, ids as the provider sent them (else
     /// `c1`, `c2`, …), arguments literal.
-    fn from_reply(file: SourceFile, reply: model_formats::Reply) -> (Batch, Vec<Diagnostic>) {
+    fn from_reply(
+        file: SourceFile,
+        format: InputFormat,
+        reply: model_formats::Reply,
+    ) -> (Batch, Vec<Diagnostic>) {
         let mut notes: Vec<Diagnostic> = reply
             .notes
             .into_iter()
@@ -251,6 +266,8 @@ impl Batch {
             file,
             calls,
             from_model: true,
+            input_format: format,
+            usage: reply.usage,
             ..Batch::empty("")
         };
         (batch, notes)
@@ -280,8 +297,8 @@ impl Batch {
 enum Input {
     /// A batch: a document, a sequence, or the calls of JSON Lines (`true`).
     Batch(Value, bool),
-    /// A model's reply.
-    Reply(model_formats::Reply),
+    /// A model's reply, of this shape.
+    Reply(InputFormat, model_formats::Reply),
 }
 
 /// Read the text as JSON Lines, YAML/JSON, or a model's reply.
@@ -335,7 +352,7 @@ fn read_input(file: &SourceFile, format: InputFormat) -> Result<Input, Vec<Diagn
         return Ok(Input::Batch(value, false));
     };
     model_formats::read(shape, &value)
-        .map(Input::Reply)
+        .map(|r| Input::Reply(shape, r))
         .map_err(|e| vec![Diagnostic::error(e).in_file(&file.name)])
 }
 

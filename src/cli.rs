@@ -64,13 +64,29 @@ pub enum Command {
         #[command(subcommand)]
         command: McpCommand,
     },
-    /// Draw a results document (from --format json or --output) as a timeline picture
+    /// Draw a results document as a timeline picture, or show a run history over time
+    #[command(group(clap::ArgGroup::new("input").required(true).args(["results", "history"])))]
     Report {
-        /// The results document
-        results: PathBuf,
-        /// Write an SVG Gantt chart here
+        /// A results document (from --format json or --output), drawn with --svg
+        #[arg(requires = "svg")]
+        results: Option<PathBuf>,
+        /// Write an SVG here: a Gantt chart of a results document, or width and cost over time
+        /// of a history
         #[arg(long, value_name = "FILE")]
-        svg: PathBuf,
+        svg: Option<PathBuf>,
+        /// A run history (run --history): turns, fan-out width, speed-up, lane peaks, 429s and
+        /// cost per turn, per period, and the first period whose width moved
+        #[arg(long, value_name = "FILE", conflicts_with = "results")]
+        history: Option<PathBuf>,
+        /// Group the history by hour or day [default: day when it spans more than three days]
+        #[arg(long, value_enum, requires = "history")]
+        by: Option<crate::history::analysis::Period>,
+        /// Runs a period (and the periods before it) needs before a width shift is judged
+        #[arg(long, value_name = "N", default_value_t = 5, requires = "history")]
+        min_turns: usize,
+        /// Output format for a history [default: table]
+        #[arg(long, value_enum, requires = "history")]
+        format: Option<ListFormat>,
     },
     /// Print a shell completion script
     Completions {
@@ -143,6 +159,11 @@ pub struct RunArgs {
     /// Ignore cached results from earlier runs, but store this run's
     #[arg(long, conflicts_with = "no_cache")]
     pub refresh: bool,
+
+    /// Append one line about this run to the history FILE [default: $FLUX_TOOLS_HISTORY, else
+    /// the manifest's [history] path]
+    #[arg(long, value_name = "FILE", env = "FLUX_TOOLS_HISTORY")]
+    pub history: Option<PathBuf>,
 
     /// Also write the results document (json) to FILE, atomically
     #[arg(long, short = 'o', value_name = "FILE")]

@@ -19,6 +19,7 @@ pub mod config;
 pub mod duration;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod manifest;
 pub mod model_formats;
 pub mod plan;

@@ -44,6 +44,19 @@ impl InputFormat {
         }
     }
 
+    /// The name `--input-format` takes (`openai-responses`).
+    pub fn name(self) -> &'static str {
+        match self {
+            InputFormat::Auto => "auto",
+            InputFormat::Batch => "batch",
+            InputFormat::Jsonl => "jsonl",
+            InputFormat::Openai => "openai",
+            InputFormat::OpenaiResponses => "openai-responses",
+            InputFormat::Anthropic => "anthropic",
+            InputFormat::Gemini => "gemini",
+        }
+    }
+
     /// A model's reply (as opposed to a batch written for flux-tools).
     pub fn is_model(self) -> bool {
         matches!(
@@ -73,6 +86,18 @@ pub struct Reply {
     pub calls: Vec<ModelCall>,
     /// Things worth a line on stderr (choices that were ignored).
     pub notes: Vec<String>,
+    /// The tokens the reply cost, when the provider reported them.
+    pub usage: Option<Usage>,
+}
+
+/// A reply's model and token usage, as its provider reports them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    pub model: Option<String>,
+    /// Every input token (Anthropic's cache writes and reads included).
+    pub input_tokens: u64,
+    /// Every output token (reasoning or thinking included).
+    pub output_tokens: u64,
 }
 
 /// Which model shape `v` has, if any.
@@ -137,7 +162,7 @@ fn is_responses_item(b: &Value) -> bool {
 
 /// Read a reply of shape `format` (never `Auto`, `Batch` or `Jsonl`).
 pub fn read(format: InputFormat, v: &Value) -> Result<Reply, String> {
-    match format {
+    let mut reply = match format {
         InputFormat::Openai => from_openai(v),
         InputFormat::OpenaiResponses => from_responses(v),
         InputFormat::Anthropic => from_anthropic(v),
@@ -145,7 +170,62 @@ pub fn read(format: InputFormat, v: &Value) -> Result<Reply, String> {
         InputFormat::Auto | InputFormat::Batch | InputFormat::Jsonl => {
             Err("not a model's reply".into())
         }
-    }
+    }?;
+    reply.usage = usage(format, v);
+    Ok(reply)
+}
+
+/// The model and token counts a whole response carries (`None` for a bare message or a list
+/// of blocks, which carry none).
+pub fn usage(format: InputFormat, v: &Value) -> Option<Usage> {
+    let n = |x: &Value| x.as_u64().unwrap_or(0);
+    let model = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| v.get(*k).and_then(Value::as_str))
+            .map(str::to_string)
+    };
+    let (model, input, output) = match format {
+        InputFormat::Openai => {
+            let u = v.get("usage").filter(|u| u.is_object())?;
+            (
+                model(&["model"]),
+                n(&u["prompt_tokens"]),
+                n(&u["completion_tokens"]),
+            )
+        }
+        InputFormat::OpenaiResponses => {
+            let u = v.get("usage").filter(|u| u.is_object())?;
+            (
+                model(&["model"]),
+                n(&u["input_tokens"]),
+                n(&u["output_tokens"]),
+            )
+        }
+        InputFormat::Anthropic => {
+            let u = v.get("usage").filter(|u| u.is_object())?;
+            let input = n(&u["input_tokens"])
+                + n(&u["cache_creation_input_tokens"])
+                + n(&u["cache_read_input_tokens"]);
+            (model(&["model"]), input, n(&u["output_tokens"]))
+        }
+        InputFormat::Gemini => {
+            // The REST API writes camelCase; the Python SDK's `model_dump_json()` snake_case.
+            let u = ["usageMetadata", "usage_metadata"]
+                .iter()
+                .find_map(|k| v.get(*k).filter(|u| u.is_object()))?;
+            let field = |a: &str, b: &str| n(u.get(a).or_else(|| u.get(b)).unwrap_or(&Value::Null));
+            let output = field("candidatesTokenCount", "candidates_token_count")
+                + field("thoughtsTokenCount", "thoughts_token_count");
+            let input = field("promptTokenCount", "prompt_token_count");
+            (model(&["modelVersion", "model_version"]), input, output)
+        }
+        InputFormat::Auto | InputFormat::Batch | InputFormat::Jsonl => return None,
+    };
+    Some(Usage {
+        model,
+        input_tokens: input,
+        output_tokens: output,
+    })
 }
 
 /// The first of several alternatives, with a note that the others were ignored.

@@ -62,7 +62,20 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             Ok(error::EXIT_OK)
         }
         Command::Tools { format } => tools::tools(&args, *format),
-        Command::Report { results, svg } => report::report(results, svg),
+        Command::Report {
+            results,
+            svg,
+            history,
+            by,
+            min_turns,
+            format,
+        } => match (results, history) {
+            (Some(results), _) => report::report(results, svg.as_deref()),
+            (None, Some(h)) => report::history(h, svg.as_deref(), *by, *min_turns, *format),
+            (None, None) => Err(Error::Usage(
+                "name a results document or --history FILE".into(),
+            )),
+        },
         Command::Mcp {
             command: McpCommand::Import { server, prefix },
         } => mcp::import(&args, server, prefix.as_deref()),

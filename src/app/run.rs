@@ -21,6 +21,7 @@ use crate::cli::{Args, LaneStoreChoice, ResultsFormat, RunArgs};
 use crate::config;
 use crate::error::Error;
 use crate::events::{Outcome, Stats, Status};
+use crate::history;
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{LaneSpec, Plan, PlanOptions};
@@ -143,6 +144,13 @@ fn run_whole(
         None => None,
     };
     let streaming = r.stream || (format == ResultsFormat::Jsonl && r.emit.is_none());
+    let history = history_path(r, &manifest).map(|path| HistoryNote {
+        path,
+        width: crate::plan::simulate(&plan).width,
+        input_format: plan.input_format,
+        usage: plan.usage.clone(),
+        tenant: plan.settings.tenant.clone(),
+    });
     let mut session = Session::open(r, manifest, mcp, lanes, run_id, streaming, &rt);
     let durability = Durability {
         journal: journal.clone(),
@@ -153,7 +161,11 @@ fn run_whole(
     };
     let report = session.execute(&rt, plan, durability);
     let drained = session.drained.load(std::sync::atomic::Ordering::SeqCst);
+    let manifest = session.manifest.clone();
     session.close(rt);
+    if let Some(h) = history {
+        h.append(args, &manifest, &report);
+    }
     if let Some(j) = journal {
         j.record(serde_json::json!({"type": "end", "outcome": report.outcome}));
         drop(j);
@@ -176,6 +188,50 @@ fn run_whole(
         Err(e) => {
             eprintln!("error: {e}");
             Ok(code.max(crate::error::EXIT_CALLS_FAILED))
+        }
+    }
+}
+
+/// Where this run's history line goes: `--history` (or `$FLUX_TOOLS_HISTORY`), else the
+/// manifest's `[history] path`.
+pub(super) fn history_path(r: &RunArgs, manifest: &Manifest) -> Option<std::path::PathBuf> {
+    r.history.clone().or_else(|| manifest.history.clone())
+}
+
+/// What the history needs of a run besides its report.
+pub(super) struct HistoryNote {
+    pub path: std::path::PathBuf,
+    pub width: usize,
+    pub input_format: InputFormat,
+    pub usage: Option<crate::model_formats::Usage>,
+    pub tenant: String,
+}
+
+impl HistoryNote {
+    /// Append the run's line. The run is over: a history that cannot be written is a warning.
+    pub(super) fn append(&self, args: &Args, manifest: &Manifest, report: &RunReport) {
+        let facts = history::RunFacts {
+            run_id: &report.run_id,
+            tenant: &self.tenant,
+            input_format: self.input_format.name(),
+            outcome: report.outcome.as_str(),
+            width: self.width,
+            peak_in_flight: history::peak_in_flight(&report.results),
+            stats: &report.stats,
+            usage: self.usage.as_ref(),
+        };
+        append_history(args, &self.path, &history::Record::of(&facts, manifest));
+    }
+}
+
+/// Append a run's line. The run is over: a history that cannot be written is a warning.
+pub(super) fn append_history(args: &Args, path: &std::path::Path, record: &history::Record) {
+    if let Err(e) = history::append(path, record) {
+        if !args.quiet {
+            eprintln!(
+                "warning: cannot append to the history `{}`: {e}",
+                path.display()
+            );
         }
     }
 }

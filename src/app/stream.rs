@@ -35,6 +35,7 @@ use crate::batch::{Batch, OnToolError, Reading};
 use crate::cli::{Args, RunArgs};
 use crate::error::{Error, SourceFile};
 use crate::events::{Event, LaneInfo, Outcome, Stats, Status};
+use crate::history;
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, External, PlanOptions};
@@ -205,6 +206,10 @@ struct Ledger {
     outcome: Outcome,
     /// The run has a call cap: segments count calls one after another.
     capped: bool,
+    /// For the history: the widest segment's plan width, and the most calls a segment had in
+    /// flight at once.
+    width: usize,
+    peak: usize,
 }
 
 impl Ledger {
@@ -248,6 +253,7 @@ impl Ledger {
         session.spent = session.spent.max(report.spent);
         session.calls_made = session.calls_made.max(report.calls_made);
         let ext = Arc::make_mut(&mut self.external);
+        self.peak = self.peak.max(history::peak_in_flight(&report.results));
         for ((id, named), res) in ids.into_iter().zip(&report.results) {
             if named {
                 ext.insert(id, res.is_ok().then(|| res.output.clone()));
@@ -329,7 +335,11 @@ pub(super) fn run_stream(
         total: None,
         outcome: Outcome::Completed,
         capped: opts.max_calls.is_some() || session.manifest.budget.max_calls.is_some(),
+        width: 0,
+        peak: 0,
     };
+    let history_path = super::run::history_path(r, &session.manifest);
+    let tenant = opts.tenant.clone().unwrap_or_else(|| "default".into());
     let stop = vec![session.interrupted.clone(), session.drained.clone()];
     let mut seen = 0usize;
     let mut failed = None;
@@ -363,6 +373,9 @@ pub(super) fn run_stream(
                 break;
             }
         };
+        if history_path.is_some() {
+            ledger.width = ledger.width.max(plan::simulate(&plan).width);
+        }
         session.emit(Event::RunExtended {
             total: seen + chunk.calls,
         });
@@ -390,9 +403,24 @@ pub(super) fn run_stream(
         stats: Box::new(stats.clone()),
     });
     let drained = session.drained.load(Ordering::SeqCst);
+    let manifest = session.manifest.clone();
+    let run_id = session.run_id.clone();
     session.close(rt);
     if let Some(e) = failed {
         return Err(e);
+    }
+    if let Some(path) = history_path {
+        let facts = history::RunFacts {
+            run_id: &run_id,
+            tenant: &tenant,
+            input_format: InputFormat::Jsonl.name(),
+            outcome: ledger.outcome.as_str(),
+            width: ledger.width,
+            peak_in_flight: ledger.peak,
+            stats: &stats,
+            usage: None,
+        };
+        super::run::append_history(args, &path, &history::Record::of(&facts, &manifest));
     }
     summary(args, ledger.outcome, &stats, &ledger.failures);
     if drained {

@@ -43,6 +43,9 @@ pub struct Manifest {
     pub concurrency: Concurrency,
     pub deadline: Deadline,
     pub budget: Budget,
+    /// `[history] path`, resolved against the manifest's folder.
+    pub history: Option<PathBuf>,
+    pub models: BTreeMap<String, ModelPrice>,
     pub lanes: BTreeMap<String, LaneDecl>,
     pub tools: Vec<Tool>,
     pub tool_index: HashMap<String, usize>,
@@ -265,7 +268,31 @@ const TOP_KEYS: &[&str] = &[
     "mcp_servers",
     "hooks",
     "budget",
+    "history",
+    "models",
 ];
+
+/// `[models."NAME"]`: what a model's tokens cost, per million.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Manifest {
+    /// The price of `model`: its own entry, else the longest entry its name starts with
+    /// (`gpt-4o` prices `gpt-4o-2024-08-06`).
+    pub fn model_price(&self, model: &str) -> Option<ModelPrice> {
+        if let Some(p) = self.models.get(model) {
+            return Some(*p);
+        }
+        self.models
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, p)| *p)
+    }
+}
 
 /// `[budget]`: limits on a whole run.
 #[derive(Debug, Clone, Default)]
@@ -328,6 +355,8 @@ impl Manifest {
             }
             None => Budget::default(),
         };
+        let history = r.history(root, &base);
+        let models = r.models(root);
         let lanes = r.lanes(root);
         let mcp_servers = r.mcp_servers(root);
         let hooks = r.hooks(root);
@@ -358,6 +387,8 @@ impl Manifest {
             concurrency,
             deadline,
             budget,
+            history,
+            models,
             lanes,
             tools,
             tool_index,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
-use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, Rate};
+use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate};
 
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
@@ -148,5 +148,60 @@ impl Reader<'_> {
             }
         }
         h
+    }
+
+    /// `[history] path = "runs.jsonl"` (relative to the manifest's folder).
+    pub(super) fn history(
+        &mut self,
+        root: &DeTable<'_>,
+        base: &std::path::Path,
+    ) -> Option<std::path::PathBuf> {
+        let t = self.table(root, "history", "the manifest")?;
+        self.check_keys(t, &["path"], "[history]");
+        let (path, span) = self.string(t, "path", "[history]")?;
+        if path.is_empty() {
+            self.error(span, "`path` in [history] is empty", None);
+            return None;
+        }
+        Some(base.join(path))
+    }
+
+    /// `[models."NAME"] input_per_mtok, output_per_mtok`: prices per million tokens.
+    pub(super) fn models(&mut self, root: &DeTable<'_>) -> BTreeMap<String, ModelPrice> {
+        let mut out = BTreeMap::new();
+        let Some(t) = self.table(root, "models", "the manifest") else {
+            return out;
+        };
+        for (k, v) in t.iter() {
+            let name = k.get_ref().to_string();
+            let ctx = format!("[models.\"{name}\"]");
+            let Some(mt) = v.get_ref().as_table() else {
+                self.type_error(v.span(), &ctx, "a table", v.get_ref());
+                continue;
+            };
+            self.check_keys(mt, &["input_per_mtok", "output_per_mtok"], &ctx);
+            let mut price = |key: &str| match self.number(mt, key, &ctx) {
+                Some((n, _)) if n >= 0.0 && n.is_finite() => n,
+                Some((_, span)) => {
+                    self.error(
+                        span,
+                        format!("`{key}` in {ctx} must be a non-negative number"),
+                        None,
+                    );
+                    0.0
+                }
+                None => 0.0,
+            };
+            let input_per_mtok = price("input_per_mtok");
+            let output_per_mtok = price("output_per_mtok");
+            out.insert(
+                name,
+                ModelPrice {
+                    input_per_mtok,
+                    output_per_mtok,
+                },
+            );
+        }
+        out
     }
 }

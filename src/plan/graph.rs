@@ -90,6 +90,8 @@ pub fn build(
         ids,
         external: opts.external.clone(),
         backends,
+        input_format: batch.input_format,
+        usage: batch.usage.clone(),
     })
 }
 

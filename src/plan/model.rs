@@ -208,6 +208,9 @@ pub struct Plan {
     pub external: Option<Arc<External>>,
     /// The backends read/write hazard edges name.
     pub backends: Vec<String>,
+    /// What the batch was read as, and a model reply's token usage (for the run history).
+    pub input_format: crate::model_formats::InputFormat,
+    pub usage: Option<crate::model_formats::Usage>,
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.

@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod emit;
+pub mod history;
 pub mod output;
 pub mod plan;
 pub mod progress;

@@ -8,6 +8,7 @@ mod errors;
 mod formats;
 mod gate;
 mod hazards;
+mod history;
 mod hostile;
 mod http;
 mod http_server;

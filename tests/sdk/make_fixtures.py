@@ -7,6 +7,7 @@ Each provider gets three replies, the same in substance:
             whose arguments are not valid JSON (or not an object), and one more good call
   literal   one call to `echo` whose arguments hold `${…}` text in several forms
   none      a reply with no tool calls at all (plain text)
+  usage     one call, from a named model, with the token usage the provider reports
 """
 
 import json
@@ -24,11 +25,13 @@ def openai_chat():
     from openai.types.chat import ChatCompletionMessageFunctionToolCall as Call
     from openai.types.chat.chat_completion_message_function_tool_call import Function
 
-    def reply(calls, content=None):
+    from openai.types import CompletionUsage
+
+    def reply(calls, content=None, model="gpt-test", usage=None):
         msg = ChatCompletionMessage(role="assistant", content=content, tool_calls=calls or None)
         choice = Choice(index=0, message=msg, finish_reason="tool_calls" if calls else "stop")
         return ChatCompletion(id="chatcmpl-1", object="chat.completion", created=1,
-                              model="gpt-test", choices=[choice])
+                              model=model, choices=[choice], usage=usage)
 
     def call(cid, name, args):
         return Call(id=cid, type="function", function=Function(name=name, arguments=args))
@@ -42,6 +45,10 @@ def openai_chat():
         ]),
         "literal": reply([call("call_Lit1", "echo", json.dumps({"text": TEMPLATE}))]),
         "none": reply([], content="Nothing to do."),
+        "usage": reply([call("call_U1", "lookup", json.dumps({"city": "Paris"}))],
+                       model="gpt-4o-2024-08-06",
+                       usage=CompletionUsage(prompt_tokens=1200, completion_tokens=85,
+                                             total_tokens=1285)),
     }
 
 
@@ -49,9 +56,13 @@ def openai_responses():
     from openai.types.responses import Response, ResponseFunctionToolCall, ResponseOutputMessage
     from openai.types.responses.response_output_text import ResponseOutputText
 
-    def reply(items):
-        return Response(id="resp_1", object="response", created_at=1, model="gpt-test",
-                        output=items, parallel_tool_calls=True, tool_choice="auto", tools=[])
+    from openai.types.responses.response_usage import (ResponseUsage, InputTokensDetails,
+                                                        OutputTokensDetails)
+
+    def reply(items, model="gpt-test", usage=None):
+        return Response(id="resp_1", object="response", created_at=1, model=model,
+                        output=items, parallel_tool_calls=True, tool_choice="auto", tools=[],
+                        usage=usage)
 
     def call(cid, name, args):
         return ResponseFunctionToolCall(type="function_call", id="fc_" + cid, call_id=cid,
@@ -69,16 +80,23 @@ def openai_responses():
         ]),
         "literal": reply([call("call_Lit1", "echo", json.dumps({"text": TEMPLATE}))]),
         "none": reply([text]),
+        "usage": reply([call("call_U1", "lookup", json.dumps({"city": "Paris"}))],
+                       model="gpt-4.1-mini",
+                       usage=ResponseUsage(input_tokens=2000, output_tokens=150, total_tokens=2150,
+                                           input_tokens_details=InputTokensDetails(cached_tokens=0,
+                                                                                  cache_write_tokens=0),
+                                           output_tokens_details=OutputTokensDetails(
+                                               reasoning_tokens=0))),
     }
 
 
 def anthropic_messages():
     from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
 
-    def reply(blocks, stop):
-        return Message(id="msg_1", type="message", role="assistant", model="claude-test",
+    def reply(blocks, stop, model="claude-test", usage=None):
+        return Message(id="msg_1", type="message", role="assistant", model=model,
                        content=blocks, stop_reason=stop, stop_sequence=None,
-                       usage=Usage(input_tokens=1, output_tokens=1))
+                       usage=usage or Usage(input_tokens=1, output_tokens=1))
 
     def call(cid, name, args):
         return ToolUseBlock(type="tool_use", id=cid, name=name, input=args)
@@ -93,16 +111,21 @@ def anthropic_messages():
         ], "tool_use"),
         "literal": reply([call("toolu_Lit1", "echo", {"text": TEMPLATE})], "tool_use"),
         "none": reply([TextBlock(type="text", text="Nothing to do.")], "end_turn"),
+        "usage": reply([call("toolu_U1", "lookup", {"city": "Paris"})], "tool_use",
+                       model="claude-sonnet-4-5-20250929",
+                       usage=Usage(input_tokens=1500, output_tokens=120,
+                                   cache_creation_input_tokens=0, cache_read_input_tokens=300)),
     }
 
 
 def gemini():
     from google.genai import types
 
-    def reply(parts):
+    def reply(parts, model=None, usage=None):
         content = types.Content(role="model", parts=parts)
         return types.GenerateContentResponse(
-            candidates=[types.Candidate(content=content, finish_reason="STOP", index=0)])
+            candidates=[types.Candidate(content=content, finish_reason="STOP", index=0)],
+            model_version=model, usage_metadata=usage)
 
     def call(name, args, cid=None):
         return types.Part(function_call=types.FunctionCall(name=name, args=args, id=cid))
@@ -116,6 +139,11 @@ def gemini():
         ]),
         "literal": reply([call("echo", {"text": TEMPLATE}, cid="g-lit-1")]),
         "none": reply([types.Part(text="Nothing to do.")]),
+        "usage": reply([call("lookup", {"city": "Paris"}, cid="g-u-1")],
+                       model="gemini-2.5-flash",
+                       usage=types.GenerateContentResponseUsageMetadata(
+                           prompt_token_count=900, candidates_token_count=40,
+                           total_token_count=940)),
     }
 
 
