@@ -100,7 +100,7 @@ pub fn svg(a: &Analysis) -> String {
     let widths = |f: &dyn Fn(&crate::history::analysis::Row) -> f64| -> Vec<f64> {
         a.rows.iter().map(f).collect()
     };
-    let charts: [(&str, f64, Vec<(&str, &str, Vec<f64>)>); 2] = [
+    let charts: [(&str, f64, Vec<Series<'_>>); 2] = [
         (
             "fan-out width per turn",
             GAP,
@@ -155,13 +155,16 @@ pub fn svg(a: &Analysis) -> String {
     out
 }
 
+/// A line: its name, its colour and a value per period.
+type Series<'a> = (&'a str, &'a str, Vec<f64>);
+
 /// One chart: axis, title, a polyline and a legend entry per series.
 fn chart(
     out: &mut String,
     title: &str,
     top: f64,
     h: f64,
-    series: &[(&str, &str, Vec<f64>)],
+    series: &[Series<'_>],
     x: &dyn Fn(usize) -> f64,
 ) {
     let max = series
