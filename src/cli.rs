@@ -165,6 +165,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", env = "FLUX_TOOLS_HISTORY")]
     pub history: Option<PathBuf>,
 
+    /// Export the run's spans (one per run, one per call) over OTLP/HTTP to this collector
+    /// [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+
     /// Also write the results document (json) to FILE, atomically
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -29,4 +29,5 @@ pub mod run;
 pub mod schema;
 pub mod template;
 pub mod tools;
+pub mod trace_context;
 pub mod yaml;

@@ -151,6 +151,7 @@ fn run_whole(
         usage: plan.usage.clone(),
         tenant: plan.settings.tenant.clone(),
     });
+    let tenant = plan.settings.tenant.clone();
     let mut session = Session::open(r, manifest, mcp, lanes, run_id, streaming, &rt);
     let durability = Durability {
         journal: journal.clone(),
@@ -160,6 +161,14 @@ fn run_whole(
         replay,
     };
     let report = session.execute(&rt, plan, durability);
+    session.export_spans(
+        &rt,
+        args.quiet,
+        &tenant,
+        report.outcome.as_str(),
+        std::time::Duration::from_millis(report.stats.wall_ms),
+        &report.results,
+    );
     let drained = session.drained.load(std::sync::atomic::Ordering::SeqCst);
     let manifest = session.manifest.clone();
     session.close(rt);

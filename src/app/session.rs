@@ -17,6 +17,7 @@ use crate::events::Event;
 use crate::manifest::Manifest;
 use crate::plan::Plan;
 use crate::report::emit;
+use crate::report::otlp;
 use crate::report::output::{self, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::Reporter;
@@ -27,6 +28,7 @@ use crate::run::journal::{Journal, Resume};
 use crate::run::lanes::LaneStore;
 use crate::run::{self, Control, RunConfig, RunReport};
 use crate::tools::mcp::McpHub;
+use crate::trace_context::TraceContext;
 
 /// How long the event consumer lets events gather after each round.
 const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
@@ -56,6 +58,13 @@ pub(super) struct Session {
     pub calls_made: u64,
     /// The read cache in the lane store (`None`: `--no-cache`).
     cache: Option<Arc<Cache>>,
+    /// The trace the run belongs to (`TRACEPARENT`, and whether its spans are exported).
+    pub trace: Option<TraceContext>,
+    /// Where spans go: `Some(None)` for `OTEL_EXPORTER_OTLP_*`, `Some(Some(url))` for
+    /// `--otlp URL`, `None`: nowhere.
+    pub otlp: Option<Option<String>>,
+    /// When the run began, on the wall clock (for spans).
+    pub started_wall: std::time::SystemTime,
 }
 
 /// The durable parts of a run over a whole batch (none for a stream).
@@ -125,6 +134,7 @@ impl Session {
             (Some(tx), Some(consumer))
         };
         let interrupted = Arc::new(AtomicBool::new(false));
+        let otlp = otlp_target(r);
         let (c, i) = (controls.clone(), interrupted.clone());
         rt.block_on(async move { forward_signals(c, i) });
         Session {
@@ -141,6 +151,9 @@ impl Session {
             spent: 0.0,
             calls_made: 0,
             cache: (!r.no_cache).then(|| Cache::new(lanes.cache_store(), &run_id, r.refresh)),
+            trace: TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), otlp.is_some()),
+            otlp,
+            started_wall: std::time::SystemTime::now(),
             lanes,
             run_id,
         }
@@ -185,6 +198,7 @@ impl Session {
             segment,
             cache: self.cache.clone(),
             calls_made: self.calls_made,
+            trace: self.trace.clone(),
         };
         (config, rx)
     }
@@ -231,6 +245,52 @@ impl Session {
         self.events = None;
         if let Some(c) = self.consumer.take() {
             let _ = c.join();
+        }
+    }
+}
+
+/// Where the run's spans go: `--otlp URL`, else the collector `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// (or `…_TRACES_ENDPOINT`) names, else nowhere.
+fn otlp_target(r: &RunArgs) -> Option<Option<String>> {
+    if let Some(url) = &r.otlp {
+        return Some(Some(url.clone()));
+    }
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
+    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        .then_some(None)
+}
+
+impl Session {
+    /// Send the run's spans, if they go anywhere. A collector that is away is a warning.
+    pub fn export_spans(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        quiet: bool,
+        tenant: &str,
+        outcome: &str,
+        wall: std::time::Duration,
+        results: &[crate::events::CallResult],
+    ) {
+        let (Some(target), Some(trace)) = (&self.otlp, &self.trace) else {
+            return;
+        };
+        let run = otlp::RunSpans {
+            trace,
+            run_id: &self.run_id,
+            tenant,
+            outcome,
+            started: self.started_wall,
+            wall,
+            results,
+        };
+        if let Err(e) = rt.block_on(otlp::export(target.as_deref(), &run)) {
+            if !quiet {
+                let to = target.as_deref().map_or_else(
+                    || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
+                    crate::run::lanes::redact_url,
+                );
+                eprintln!("warning: the run's spans could not be exported to {to}: {e}");
+            }
         }
     }
 }

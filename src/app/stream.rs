@@ -210,6 +210,8 @@ struct Ledger {
     /// flight at once.
     width: usize,
     peak: usize,
+    /// Every result, kept only when the run's spans are exported.
+    kept: Option<Vec<crate::events::CallResult>>,
 }
 
 impl Ledger {
@@ -265,6 +267,9 @@ impl Ledger {
         match &mut self.total {
             Some(t) => run::stats::merge(t, report.stats),
             None => self.total = Some(report.stats),
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.extend(report.results);
         }
         match (self.outcome, report.outcome) {
             (_, Outcome::Completed) => {}
@@ -337,6 +342,7 @@ pub(super) fn run_stream(
         capped: opts.max_calls.is_some() || session.manifest.budget.max_calls.is_some(),
         width: 0,
         peak: 0,
+        kept: session.otlp.is_some().then(Vec::new),
     };
     let history_path = super::run::history_path(r, &session.manifest);
     let tenant = opts.tenant.clone().unwrap_or_else(|| "default".into());
@@ -402,6 +408,17 @@ pub(super) fn run_stream(
         outcome: ledger.outcome,
         stats: Box::new(stats.clone()),
     });
+    if let Some(kept) = &ledger.kept {
+        let wall = std::time::Duration::from_millis(stats.wall_ms);
+        session.export_spans(
+            &rt,
+            args.quiet,
+            &tenant,
+            ledger.outcome.as_str(),
+            wall,
+            kept,
+        );
+    }
     let drained = session.drained.load(Ordering::SeqCst);
     let manifest = session.manifest.clone();
     let run_id = session.run_id.clone();

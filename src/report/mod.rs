@@ -5,6 +5,7 @@
 pub mod approvals;
 pub mod emit;
 pub mod history;
+pub mod otlp;
 pub mod output;
 pub mod plan;
 pub mod progress;

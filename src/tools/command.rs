@@ -226,6 +226,9 @@ impl CommandTool {
             .env("FLUX_TOOLS_LEASE", inv.lease())
             .env("FLUX_INVOCATION_DIR", &self.invocation_dir)
             .current_dir(&self.spec.cwd);
+        if let Some(tp) = inv.traceparent() {
+            cmd.env("TRACEPARENT", tp);
+        }
         for (k, v) in &self.spec.env {
             cmd.env(
                 k,

@@ -251,6 +251,11 @@ impl HttpTool {
                 headers.insert(HeaderName::from_static("idempotency-key"), v);
             }
         }
+        if let Some(tp) = inv.traceparent() {
+            if let Ok(v) = HeaderValue::from_str(&tp) {
+                headers.insert(HeaderName::from_static("traceparent"), v);
+            }
+        }
         let mut req = self.client.request(method, url).headers(headers);
         if self.spec.body_json {
             let body: Map<String, Value> = args

@@ -114,6 +114,8 @@ pub struct RunInfo {
     /// The manifest's canonical path: a nested run borrows our permits only when it uses the
     /// same manifest (the same lanes).
     pub manifest: String,
+    /// The trace the run belongs to, passed on to each tool (`None`: no trace).
+    pub trace: Option<crate::trace_context::TraceContext>,
 }
 
 /// What a tool is asked to do. It borrows from the plan rather than copying, so a call in
@@ -133,6 +135,14 @@ pub struct Invocation {
 impl Invocation {
     pub fn call_id(&self) -> &str {
         &self.plan.calls[self.pos].id
+    }
+
+    /// The W3C `traceparent` this call passes on to its tool, when the run has a trace.
+    pub fn traceparent(&self) -> Option<String> {
+        self.run
+            .trace
+            .as_ref()
+            .map(|t| t.traceparent(self.call_id()))
     }
 
     pub fn tool(&self) -> &str {

@@ -339,7 +339,10 @@ impl McpTool {
         }
         let mut params = json!({"name": self.remote, "arguments": inv.args()});
         if let Some(key) = &inv.idempotency_key {
-            params["_meta"] = json!({"idempotencyKey": key});
+            params["_meta"]["idempotencyKey"] = json!(key);
+        }
+        if let Some(tp) = inv.traceparent() {
+            params["_meta"]["traceparent"] = json!(tp);
         }
         let params: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
             Failure::failed(

@@ -16,6 +16,8 @@ pub struct Request {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// The body as sent (an OTLP export is protobuf, not text).
+    pub raw: Vec<u8>,
     pub at: Instant,
 }
 
@@ -94,6 +96,7 @@ fn handle(stream: TcpStream, state: &Arc<Mutex<State>>) {
         path: path.clone(),
         headers,
         body: String::from_utf8_lossy(&body).to_string(),
+        raw: body,
         at: Instant::now(),
     };
     {
@@ -127,6 +130,7 @@ fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
                 "query": query,
                 "body": serde_json::from_str::<serde_json::Value>(&req.body).ok(),
                 "idempotency_key": req.headers.get("idempotency-key"),
+                "traceparent": req.headers.get("traceparent"),
             });
             send(out, "200 OK", "application/json", "", &body.to_string());
         }
@@ -141,6 +145,8 @@ fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
             );
         }
         ["text"] => send(out, "200 OK", "text/plain", "", "plain text"),
+        // An OTLP/HTTP collector: an empty ExportTraceServiceResponse is zero bytes.
+        ["v1", "traces"] => send(out, "200 OK", "application/x-protobuf", "", ""),
         ["status", code] => {
             let code: u16 = code.parse().unwrap_or(500);
             send(

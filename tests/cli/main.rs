@@ -16,6 +16,7 @@ mod journal;
 mod lanes;
 mod limits;
 mod mcp;
+mod otlp;
 mod outputs;
 mod plan;
 mod processes;

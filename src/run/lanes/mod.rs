@@ -28,7 +28,7 @@ mod redis;
 use crate::events::LaneStats;
 pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
-pub use redis::RedisLanes;
+pub use redis::{redact_url, RedisLanes};
 
 /// FNV-1a: a stable, short name for bytes (paths, lanes, fingerprints). Not for security.
 pub fn fnv_hash(bytes: &[u8]) -> u64 {

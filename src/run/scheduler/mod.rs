@@ -78,6 +78,8 @@ pub struct RunConfig {
     pub segment: Option<usize>,
     /// The read cache (`None`: `--no-cache`).
     pub cache: Option<Arc<Cache>>,
+    /// The trace the run belongs to (`TRACEPARENT`, `--otlp`): passed on to every tool.
+    pub trace: Option<crate::trace_context::TraceContext>,
     /// Calls the run already made before this batch (a stream's earlier chunks, a journal's
     /// earlier run), against the plan's `max_calls`.
     pub calls_made: u64,

@@ -114,6 +114,7 @@ impl Coordinator {
                 run_id: config.run_id.clone(),
                 tenant: plan.settings.tenant.clone(),
                 manifest: manifest.path.display().to_string(),
+                trace: config.trace.clone(),
             }),
             manifest,
             lanes: config.lanes.clone(),
