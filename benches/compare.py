@@ -246,11 +246,41 @@ def stream_memory(work, reps):
     print(f"  {wall:.2f} s ({n / wall:,.0f} calls/s), peak RSS {rss:.0f} MB (target: < 100 MB)")
 
 
+def history_report(work, reps):
+    """`report --history` over 100,000 run records (a month of a busy agent), four lanes each."""
+    import json
+    n = 100_000
+    path = os.path.join(work, "history.jsonl")
+    with open(path, "w") as f:
+        for i in range(n):
+            day, rest = divmod(i * 26, 86_400)  # 100,000 runs over 30 days
+            hh, rest = divmod(rest, 3600)
+            mm, ss = divmod(rest, 60)
+            width = 3 + i % 4 if day < 20 else 7 + i % 5
+            lanes = [{"lane": f"tool:t{k}", "limit": 4, "peak": 1 + (i + k) % 4,
+                      "held_elsewhere": i % 3, "rejections": i % 2} for k in range(3)]
+            lanes.append({"lane": "turn", "limit": 8, "peak": width, "held_elsewhere": None,
+                          "rejections": 0})
+            f.write(json.dumps({
+                "time": f"2026-10-{day + 1:02d}T{hh:02d}:{mm:02d}:{ss:02d}Z", "run_id": f"run-{i:x}",
+                "tenant": "acme", "manifest": "0123456789abcdef", "input_format": "openai",
+                "outcome": "completed", "calls": width, "width": width, "peak_in_flight": width,
+                "wall_ms": 900, "tool_time_ms": 900 * width // 2, "critical_path_ms": 800,
+                "retries": 0, "http_429": int(i % 7 == 0), "cache_hits": 0, "cost": 0.004,
+                "cost_by_tool": {"search": 0.004}, "lanes": lanes,
+                "model": {"name": "gpt-4o", "input_tokens": 1500, "output_tokens": 120, "cost": 0.00495},
+            }) + "\n")
+    wall, rss = median_of(reps, [FLUX, "report", "--history", path])
+    size = os.path.getsize(path) / 1e6
+    print(f"\n## report --history over {n:,} runs ({size:.0f} MB, median of {reps})")
+    print(f"  {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB (target: < 1 s)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
@@ -271,6 +301,8 @@ def main():
             lane_stores(work, reps)
         if "stream" in only:
             stream_memory(work, reps)
+        if "history" in only:
+            history_report(work, reps)
 
 
 if __name__ == "__main__":

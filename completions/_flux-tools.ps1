@@ -35,7 +35,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
-            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document as a timeline picture, or show a run history over time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -49,6 +49,8 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--deadline', '--deadline', [CompletionResultType]::ParameterName, 'End the whole run after this long (e.g. 30s, 2m)')
             [CompletionResult]::new('--max-cost', '--max-cost', [CompletionResultType]::ParameterName, 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget')
             [CompletionResult]::new('--max-calls', '--max-calls', [CompletionResultType]::ParameterName, 'Most calls the run may make (replaces the manifest''s [budget] max_calls; a batch may only lower it); cache hits do not count')
+            [CompletionResult]::new('--history', '--history', [CompletionResultType]::ParameterName, 'Append one line about this run to the history FILE [default: $FLUX_TOOLS_HISTORY, else the manifest''s [history] path]')
+            [CompletionResult]::new('--otlp', '--otlp', [CompletionResultType]::ParameterName, 'Export the run''s spans (one per run, one per call) over OTLP/HTTP to this collector [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Also write the results document (json) to FILE, atomically')
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'Live lane display on stderr (auto: only when stderr is a terminal)')
@@ -152,13 +154,17 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;report' {
-            [CompletionResult]::new('--svg', '--svg', [CompletionResultType]::ParameterName, 'Write an SVG Gantt chart here')
+            [CompletionResult]::new('--svg', '--svg', [CompletionResultType]::ParameterName, 'Write an SVG here: a Gantt chart of a results document, or width and cost over time of a history')
+            [CompletionResult]::new('--history', '--history', [CompletionResultType]::ParameterName, 'A run history (run --history): turns, fan-out width, speed-up, lane peaks, 429s and cost per turn, per period, and the first period whose width moved')
+            [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Group the history by hour or day [default: day when it spans more than three days]')
+            [CompletionResult]::new('--min-turns', '--min-turns', [CompletionResultType]::ParameterName, 'Runs a period (and the periods before it) needs before a width shift is judged')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format for a history [default: table]')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'flux-tools;completions' {
@@ -177,7 +183,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
-            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document (from --format json or --output) as a timeline picture')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document as a timeline picture, or show a run history over time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break

@@ -448,7 +448,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__report)
-            opts="-q -h --svg --manifest --quiet --color --help"
+            opts="-q -h --svg --history --by --min-turns --format --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -456,6 +456,22 @@ _flux__tools() {
             case "${prev}" in
                 --svg)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --by)
+                    COMPREPLY=($(compgen -W "hour day" -- "${cur}"))
+                    return 0
+                    ;;
+                --min-turns)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
                     return 0
                     ;;
                 --manifest)
@@ -474,7 +490,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
+            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -509,6 +525,14 @@ _flux__tools() {
                     return 0
                     ;;
                 --max-calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --otlp)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

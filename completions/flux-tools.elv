@@ -32,7 +32,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
-            cand report 'Draw a results document (from --format json or --output) as a timeline picture'
+            cand report 'Draw a results document as a timeline picture, or show a run history over time'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -45,6 +45,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --deadline 'End the whole run after this long (e.g. 30s, 2m)'
             cand --max-cost 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget'
             cand --max-calls 'Most calls the run may make (replaces the manifest''s [budget] max_calls; a batch may only lower it); cache hits do not count'
+            cand --history 'Append one line about this run to the history FILE [default: $FLUX_TOOLS_HISTORY, else the manifest''s [history] path]'
+            cand --otlp 'Export the run''s spans (one per run, one per call) over OTLP/HTTP to this collector [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]'
             cand -o 'Also write the results document (json) to FILE, atomically'
             cand --output 'Also write the results document (json) to FILE, atomically'
             cand --progress 'Live lane display on stderr (auto: only when stderr is a terminal)'
@@ -138,13 +140,17 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;mcp;help;help'= {
         }
         &'flux-tools;report'= {
-            cand --svg 'Write an SVG Gantt chart here'
+            cand --svg 'Write an SVG here: a Gantt chart of a results document, or width and cost over time of a history'
+            cand --history 'A run history (run --history): turns, fan-out width, speed-up, lane peaks, 429s and cost per turn, per period, and the first period whose width moved'
+            cand --by 'Group the history by hour or day [default: day when it spans more than three days]'
+            cand --min-turns 'Runs a period (and the periods before it) needs before a width shift is judged'
+            cand --format 'Output format for a history [default: table]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;completions'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
@@ -161,7 +167,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
             cand tools 'List the manifest''s tools and their declarations'
             cand mcp 'Work with Model Context Protocol servers'
-            cand report 'Draw a results document (from --format json or --output) as a timeline picture'
+            cand report 'Draw a results document as a timeline picture, or show a run history over time'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }

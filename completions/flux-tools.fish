@@ -37,7 +37,7 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work with Model Context Protocol servers'
-complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document as a timeline picture, or show a run history over time'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise]' -r -f -a "table\t''
@@ -57,6 +57,8 @@ fail_run\t'The first failure ends the run (`fail_run`; `fail-run` is accepted to
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l deadline -d 'End the whole run after this long (e.g. 30s, 2m)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-cost -d 'Most the run may spend (sum of the tools\' `cost`); overrides the batch\'s budget' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-calls -d 'Most calls the run may make (replaces the manifest\'s [budget] max_calls; a batch may only lower it); cache hits do not count' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l history -d 'Append one line about this run to the history FILE [default: $FLUX_TOOLS_HISTORY, else the manifest\'s [history] path]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l otlp -d 'Export the run\'s spans (one per run, one per call) over OTLP/HTTP to this collector [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l output -d 'Also write the results document (json) to FILE, atomically' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal)' -r -f -a "auto\t''
 always\t''
@@ -150,13 +152,20 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_se
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l svg -d 'Write an SVG Gantt chart here' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l svg -d 'Write an SVG here: a Gantt chart of a results document, or width and cost over time of a history' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l history -d 'A run history (run --history): turns, fan-out width, speed-up, lane peaks, 429s and cost per turn, per period, and the first period whose width moved' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l by -d 'Group the history by hour or day [default: day when it spans more than three days]' -r -f -a "hour\t''
+day\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l min-turns -d 'Runs a period (and the periods before it) needs before a width shift is judged' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l format -d 'Output format for a history [default: table]' -r -f -a "table\t''
+json\t''
+jsonl\t'The same JSON (one line)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand completions" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
@@ -169,7 +178,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fi
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "report" -d 'Draw a results document (from --format json or --output) as a timeline picture'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "report" -d 'Draw a results document as a timeline picture, or show a run history over time'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'

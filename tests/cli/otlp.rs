@@ -185,3 +185,61 @@ fn no_collector_means_no_export_and_a_dead_one_costs_only_a_warning() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_mcp_tool_is_handed_its_calls_span_in_meta() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let meta_log = dir.path().join("meta.log");
+    let manifest = crate::mcp::own_manifest(&log).replace(
+        "env = { MCP_TEST_LOG = ",
+        &format!(
+            "env = {{ MCP_TEST_META_LOG = \"{}\", MCP_TEST_LOG = ",
+            meta_log.display()
+        ),
+    );
+    assert!(manifest.contains("MCP_TEST_META_LOG"));
+    let p = Project::new(&manifest);
+    let b = p.write(
+        "b.yaml",
+        "- { id: m1, tool: sleep, args: { ms: 1, tag: t1 } }\n",
+    );
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap(),
+            "--format",
+            "json",
+            "--otlp",
+            &server.base,
+        ])
+        .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let req = ExportTraceServiceRequest::decode(server.requests_to("/v1/traces")[0].raw.as_slice())
+        .unwrap();
+    let call = req.resource_spans[0].scope_spans[0]
+        .spans
+        .iter()
+        .find(|s| s.name == "execute_tool sleep")
+        .cloned()
+        .unwrap();
+    let expect = format!("00-{AGENT_TRACE}-{}-01", hex(&call.span_id));
+    let logged = std::fs::read_to_string(&meta_log).unwrap();
+    let meta = logged
+        .lines()
+        .find(|l| l.starts_with("meta t1 "))
+        .expect("meta logged");
+    assert!(
+        meta.contains(&format!("\"traceparent\":\"{expect}\"")),
+        "{meta}"
+    );
+}
