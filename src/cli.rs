@@ -182,6 +182,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub stream: bool,
 
+    /// One turn per line of stdin (a model's reply or a batch on one line), each run as a
+    /// batch and answered with one line (the --emit answer, or the results document); MCP
+    /// sessions, HTTP connections, lanes and the cache are kept between turns
+    #[arg(long, conflicts_with = "stream")]
+    pub turns: bool,
+
     /// Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from
     #[arg(long, value_name = "FILE")]
     pub journal: Option<PathBuf>,

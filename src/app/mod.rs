@@ -17,6 +17,7 @@ mod session;
 mod stream;
 mod terminal;
 mod tools;
+mod turns;
 mod validate;
 
 use std::io::Write;

@@ -44,6 +44,9 @@ pub(super) fn run(args: &Args, r: &RunArgs) -> Result<u8, Error> {
         config::check_output_path(path)?;
     }
     let rt = runtime()?;
+    if r.turns {
+        return super::turns::run_turns(args, r, opts, rt);
+    }
     let stdin = matches!(r.batch.as_deref(), None | Some("-"));
     if r.stream && stdin && matches!(r.input_format, InputFormat::Auto | InputFormat::Jsonl) {
         if let Some(first) = first_jsonl_line()? {

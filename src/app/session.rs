@@ -65,6 +65,9 @@ pub(super) struct Session {
     pub otlp: Option<Option<String>>,
     /// When the run began, on the wall clock (for spans).
     pub started_wall: std::time::SystemTime,
+    /// The tools, ready to invoke, built for the first batch and kept for the others (one HTTP
+    /// pool, the MCP sessions).
+    tools: Option<Arc<Vec<Arc<crate::tools::ToolImpl>>>>,
 }
 
 /// The durable parts of a run over a whole batch (none for a stream).
@@ -154,9 +157,29 @@ impl Session {
             trace: TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), otlp.is_some()),
             otlp,
             started_wall: std::time::SystemTime::now(),
+            tools: None,
             lanes,
             run_id,
         }
+    }
+
+    /// Start another run in this process (a `--turns` turn): a new run id (idempotency keys
+    /// are per run) and a new span in the same trace.
+    pub fn new_run(&mut self) {
+        self.run_id = run::scheduler::new_run_id();
+        self.started_wall = std::time::SystemTime::now();
+        self.start = Instant::now();
+        self.spent = 0.0;
+        self.calls_made = 0;
+        if let Some(t) = &self.trace {
+            self.trace =
+                TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), t.exported);
+        }
+    }
+
+    /// The lane store the next batches use (a turn's own lane table, same store).
+    pub fn set_lanes(&mut self, lanes: Arc<dyn LaneStore>) {
+        self.lanes = lanes;
     }
 
     /// Tell the reporters something the batches do not (a stream's start, growth and end).
@@ -168,10 +191,21 @@ impl Session {
 
     /// The configuration of one batch, and its control channel (registered with the others).
     fn config(
-        &self,
+        &mut self,
+        plan: &Plan,
         d: Durability,
         segment: Option<usize>,
     ) -> (RunConfig, mpsc::UnboundedReceiver<Control>) {
+        let tools = self
+            .tools
+            .get_or_insert_with(|| {
+                Arc::new(run::scheduler::tool_impls(
+                    &self.manifest,
+                    plan,
+                    self.mcp.clone(),
+                ))
+            })
+            .clone();
         let (tx, rx) = mpsc::unbounded_channel::<Control>();
         if self.drained.load(Ordering::SeqCst) {
             let _ = tx.send(Control::Drain);
@@ -199,6 +233,7 @@ impl Session {
             cache: self.cache.clone(),
             calls_made: self.calls_made,
             trace: self.trace.clone(),
+            tools: Some(tools),
         };
         (config, rx)
     }
@@ -210,7 +245,7 @@ impl Session {
         plan: Plan,
         d: Durability,
     ) -> RunReport {
-        let (config, rx) = self.config(d, None);
+        let (config, rx) = self.config(&plan, d, None);
         let manifest = self.manifest.clone();
         let report = rt.block_on(run::execute_spawned(manifest, Arc::new(plan), config, rx));
         self.spent = report.spent;
@@ -221,12 +256,12 @@ impl Session {
     /// Start one segment of a stream (its calls numbered from `base` in the run); it runs
     /// beside whatever segments are running.
     pub fn spawn_segment(
-        &self,
+        &mut self,
         rt: &tokio::runtime::Runtime,
         plan: Plan,
         base: usize,
     ) -> JoinHandle<RunReport> {
-        let (config, rx) = self.config(Durability::default(), Some(base));
+        let (config, rx) = self.config(&plan, Durability::default(), Some(base));
         rt.spawn(run::execute(
             self.manifest.clone(),
             Arc::new(plan),

@@ -82,15 +82,22 @@ fn is_default_id(id: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The whole run's answers as one document, or `None` when the provider refuses an empty one.
+pub fn document(emit: Emit, results: &[CallResult]) -> Option<Value> {
+    let items: Vec<Value> = results.iter().map(|r| item(emit, r)).collect();
+    Some(match emit {
+        Emit::Openai | Emit::OpenaiResponses => Value::Array(items),
+        _ if items.is_empty() => return None,
+        Emit::Anthropic => json!({"role": "user", "content": items}),
+        Emit::Gemini => json!({"role": "user", "parts": items}),
+    })
+}
+
 /// The whole run's answers as one document (pretty JSON and a newline), or nothing when
 /// the provider refuses an empty one.
 pub fn write(w: &mut dyn Write, emit: Emit, results: &[CallResult]) -> io::Result<()> {
-    let items: Vec<Value> = results.iter().map(|r| item(emit, r)).collect();
-    let doc = match emit {
-        Emit::Openai | Emit::OpenaiResponses => Value::Array(items),
-        _ if items.is_empty() => return Ok(()),
-        Emit::Anthropic => json!({"role": "user", "content": items}),
-        Emit::Gemini => json!({"role": "user", "parts": items}),
+    let Some(doc) = document(emit, results) else {
+        return Ok(());
     };
     serde_json::to_writer_pretty(&mut *w, &doc)?;
     w.write_all(b"\n")

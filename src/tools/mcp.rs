@@ -118,6 +118,13 @@ pub struct Session {
 }
 
 impl Session {
+    /// End the session (a stdio server sees its stdin close and exits).
+    async fn close(&self) {
+        if let Some(service) = self.service.lock().await.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
+        }
+    }
+
     fn stderr_tail(&self) -> String {
         self.stderr
             .lock()
@@ -126,9 +133,22 @@ impl Session {
     }
 }
 
+/// A server's session: started once on first use; replaced by [`McpHub::revive`] when it
+/// died or could not start.
+type Cell = Arc<OnceCell<Result<Arc<Session>, String>>>;
+
 struct Slot {
     decl: McpServer,
-    session: OnceCell<Result<Arc<Session>, String>>,
+    session: Mutex<Cell>,
+}
+
+impl Slot {
+    fn cell(&self) -> Cell {
+        self.session
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
 }
 
 /// The run's MCP sessions.
@@ -146,7 +166,7 @@ impl McpHub {
                         k.clone(),
                         Slot {
                             decl: d.clone(),
-                            session: OnceCell::new(),
+                            session: Mutex::new(Arc::new(OnceCell::new())),
                         },
                     )
                 })
@@ -160,7 +180,7 @@ impl McpHub {
             .slots
             .get(server)
             .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
-        slot.session
+        slot.cell()
             .get_or_init(|| async {
                 match tokio::time::timeout(START_TIMEOUT, start(&slot.decl)).await {
                     Ok(r) => r.map(Arc::new),
@@ -197,12 +217,38 @@ impl McpHub {
     /// Close every session that was started (stdio servers see their stdin close and exit).
     pub async fn shutdown(&self) {
         for slot in self.slots.values() {
-            if let Some(Ok(session)) = slot.session.get() {
-                if let Some(service) = session.service.lock().await.take() {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
-                }
+            if let Some(Ok(session)) = slot.cell().get() {
+                session.close().await;
             }
         }
+    }
+
+    /// Between two runs of one process (`run --turns`): a server that died, or could not
+    /// start, is started again on its next use. Returns the servers that will be.
+    pub async fn revive(&self) -> Vec<String> {
+        let mut revived = Vec::new();
+        for (name, slot) in &self.slots {
+            let cell = slot.cell();
+            let gone = match cell.get() {
+                None => false,
+                Some(Err(_)) => true,
+                Some(Ok(s)) => {
+                    s.dead.load(std::sync::atomic::Ordering::Acquire)
+                        || s.peer.is_transport_closed()
+                }
+            };
+            if !gone {
+                continue;
+            }
+            if let Some(Ok(s)) = cell.get() {
+                s.close().await;
+            }
+            if let Ok(mut c) = slot.session.lock() {
+                *c = Arc::new(OnceCell::new());
+            }
+            revived.push(name.clone());
+        }
+        revived
     }
 }
 

@@ -24,3 +24,4 @@ mod run;
 mod sdk;
 mod signals;
 mod stream;
+mod turns;

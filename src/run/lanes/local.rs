@@ -298,12 +298,8 @@ pub struct LocalLanes {
 }
 
 impl LocalLanes {
-    /// `manifest`: the manifest's canonical path, which names the set of shared lanes.
-    pub fn new(specs: &[LaneSpec], manifest: &Path) -> Result<LocalLanes, LaneError> {
-        let root = runtime_dir()?.join(format!(
-            "{:016x}",
-            fnv(manifest.as_os_str().as_encoded_bytes())
-        ));
+    /// The file lanes of `specs` in `root`, beside `mem`.
+    fn with(root: PathBuf, mem: MemoryLanes, specs: &[LaneSpec]) -> Result<LocalLanes, LaneError> {
         let mut files = Vec::with_capacity(specs.len());
         for s in specs {
             let shared =
@@ -325,10 +321,21 @@ impl LocalLanes {
             )?));
         }
         Ok(LocalLanes {
-            mem: Arc::new(MemoryLanes::new(specs)),
+            mem: Arc::new(mem),
             files,
             root,
         })
+    }
+}
+
+impl LocalLanes {
+    /// `manifest`: the manifest's canonical path, which names the set of shared lanes.
+    pub fn new(specs: &[LaneSpec], manifest: &Path) -> Result<LocalLanes, LaneError> {
+        let root = runtime_dir()?.join(format!(
+            "{:016x}",
+            fnv(manifest.as_os_str().as_encoded_bytes())
+        ));
+        LocalLanes::with(root, MemoryLanes::new(specs), specs)
     }
 
     /// How many permits of `lane` other processes hold, found with non-blocking lock attempts.
@@ -360,6 +367,11 @@ impl LocalLanes {
 }
 
 impl LaneStore for LocalLanes {
+    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError> {
+        let store = LocalLanes::with(self.root.clone(), self.mem.renewed(specs), specs)?;
+        Ok(Arc::new(store))
+    }
+
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         Arc::new(crate::run::cache::FileCache::new(&self.root))
     }

@@ -18,7 +18,7 @@ use crate::plan::LaneSpec;
 struct Lane {
     spec: LaneSpec,
     rate: Option<RateSpec>,
-    tokens: Mutex<TokenState>,
+    tokens: Arc<Mutex<TokenState>>,
     sem: Option<Arc<OrderedSemaphore>>,
     counters: Arc<Counters>,
 }
@@ -98,7 +98,7 @@ impl MemoryLanes {
                 .map(|s| Lane {
                     spec: s.clone(),
                     rate: RateSpec::of(s),
-                    tokens: Mutex::new(TokenState::full(RateSpec::of(s), 0.0)),
+                    tokens: Arc::new(Mutex::new(TokenState::full(RateSpec::of(s), 0.0))),
                     sem: s
                         .limit
                         .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
@@ -109,7 +109,58 @@ impl MemoryLanes {
     }
 }
 
+impl MemoryLanes {
+    /// The same lanes for the next run of this process (a `--turns` turn) with lane table
+    /// `specs`: a lane every run shares (tenant, tool, declared) that is declared the same keeps
+    /// its permits and its rate bucket — so a partner's limit holds across turns — with fresh
+    /// figures; the rest is new. The cache and the clock are kept.
+    pub fn renewed(&self, specs: &[LaneSpec]) -> MemoryLanes {
+        let lanes = specs
+            .iter()
+            .map(|s| {
+                let kept = self.lanes.iter().find(|l| {
+                    s.key.across_runs()
+                        && l.spec.key == s.key
+                        && l.spec.limit == s.limit
+                        && l.spec.rate == s.rate
+                        && l.spec.burst == s.burst
+                });
+                match kept {
+                    Some(l) => Lane {
+                        spec: s.clone(),
+                        rate: l.rate,
+                        tokens: l.tokens.clone(),
+                        sem: l.sem.clone(),
+                        counters: Arc::new(Counters::default()),
+                    },
+                    None => Lane {
+                        spec: s.clone(),
+                        rate: RateSpec::of(s),
+                        tokens: Arc::new(Mutex::new(TokenState::full(
+                            RateSpec::of(s),
+                            self.base.elapsed().as_secs_f64(),
+                        ))),
+                        sem: s
+                            .limit
+                            .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
+                        counters: Arc::new(Counters::default()),
+                    },
+                }
+            })
+            .collect();
+        MemoryLanes {
+            lanes,
+            base: self.base,
+            cache: self.cache.clone(),
+        }
+    }
+}
+
 impl LaneStore for MemoryLanes {
+    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError> {
+        Ok(Arc::new(self.renewed(specs)))
+    }
+
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         self.cache.clone()
     }

@@ -200,6 +200,10 @@ pub struct LaneError(pub String);
 pub trait LaneStore: Send + Sync {
     /// Where this store keeps cached results (`cache = "…"` tools).
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore>;
+    /// The same store (its connection, its files, its in-process permits and buckets of
+    /// lanes every run shares) for another run with lane table `specs`: each turn of
+    /// `run --turns` plans its own lanes.
+    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError>;
     /// Wait for `weight` permits of `lane`; `order` is the call's position (earlier first).
     /// The returned future is polled once by the coordinator as soon as the call is ready, so
     /// waiters register in call order; the call's own task then awaits it.

@@ -110,6 +110,22 @@ pub struct RedisLanes {
     down_since: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
+/// The lanes of `specs` that live in Redis (shared across runs, with a limit or a rate).
+fn redis_lanes(specs: &[LaneSpec], ns: &str) -> Vec<Option<RedisLane>> {
+    specs
+        .iter()
+        .map(|s| {
+            (s.key.across_runs() && !s.borrowed && (s.limit.is_some() || s.rate.is_some())).then(
+                || RedisLane {
+                    key: format!("flux-tools:{ns}:{}", s.name),
+                    limit: s.limit.unwrap_or(0),
+                    rate: RateSpec::of(s),
+                },
+            )
+        })
+        .collect()
+}
+
 fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
     LaneError(format!("lane store {url} is unreachable: {e}"))
 }
@@ -156,17 +172,7 @@ impl RedisLanes {
             .map_or(DEFAULT_LEASE, Duration::from_millis)
             .max(Duration::from_millis(300));
         let ns = format!("{:016x}", super::local::fnv(namespace.as_bytes()));
-        let lanes = specs
-            .iter()
-            .map(|s| {
-                (s.key.across_runs() && !s.borrowed && (s.limit.is_some() || s.rate.is_some()))
-                    .then(|| RedisLane {
-                        key: format!("flux-tools:{ns}:{}", s.name),
-                        limit: s.limit.unwrap_or(0),
-                        rate: RateSpec::of(s),
-                    })
-            })
-            .collect();
+        let lanes = redis_lanes(specs, &ns);
         Ok(RedisLanes {
             // Only ever shown, so only ever kept redacted.
             url: redact_url(url),
@@ -180,6 +186,22 @@ impl RedisLanes {
             tokens: Script::new(TOKENS),
             down_since: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The same connection and in-process lanes for another run's lane table.
+    fn renewed(&self, specs: &[LaneSpec]) -> RedisLanes {
+        RedisLanes {
+            url: self.url.clone(),
+            conn: self.conn.clone(),
+            mem: Arc::new(self.mem.renewed(specs)),
+            lanes: redis_lanes(specs, &self.ns),
+            ns: self.ns.clone(),
+            lease: self.lease,
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            tokens: Script::new(TOKENS),
+            down_since: std::sync::Mutex::new(None),
+        }
     }
 
     fn lane(&self, lane: usize) -> Option<&RedisLane> {
@@ -315,6 +337,10 @@ impl Drop for Permits {
 }
 
 impl LaneStore for RedisLanes {
+    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError> {
+        Ok(Arc::new(self.renewed(specs)))
+    }
+
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         Arc::new(crate::run::cache::RedisCache::new(
             self.conn.clone(),

@@ -78,6 +78,9 @@ pub struct RunConfig {
     pub segment: Option<usize>,
     /// The read cache (`None`: `--no-cache`).
     pub cache: Option<Arc<Cache>>,
+    /// The tools, ready to invoke, when a longer-lived caller keeps them (one HTTP pool and
+    /// the MCP sessions for every batch of a stream or every turn); `None`: built for this run.
+    pub tools: Option<Arc<Vec<Arc<crate::tools::ToolImpl>>>>,
     /// The trace the run belongs to (`TRACEPARENT`, `--otlp`): passed on to every tool.
     pub trace: Option<crate::trace_context::TraceContext>,
     /// Calls the run already made before this batch (a stream's earlier chunks, a journal's
@@ -154,6 +157,26 @@ pub async fn execute_spawned(
 
 /// Run `plan`. `signals` delivers [`Control`]s (SIGINT/SIGTERM, a reader gone). Returns when
 /// every call has a result.
+/// Each of the manifest's tools ready to invoke, sharing one HTTP pool (no more idle
+/// connections per host than `plan`'s turn lane lets calls use at once) and the MCP sessions.
+pub fn tool_impls(
+    manifest: &Manifest,
+    plan: &Plan,
+    mcp: Option<Arc<crate::tools::mcp::McpHub>>,
+) -> Vec<Arc<crate::tools::ToolImpl>> {
+    let turn = plan
+        .lanes
+        .iter()
+        .find(|l| l.key == crate::plan::LaneKey::Turn)
+        .and_then(|l| l.limit);
+    let ctx = crate::tools::ToolContext::for_tools(&manifest.tools, turn.map(|n| n as usize), mcp);
+    manifest
+        .tools
+        .iter()
+        .map(|t| crate::tools::ToolImpl::from_tool(t, &ctx))
+        .collect()
+}
+
 pub async fn execute(
     manifest: Arc<Manifest>,
     plan: Arc<Plan>,

@@ -13,14 +13,14 @@ use super::{RunConfig, QUEUE_AHEAD};
 use crate::batch::OnToolError;
 use crate::events::{CallResult, Outcome};
 use crate::manifest::Manifest;
-use crate::plan::{LaneKey, LaneSpec, Plan};
+use crate::plan::{LaneSpec, Plan};
 use crate::run::cache::{Cache, Lead};
 use crate::run::call::{Completion, Emitter};
 use crate::run::cassette::Cassette;
 use crate::run::gate::GateJob;
 use crate::run::journal::{Journal, Resume};
 use crate::run::lanes::LaneStore;
-use crate::tools::{RunInfo, StopLevel, ToolContext, ToolImpl};
+use crate::tools::{RunInfo, StopLevel, ToolImpl};
 
 /// The run's state, owned by the coordinator task.
 pub(super) struct Coordinator {
@@ -109,7 +109,10 @@ impl Coordinator {
             || config.replay.is_some();
         let budget = plan.settings.max_cost.is_some();
         Coordinator {
-            tools: tool_impls(&manifest, &plan, config),
+            tools: match &config.tools {
+                Some(t) => t.to_vec(),
+                None => super::tool_impls(&manifest, &plan, config.mcp.clone()),
+            },
             run: Arc::new(RunInfo {
                 run_id: config.run_id.clone(),
                 tenant: plan.settings.tenant.clone(),
@@ -286,26 +289,6 @@ fn in_phase_edges(plan: &Plan) -> (Vec<u32>, Vec<Vec<usize>>) {
         }
     }
     (pending, dependants)
-}
-
-/// Each tool, ready to invoke, sharing one HTTP pool (no more idle connections per host than
-/// the turn lane lets calls use at once) and the run's MCP sessions.
-fn tool_impls(manifest: &Manifest, plan: &Plan, config: &RunConfig) -> Vec<Arc<ToolImpl>> {
-    let turn = plan
-        .lanes
-        .iter()
-        .find(|l| l.key == LaneKey::Turn)
-        .and_then(|l| l.limit);
-    let ctx = ToolContext::for_tools(
-        &manifest.tools,
-        turn.map(|n| n as usize),
-        config.mcp.clone(),
-    );
-    manifest
-        .tools
-        .iter()
-        .map(|t| ToolImpl::from_tool(t, &ctx))
-        .collect()
 }
 
 /// How many calls may use a lane (in flight or queued as tasks) before more are parked.

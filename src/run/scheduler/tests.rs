@@ -75,6 +75,7 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
         cache: Some(cache),
         calls_made: 0,
         trace: None,
+        tools: None,
     };
     let (_signals, sig_rx) = mpsc::unbounded_channel();
     let report = execute(m, plan, config, sig_rx).await;

@@ -1,0 +1,351 @@
+//! `flux-tools run --turns`: one process answers turn after turn. Each line of stdin is a turn
+//! — a model's reply in any supported format, or a batch document on one line — planned and
+//! run as a whole batch (its own run id, budget, deadline, `fail_run` and results), and
+//! answered with exactly one line on stdout, flushed at once: the `--emit` answer, or the
+//! results document as compact JSON. What costs time to set up is kept for the life of the
+//! process: the MCP sessions (a server that died is started again for the next turn), the
+//! tools with their HTTP connection pool, the lane store's connection and files (and, in
+//! memory, the permits and rate buckets of lanes every run shares) and the read cache.
+//!
+//! A line that is not a turn is answered with an error line, and the next turn runs. The exit
+//! status is the highest of the turns' statuses (2 for a turn that could not be read).
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::run::{append_history, history_path, open_lanes, reading, summary};
+use super::session::{Durability, Session};
+use super::{exit_code, load_manifest, print_warnings};
+use crate::batch::Batch;
+use crate::cli::{Args, RunArgs};
+use crate::error::{Diagnostic, Error, SourceFile, EXIT_INVALID, EXIT_OK};
+use crate::history;
+use crate::manifest::Manifest;
+use crate::plan::{self, PlanOptions};
+use crate::report::emit::{self, Emit};
+use crate::report::output::RunDocument;
+use crate::run::lanes::LaneStore;
+use crate::run::{self, lease, RunReport};
+use crate::tools::mcp::{self, McpHub};
+use crate::tools::ToolKind;
+
+/// How often the wait for the next turn looks for Ctrl-C.
+const POLL: Duration = Duration::from_millis(50);
+
+pub(super) fn run_turns(
+    args: &Args,
+    r: &RunArgs,
+    opts: PlanOptions,
+    rt: tokio::runtime::Runtime,
+) -> Result<u8, Error> {
+    refuse_whole_run_options(r)?;
+    let manifest = load_manifest(args)?;
+    let table = plan::lane_table(&manifest, &opts);
+    let store = open_lanes(&r.lane_store, &table, &manifest, &rt)?;
+    // Servers start on first use; a tool's annotations are applied the first time a turn
+    // uses it.
+    let hub = manifest
+        .tools
+        .iter()
+        .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .then(|| McpHub::new(&manifest.mcp_servers));
+    let run_id = run::scheduler::new_run_id();
+    let mut session = Session::open(r, manifest, hub.clone(), store.clone(), run_id, false, &rt);
+    let mut turns = Turns {
+        args,
+        r,
+        opts,
+        store,
+        hub,
+        annotated: HashSet::new(),
+        worst: EXIT_OK,
+        out: std::io::BufWriter::new(std::io::stdout()),
+    };
+    let lines = read_lines();
+    let mut n = 0usize;
+    loop {
+        let line = match lines.recv_timeout(POLL) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) if session.interrupted.load(Ordering::SeqCst) => {
+                turns.worst = turns.worst.max(crate::error::EXIT_INTERRUPTED);
+                break;
+            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        n += 1;
+        let answered = turns.turn(&mut session, &rt, n, line);
+        if !answered || session.drained.load(Ordering::SeqCst) {
+            // Nobody reads the answers any more: like a closed pipe, not a failure.
+            turns.worst = EXIT_OK;
+            break;
+        }
+        if session.interrupted.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    session.close(rt);
+    Ok(turns.worst)
+}
+
+/// What lasts from one turn to the next.
+struct Turns<'a> {
+    args: &'a Args,
+    r: &'a RunArgs,
+    opts: PlanOptions,
+    /// The lane store as opened; each turn gets it for its own lane table.
+    store: Arc<dyn LaneStore>,
+    hub: Option<Arc<McpHub>>,
+    /// MCP tools whose servers' annotations are applied to the manifest already.
+    annotated: HashSet<String>,
+    worst: u8,
+    out: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl Turns<'_> {
+    /// Run turn `n` and write its answer. `false`: stdout is gone.
+    fn turn(
+        &mut self,
+        session: &mut Session,
+        rt: &tokio::runtime::Runtime,
+        n: usize,
+        line: Result<String, String>,
+    ) -> bool {
+        if let Some(hub) = &self.hub {
+            rt.block_on(hub.revive());
+        }
+        let prepared = line
+            .map_err(|e| vec![Diagnostic::error(e)])
+            .and_then(|text| self.prepare(session, rt, n, text));
+        let (plan, history) = match prepared {
+            Ok(p) => p,
+            Err(diags) => {
+                self.worst = self.worst.max(EXIT_INVALID);
+                return self.write(&error_line(n, &diags));
+            }
+        };
+        session.new_run();
+        let tenant = plan.settings.tenant.clone();
+        let report = session.execute(rt, plan, Durability::default());
+        let wall = Duration::from_millis(report.stats.wall_ms);
+        let quiet = self.args.quiet;
+        session.export_spans(
+            rt,
+            quiet,
+            &tenant,
+            report.outcome.as_str(),
+            wall,
+            &report.results,
+        );
+        if let Some((path, note)) = history {
+            let facts = note.facts(&report, &tenant);
+            append_history(
+                self.args,
+                &path,
+                &history::Record::of(&facts, &session.manifest),
+            );
+        }
+        let statuses: Vec<_> = report.results.iter().map(|x| x.status).collect();
+        if !quiet {
+            eprint!("turn {n}: ");
+        }
+        summary(self.args, report.outcome, &report.stats, &statuses);
+        self.worst = self
+            .worst
+            .max(exit_code(report.outcome, report.stats.failed));
+        self.write(&answer(self.r.emit, &report))
+    }
+
+    /// Read, annotate and plan turn `n`; its lane store is set on the session.
+    fn prepare(
+        &mut self,
+        session: &mut Session,
+        rt: &tokio::runtime::Runtime,
+        n: usize,
+        text: String,
+    ) -> Result<(plan::Plan, Option<(std::path::PathBuf, TurnNote)>), Vec<Diagnostic>> {
+        let file = SourceFile::new(format!("<turn {n}>"), text);
+        let reading = reading(self.r.input_format, self.r.literal);
+        let (batch, warnings) = Batch::parse_with(file, reading)?;
+        self.annotate(session, rt, &batch)?;
+        let mut plan = plan::build(&session.manifest, &batch, &self.opts)?;
+        print_warnings(self.args, &warnings);
+        print_warnings(self.args, &plan.warnings);
+        lease::borrow(&mut plan.lanes, &session.manifest);
+        let lanes = self
+            .store
+            .for_lanes(&plan.lanes)
+            .map_err(|e| vec![Diagnostic::error(e.to_string())])?;
+        session.set_lanes(lanes);
+        let history = history_path(self.r, &session.manifest).map(|path| {
+            let note = TurnNote {
+                width: plan::simulate(&plan).width,
+                input_format: plan.input_format,
+                usage: plan.usage.clone(),
+            };
+            (path, note)
+        });
+        Ok((plan, history))
+    }
+
+    /// Apply the annotations of the MCP tools this turn is the first to use.
+    fn annotate(
+        &mut self,
+        session: &mut Session,
+        rt: &tokio::runtime::Runtime,
+        batch: &Batch,
+    ) -> Result<(), Vec<Diagnostic>> {
+        let Some(hub) = &self.hub else { return Ok(()) };
+        let new: Vec<String> = batch
+            .calls
+            .iter()
+            .map(|c| c.tool.clone())
+            .filter(|t| !self.annotated.contains(t))
+            .filter(|t| {
+                session
+                    .manifest
+                    .tool(t)
+                    .is_some_and(|x| matches!(x.kind, ToolKind::Mcp(_)))
+            })
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let manifest: &mut Manifest = Arc::make_mut(&mut session.manifest);
+        let diags = rt.block_on(mcp::annotate(manifest, hub, &new));
+        if diags.iter().any(Diagnostic::is_error) {
+            return Err(diags);
+        }
+        print_warnings(self.args, &diags);
+        self.annotated.extend(new);
+        Ok(())
+    }
+
+    /// One line on stdout, flushed. `false`: nobody reads it.
+    fn write(&mut self, line: &str) -> bool {
+        self.out
+            .write_all(line.as_bytes())
+            .and_then(|()| self.out.write_all(b"\n"))
+            .and_then(|()| self.out.flush())
+            .is_ok()
+    }
+}
+
+/// What the history needs of a turn's plan.
+struct TurnNote {
+    width: usize,
+    input_format: crate::model_formats::InputFormat,
+    usage: Option<crate::model_formats::Usage>,
+}
+
+impl TurnNote {
+    fn facts<'a>(&'a self, report: &'a RunReport, tenant: &'a str) -> history::RunFacts<'a> {
+        history::RunFacts {
+            run_id: &report.run_id,
+            tenant,
+            input_format: self.input_format.name(),
+            outcome: report.outcome.as_str(),
+            width: self.width,
+            peak_in_flight: history::peak_in_flight(&report.results),
+            stats: &report.stats,
+            usage: self.usage.as_ref(),
+        }
+    }
+}
+
+/// A turn's answer on one line: what `--emit` writes (compact; `null` for a provider that
+/// takes no empty answer), else the results document.
+fn answer(emit: Option<Emit>, report: &RunReport) -> String {
+    match emit {
+        Some(e) => {
+            emit::document(e, &report.results).map_or_else(|| "null".into(), |d| d.to_string())
+        }
+        None => serde_json::to_string(&RunDocument {
+            run_id: &report.run_id,
+            outcome: report.outcome,
+            results: &report.results,
+            stats: &report.stats,
+        })
+        .unwrap_or_else(|e| error_line(0, &[Diagnostic::error(e.to_string())])),
+    }
+}
+
+/// The answer to a line that is not a turn: `{"turn": N, "error": "…", "diagnostics": […]}`.
+fn error_line(n: usize, diags: &[Diagnostic]) -> String {
+    let errors: Vec<&Diagnostic> = diags.iter().filter(|d| d.is_error()).collect();
+    let first = errors
+        .first()
+        .map_or_else(String::new, |d| d.message.clone());
+    let all: Vec<Value> = errors
+        .iter()
+        .map(|d| {
+            json!({
+                "message": d.message,
+                "line": d.location.as_ref().map(|l| l.line),
+                "column": d.location.as_ref().map(|l| l.col),
+                "hint": d.hint,
+            })
+        })
+        .collect();
+    json!({"turn": n, "error": first, "diagnostics": all}).to_string()
+}
+
+/// Stdin's lines, read on their own thread (so Ctrl-C is seen while the next turn is awaited);
+/// blank lines are skipped, a line that is not UTF-8 is an error for its turn.
+fn read_lines() -> Receiver<Result<String, String>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut buf = Vec::new();
+            match stdin.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = match String::from_utf8(buf) {
+                Ok(s) if s.trim().is_empty() => continue,
+                Ok(s) => Ok(s.trim_end_matches(['\n', '\r']).to_string()),
+                Err(_) => Err("the turn is not UTF-8 text".to_string()),
+            };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Options that belong to one run over a whole batch.
+fn refuse_whole_run_options(r: &RunArgs) -> Result<(), Error> {
+    for (set, flag) in [
+        (
+            r.journal.is_some() || r.resume.is_some(),
+            "--journal/--resume",
+        ),
+        (
+            r.record.is_some() || r.replay.is_some(),
+            "--record/--replay",
+        ),
+        (r.output.is_some(), "--output"),
+        (r.trace.is_some(), "--trace"),
+        (r.stream, "--stream"),
+    ] {
+        if set {
+            return Err(Error::Usage(format!(
+                "{flag} cannot be used with --turns: each turn is a run of its own (use --history to keep a line per turn)"
+            )));
+        }
+    }
+    if r.batch.as_deref().is_some_and(|b| b != "-") {
+        return Err(Error::Usage(
+            "--turns reads its turns from stdin, one per line; give no BATCH (or -)".into(),
+        ));
+    }
+    Ok(())
+}

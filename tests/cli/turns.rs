@@ -1,0 +1,198 @@
+//! `run --turns`: one process answers turn after turn, keeping its MCP sessions — one server
+//! start for twenty turns, a killed server started again, a bad line answered with an error —
+//! each turn its own run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+
+use serde_json::Value;
+
+use crate::common::Project;
+
+/// The project's MCP server, logging each start (with its pid) to `starts`.
+fn manifest(log: &Path, starts: &Path) -> String {
+    crate::mcp::own_manifest(log).replace(
+        "env = { MCP_TEST_LOG = ",
+        &format!(
+            "env = {{ MCP_TEST_START_LOG = \"{}\", MCP_TEST_LOG = ",
+            starts.display()
+        ),
+    ) + r#"
+[tools.slow]
+kind = "scripted"
+effect = "read"
+latency = "3s"
+"#
+}
+
+struct Coprocess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Coprocess {
+    fn start(p: &Project, extra: &[&str]) -> Coprocess {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+            .current_dir(p.path())
+            .args(["run", "--turns", "-q"])
+            .args(extra)
+            .env("CI", "true")
+            .env_remove("FLUX_TOOLS_MANIFEST")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Coprocess {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Send one turn and read its one-line answer.
+    fn turn(&mut self, line: &str) -> Value {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
+    }
+
+    fn finish(self) -> i32 {
+        drop(self.stdin);
+        let out = self.child.wait_with_output().unwrap();
+        out.status.code().unwrap_or(-1)
+    }
+}
+
+fn two_sleeps(turn: usize) -> String {
+    serde_json::json!([
+        {"id": format!("t{turn}a"), "tool": "sleep", "args": {"ms": 5, "tag": format!("t{turn}a")}},
+        {"id": format!("t{turn}b"), "tool": "sleep", "args": {"ms": 1, "tag": format!("t{turn}b")}},
+    ])
+    .to_string()
+}
+
+fn starts(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("started ")?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn twenty_turns_are_answered_in_order_by_one_server_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, start_log) = (dir.path().join("server.log"), dir.path().join("starts.log"));
+    let p = Project::new(&manifest(&log, &start_log));
+    let mut co = Coprocess::start(&p, &["--emit", "openai"]);
+    for turn in 1..=20 {
+        let answer = co.turn(&two_sleeps(turn));
+        let ids: Vec<&str> = answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["tool_call_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            [format!("t{turn}a"), format!("t{turn}b")],
+            "turn {turn}"
+        );
+        assert_eq!(
+            answer[0]["content"],
+            format!("{{\"slept\":5,\"tag\":\"t{turn}a\"}}")
+        );
+    }
+    assert_eq!(co.finish(), 0);
+    assert_eq!(starts(&start_log).len(), 1, "the server started once");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().filter(|l| l.starts_with("end ")).count(), 40);
+}
+
+#[test]
+fn a_killed_server_is_started_again_and_a_bad_line_costs_only_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, start_log) = (dir.path().join("server.log"), dir.path().join("starts.log"));
+    let p = Project::new(&manifest(&log, &start_log));
+    let mut co = Coprocess::start(&p, &[]);
+    let first = co.turn(&two_sleeps(1));
+    assert_eq!(first["outcome"], "completed");
+    let pid = starts(&start_log)[0];
+    // SAFETY: kill(2) on the test server's own process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+
+    let bad = co.turn("{ this is not json");
+    assert_eq!(bad["turn"], 2);
+    assert!(bad["error"].as_str().unwrap().contains("invalid"), "{bad}");
+    let unknown = co.turn(r#"[{"tool": "nope"}]"#);
+    assert_eq!(unknown["turn"], 3);
+    assert!(
+        unknown["error"].as_str().unwrap().contains("unknown tool"),
+        "{unknown}"
+    );
+
+    let again = co.turn(&two_sleeps(4));
+    assert_eq!(again["outcome"], "completed", "{again}");
+    assert_eq!(
+        starts(&start_log).len(),
+        2,
+        "started again after it was killed"
+    );
+    // Each turn is its own run.
+    assert_ne!(first["run_id"], again["run_id"]);
+    let key = |doc: &Value| doc["results"][0]["id"].clone();
+    assert_eq!(key(&again), "t4a");
+    assert_eq!(co.finish(), 2, "the worst turn: one that could not be read");
+}
+
+#[test]
+fn ctrl_c_ends_the_turn_with_its_answer_then_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, start_log) = (dir.path().join("server.log"), dir.path().join("starts.log"));
+    let p = Project::new(&manifest(&log, &start_log));
+    let mut co = Coprocess::start(&p, &[]);
+    let first = co.turn(r#"[{"id": "quick", "tool": "slow", "args": {"_latency": "200ms"}}]"#);
+    assert_eq!(first["outcome"], "completed");
+    writeln!(co.stdin, r#"[{{"id": "long", "tool": "slow"}}]"#).unwrap();
+    co.stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(co.child.id() as i32, libc::SIGINT) };
+    let mut answer = String::new();
+    co.stdout.read_line(&mut answer).unwrap();
+    let doc: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(doc["outcome"], "interrupted", "{doc}");
+    assert_eq!(doc["results"][0]["status"], "cancelled");
+    // The process ends without waiting for more turns.
+    let status = co.child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+}
+
+#[test]
+fn options_of_one_whole_run_are_refused_with_turns() {
+    let p = Project::new("[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n");
+    for flag in [
+        ["--journal", "j"],
+        ["--record", "c.json"],
+        ["--output", "o.json"],
+    ] {
+        let out = p
+            .cmd()
+            .args(["run", "--turns"])
+            .args(flag)
+            .write_stdin("[]\n")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot be used with --turns"), "{err}");
+    }
+}
