@@ -169,7 +169,7 @@ impl Turns<'_> {
         rt: &tokio::runtime::Runtime,
         n: usize,
         text: String,
-    ) -> Result<(plan::Plan, Option<(std::path::PathBuf, TurnNote)>), Vec<Diagnostic>> {
+    ) -> Result<(plan::Plan, Option<HistoryNote>), Vec<Diagnostic>> {
         let file = SourceFile::new(format!("<turn {n}>"), text);
         let reading = reading(self.r.input_format, self.r.literal);
         let (batch, warnings) = Batch::parse_with(file, reading)?;
@@ -236,6 +236,9 @@ impl Turns<'_> {
             .is_ok()
     }
 }
+
+/// Where a turn's history line goes, and what it needs of the turn's plan.
+type HistoryNote = (std::path::PathBuf, TurnNote);
 
 /// What the history needs of a turn's plan.
 struct TurnNote {
