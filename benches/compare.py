@@ -36,7 +36,8 @@ HTTP_SERVER = os.path.join(ROOT, "target", "release", "examples", "http_server")
 
 
 def build():
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor", "--example", "http_server"],
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor", "--example", "http_server",
+                    "--example", "mcp_test_server"],
                    cwd=ROOT, check=True)
 
 
@@ -276,11 +277,69 @@ def history_report(work, reps):
     print(f"  {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB (target: < 1 s)")
 
 
+def turns(work, reps):
+    """`run --turns` against one process per turn: MCP start-up, per-turn overhead, HTTP pool."""
+    import json
+    z = os.path.join(work, "turns-scripted.toml")
+    write(z, '[tools.z]\nkind = "scripted"\neffect = "read"\n')
+    n = 1000
+    path = os.path.join(work, "turns-scripted.jsonl")
+    write(path, '[{"tool":"z"},{"tool":"z"},{"tool":"z"}]\n' * n)
+    walls = []
+    for _ in range(reps):
+        with open(path) as f:
+            walls.append(timed([FLUX, "--manifest", z, "run", "--turns", "-q", "--lane-store", "memory"], stdin=f)[0])
+    wall = statistics.median(walls)
+    print(f"\n## run --turns: {n:,} turns of 3 zero-latency scripted calls (median of {reps})")
+    print(f"  {wall * 1000:.0f} ms in all, {wall / n * 1e6:.0f} µs a turn (target: < 1 ms of overhead a turn)")
+
+    servers = [("the project's MCP test server (Rust)", [os.path.join(ROOT, "target", "release", "examples", "mcp_test_server")])]
+    everything = os.path.join(ROOT, "target", "mcp", "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+    if os.path.exists(everything) and shutil.which("node"):
+        servers.append(("server-everything (Node)", ["node", everything]))
+    for label, command in servers:
+        manifest = os.path.join(work, "turns-mcp.toml")
+        tool = "sleep" if "Rust" in label else "echo"
+        args = {"ms": 0, "tag": "x"} if tool == "sleep" else {"message": "x"}
+        write(manifest, f'[mcp_servers.s]\ncommand = {json.dumps(command)}\n\n[tools.t]\nkind = "mcp"\nserver = "s"\ntool = "{tool}"\n')
+        turn = json.dumps([{"tool": "t", "args": args}, {"tool": "t", "args": args}]) + "\n"
+        path = os.path.join(work, "turns-mcp.jsonl")
+        write(path, turn * 20)
+        with open(path) as f:
+            together, _ = timed([FLUX, "--manifest", manifest, "run", "--turns", "-q", "--lane-store", "memory"], stdin=f)
+        one = os.path.join(work, "one-turn.json")
+        write(one, turn)
+        separate = [timed([FLUX, "--manifest", manifest, "run", one, "-q", "--lane-store", "memory"])[0] for _ in range(20)]
+        first = statistics.median(separate)
+        print(f"\n## 20 turns of 2 MCP calls, {label}")
+        print(f"  --turns: {together * 1000:.0f} ms in all; 20 separate runs: {sum(separate) * 1000:.0f} ms "
+              f"(one run, start-up included: {first * 1000:.0f} ms; target: --turns under {first * 1000 + 200:.0f} ms)")
+
+    port = 18767
+    count = os.path.join(work, "connections")
+    server = subprocess.Popen([os.path.join(ROOT, "target", "release", "examples", "http_server"), str(port), count],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        manifest = os.path.join(work, "turns-http.toml")
+        write(manifest, f'[tools.get]\nkind = "http"\neffect = "read"\nurl = "http://127.0.0.1:{port}/x"\n')
+        path = os.path.join(work, "turns-http.jsonl")
+        write(path, (json.dumps([{"tool": "get"}] * 10) + "\n") * 20)
+        with open(path) as f:
+            wall, _ = timed([FLUX, "--manifest", manifest, "run", "--turns", "-q", "--lane-store", "memory"], stdin=f)
+        with open(count) as f:
+            opened = int(f.read())
+        print(f"\n## 20 turns of 10 HTTP GETs to a loopback server through --turns")
+        print(f"  {wall * 1000:.0f} ms in all, {opened} connections opened for 200 requests (one pool for every turn)")
+    finally:
+        server.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history,turns", help="comma-separated sections")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
@@ -303,6 +362,8 @@ def main():
             stream_memory(work, reps)
         if "history" in only:
             history_report(work, reps)
+        if "turns" in only:
+            turns(work, reps)
 
 
 if __name__ == "__main__":

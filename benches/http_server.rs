@@ -1,7 +1,8 @@
 //! A minimal keep-alive HTTP/1.1 server for the HTTP benchmark: answers every request with a
 //! small JSON body, so the figures measure the client side (flux-tools or a load generator).
 //!
-//! Usage: http_server PORT
+//! Usage: http_server PORT [COUNT_FILE] — with COUNT_FILE, the number of connections accepted
+//! so far is written there after each accept (to see how many a client opened).
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -14,16 +15,22 @@ fn main() {
         .nth(1)
         .and_then(|p| p.parse().ok())
         .unwrap_or(8766);
+    let count_file = std::env::args().nth(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        let mut accepted = 0u64;
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
                 continue;
             };
+            accepted += 1;
+            if let Some(f) = &count_file {
+                let _ = std::fs::write(f, accepted.to_string());
+            }
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 8192];
                 let mut filled = 0;
