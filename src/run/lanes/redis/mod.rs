@@ -25,65 +25,16 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// How long a dispatch keeps trying an unreachable Redis before it fails.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
 
-const ACQUIRE: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local limit = tonumber(ARGV[1])
-local n = #ARGV - 2
-if redis.call('ZCARD', KEYS[1]) + n > limit then return 0 end
-for i = 3, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return 1
-"#;
+mod bell;
+mod scripts;
+use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, TOKENS};
 
-const RENEW: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return 1
-"#;
-
-/// Token bucket and back-off pause: returns the wait in microseconds and whether it is for a
-/// token. ARGV: per_sec, burst, has_rate (0/1), backoff_us (0: admit one call).
-const TOKENS: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local per_sec, burst, has_rate, backoff = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
-local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
-local at = tonumber(redis.call('HGET', KEYS[1], 'at') or now)
-local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or 0)
-local wait, token = 0, 0
-if backoff > 0 then
-  local untl = now + backoff / 1e6
-  if untl > paused then paused = untl end
-  if has_rate and at < untl then
-    if tokens > 0 then tokens = 0 end
-    at = untl
-  end
-else
-  local pw = paused - now
-  if pw < 0 then pw = 0 end
-  local tw = 0
-  if has_rate then
-    if now > at then
-      tokens = math.min(burst, tokens + (now - at) * per_sec)
-      at = now
-    end
-    tokens = tokens - 1
-    local starts = at - now
-    if starts < 0 then starts = 0 end
-    tw = starts
-    if tokens < 0 then tw = starts + (-tokens) / per_sec end
-  end
-  if tw > 0 then token = 1 end
-  wait = math.max(tw, pw)
-end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at), 'paused', tostring(paused))
-redis.call('EXPIRE', KEYS[1], 86400)
-return {math.floor(wait * 1e6), token}
-"#;
+/// The longest a waiter waits for a "freed" message before trying again (a lost message costs
+/// this much, never a hang); each try also renews its place in the queue.
+const FALLBACK: Duration = Duration::from_millis(100);
+/// How long a waiter keeps its place in the queue without trying again (a crashed waiter's
+/// place lapses after this).
+const QUEUE_LEASE: Duration = Duration::from_secs(2);
 
 struct RedisLane {
     key: String,
@@ -101,6 +52,8 @@ pub struct RedisLanes {
     lanes: Vec<Option<RedisLane>>,
     /// The manifest's namespace in key names.
     ns: String,
+    /// "Freed" messages, shared by this process's stores.
+    bells: Arc<bell::Bells>,
     lease: Duration,
     acquire: Script,
     renew: Script,
@@ -161,7 +114,7 @@ impl RedisLanes {
             .set_response_timeout(Some(Duration::from_secs(2)));
         let conn = tokio::time::timeout(
             UNREACHABLE_FOR,
-            ConnectionManager::new_with_config(client, config),
+            ConnectionManager::new_with_config(client.clone(), config),
         )
         .await
         .map_err(|_| store_error(&redact_url(url), "no answer"))?
@@ -179,6 +132,7 @@ impl RedisLanes {
             conn,
             mem: Arc::new(MemoryLanes::new(specs)),
             lanes,
+            bells: bell::Bells::new(client.clone(), &ns),
             ns,
             lease,
             acquire: Script::new(ACQUIRE),
@@ -195,6 +149,7 @@ impl RedisLanes {
             conn: self.conn.clone(),
             mem: Arc::new(self.mem.renewed(specs)),
             lanes: redis_lanes(specs, &self.ns),
+            bells: self.bells.clone(),
             ns: self.ns.clone(),
             lease: self.lease,
             acquire: Script::new(ACQUIRE),
@@ -215,20 +170,36 @@ impl RedisLanes {
         let id = format!("{:016x}", fastrand::u64(..));
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
-        let mut delay = Duration::from_millis(5);
+        let queue_ms = u64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(2_000);
+        let bell = self.bells.bell(&freed(&l.key));
+        // Until granted, the ticket leaves the queue if this wait is abandoned.
+        let mut place = Place {
+            store: self.clone(),
+            key: l.key.clone(),
+            ticket: id.clone(),
+            waiting: true,
+        };
         loop {
+            // Listen before trying: a "freed" sent between the try and the wait still wakes us.
+            let rung = bell.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
             let mut inv = self.acquire.key(&l.key);
-            inv.arg(l.limit).arg(lease_ms);
+            inv.key(format!("{}:queue", l.key))
+                .key(format!("{}:qlease", l.key))
+                .key(format!("{}:seq", l.key))
+                .key(freed(&l.key));
+            inv.arg(l.limit).arg(lease_ms).arg(&id).arg(queue_ms);
             for m in &members {
                 inv.arg(m);
             }
             let mut conn = self.conn.clone();
             let answer = inv.invoke_async::<i64>(&mut conn).await;
             if self.note_answer(&answer)? {
+                place.waiting = false;
                 break;
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(100));
+            let _ = tokio::time::timeout(FALLBACK, rung).await;
         }
         // Renew while the call runs; give the permits back when the lease drops.
         let me = self.clone();
@@ -309,6 +280,42 @@ impl RedisLanes {
     }
 }
 
+/// The channel on which lane `key`'s waiters hear that a permit was freed.
+fn freed(key: &str) -> String {
+    format!("{key}:freed")
+}
+
+/// A waiter's ticket in a lane's queue: taken out (so the next waiter is the head) when the
+/// wait is abandoned before the grant.
+struct Place {
+    store: Arc<RedisLanes>,
+    key: String,
+    ticket: String,
+    waiting: bool,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        let mut conn = self.store.conn.clone();
+        let (key, ticket) = (std::mem::take(&mut self.key), std::mem::take(&mut self.ticket));
+        // Best effort: if this never runs, the ticket lapses after `QUEUE_LEASE`.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _: Result<i64, _> = Script::new(LEAVE)
+                    .key(format!("{key}:queue"))
+                    .key(format!("{key}:qlease"))
+                    .key(freed(&key))
+                    .arg(&ticket)
+                    .invoke_async(&mut conn)
+                    .await;
+            });
+        }
+    }
+}
+
 /// Permits held in Redis for one lease.
 struct Permits {
     store: Arc<RedisLanes>,
@@ -326,10 +333,11 @@ impl Drop for Permits {
         // Best effort: if this never runs (the process exits), the lease lapses on its own.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let _: Result<i64, _> = redis::cmd("ZREM")
-                    .arg(&key)
+                let _: Result<i64, _> = Script::new(RELEASE)
+                    .key(&key)
+                    .key(freed(&key))
                     .arg(&members)
-                    .query_async(&mut conn)
+                    .invoke_async(&mut conn)
                     .await;
             });
         }

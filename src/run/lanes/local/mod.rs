@@ -24,6 +24,8 @@ use std::time::Duration;
 use super::{
     Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState,
 };
+
+mod bell;
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -101,10 +103,12 @@ fn unix_now() -> f64 {
 }
 
 /// Slot files held for one lease; closing them releases the locks. Dropping it also tells
-/// the lane which slot came free, where the next search starts.
+/// the lane which slot came free, where the next search starts, and rings the lane's
+/// doorbell so a process waiting for a slot looks at once.
 struct Slots {
     files: Vec<(u32, File)>,
     hint: Arc<AtomicU32>,
+    bell: Arc<PathBuf>,
 }
 
 impl Drop for Slots {
@@ -112,7 +116,9 @@ impl Drop for Slots {
         if let Some((k, _)) = self.files.first() {
             self.hint.store(*k, Ordering::Relaxed);
         }
-        // The files close (and their locks go) as the vector drops.
+        // Unlock first (the files close), then ring: the waiter must find the slot free.
+        self.files.clear();
+        bell::ring(&self.bell);
     }
 }
 
@@ -154,6 +160,9 @@ struct FileLane {
     gate_turn: tokio::sync::Mutex<()>,
     rate_file: std::sync::Mutex<File>,
     hint: Arc<AtomicU32>,
+    /// The doorbell a freed slot rings, and this process's ear on it.
+    bell_path: Arc<PathBuf>,
+    bell: tokio::sync::Mutex<Option<bell::Bell>>,
 }
 
 impl FileLane {
@@ -161,11 +170,13 @@ impl FileLane {
         Ok(FileLane {
             gate: open_rw(&dir.join("gate"))?,
             rate_file: std::sync::Mutex::new(open_rw(&dir.join("rate"))?),
-            dir,
             slots,
             rate,
             gate_turn: tokio::sync::Mutex::new(()),
             hint: Arc::new(AtomicU32::new(0)),
+            bell_path: Arc::new(dir.join("doorbell")),
+            bell: tokio::sync::Mutex::new(None),
+            dir,
         })
     }
 
@@ -195,7 +206,10 @@ impl FileLane {
             .map_err(|e| LaneError(format!("lane gate: {e}")))??
         };
         let mut held: Vec<(u32, File)> = Vec::with_capacity(weight as usize);
-        let mut delay = Duration::from_millis(2);
+        // Listen before looking: a slot freed between the look and the wait rings a bell
+        // this process already hears.
+        let mut bell = self.bell.lock().await;
+        bell::listen(&mut bell, &self.bell_path);
         loop {
             let start = self.hint.load(Ordering::Relaxed) % self.slots.max(1);
             for i in 0..self.slots {
@@ -215,10 +229,10 @@ impl FileLane {
                 return Ok(Slots {
                     files: held,
                     hint: self.hint.clone(),
+                    bell: self.bell_path.clone(),
                 });
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(50));
+            bell::wait(&mut bell, &self.bell_path, bell::FALLBACK).await;
         }
     }
 

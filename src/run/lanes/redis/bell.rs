@@ -1,0 +1,89 @@
+//! "A permit was freed": one pub/sub connection per process, pattern-subscribed to the `freed`
+//! channel of every lane of the manifest, wakes the calls of this process that wait on that
+//! lane at once. The listener starts with the first wait and comes back by itself after Redis
+//! does (a message missed meanwhile costs a waiter one fallback period, never a hang).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+
+/// How long the listener waits before connecting again after Redis went away.
+const RECONNECT: Duration = Duration::from_secs(1);
+
+pub(super) struct Bells {
+    client: redis::Client,
+    /// `flux-tools:NS:*:freed`.
+    pattern: String,
+    lanes: Mutex<HashMap<String, Arc<Notify>>>,
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Bells {
+    pub(super) fn new(client: redis::Client, ns: &str) -> Arc<Bells> {
+        Arc::new(Bells {
+            client,
+            pattern: format!("flux-tools:{ns}:*:freed"),
+            lanes: Mutex::new(HashMap::new()),
+            listener: Mutex::new(None),
+        })
+    }
+
+    /// What wakes this process's waiters on `channel` (listening from now on).
+    pub(super) fn bell(self: &Arc<Self>, channel: &str) -> Arc<Notify> {
+        self.listen();
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.entry(channel.to_string()).or_default().clone()
+    }
+
+    fn listen(self: &Arc<Self>) {
+        let mut listener = self.listener.lock().unwrap_or_else(|e| e.into_inner());
+        if listener.is_some() {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let (client, pattern) = (self.client.clone(), self.pattern.clone());
+        *listener = Some(tokio::spawn(serve(me, client, pattern)));
+    }
+
+    fn ring(&self, channel: &str) {
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = lanes.get(channel) {
+            n.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Bells {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Receive "freed" messages and wake the waiters they name, for as long as the store lives.
+async fn serve(bells: Weak<Bells>, client: redis::Client, pattern: String) {
+    loop {
+        if let Ok(mut pubsub) = client.get_async_pubsub().await {
+            if pubsub.psubscribe(&pattern).await.is_ok() {
+                let mut messages = pubsub.on_message();
+                while let Some(msg) = messages.next().await {
+                    let Some(b) = bells.upgrade() else { return };
+                    b.ring(msg.get_channel_name());
+                }
+            }
+        }
+        if bells.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(RECONNECT).await;
+    }
+}

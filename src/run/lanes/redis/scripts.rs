@@ -1,0 +1,104 @@
+//! The Lua scripts the Redis store runs (each atomic on the server, on Redis's own clock).
+//!
+//! A lane is `KEY` (a sorted set of permits scored by lease expiry), `KEY:queue` (waiting
+//! tickets scored by arrival), `KEY:qlease` (each ticket's own lapse time), `KEY:seq` (the
+//! arrival counter) and the channel `KEY:freed`, on which a release (and a grant or a leaving
+//! waiter that leaves room) says that the head of the queue should look again.
+
+/// KEYS: permits, queue, qlease, seq, freed channel. ARGV: limit, lease_ms, ticket,
+/// queue_lease_ms, member…  Grants (1) only to the head of the queue, when its weight fits.
+pub(super) const ACQUIRE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for _, g in ipairs(gone) do
+  redis.call('ZREM', KEYS[2], g)
+  redis.call('ZREM', KEYS[3], g)
+end
+local ticket = ARGV[3]
+if not redis.call('ZSCORE', KEYS[2], ticket) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ticket)
+end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ticket)
+local keep = tonumber(ARGV[2]) * 2
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], keep) end
+local limit = tonumber(ARGV[1])
+local n = #ARGV - 4
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head ~= ticket or redis.call('ZCARD', KEYS[1]) + n > limit then return 0 end
+for i = 5, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('ZREM', KEYS[2], ticket)
+redis.call('ZREM', KEYS[3], ticket)
+if redis.call('ZCARD', KEYS[2]) > 0 and redis.call('ZCARD', KEYS[1]) < limit then
+  redis.call('PUBLISH', KEYS[5], '1')
+end
+return 1
+"#;
+
+/// KEYS: permits, freed channel. ARGV: member…  Gives permits back and says so.
+pub(super) const RELEASE: &str = r#"
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+redis.call('PUBLISH', KEYS[2], '1')
+return 1
+"#;
+
+/// KEYS: queue, qlease, freed channel. ARGV: ticket. A waiter that gives up leaves the queue
+/// (the next one may now be the head).
+pub(super) const LEAVE: &str = r#"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('PUBLISH', KEYS[3], '1') end
+return 1
+"#;
+
+
+pub(super) const RENEW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return 1
+"#;
+
+/// Token bucket and back-off pause: returns the wait in microseconds and whether it is for a
+/// token. ARGV: per_sec, burst, has_rate (0/1), backoff_us (0: admit one call).
+pub(super) const TOKENS: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local per_sec, burst, has_rate, backoff = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
+local at = tonumber(redis.call('HGET', KEYS[1], 'at') or now)
+local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or 0)
+local wait, token = 0, 0
+if backoff > 0 then
+  local untl = now + backoff / 1e6
+  if untl > paused then paused = untl end
+  if has_rate and at < untl then
+    if tokens > 0 then tokens = 0 end
+    at = untl
+  end
+else
+  local pw = paused - now
+  if pw < 0 then pw = 0 end
+  local tw = 0
+  if has_rate then
+    if now > at then
+      tokens = math.min(burst, tokens + (now - at) * per_sec)
+      at = now
+    end
+    tokens = tokens - 1
+    local starts = at - now
+    if starts < 0 then starts = 0 end
+    tw = starts
+    if tokens < 0 then tw = starts + (-tokens) / per_sec end
+  end
+  if tw > 0 then token = 1 end
+  wait = math.max(tw, pw)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at), 'paused', tostring(paused))
+redis.call('EXPIRE', KEYS[1], 86400)
+return {math.floor(wait * 1e6), token}
+"#;
+
