@@ -651,3 +651,68 @@ fn redis_restarted_mid_run_is_reconnected_and_the_limit_holds() {
     all_ok(children);
     assert_eq!(peak(&log, None), 2, "the tool lane's limit was exceeded");
 }
+
+/// Every doorbell file under the local store's folder for this project's manifest.
+fn doorbells(p: &Project) -> Vec<std::path::PathBuf> {
+    let manifest = p.path().join("tools.toml").canonicalize().unwrap();
+    let hash = format!(
+        "{:016x}",
+        flux_tools::run::lanes::fnv_hash(manifest.as_os_str().as_encoded_bytes())
+    );
+    let root = flux_tools::run::lanes::runtime_dir().unwrap().join(hash);
+    std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("doorbell"))
+        .filter(|d| d.exists())
+        .collect()
+}
+
+#[test]
+fn a_freed_slot_rings_the_doorbell_and_a_removed_doorbell_only_slows_the_handoff() {
+    let p = Project::new(LOGGING);
+    let log = p.path().join("bell.log");
+    let children = three_runs(&p, &log, 6, "local");
+    // Remove the doorbell while the runs wait on it: rings are lost until a waiter makes a
+    // new one; each lost ring costs a fallback period, and every call still runs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut removed = 0;
+    while removed < 3 && Instant::now() < deadline {
+        for d in doorbells(&p) {
+            use std::os::unix::fs::FileTypeExt;
+            assert!(std::fs::metadata(&d).unwrap().file_type().is_fifo());
+            if std::fs::remove_file(&d).is_ok() {
+                removed += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(removed > 0, "the lane had a doorbell to remove");
+    all_ok(children);
+    assert_eq!(peak(&log, None), 2, "per_tool = 2 held throughout");
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 36);
+}
+
+#[test]
+fn redis_waiters_without_their_freed_messages_still_finish() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis-bell.log");
+    let children = three_runs(&p, &log, 6, &redis.url);
+    // Cut every pub/sub connection mid-run: waiters fall back to trying every 100 ms until
+    // their listener is back.
+    std::thread::sleep(Duration::from_millis(500));
+    let cli = std::process::Command::new("redis-cli")
+        .args(["-u", &redis.url, "CLIENT", "KILL", "TYPE", "pubsub"])
+        .output();
+    all_ok(children);
+    if let Ok(out) = cli {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(peak(&log, None), 2);
+}

@@ -1,6 +1,6 @@
-//! "A permit was freed": one pub/sub connection per process, pattern-subscribed to the `freed`
-//! channel of every lane of the manifest, wakes the calls of this process that wait on that
-//! lane at once. The listener starts with the first wait and comes back by itself after Redis
+//! "A permit was freed, and you are next": one pub/sub connection per process,
+//! pattern-subscribed to the `freed` channels of every lane of the manifest, wakes the one call
+//! of this process whose ticket is at the head of the lane's queue. The listener starts with the first wait and comes back by itself after Redis
 //! does (a message missed meanwhile costs a waiter one fallback period, never a hang).
 
 use std::collections::HashMap;
@@ -25,17 +25,23 @@ impl Bells {
     pub(super) fn new(client: redis::Client, ns: &str) -> Arc<Bells> {
         Arc::new(Bells {
             client,
-            pattern: format!("flux-tools:{ns}:*:freed"),
+            pattern: format!("flux-tools:{ns}:*:freed:*"),
             lanes: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
         })
     }
 
-    /// What wakes this process's waiters on `channel` (listening from now on).
+    /// What wakes the waiter of `channel` (its own ticket's; listening from now on).
     pub(super) fn bell(self: &Arc<Self>, channel: &str) -> Arc<Notify> {
         self.listen();
         let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         lanes.entry(channel.to_string()).or_default().clone()
+    }
+
+    /// The waiter of `channel` is done.
+    pub(super) fn forget(&self, channel: &str) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.remove(channel);
     }
 
     fn listen(self: &Arc<Self>) {
@@ -51,7 +57,8 @@ impl Bells {
     fn ring(&self, channel: &str) {
         let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = lanes.get(channel) {
-            n.notify_waiters();
+            // A permit, not a broadcast: kept if the waiter is between two tries.
+            n.notify_one();
         }
     }
 }

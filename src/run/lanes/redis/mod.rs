@@ -54,6 +54,8 @@ pub struct RedisLanes {
     ns: String,
     /// "Freed" messages, shared by this process's stores.
     bells: Arc<bell::Bells>,
+    /// Per lane: until when its last grant said it is paused.
+    paused: Vec<std::sync::Mutex<Option<tokio::time::Instant>>>,
     lease: Duration,
     acquire: Script,
     renew: Script,
@@ -131,6 +133,7 @@ impl RedisLanes {
             url: redact_url(url),
             conn,
             mem: Arc::new(MemoryLanes::new(specs)),
+            paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             lanes,
             bells: bell::Bells::new(client.clone(), &ns),
             ns,
@@ -149,6 +152,7 @@ impl RedisLanes {
             conn: self.conn.clone(),
             mem: Arc::new(self.mem.renewed(specs)),
             lanes: redis_lanes(specs, &self.ns),
+            paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             bells: self.bells.clone(),
             ns: self.ns.clone(),
             lease: self.lease,
@@ -171,7 +175,7 @@ impl RedisLanes {
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
         let queue_ms = u64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(2_000);
-        let bell = self.bells.bell(&freed(&l.key));
+        let bell = self.bells.bell(&format!("{}{id}", freed(&l.key)));
         // Until granted, the ticket leaves the queue if this wait is abandoned.
         let mut place = Place {
             store: self.clone(),
@@ -180,26 +184,27 @@ impl RedisLanes {
             waiting: true,
         };
         loop {
-            // Listen before trying: a "freed" sent between the try and the wait still wakes us.
-            let rung = bell.notified();
-            tokio::pin!(rung);
-            rung.as_mut().enable();
             let mut inv = self.acquire.key(&l.key);
             inv.key(format!("{}:queue", l.key))
                 .key(format!("{}:qlease", l.key))
                 .key(format!("{}:seq", l.key))
-                .key(freed(&l.key));
+                .key(freed(&l.key))
+                .key(format!("{}:rate", l.key));
             inv.arg(l.limit).arg(lease_ms).arg(&id).arg(queue_ms);
             for m in &members {
                 inv.arg(m);
             }
             let mut conn = self.conn.clone();
-            let answer = inv.invoke_async::<i64>(&mut conn).await;
-            if self.note_answer(&answer)? {
+            let answer = inv.invoke_async::<(i64, i64)>(&mut conn).await;
+            let paused_ms = answer.as_ref().map_or(0, |(_, ms)| *ms);
+            if self.note_answer(&answer.map(|(granted, _)| granted))? {
                 place.waiting = false;
+                self.note_pause(lane, paused_ms);
                 break;
             }
-            let _ = tokio::time::timeout(FALLBACK, rung).await;
+            // A "you are next" sent between the try and this wait is kept by the bell
+            // (`notify_one`), so it is never missed.
+            let _ = tokio::time::timeout(FALLBACK, bell.notified()).await;
         }
         // Renew while the call runs; give the permits back when the lease drops.
         let me = self.clone();
@@ -223,6 +228,16 @@ impl RedisLanes {
             members,
             renewer,
         })
+    }
+
+    /// What the grant said of the lane's pause (another process's Retry-After): admissions
+    /// to a lane without a rate wait for it without asking Redis again.
+    fn note_pause(&self, lane: usize, ms: i64) {
+        if let Some(p) = self.paused.get(lane) {
+            let until = (ms > 0)
+                .then(|| tokio::time::Instant::now() + Duration::from_millis(ms.unsigned_abs()));
+            *p.lock().unwrap_or_else(|e| e.into_inner()) = until;
+        }
     }
 
     /// Record whether Redis answered; `Ok(true)` when the permits were granted, `Err` once it
@@ -280,9 +295,10 @@ impl RedisLanes {
     }
 }
 
-/// The channel on which lane `key`'s waiters hear that a permit was freed.
+/// The prefix of the channels on which lane `key`'s waiters hear that a permit was freed and
+/// they are next (`PREFIX` + their ticket).
 fn freed(key: &str) -> String {
-    format!("{key}:freed")
+    format!("{key}:freed:")
 }
 
 /// A waiter's ticket in a lane's queue: taken out (so the next waiter is the head) when the
@@ -296,11 +312,17 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        self.store
+            .bells
+            .forget(&format!("{}{}", freed(&self.key), self.ticket));
         if !self.waiting {
             return;
         }
         let mut conn = self.store.conn.clone();
-        let (key, ticket) = (std::mem::take(&mut self.key), std::mem::take(&mut self.ticket));
+        let (key, ticket) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.ticket),
+        );
         // Best effort: if this never runs, the ticket lapses after `QUEUE_LEASE`.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
@@ -335,6 +357,7 @@ impl Drop for Permits {
             handle.spawn(async move {
                 let _: Result<i64, _> = Script::new(RELEASE)
                     .key(&key)
+                    .key(format!("{key}:queue"))
                     .key(freed(&key))
                     .arg(&members)
                     .invoke_async(&mut conn)
@@ -375,8 +398,20 @@ impl LaneStore for RedisLanes {
     }
 
     fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
-        if self.lane(lane).is_none() {
-            return Answer::Now(self.mem.admit(lane));
+        match self.lane(lane) {
+            None => return Answer::Now(self.mem.admit(lane)),
+            // A permit lane without a rate: its grant just said how long it is paused.
+            Some(l) if l.rate.is_none() && l.limit > 0 => {
+                let shared = self.paused.get(lane).and_then(|p| {
+                    let until = *p.lock().unwrap_or_else(|e| e.into_inner());
+                    until.map(|u| u.saturating_duration_since(tokio::time::Instant::now()))
+                });
+                return Answer::Now(self.mem.admit(lane).map(|mut a| {
+                    a.wait = a.wait.max(shared.unwrap_or_default());
+                    a
+                }));
+            }
+            Some(_) => {}
         }
         Answer::Later(Box::pin(async move {
             self.run_tokens(lane, Duration::ZERO).await

@@ -2,11 +2,13 @@
 //!
 //! A lane is `KEY` (a sorted set of permits scored by lease expiry), `KEY:queue` (waiting
 //! tickets scored by arrival), `KEY:qlease` (each ticket's own lapse time), `KEY:seq` (the
-//! arrival counter) and the channel `KEY:freed`, on which a release (and a grant or a leaving
-//! waiter that leaves room) says that the head of the queue should look again.
+//! arrival counter). A release (and a grant that leaves room, and a waiter that leaves) publishes
+//! on `KEY:freed:TICKET` for the ticket now at the head of the queue, so only the process whose
+//! call is next wakes, and only that call.
 
-/// KEYS: permits, queue, qlease, seq, freed channel. ARGV: limit, lease_ms, ticket,
-/// queue_lease_ms, member…  Grants (1) only to the head of the queue, when its weight fits.
+/// KEYS: permits, queue, qlease, seq, freed channel prefix, rate hash. ARGV: limit, lease_ms,
+/// ticket, queue_lease_ms, member…  Grants only to the head of the queue, when its weight fits:
+/// `{1, ms}` with how long the lane is paused (a partner's Retry-After), else `{0, 0}`.
 pub(super) const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -26,33 +28,38 @@ for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], keep) end
 local limit = tonumber(ARGV[1])
 local n = #ARGV - 4
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if head ~= ticket or redis.call('ZCARD', KEYS[1]) + n > limit then return 0 end
+if head ~= ticket or redis.call('ZCARD', KEYS[1]) + n > limit then return {0, 0} end
 for i = 5, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('ZREM', KEYS[2], ticket)
 redis.call('ZREM', KEYS[3], ticket)
-if redis.call('ZCARD', KEYS[2]) > 0 and redis.call('ZCARD', KEYS[1]) < limit then
-  redis.call('PUBLISH', KEYS[5], '1')
+local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if next and redis.call('ZCARD', KEYS[1]) < limit then
+  redis.call('PUBLISH', KEYS[5] .. next, '1')
 end
-return 1
+local paused = tonumber(redis.call('HGET', KEYS[6], 'paused') or 0) * 1000 - now
+if paused < 0 then paused = 0 end
+return {1, math.floor(paused)}
 "#;
 
-/// KEYS: permits, freed channel. ARGV: member…  Gives permits back and says so.
+/// KEYS: permits, queue, freed channel prefix. ARGV: member…  Gives permits back and tells
+/// the head of the queue.
 pub(super) const RELEASE: &str = r#"
 redis.call('ZREM', KEYS[1], unpack(ARGV))
-redis.call('PUBLISH', KEYS[2], '1')
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head then redis.call('PUBLISH', KEYS[3] .. head, '1') end
 return 1
 "#;
 
-/// KEYS: queue, qlease, freed channel. ARGV: ticket. A waiter that gives up leaves the queue
-/// (the next one may now be the head).
+/// KEYS: queue, qlease, freed channel prefix. ARGV: ticket. A waiter that gives up leaves
+/// the queue, and the new head is told.
 pub(super) const LEAVE: &str = r#"
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('PUBLISH', KEYS[3], '1') end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+if head then redis.call('PUBLISH', KEYS[3] .. head, '1') end
 return 1
 "#;
-
 
 pub(super) const RENEW: &str = r#"
 local t = redis.call('TIME')
@@ -101,4 +108,3 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at), 'pau
 redis.call('EXPIRE', KEYS[1], 86400)
 return {math.floor(wait * 1e6), token}
 "#;
-
