@@ -69,6 +69,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--no-cache', '--no-cache', [CompletionResultType]::ParameterName, 'Answer nothing from the read cache and store nothing in it')
             [CompletionResult]::new('--refresh', '--refresh', [CompletionResultType]::ParameterName, 'Ignore cached results from earlier runs, but store this run''s')
             [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Emit each result as a JSON line as soon as it and every earlier call have resolved')
+            [CompletionResult]::new('--turns', '--turns', [CompletionResultType]::ParameterName, 'One turn per line of stdin (a model''s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns')
             [CompletionResult]::new('--retry-indeterminate', '--retry-indeterminate', [CompletionResultType]::ParameterName, 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')

@@ -490,7 +490,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
+            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --turns --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -65,6 +65,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --no-cache 'Answer nothing from the read cache and store nothing in it'
             cand --refresh 'Ignore cached results from earlier runs, but store this run''s'
             cand --stream 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
+            cand --turns 'One turn per line of stdin (a model''s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns'
             cand --retry-indeterminate 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'

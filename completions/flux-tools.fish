@@ -83,6 +83,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l literal -d
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l no-cache -d 'Answer nothing from the read cache and store nothing in it'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l refresh -d 'Ignore cached results from earlier runs, but store this run\'s'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l turns -d 'One turn per line of stdin (a model\'s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
