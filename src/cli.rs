@@ -53,11 +53,20 @@ pub enum Command {
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
     },
-    /// List the manifest's tools and their declarations
+    /// List the manifest's tools and their declarations, or (--emit) offer them to a model
     Tools {
         /// Output format [default: table]
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
+        /// Print the tools as PROVIDER's request takes them (a JSON Schema per tool)
+        #[arg(long, value_enum, value_name = "PROVIDER")]
+        emit: Option<Emit>,
+        /// Only these tools (comma-separated; manifest or exported names)
+        #[arg(long, value_name = "NAMES", value_delimiter = ',', requires = "emit")]
+        tools: Option<Vec<String>>,
+        /// OpenAI's strict mode for every tool whose schema allows it (stderr names the others)
+        #[arg(long, requires = "emit")]
+        strict: bool,
     },
     /// Work with Model Context Protocol servers
     Mcp {

@@ -62,7 +62,15 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             clap_complete::generate(*shell, &mut cmd, "flux-tools", &mut std::io::stdout());
             Ok(error::EXIT_OK)
         }
-        Command::Tools { format } => tools::tools(&args, *format),
+        Command::Tools {
+            format, emit: None, ..
+        } => tools::tools(&args, *format),
+        Command::Tools {
+            emit: Some(e),
+            tools: select,
+            strict,
+            ..
+        } => tools::offer(&args, *e, select.as_deref(), *strict),
         Command::Report {
             results,
             svg,

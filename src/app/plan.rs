@@ -52,7 +52,16 @@ pub(super) fn load_plan(
     let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
-    let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
+    // By the manifest's names (a model may call a tool by its exported name).
+    let used: Vec<String> = batch
+        .calls
+        .iter()
+        .map(|c| {
+            manifest
+                .tool(&c.tool)
+                .map_or_else(|| c.tool.clone(), |t| t.name.clone())
+        })
+        .collect();
     let hub = start_mcp(args, &mut manifest, &used, rt)?;
     let plan = match plan::build(&manifest, &batch, opts) {
         Ok(p) => p,

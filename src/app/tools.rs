@@ -1,4 +1,5 @@
-//! `flux-tools tools`: the manifest's tools and their declarations.
+//! `flux-tools tools`: the manifest's tools and their declarations; with `--emit`, the tools
+//! as a model provider's request takes them.
 
 use super::{load_manifest, stdout_write};
 use crate::cli::{Args, ListFormat};
@@ -15,4 +16,73 @@ pub(super) fn tools(args: &Args, format: Option<ListFormat>) -> Result<u8, Error
     };
     stdout_write(text.as_bytes())?;
     Ok(error::EXIT_OK)
+}
+
+/// `tools --emit PROVIDER`: the (selected) tools as PROVIDER's request takes them. An MCP
+/// tool's schema is its server's, so its server is asked.
+pub(super) fn offer(
+    args: &Args,
+    emit: crate::cli::Emit,
+    select: Option<&[String]>,
+    strict: bool,
+) -> Result<u8, Error> {
+    let m = load_manifest(args)?;
+    let remote = remote_schemas(&m, select)?;
+    let (offers, notes) =
+        report::definitions::offers(&m, select, strict, &remote).map_err(Error::Usage)?;
+    if !args.quiet {
+        for n in notes {
+            eprintln!("note: {n}");
+        }
+    }
+    let doc = report::definitions::document(emit, &offers);
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    stdout_write(format!("{text}\n").as_bytes())?;
+    Ok(error::EXIT_OK)
+}
+
+/// The input schemas of the (selected) MCP tools, as their servers list them.
+fn remote_schemas(
+    m: &crate::manifest::Manifest,
+    select: Option<&[String]>,
+) -> Result<std::collections::HashMap<String, serde_json::Value>, Error> {
+    use crate::tools::ToolKind;
+    let wanted: Vec<&crate::manifest::Tool> = m
+        .tools
+        .iter()
+        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .filter(|t| {
+            select.is_none_or(|s| {
+                s.iter()
+                    .any(|n| m.tool(n).is_some_and(|x| x.name == t.name))
+            })
+        })
+        .collect();
+    let mut out = std::collections::HashMap::new();
+    if wanted.is_empty() {
+        return Ok(out);
+    }
+    let rt = super::runtime()?;
+    let hub = crate::tools::mcp::McpHub::new(&m.mcp_servers);
+    let fetched = rt.block_on(async {
+        let mut found = Vec::new();
+        for t in &wanted {
+            let ToolKind::Mcp(spec) = &t.kind else {
+                continue;
+            };
+            let list = hub.tools(&spec.server).await?;
+            let schema = list
+                .iter()
+                .find(|r| r["name"] == spec.tool.as_str())
+                .map(|r| r["inputSchema"].clone())
+                .ok_or_else(|| {
+                    format!("MCP server `{}` has no tool `{}`", spec.server, spec.tool)
+                })?;
+            found.push((t.name.clone(), schema));
+        }
+        Ok::<_, String>(found)
+    });
+    rt.block_on(hub.shutdown());
+    out.extend(fetched.map_err(Error::Usage)?);
+    Ok(out)
 }

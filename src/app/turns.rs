@@ -202,18 +202,14 @@ impl Turns<'_> {
         batch: &Batch,
     ) -> Result<(), Vec<Diagnostic>> {
         let Some(hub) = &self.hub else { return Ok(()) };
-        let new: Vec<String> = batch
+        let mut new: Vec<String> = batch
             .calls
             .iter()
-            .map(|c| c.tool.clone())
-            .filter(|t| !self.annotated.contains(t))
-            .filter(|t| {
-                session
-                    .manifest
-                    .tool(t)
-                    .is_some_and(|x| matches!(x.kind, ToolKind::Mcp(_)))
-            })
+            .filter_map(|c| session.manifest.tool(&c.tool))
+            .filter(|t| matches!(t.kind, ToolKind::Mcp(_)) && !self.annotated.contains(&t.name))
+            .map(|t| t.name.clone())
             .collect();
+        new.dedup();
         if new.is_empty() {
             return Ok(());
         }

@@ -49,6 +49,9 @@ pub struct Manifest {
     pub lanes: BTreeMap<String, LaneDecl>,
     pub tools: Vec<Tool>,
     pub tool_index: HashMap<String, usize>,
+    /// Tools whose names a model provider refuses, by the name they are offered under
+    /// (`db_getOrders` for `db.getOrders`): a call to that name runs the tool.
+    pub aliases: HashMap<String, usize>,
     pub mcp_servers: BTreeMap<String, McpServer>,
     pub hooks: Hooks,
     /// Warnings found while parsing (undeclared effects, unbounded turn lane, …).
@@ -294,6 +297,40 @@ impl Manifest {
     }
 }
 
+/// A tool name every provider accepts: OpenAI's and Anthropic's `^[a-zA-Z0-9_-]{1,64}$`, and
+/// Gemini's first character (a letter or `_`). Other characters become `_`
+/// (`db.getOrders` → `db_getOrders`).
+pub fn export_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        out.insert_str(0, "t_");
+    }
+    out.truncate(64);
+    out
+}
+
+/// Each tool whose name needs [`export_name`], by its exported name (the first tool wins a
+/// name two would share; none takes a real tool's name).
+fn aliases(tools: &[Tool], index: &HashMap<String, usize>) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for (i, t) in tools.iter().enumerate() {
+        let safe = export_name(&t.name);
+        if safe != t.name && !index.contains_key(&safe) {
+            out.entry(safe).or_insert(i);
+        }
+    }
+    out
+}
+
 /// `[budget]`: limits on a whole run.
 #[derive(Debug, Clone, Default)]
 pub struct Budget {
@@ -381,7 +418,9 @@ impl Manifest {
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
 
+        let aliases = aliases(&tools, &tool_index);
         let mut m = Manifest {
+            aliases,
             file: file.clone(),
             path,
             concurrency,
@@ -407,7 +446,15 @@ impl Manifest {
     }
 
     pub fn tool(&self, name: &str) -> Option<&Tool> {
-        self.tool_index.get(name).map(|&i| &self.tools[i])
+        self.tool_position(name).map(|i| &self.tools[i])
+    }
+
+    /// The tool called `name`, or exported to models as `name` (see [`export_name`]).
+    pub fn tool_position(&self, name: &str) -> Option<usize> {
+        self.tool_index
+            .get(name)
+            .or_else(|| self.aliases.get(name))
+            .copied()
     }
 
     /// "did you mean `search`?" for an unknown tool name.

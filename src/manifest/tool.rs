@@ -363,7 +363,14 @@ impl Reader<'_> {
 
     fn arg_schema(&mut self, t: &DeTable<'_>, ctx: &str) -> Option<ArgSchema> {
         let at = self.table(t, "args", ctx)?;
-        let mut schema = ArgSchema::default();
+        Some(ArgSchema {
+            args: self.arg_specs(at, ctx),
+        })
+    }
+
+    /// The arguments (or an object's properties) declared in table `at` of `ctx`.
+    fn arg_specs(&mut self, at: &DeTable<'_>, ctx: &str) -> Vec<ArgSpec> {
+        let mut out = Vec::new();
         for (k, v) in at.iter() {
             let name = k.get_ref().to_string();
             let actx = format!("argument `{name}` of {ctx}");
@@ -376,73 +383,124 @@ impl Reader<'_> {
                 );
                 continue;
             };
-            self.check_keys(
-                spec,
-                &[
-                    "type",
-                    "required",
-                    "min",
-                    "max",
-                    "min_length",
-                    "max_length",
-                    "enum",
-                    "description",
-                ],
-                &actx,
-            );
-            let ty = match self.string(spec, "type", &actx) {
-                Some((s, ts)) => match ArgType::parse(&s) {
-                    Some(ty) => ty,
-                    None => {
-                        self.error(
-                            ts,
-                            format!("unknown type `{s}` for {actx}"),
-                            suggest(&s, ArgType::NAMES),
-                        );
-                        ArgType::Any
-                    }
-                },
-                None => ArgType::Any,
-            };
-            let length = |r: &mut Self, key: &str| -> Option<u64> {
-                let (n, ns) = r.number(spec, key, &actx)?;
-                if n < 0.0 || n.fract() != 0.0 {
-                    r.error(
-                        ns,
-                        format!("`{key}` of {actx} must be a whole number"),
-                        None,
-                    );
-                    return None;
-                }
-                Some(n as u64)
-            };
-            let min_length = length(self, "min_length");
-            let max_length = length(self, "max_length");
-            let one_of =
-                Reader::entry(spec, "enum").and_then(|(_, ev)| match de_to_json(ev.get_ref()) {
-                    Value::Array(a) => Some(a),
-                    _ => {
-                        self.type_error(
-                            ev.span(),
-                            &format!("`enum` of {actx}"),
-                            "an array",
-                            ev.get_ref(),
-                        );
-                        None
-                    }
-                });
-            schema.args.push(ArgSpec {
-                ty,
-                required: self.boolean(spec, "required", &actx).unwrap_or(false),
-                min: self.number(spec, "min", &actx).map(|(n, _)| n),
-                max: self.number(spec, "max", &actx).map(|(n, _)| n),
-                min_length,
-                max_length,
-                one_of,
-                description: self.string(spec, "description", &actx).map(|(s, _)| s),
-                name,
-            });
+            out.push(self.arg_spec(&name, spec, &actx));
         }
-        Some(schema)
+        out
+    }
+
+    /// One argument's declaration: type, bounds, and for an array its `items`, for an object
+    /// its `properties`.
+    fn arg_spec(&mut self, name: &str, spec: &DeTable<'_>, actx: &str) -> ArgSpec {
+        self.check_keys(
+            spec,
+            &[
+                "type",
+                "required",
+                "min",
+                "max",
+                "min_length",
+                "max_length",
+                "enum",
+                "description",
+                "items",
+                "properties",
+            ],
+            actx,
+        );
+        let ty = match self.string(spec, "type", actx) {
+            Some((s, ts)) => match ArgType::parse(&s) {
+                Some(ty) => ty,
+                None => {
+                    self.error(
+                        ts,
+                        format!("unknown type `{s}` for {actx}"),
+                        suggest(&s, ArgType::NAMES),
+                    );
+                    ArgType::Any
+                }
+            },
+            None => ArgType::Any,
+        };
+        let length = |r: &mut Self, key: &str| -> Option<u64> {
+            let (n, ns) = r.number(spec, key, actx)?;
+            if n < 0.0 || n.fract() != 0.0 {
+                r.error(
+                    ns,
+                    format!("`{key}` of {actx} must be a whole number"),
+                    None,
+                );
+                return None;
+            }
+            Some(n as u64)
+        };
+        let min_length = length(self, "min_length");
+        let max_length = length(self, "max_length");
+        let one_of =
+            Reader::entry(spec, "enum").and_then(|(_, ev)| match de_to_json(ev.get_ref()) {
+                Value::Array(a) => Some(a),
+                _ => {
+                    self.type_error(
+                        ev.span(),
+                        &format!("`enum` of {actx}"),
+                        "an array",
+                        ev.get_ref(),
+                    );
+                    None
+                }
+            });
+        let items = self
+            .nested(spec, "items", ty, ArgType::Array, actx)
+            .map(|item| {
+                Box::new(self.arg_spec(&format!("{name}[]"), item, &format!("the items of {actx}")))
+            });
+        let properties = self
+            .nested(spec, "properties", ty, ArgType::Object, actx)
+            .map(|props| self.arg_specs(props, &format!("the properties of {actx}")));
+        ArgSpec {
+            ty,
+            required: self.boolean(spec, "required", actx).unwrap_or(false),
+            min: self.number(spec, "min", actx).map(|(n, _)| n),
+            max: self.number(spec, "max", actx).map(|(n, _)| n),
+            min_length,
+            max_length,
+            one_of,
+            description: self.string(spec, "description", actx).map(|(s, _)| s),
+            items,
+            properties,
+            name: name.to_string(),
+        }
+    }
+
+    /// `items` (of an array) or `properties` (of an object) as a table, if declared on the
+    /// right type.
+    fn nested<'t, 'i>(
+        &mut self,
+        spec: &'t DeTable<'i>,
+        key: &str,
+        ty: ArgType,
+        want: ArgType,
+        actx: &str,
+    ) -> Option<&'t DeTable<'i>> {
+        let (k, v) = Reader::entry(spec, key)?;
+        if ty != want {
+            let what = if want == ArgType::Array {
+                "array"
+            } else {
+                "object"
+            };
+            self.error(
+                k.span(),
+                format!("`{key}` of {actx} needs type = \"{what}\""),
+                None,
+            );
+            return None;
+        }
+        match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            other => {
+                self.type_error(v.span(), &format!("`{key}` of {actx}"), "a table", other);
+                None
+            }
+        }
     }
 }

@@ -169,7 +169,7 @@ impl<'a> Builder<'a> {
         let (batch, manifest) = (self.batch, self.manifest);
         let mut tool_of = Vec::with_capacity(batch.calls.len());
         for (i, c) in batch.calls.iter().enumerate() {
-            let t = manifest.tool_index.get(&c.tool).copied();
+            let t = manifest.tool_position(&c.tool);
             if t.is_none() {
                 self.call_error(
                     i,

@@ -3,6 +3,7 @@
 //! Nothing here spawns, sleeps or schedules.
 
 pub mod approvals;
+pub mod definitions;
 pub mod emit;
 pub mod history;
 pub mod otlp;

@@ -245,3 +245,142 @@ fn a_one_line_reply_piped_to_stream_is_read_whole() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
     }
 }
+
+/// `tools --emit` for the bundled manifest plus nested schemas, strict and not.
+const OFFERED: &str = r#"
+[tools."db.getOrders"]
+kind = "scripted"
+effect = "read"
+description = "A customer's orders"
+output = { customer = "{customer}" }
+[tools."db.getOrders".args]
+customer = { type = "integer", required = true, min = 1, description = "The customer id" }
+status = { type = "string", enum = ["open", "shipped"] }
+
+[tools.order]
+kind = "scripted"
+effect = "write"
+idempotent = true
+[tools.order.args]
+lines = { type = "array", required = true, max_length = 10, items = { type = "object", properties = { sku = { type = "string", required = true, max_length = 20 }, qty = { type = "integer", min = 1, max = 99 } } } }
+note = { type = "string", max_length = 200 }
+
+[tools.free]
+kind = "scripted"
+effect = "read"
+"#;
+
+#[test]
+fn tool_definitions_are_what_each_providers_sdk_types_take() {
+    let p = Project::new(OFFERED);
+    let python = sdk_python();
+    for provider in ["openai", "openai-responses", "anthropic", "gemini"] {
+        for strict in [false, true] {
+            if strict && !provider.starts_with("openai") {
+                continue;
+            }
+            let mut cmd = p.cmd();
+            cmd.args(["tools", "--emit", provider]);
+            if strict {
+                cmd.arg("--strict");
+            }
+            let out = cmd.output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            // Typed bounds, nested shapes, the exported name.
+            assert!(
+                text.contains("\"minimum\": 1,") || text.contains("\"minimum\": 1\n"),
+                "{text}"
+            );
+            assert!(
+                text.contains("db_getOrders") && !text.contains("\"db.getOrders\""),
+                "{text}"
+            );
+            assert!(
+                text.contains("\"items\"") && text.contains("\"sku\""),
+                "{text}"
+            );
+            if strict {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(err.contains("tool `free` cannot be strict"), "{err}");
+                let strict_count = text.matches("\"strict\": true").count();
+                assert_eq!(strict_count, 2, "{text}");
+            }
+            if provider == "anthropic" {
+                assert_eq!(
+                    doc[0]["input_schema"]["properties"]["customer"]["type"],
+                    "integer"
+                );
+            }
+            if let Some(py) = &python {
+                let mut child = Command::new(py)
+                    .arg(repo().join("tests/sdk/validate.py"))
+                    .args([provider, "--tools"])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(text.as_bytes())
+                    .unwrap();
+                let v = child.wait_with_output().unwrap();
+                assert!(
+                    v.status.success(),
+                    "{provider} refused the definitions:\n{}\n{text}",
+                    String::from_utf8_lossy(&v.stderr)
+                );
+            }
+        }
+    }
+    // A subset; an unknown name is refused with a hint.
+    let out = p
+        .cmd()
+        .args(["tools", "--emit", "anthropic", "--tools", "db_getOrders"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc.as_array().unwrap().len(), 1);
+    let out = p
+        .cmd()
+        .args(["tools", "--emit", "anthropic", "--tools", "ordr"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean `order`"));
+}
+
+#[test]
+fn a_dotted_tool_offered_under_its_safe_name_runs_when_the_model_calls_it() {
+    let p = Project::new(OFFERED);
+    let reply = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "db_getOrders", "arguments": "{\"customer\": 42}"}}]}}]
+    });
+    let path = p.write("reply.json", &reply.to_string());
+    let out = p
+        .cmd()
+        .args(["run", path.to_str().unwrap(), "--emit", "openai"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc[0]["tool_call_id"], "call_1");
+    assert_eq!(doc[0]["content"], "{\"customer\":42}");
+}

@@ -67,8 +67,50 @@ def check_shape(provider, value, whole):
             assert isinstance(fr["name"], str) and isinstance(fr["response"], dict), it
 
 
+def check_tools(provider, doc):
+    """`flux-tools tools --emit PROVIDER`: the request's `tools`, as each SDK types them."""
+    from openai.types.chat import ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam
+    from anthropic.types import ToolParam
+    from google.genai import types
+
+    def strict(tp, v):
+        TypeAdapter(tp).validate_python(v, strict=True)
+
+    names = []
+    if provider == "openai":
+        for t in doc:
+            strict(ChatCompletionToolParam, t)
+            f = t["function"]
+            assert t["type"] == "function" and f["parameters"]["type"] == "object", t
+            names.append(f["name"])
+    elif provider == "openai-responses":
+        for t in doc:
+            strict(FunctionToolParam, t)
+            assert t["type"] == "function" and isinstance(t["strict"], bool), t
+            names.append(t["name"])
+    elif provider == "anthropic":
+        for t in doc:
+            strict(ToolParam, t)
+            assert t["input_schema"]["type"] == "object", t
+            names.append(t["name"])
+    elif provider == "gemini":
+        for tool in doc:
+            parsed = types.Tool.model_validate(tool)
+            for d in parsed.function_declarations:
+                assert d.parameters_json_schema["type"] == "object", d
+                names.append(d.name)
+    import re
+    for n in names:
+        assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_-]{0,63}", n), f"name {n!r} breaks a provider's rule"
+    print(f"{provider}: {len(names)} tool definition(s) valid")
+
+
 def main():
     provider = sys.argv[1]
+    if "--tools" in sys.argv[2:]:
+        check_tools(provider, json.loads(sys.stdin.read()))
+        return 0
     stream = "--stream" in sys.argv[2:]
     whole_check, item_check = adapters()[provider]
     text = sys.stdin.read()
