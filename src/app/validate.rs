@@ -20,6 +20,7 @@ pub(super) fn validate(
     let manifest = match Manifest::load(&path) {
         Ok(m) => {
             diags.extend(m.warnings.iter().cloned());
+            diags.extend(run_time_problems(&m));
             summary.push(format!("{}: {}", m.name(), plural(m.tools.len(), "tool")));
             Some(m)
         }
@@ -84,4 +85,37 @@ pub(super) fn validate(
     } else {
         error::EXIT_OK
     })
+}
+
+/// What the manifest's reader cannot see but a run would meet: a command's program that is
+/// not there, and tool names a model provider refuses (offered under a safe name).
+fn run_time_problems(m: &Manifest) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for t in &m.tools {
+        let at = Some(m.file.location(t.span.start, t.span.end));
+        if let crate::tools::ToolKind::Command(spec) = &t.kind {
+            if let Some(why) = crate::tools::command::missing_program(spec) {
+                out.push(
+                    Diagnostic::error(format!("tool `{}`: {why}", t.name))
+                        .at(at.clone())
+                        .hint("install it, or give its path (relative to the manifest's folder)"),
+                );
+            }
+        }
+        let safe = crate::manifest::export_name(&t.name);
+        if safe != t.name {
+            let taken = m.aliases.get(&safe) != m.tool_index.get(&t.name);
+            let msg = format!(
+                "tool name `{}` breaks a model provider's rule (^[a-zA-Z_][a-zA-Z0-9_-]{{0,63}}$)",
+                t.name
+            );
+            let hint = if taken {
+                format!("its safe form `{safe}` is another tool's; rename one of them")
+            } else {
+                format!("`tools --emit` offers it as `{safe}`, and a call to `{safe}` runs it")
+            };
+            out.push(Diagnostic::warning(msg).at(at).hint(hint));
+        }
+    }
+    out
 }

@@ -15,6 +15,25 @@ impl Builder<'_> {
     pub(super) fn check_call(&mut self, i: usize, t: usize) {
         let (batch, tool) = (self.batch, &self.manifest.tools[t]);
         let c = &batch.calls[i];
+        // A kind's reserved arguments (`_latency`, …) are for batch files, never a model.
+        if batch.from_model {
+            if let Some(r) = tool
+                .kind
+                .reserved()
+                .iter()
+                .find(|r| c.args.value.contains_key(**r))
+            {
+                let at = batch.locate(i, Some("args"), r);
+                self.call_error(
+                    i,
+                    Diagnostic::error(format!(
+                        "call `{}` to `{}`: argument `{r}` is reserved for batch files; a model may not send it",
+                        c.id, tool.name
+                    ))
+                    .at(at),
+                );
+            }
+        }
         if let Some(schema) = &tool.args {
             let referenced = c.args.referenced_args();
             let mut literal = c.args.literal_without_holes();

@@ -484,3 +484,23 @@ impl Drop for GroupGuard {
         self.signal(libc::SIGKILL);
     }
 }
+
+/// Why the program of `spec` will not start (`None`: it is found, or only known at run time
+/// because its name holds a placeholder or a secret). A name with a `/` is a path (relative to
+/// the manifest's folder); a bare name is looked up on `PATH`.
+pub fn missing_program(spec: &CommandSpec) -> Option<String> {
+    let program = spec.argv.first()?.literal()?;
+    let executable = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = spec.dir.join(&program);
+        return (!executable(&path)).then(|| {
+            format!("program `{program}` is not an executable file ({})", path.display())
+        });
+    }
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(&program))));
+    (!found).then(|| format!("program `{program}` is not found on PATH"))
+}

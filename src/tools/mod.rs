@@ -165,7 +165,7 @@ macro_rules! kinds {
 }
 
 kinds! {
-    mod command => Command(CommandSpec),
+    pub mod command => Command(CommandSpec),
     pub mod http => Http(HttpSpec),
     pub mod mcp => Mcp(McpSpec),
     mod scripted => Scripted(ScriptedSpec),

@@ -224,3 +224,85 @@ fn secrets_are_never_printed_by_tools() {
         assert!(!text.contains("hunter2"), "{text}");
     }
 }
+
+#[test]
+fn validate_finds_a_command_whose_program_is_not_there() {
+    let p = crate::common::Project::new(
+        r#"
+[tools.here]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "true"]
+
+[tools.gone]
+kind = "command"
+effect = "read"
+command = ["no-such-program-anywhere", "x"]
+
+[tools.local]
+kind = "command"
+effect = "read"
+command = ["./bin/missing"]
+
+[tools.later]
+kind = "command"
+effect = "read"
+command = ["${env:FLUX_TEST_SOME_PROGRAM}"]
+"#,
+    );
+    let out = p.cmd().args(["validate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tool `gone`: program `no-such-program-anywhere` is not found on PATH"),
+        "{err}"
+    );
+    assert!(err.contains("tools.toml:7:"), "located: {err}");
+    assert!(
+        err.contains("tool `local`: program `./bin/missing` is not an executable file"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("tool `here`") && !err.contains("tool `later`"),
+        "{err}"
+    );
+    assert!(err.contains("2 errors found"), "{err}");
+    // Once the local program exists (and is executable), only the missing one is left.
+    std::fs::create_dir_all(p.path().join("bin")).unwrap();
+    let prog = p.path().join("bin/missing");
+    std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = p
+        .cmd()
+        .args(["validate", "--format", "json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["errors"], 1, "{doc}");
+}
+
+#[test]
+fn a_model_may_not_send_a_scripted_tools_reserved_arguments() {
+    let p = crate::common::Project::new("[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let reply = r#"{"role": "assistant", "content": null, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{\"_latency\": \"5s\"}"}},
+        {"id": "b", "type": "function", "function": {"name": "t", "arguments": "{\"x\": 1}"}}]}"#;
+    let path = p.write("reply.json", reply);
+    let out = p
+        .cmd()
+        .args(["run", path.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &doc["results"];
+    assert_eq!(r[0]["error"]["kind"], "invalid_call", "{doc}");
+    assert!(r[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("`_latency` is reserved for batch files"));
+    assert_eq!(r[1]["status"], "ok");
+    // A batch file may still use them.
+    let (doc, code) = p.run_json("- { tool: t, args: { _latency: 10ms } }\n", &[]);
+    assert_eq!(code, 0, "{doc}");
+}
