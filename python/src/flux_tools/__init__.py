@@ -1,0 +1,183 @@
+"""Drive the `flux-tools` binary from Python.
+
+- `tools(provider)`: the manifest's tools as the provider's request takes them.
+- `run(reply, emit=…)` / `await arun(reply, emit=…)`: run one model reply (or batch) and get the
+  answer back. Exit statuses 0 (all ok), 1 (some calls failed) and 3 (ended early) are answers;
+  2 (the input or the manifest is invalid) raises `FluxToolsError` with the diagnostics.
+- `Session`: one `flux-tools run --turns` process for a whole conversation — MCP servers, HTTP
+  connections and lanes are kept between turns, so a turn costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any, Iterable, Optional, Sequence, Union
+
+__all__ = ["FluxToolsError", "Session", "arun", "binary", "run", "tools"]
+
+Reply = Union[str, bytes, dict, list]
+
+#: Exit statuses that carry an answer (every call ok; some failed; the run ended early).
+ANSWERS = (0, 1, 3)
+
+
+class FluxToolsError(RuntimeError):
+    """flux-tools refused the input (exit status 2) or could not run; `diagnostics` says why."""
+
+    def __init__(self, message: str, status: Optional[int] = None, diagnostics: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.diagnostics = diagnostics
+
+
+def binary() -> str:
+    """The `flux-tools` this package installed (beside the interpreter), else the one on PATH."""
+    exe = "flux-tools.exe" if os.name == "nt" else "flux-tools"
+    for scheme_dir in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(scheme_dir, exe)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(exe)
+    if not found:
+        raise FluxToolsError("the flux-tools binary is not installed (pip install flux-tools)")
+    return found
+
+
+def _text(reply: Reply) -> str:
+    if isinstance(reply, bytes):
+        return reply.decode()
+    if isinstance(reply, str):
+        return reply
+    return json.dumps(reply)
+
+
+def _command(args: Sequence[str], manifest: Optional[str]) -> list:
+    cmd = [binary()]
+    if manifest:
+        cmd += ["--manifest", os.fspath(manifest)]
+    return cmd + list(args)
+
+
+def _answer(status: int, stdout: str, stderr: str) -> Any:
+    if status in ANSWERS:
+        text = stdout.strip()
+        return json.loads(text) if text else None
+    raise FluxToolsError(stderr.strip() or f"flux-tools exited {status}", status=status)
+
+
+def tools(
+    provider: str,
+    *,
+    names: Optional[Iterable[str]] = None,
+    strict: bool = False,
+    manifest: Optional[str] = None,
+) -> Any:
+    """The manifest's tools (or `names` of them) as `provider`'s request takes them:
+    `openai`, `openai-responses`, `anthropic` or `gemini`."""
+    args = ["tools", "--emit", provider, "-q"]
+    if names:
+        args += ["--tools", ",".join(names)]
+    if strict:
+        args.append("--strict")
+    p = subprocess.run(_command(args, manifest), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise FluxToolsError(p.stderr.strip(), status=p.returncode)
+    return json.loads(p.stdout)
+
+
+def _run_args(emit: Optional[str], extra: Sequence[str]) -> list:
+    args = ["run", "-", "-q"]
+    args += ["--emit", emit] if emit else ["--format", "json"]
+    return args + list(extra)
+
+
+def run(
+    reply: Reply,
+    *,
+    emit: Optional[str] = None,
+    manifest: Optional[str] = None,
+    args: Sequence[str] = (),
+) -> Any:
+    """Run a model's reply (or a batch) and return the answer: with `emit`, what the provider's
+    loop sends back (e.g. the tool messages); else the results document."""
+    p = subprocess.run(
+        _command(_run_args(emit, args), manifest),
+        input=_text(reply),
+        capture_output=True,
+        text=True,
+    )
+    return _answer(p.returncode, p.stdout, p.stderr)
+
+
+async def arun(
+    reply: Reply,
+    *,
+    emit: Optional[str] = None,
+    manifest: Optional[str] = None,
+    args: Sequence[str] = (),
+) -> Any:
+    """`run`, without blocking the event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        *_command(_run_args(emit, args), manifest),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(_text(reply).encode())
+    return _answer(proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode())
+
+
+class Session:
+    """One `flux-tools run --turns` process for a conversation: each `turn(reply)` writes the
+    reply as one line and reads its one-line answer. Use it as a context manager (or `close()`)."""
+
+    def __init__(
+        self,
+        *,
+        emit: Optional[str] = None,
+        manifest: Optional[str] = None,
+        args: Sequence[str] = (),
+    ):
+        turn_args = ["run", "--turns", "-q"]
+        turn_args += ["--emit", emit] if emit else []
+        self._proc = subprocess.Popen(
+            _command(turn_args + list(args), manifest),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.turns = 0
+
+    def turn(self, reply: Reply) -> Any:
+        """Run one turn; returns its answer, or raises `FluxToolsError` if it could not be read."""
+        line = _text(reply).replace("\n", " ")
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline()
+        if not answer:
+            raise FluxToolsError(f"flux-tools ended (status {self._proc.poll()})", self._proc.poll())
+        self.turns += 1
+        value = json.loads(answer)
+        if isinstance(value, dict) and "error" in value and "turn" in value:
+            raise FluxToolsError(value["error"], status=2, diagnostics=value.get("diagnostics"))
+        return value
+
+    def close(self) -> int:
+        """End the process; returns its exit status (the worst of its turns')."""
+        if self._proc.stdin and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        return self._proc.wait()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
