@@ -600,7 +600,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__tools)
-            opts="-q -h --format --manifest --quiet --color --help"
+            opts="-q -h --format --emit --tools --strict --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -608,6 +608,14 @@ _flux__tools() {
             case "${prev}" in
                 --format)
                     COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
+                    return 0
+                    ;;
+                --emit)
+                    COMPREPLY=($(compgen -W "openai openai-responses anthropic gemini" -- "${cur}"))
+                    return 0
+                    ;;
+                --tools)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --manifest)

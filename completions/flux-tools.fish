@@ -35,7 +35,7 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "run" -d 'Exec
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
-complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "tools" -d 'List the manifest\'s tools and their declarations, or (--emit) offer them to a model'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work with Model Context Protocol servers'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document as a timeline picture, or show a run history over time'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
@@ -130,10 +130,16 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -s h -l
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 jsonl\t'The same JSON (one line)'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l emit -d 'Print the tools as PROVIDER\'s request takes them (a JSON Schema per tool)' -r -f -a "openai\t'OpenAI chat completions: tool messages'
+openai-responses\t'OpenAI Responses API: `function_call_output` items'
+anthropic\t'Anthropic Messages: `tool_result` blocks in a user message'
+gemini\t'Google Gemini: `functionResponse` parts in a user content'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l tools -d 'Only these tools (comma-separated; manifest or exported names)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l strict -d 'OpenAI\'s strict mode for every tool whose schema allows it (stderr names the others)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
@@ -177,7 +183,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fi
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "plan" -d 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "validate" -d 'Check the manifest (and batches) and report every problem with its location'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "approvals" -d 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "tools" -d 'List the manifest\'s tools and their declarations, or (--emit) offer them to a model'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "mcp" -d 'Work with Model Context Protocol servers'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "report" -d 'Draw a results document as a timeline picture, or show a run history over time'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'

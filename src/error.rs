@@ -142,6 +142,9 @@ pub struct Diagnostic {
     pub file: Option<String>,
     /// "did you mean `fetch_url`?"
     pub hint: Option<String>,
+    /// The call and the tool it is about, when it is about one (for `validate --format json`).
+    pub call: Option<String>,
+    pub tool: Option<String>,
 }
 
 impl Diagnostic {
@@ -152,7 +155,22 @@ impl Diagnostic {
             location: None,
             file: None,
             hint: None,
+            call: None,
+            tool: None,
         }
+    }
+
+    /// Say which call, to which tool, this is about.
+    pub fn for_call(mut self, call: &str, tool: &str) -> Self {
+        self.call = Some(call.to_string());
+        self.tool = Some(tool.to_string());
+        self
+    }
+
+    /// Say which tool this is about.
+    pub fn for_tool(mut self, tool: &str) -> Self {
+        self.tool = Some(tool.to_string());
+        self
     }
 
     pub fn warning(message: impl Into<String>) -> Self {
@@ -202,6 +220,8 @@ impl Diagnostic {
             "line": self.location.as_ref().map(|l| l.line),
             "column": self.location.as_ref().map(|l| l.col),
             "hint": self.hint,
+            "call": self.call,
+            "tool": self.tool,
         })
     }
 }

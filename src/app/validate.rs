@@ -97,6 +97,7 @@ fn run_time_problems(m: &Manifest) -> Vec<Diagnostic> {
             if let Some(why) = crate::tools::command::missing_program(spec) {
                 out.push(
                     Diagnostic::error(format!("tool `{}`: {why}", t.name))
+                        .for_tool(&t.name)
                         .at(at.clone())
                         .hint("install it, or give its path (relative to the manifest's folder)"),
                 );
@@ -114,7 +115,7 @@ fn run_time_problems(m: &Manifest) -> Vec<Diagnostic> {
             } else {
                 format!("`tools --emit` offers it as `{safe}`, and a call to `{safe}` runs it")
             };
-            out.push(Diagnostic::warning(msg).at(at).hint(hint));
+            out.push(Diagnostic::warning(msg).for_tool(&t.name).at(at).hint(hint));
         }
     }
     out

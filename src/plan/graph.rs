@@ -116,6 +116,8 @@ impl<'a> Builder<'a> {
     /// A problem with call `i` alone: for a model's reply the call becomes invalid (its
     /// first problem, with the hint, is its answer); for a batch it is an error.
     pub fn call_error(&mut self, i: usize, d: Diagnostic) {
+        let c = &self.batch.calls[i];
+        let d = d.for_call(&c.id, &c.tool);
         if !self.batch.from_model {
             return self.error(d);
         }

@@ -306,3 +306,34 @@ fn a_model_may_not_send_a_scripted_tools_reserved_arguments() {
     let (doc, code) = p.run_json("- { tool: t, args: { _latency: 10ms } }\n", &[]);
     assert_eq!(code, 0, "{doc}");
 }
+
+#[test]
+fn validate_json_names_the_call_and_the_tool_of_each_problem() {
+    let p = crate::common::Project::new(
+        "[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n[tools.t.args]\nn = { type = \"integer\", max = 3 }\n",
+    );
+    let b = p.write(
+        "b.yaml",
+        "- { id: first, tool: t, args: { n: 9 } }\n- { id: second, tool: tt }\n",
+    );
+    let out = p
+        .cmd()
+        .args(["validate", b.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let diags = doc["diagnostics"].as_array().unwrap();
+    let of = |call: &str| {
+        diags
+            .iter()
+            .find(|d| d["call"] == call)
+            .unwrap_or_else(|| panic!("{doc}"))
+    };
+    assert_eq!(of("first")["tool"], "t");
+    assert!(of("first")["message"]
+        .as_str()
+        .unwrap()
+        .contains("above its maximum 3"));
+    assert_eq!(of("second")["tool"], "tt");
+    assert_eq!(of("second")["line"], 2);
+}
