@@ -631,38 +631,70 @@ pub fn import_toml(server: &str, tools: &[Value], prefix: Option<&str>) -> Strin
             .unwrap_or_default();
         let _ = writeln!(out, "[{key}.args]");
         for (arg, p) in props {
-            let mut fields = vec![format!("type = \"{}\"", json_type(p))];
-            if required.contains(&arg.as_str()) {
-                fields.push("required = true".into());
-            }
-            for (from, to) in [
-                ("minimum", "min"),
-                ("maximum", "max"),
-                ("minLength", "min_length"),
-                ("maxLength", "max_length"),
-            ] {
-                if let Some(n) = p[from].as_f64() {
-                    fields.push(format!(
-                        "{to} = {}",
-                        toml::Value::Float(n).to_string().trim_end_matches(".0")
-                    ));
-                }
-            }
-            if let Some(values) = p["enum"].as_array() {
-                let items: Vec<String> = values
-                    .iter()
-                    .filter_map(|v| json_to_toml(v).map(|t| t.to_string()))
-                    .collect();
-                fields.push(format!("enum = [{}]", items.join(", ")));
-            }
-            if let Some(d) = p["description"].as_str() {
-                let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
-                fields.push(format!("description = {}", q(&one_line)));
-            }
-            let _ = writeln!(out, "{} = {{ {} }}", q(arg), fields.join(", "));
+            let _ = writeln!(
+                out,
+                "{} = {}",
+                q(arg),
+                arg_toml(p, required.contains(&arg.as_str()))
+            );
         }
     }
     out
+}
+
+/// One argument of an input schema as an inline `[args]` table, with its array `items` and
+/// object `properties` nested the same way.
+fn arg_toml(p: &Value, required: bool) -> String {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let ty = json_type(p);
+    let mut fields = vec![format!("type = \"{ty}\"")];
+    if required {
+        fields.push("required = true".into());
+    }
+    let (lo, hi) = if ty == "array" {
+        ("minItems", "maxItems")
+    } else {
+        ("minLength", "maxLength")
+    };
+    for (from, to) in [
+        ("minimum", "min"),
+        ("maximum", "max"),
+        (lo, "min_length"),
+        (hi, "max_length"),
+    ] {
+        if let Some(n) = p[from].as_f64() {
+            fields.push(format!(
+                "{to} = {}",
+                toml::Value::Float(n).to_string().trim_end_matches(".0")
+            ));
+        }
+    }
+    if let Some(values) = p["enum"].as_array() {
+        let items: Vec<String> = values
+            .iter()
+            .filter_map(|v| json_to_toml(v).map(|t| t.to_string()))
+            .collect();
+        fields.push(format!("enum = [{}]", items.join(", ")));
+    }
+    if let Some(d) = p["description"].as_str() {
+        let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
+        fields.push(format!("description = {}", q(&one_line)));
+    }
+    if ty == "array" && p["items"].is_object() {
+        fields.push(format!("items = {}", arg_toml(&p["items"], false)));
+    }
+    if let (true, Some(props)) = (ty == "object", p["properties"].as_object()) {
+        let required: Vec<&str> = p["required"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let inner: Vec<String> = props
+            .iter()
+            .map(|(k, v)| format!("{} = {}", q(k), arg_toml(v, required.contains(&k.as_str()))))
+            .collect();
+        fields.push(format!("properties = {{ {} }}", inner.join(", ")));
+    }
+    format!("{{ {} }}", fields.join(", "))
 }
 
 fn json_type(p: &Value) -> &'static str {
@@ -697,4 +729,38 @@ fn json_to_toml(v: &Value) -> Option<toml::Value> {
         },
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod import_tests {
+    use serde_json::json;
+
+    #[test]
+    fn nested_input_schemas_import_as_nested_args_that_parse_back() {
+        let tools = vec![json!({
+            "name": "order", "annotations": {"readOnlyHint": false},
+            "inputSchema": {"type": "object", "required": ["lines"], "properties": {
+                "lines": {"type": "array", "maxItems": 5, "items": {"type": "object", "required": ["sku"],
+                    "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}}}},
+                "tags": {"type": "array", "items": {"type": "string", "maxLength": 9}}}}
+        })];
+        let text = format!(
+            "[mcp_servers.s]\ncommand = [\"true\"]\n{}",
+            super::import_toml("s", &tools, None)
+        );
+        let m = crate::manifest::Manifest::parse(
+            crate::error::SourceFile::new("t.toml", text.clone()),
+            std::path::PathBuf::from("/t/tools.toml"),
+        )
+        .unwrap_or_else(|d| panic!("{text}\n{d:?}"));
+        let args = m.tools[0].args.as_ref().unwrap();
+        let schema = args.json_schema(false);
+        assert_eq!(schema["properties"]["lines"]["maxItems"], 5);
+        let line = &schema["properties"]["lines"]["items"];
+        assert_eq!(line["required"], json!(["sku"]));
+        assert_eq!(line["properties"]["qty"]["minimum"], 1);
+        assert_eq!(schema["properties"]["tags"]["items"]["maxLength"], 9);
+        let bad = json!({"lines": [{"qty": 0}]});
+        assert_eq!(args.check(bad.as_object().unwrap(), &[]).len(), 2);
+    }
 }
