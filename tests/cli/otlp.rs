@@ -58,6 +58,22 @@ fail = "the partner is down"
     )
 }
 
+/// `run B --format json --otlp BASE` as a child of the agent's span.
+fn run_traced(p: &Project, b: &std::path::Path, base: &str) -> std::process::Output {
+    p.cmd()
+        .args([
+            "run",
+            b.to_str().unwrap(),
+            "--format",
+            "json",
+            "--otlp",
+            base,
+        ])
+        .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn spans_reach_the_collector_under_the_agents_trace_and_tools_join_it() {
     let server = TestServer::start();
@@ -66,19 +82,7 @@ fn spans_reach_the_collector_under_the_agents_trace_and_tools_join_it() {
         "b.yaml",
         "- { id: call_cmd, tool: cmd }\n- { id: call_web, tool: web, args: { q: 1 } }\n- { id: call_bad, tool: broken }\n",
     );
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--format",
-            "json",
-            "--otlp",
-            &server.base,
-        ])
-        .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
-        .output()
-        .unwrap();
+    let out = run_traced(&p, &b, &server.base);
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("warning"), "{stderr}");
@@ -205,19 +209,7 @@ fn an_mcp_tool_is_handed_its_calls_span_in_meta() {
         "b.yaml",
         "- { id: m1, tool: sleep, args: { ms: 1, tag: t1 } }\n",
     );
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--format",
-            "json",
-            "--otlp",
-            &server.base,
-        ])
-        .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
-        .output()
-        .unwrap();
+    let out = run_traced(&p, &b, &server.base);
     assert_eq!(
         out.status.code(),
         Some(0),

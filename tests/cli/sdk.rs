@@ -86,10 +86,15 @@ fn run(p: &Project, fixture: &PathBuf, extra: &[&str]) -> (String, String, i32) 
 
 /// Feed `text` to the SDK validator for `provider`; panics with its refusal.
 fn validate(python: &PathBuf, provider: &str, text: &str, stream: bool) {
+    validate_as(python, provider, text, if stream { "--stream" } else { "" });
+}
+
+/// The SDK validator for `provider` in `mode` (`""`, `--stream`, `--tools`).
+fn validate_as(python: &PathBuf, provider: &str, text: &str, mode: &str) {
     let mut cmd = Command::new(python);
     cmd.arg(repo().join("tests/sdk/validate.py")).arg(provider);
-    if stream {
-        cmd.arg("--stream");
+    if !mode.is_empty() {
+        cmd.arg(mode);
     }
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -319,26 +324,7 @@ fn tool_definitions_are_what_each_providers_sdk_types_take() {
                 );
             }
             if let Some(py) = &python {
-                let mut child = Command::new(py)
-                    .arg(repo().join("tests/sdk/validate.py"))
-                    .args([provider, "--tools"])
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                child
-                    .stdin
-                    .take()
-                    .unwrap()
-                    .write_all(text.as_bytes())
-                    .unwrap();
-                let v = child.wait_with_output().unwrap();
-                assert!(
-                    v.status.success(),
-                    "{provider} refused the definitions:\n{}\n{text}",
-                    String::from_utf8_lossy(&v.stderr)
-                );
+                validate_as(py, provider, &text, "--tools");
             }
         }
     }
