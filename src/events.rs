@@ -155,6 +155,10 @@ pub struct CallResult {
     pub attempts: u32,
     pub phase: usize,
     pub idempotency_key: Option<String>,
+    /// The name the call used, when not the manifest's (a model calling `db_getOrders` for
+    /// `db.getOrders`). Written only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub called_as: Option<String>,
     /// Answered from the read cache (nothing was invoked). Written only when true.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cached: bool,

@@ -90,6 +90,7 @@ fn the_peak_in_flight_is_measured_from_the_calls_intervals() {
         index: 0,
         id: "c".into(),
         tool: "t".into(),
+        called_as: None,
         status: Status::Ok,
         event: "TOOL_RESULT",
         output: serde_json::Value::Null,

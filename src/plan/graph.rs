@@ -55,6 +55,7 @@ pub fn build(
             id: c.id.clone(),
             tool: Some(t),
             tool_name: tool.name.clone(),
+            called_as: (c.tool != tool.name).then(|| c.tool.clone()),
             phase: phase_of[i],
             edges: std::mem::take(&mut edges[i]),
             lanes,

@@ -150,6 +150,9 @@ pub struct CallPlan {
     /// The tool's position in the manifest (`None` only for an invalid call naming no tool).
     pub tool: Option<usize>,
     pub tool_name: String,
+    /// The name the call used when it was not the manifest's (a model calling a tool by its
+    /// exported name, `db_getOrders`): answers that name the tool (Gemini's) use it.
+    pub called_as: Option<String>,
     pub phase: usize,
     pub edges: Vec<Edge>,
     /// Lane indices into [`Plan::lanes`], in acquisition order.
@@ -177,6 +180,7 @@ impl CallPlan {
             id: call.id.clone(),
             tool: None,
             tool_name: call.tool.clone(),
+            called_as: None,
             phase,
             edges: Vec::new(),
             lanes: Vec::new(),

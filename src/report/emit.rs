@@ -69,7 +69,9 @@ fn gemini_response(r: &CallResult) -> Value {
         Some(_) => json!({"error": model_text(r)}),
         None => json!({"output": r.output}),
     };
-    let mut f = json!({"name": r.tool, "response": response});
+    // The name the model called, so its function call and this response match.
+    let name = r.called_as.as_deref().unwrap_or(&r.tool);
+    let mut f = json!({"name": name, "response": response});
     if !is_default_id(&r.id) {
         f["id"] = Value::String(r.id.clone());
     }

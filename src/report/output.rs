@@ -193,6 +193,7 @@ mod tests {
             index,
             id: format!("c{}", index + 1),
             tool: "t".into(),
+            called_as: None,
             status,
             event: status.event(),
             output: json!({"n": index}),

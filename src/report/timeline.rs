@@ -194,6 +194,7 @@ mod tests {
             index: i,
             id: format!("c{i}"),
             tool: "t".into(),
+            called_as: None,
             status,
             event: status.event(),
             output: Value::Null,

@@ -193,6 +193,8 @@ struct ResultRecord {
     index: usize,
     id: String,
     tool: String,
+    #[serde(default)]
+    called_as: Option<String>,
     status: crate::events::Status,
     output: Value,
     error: Option<crate::events::ErrorInfo>,
@@ -213,6 +215,7 @@ impl ResultRecord {
             index: self.index,
             id: self.id,
             tool: self.tool,
+            called_as: self.called_as,
             event: self.status.event(),
             status: self.status,
             output: self.output,

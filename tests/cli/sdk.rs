@@ -369,4 +369,34 @@ fn a_dotted_tool_offered_under_its_safe_name_runs_when_the_model_calls_it() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc[0]["tool_call_id"], "call_1");
     assert_eq!(doc[0]["content"], "{\"customer\":42}");
+    // Gemini matches a functionResponse to its functionCall by name: the name the model used.
+    let gemini = serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [
+        {"functionCall": {"name": "db_getOrders", "args": {"customer": 7}}}]}}]});
+    let path = p.write("gemini.json", &gemini.to_string());
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--emit",
+            "gemini",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["parts"][0]["functionResponse"]["name"], "db_getOrders",
+        "{doc}"
+    );
+    let (doc, _) = p.run_json("- { tool: db_getOrders, args: { customer: 1 } }\n", &[]);
+    assert_eq!(doc["results"][0]["tool"], "db.getOrders");
+    assert_eq!(doc["results"][0]["called_as"], "db_getOrders");
 }

@@ -260,6 +260,7 @@ pub(super) fn base_result(plan: &Plan, p: usize) -> CallResult {
         index: c.index,
         id: c.id.clone(),
         tool: c.tool_name.clone(),
+        called_as: c.called_as.clone(),
         status: Status::NeverDispatched,
         event: Status::NeverDispatched.event(),
         output: Value::Null,
