@@ -196,3 +196,27 @@ fn options_of_one_whole_run_are_refused_with_turns() {
         assert!(err.contains("cannot be used with --turns"), "{err}");
     }
 }
+
+#[test]
+fn each_turn_appends_its_own_history_line() {
+    let p = Project::new("[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let history = p.path().join("turns.jsonl");
+    let h = history.to_str().unwrap().to_string();
+    let mut co = Coprocess::start(&p, &["--history", &h]);
+    let ids: Vec<Value> = (0..3)
+        .map(|i| {
+            co.turn(&format!("[{{\"tool\": \"t\", \"args\": {{\"n\": {i}}}}}]"))["run_id"].clone()
+        })
+        .collect();
+    assert_eq!(co.finish(), 0);
+    let lines: Vec<Value> = std::fs::read_to_string(&history)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (line, id) in lines.iter().zip(&ids) {
+        assert_eq!(&line["run_id"], id);
+        assert_eq!(line["calls"], 1);
+    }
+}
