@@ -208,28 +208,18 @@ fn a_deferred_approval_pauses_the_run_and_a_resume_with_its_hash_finishes_it() {
     // A wrong hash is refused before anything runs.
     let before = std::fs::read_to_string(&journal).unwrap();
     let wrong = format!("pay-1@{}", "0".repeat(16));
-    let (code, err) = resume(&p, j, &wrong);
+    let out = resume(&p, j, &wrong);
+    let (code, err) = (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("hash to"), "{err}");
     assert_eq!(std::fs::read_to_string(&journal).unwrap(), before);
     assert_eq!(logged(&log).len(), 4);
 
     // The right hash runs the approved call and what depends on it; the rest keep their results.
-    let b = p.path().join("batch.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--resume",
-            j,
-            "--approve",
-            &format!("pay-1@{hash}"),
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
+    let out = resume(&p, j, &format!("pay-1@{hash}"));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{doc}");
     assert!(statuses(&doc).iter().all(|(s, _)| s == "ok"), "{doc}");
@@ -242,24 +232,14 @@ fn a_deferred_approval_pauses_the_run_and_a_resume_with_its_hash_finishes_it() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
 
-fn resume(p: &Project, journal: &str, approve: &str) -> (i32, String) {
+/// `run batch.yaml --resume JOURNAL --approve APPROVE --format json`.
+fn resume(p: &Project, journal: &str, approve: &str) -> std::process::Output {
     let b = p.path().join("batch.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--resume",
-            journal,
-            "--approve",
-            approve,
-        ])
+    p.cmd()
+        .args(["run", b.to_str().unwrap(), "--resume", journal])
+        .args(["--approve", approve, "--format", "json"])
         .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+        .unwrap()
 }
 
 #[test]
