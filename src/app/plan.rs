@@ -113,7 +113,9 @@ pub(super) fn plan(args: &Args, p: &PlanArgs) -> Result<u8, Error> {
 }
 
 /// Which calls the read cache would answer now: those to a `cache` tool whose arguments are
-/// known before the run (no references) and whose entry is in the lane store.
+/// known before the run (no references), that no earlier write of the batch on one of its
+/// backends precedes, and whose entry in the lane store is fresh (no write on its backends
+/// has resolved since it was stored).
 fn cache_hits(
     manifest: &Manifest,
     plan: &Plan,
@@ -129,21 +131,30 @@ fn cache_hits(
         return Ok(Vec::new());
     }
     let lanes = super::run::open_lanes(store, &plan.lanes, manifest, rt)?;
-    let store = lanes.cache_store();
+    let cache = cache::Cache::new(lanes.cache_store(), "plan", false);
+    let mut written: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut hits = vec![false; plan.calls.len()];
     for (p, c) in plan.calls.iter().enumerate() {
-        let Some(t) = cachable(c) else { continue };
+        let Some(t) = c.tool else { continue };
+        let tool = &manifest.tools[t];
+        if tool.is_write() {
+            written.extend(tool.backends.iter().map(String::as_str));
+            continue;
+        }
+        if cachable(c).is_none() || tool.backends.iter().any(|b| written.contains(b.as_str())) {
+            continue;
+        }
         let Ok(args) = c.args.resolve(&|_| None) else {
             continue;
         };
-        let tool = &manifest.tools[t];
         let key = cache::key(
             &plan.settings.tenant,
             &c.tool_name,
             &tool.kind.target(),
             &args,
         );
-        hits[p] = matches!(rt.block_on(store.clone().get(key).get()), Ok(Some(_)));
+        let backends: std::sync::Arc<[String]> = tool.backends.clone().into();
+        hits[p] = rt.block_on(cache.peek(key, backends)).is_some();
     }
     Ok(hits)
 }

@@ -56,7 +56,8 @@ pub(super) struct Session {
     pub spent: f64,
     /// Calls the run has made (carried from one batch to the next, against `max_calls`).
     pub calls_made: u64,
-    /// The read cache in the lane store (`None`: `--no-cache`).
+    /// The read cache in the lane store (under `--no-cache` it answers nothing, but writes
+    /// still mark their backends in it).
     cache: Option<Arc<Cache>>,
     /// The trace the run belongs to (`TRACEPARENT`, and whether its spans are exported).
     pub trace: Option<TraceContext>,
@@ -153,7 +154,12 @@ impl Session {
             start: Instant::now(),
             spent: 0.0,
             calls_made: 0,
-            cache: (!r.no_cache).then(|| Cache::new(lanes.cache_store(), &run_id, r.refresh)),
+            cache: Some(Cache::with_lookups(
+                lanes.cache_store(),
+                &run_id,
+                r.refresh,
+                !r.no_cache,
+            )),
             trace: TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), otlp.is_some()),
             otlp,
             started_wall: std::time::SystemTime::now(),

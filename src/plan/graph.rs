@@ -387,8 +387,9 @@ fn split_phases(manifest: &Manifest, tool_of: &[Option<usize>]) -> (Vec<Phase>, 
 /// write chain, unless its tool allows concurrent writes). With `hazards = "backend"`, a write
 /// also waits for every earlier read of a backend it shares (since that backend's last write:
 /// no write under a read), and a read waits for the latest earlier write of a backend it
-/// shares (no stale read). All need the earlier call resolved, not succeeded. Linear: per
-/// backend, its last write and the reads since. Returns the backends the edges name.
+/// shares (no stale read). A cached read waits for that write under either setting. All need
+/// the earlier call resolved, not succeeded. Linear: per backend, its last write and the
+/// reads since. Returns the backends the edges name.
 fn order_side_effects(
     manifest: &Manifest,
     tool_of: &[Option<usize>],
@@ -403,6 +404,7 @@ fn order_side_effects(
     // The write a call last got a hazard edge for, so two shared backends give one edge.
     let mut stamp = vec![usize::MAX; tool_of.len()];
     let mut last_write: Option<usize> = None;
+    let any_cached = manifest.tools.iter().any(|t| t.cache.is_some());
     for i in 0..tool_of.len() {
         let Some(t) = tool_of[i] else { continue };
         let tool = &manifest.tools[t];
@@ -426,7 +428,11 @@ fn order_side_effects(
             }
             last_write = Some(i);
         }
-        if hazards != Hazards::Backend {
+        // A cached read is ordered after the write before it on its backends under either
+        // setting: its entry must not predate that write.
+        let all = hazards == Hazards::Backend;
+        let cached_read = tool.cache.is_some() && !tool.is_write();
+        if !all && !(any_cached && (cached_read || tool.is_write())) {
             continue;
         }
         for b in &tool.backends {
@@ -448,7 +454,9 @@ fn order_side_effects(
                 if let Some(w) = tr.1 {
                     add(edges, w, EdgeReason::WriteThenRead, Some(id));
                 }
-                tr.2.push(i);
+                if all {
+                    tr.2.push(i);
+                }
             }
         }
     }

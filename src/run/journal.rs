@@ -105,6 +105,8 @@ pub struct Resume {
     pub ids: HashSet<String>,
     /// Calls waiting for an approval, in call order (the last run deferred them).
     pub awaiting: Vec<Awaiting>,
+    /// How many dispatches the journal records (they count against `max_calls`).
+    pub dispatches: u64,
 }
 
 /// A call deferred for an approval nobody could give.
@@ -143,6 +145,7 @@ impl Resume {
                     r.manifest = v["manifest"].as_str().unwrap_or("").to_string();
                 }
                 Some("dispatch") => {
+                    r.dispatches += 1;
                     r.ids.insert(key().0);
                     dispatched.insert(key());
                 }

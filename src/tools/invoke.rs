@@ -210,7 +210,13 @@ pub struct ToolContext {
     pub http: Option<Result<reqwest::Client, String>>,
     /// The run's MCP sessions.
     pub mcp: Option<Arc<mcp::McpHub>>,
+    /// The key-value store `scripted` tools with `kv` read and write: one per set of tools
+    /// (a run, a stream, every turn of `run --turns`).
+    pub kv: KvStore,
 }
+
+/// A small in-memory key-value store (see [`ToolContext::kv`]).
+pub type KvStore = Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>;
 
 impl ToolContext {
     /// Build what the manifest's tools need. `max_idle_per_host`: the pool never keeps more
@@ -231,7 +237,11 @@ impl ToolContext {
                 b.build()
                     .map_err(|e| format!("cannot set up the HTTP client: {e}"))
             });
-        ToolContext { http, mcp }
+        ToolContext {
+            http,
+            mcp,
+            kv: KvStore::default(),
+        }
     }
 }
 

@@ -2,6 +2,10 @@
 //! tests and benchmarks. `latency`, `output` (placeholders `{arg}` in strings), `fail`,
 //! `hang`, overridden per call by the reserved arguments `_latency`, `_output`, `_fail`,
 //! `_hang`, and `_fail_attempts: N` (the first N attempts fail transiently, to exercise retries).
+//! `kv = "get"` / `kv = "put"` reads or writes the run's in-memory key-value store
+//! ([`ToolContext::kv`]): `get` answers the value at argument `key` (`null` when unset), `put`
+//! sets it to argument `value` and answers the value it replaced — a stateful backend with no
+//! process, for examples and for the differential test of the scheduler.
 
 use std::time::Duration;
 
@@ -25,11 +29,19 @@ pub struct ScriptedSpec {
     pub output: Option<Value>,
     pub fail: Option<String>,
     pub hang: bool,
+    pub kv: Option<KvOp>,
+}
+
+/// What a `kv` tool does to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvOp {
+    Get,
+    Put,
 }
 
 impl Kind for ScriptedSpec {
     const NAME: &'static str = "scripted";
-    const KEYS: &'static [&'static str] = &["latency", "output", "fail", "hang"];
+    const KEYS: &'static [&'static str] = &["latency", "output", "fail", "hang", "kv"];
     const RESERVED: &'static [&'static str] =
         &["_latency", "_fail", "_hang", "_output", "_fail_attempts"];
     const INLINE: bool = true;
@@ -44,6 +56,16 @@ impl Kind for ScriptedSpec {
             output: Reader::entry(t, "output").map(|(_, v)| de_to_json(v.get_ref())),
             fail: r.string(t, "fail", ctx).map(|(s, _)| s),
             hang: r.boolean(t, "hang", ctx).unwrap_or(false),
+            kv: match r.string(t, "kv", ctx) {
+                Some((s, _)) if s == "get" => Some(KvOp::Get),
+                Some((s, _)) if s == "put" => Some(KvOp::Put),
+                Some((s, span)) => {
+                    let msg = format!("`kv` in {ctx} is `{s}`; use \"get\" or \"put\"");
+                    r.error(span, msg, None);
+                    None
+                }
+                None => None,
+            },
         }
     }
 
@@ -61,6 +83,7 @@ impl Kind for ScriptedSpec {
             "output": self.output,
             "fail": self.fail,
             "hang": self.hang,
+            "kv": self.kv.map(|k| if k == KvOp::Get { "get" } else { "put" }),
         })
     }
 
@@ -68,8 +91,11 @@ impl Kind for ScriptedSpec {
         (!self.hang).then_some(self.latency)
     }
 
-    fn runner(&self, _tool: &Tool, _ctx: &ToolContext) -> Result<ScriptedTool, String> {
-        Ok(ScriptedTool::new(self.clone()))
+    fn runner(&self, _tool: &Tool, ctx: &ToolContext) -> Result<ScriptedTool, String> {
+        Ok(ScriptedTool {
+            spec: self.clone(),
+            kv: ctx.kv.clone(),
+        })
     }
 }
 
@@ -86,11 +112,32 @@ impl Invoke for ScriptedTool {
 
 pub struct ScriptedTool {
     spec: ScriptedSpec,
+    kv: super::invoke::KvStore,
 }
 
 impl ScriptedTool {
     pub fn new(spec: ScriptedSpec) -> ScriptedTool {
-        ScriptedTool { spec }
+        ScriptedTool {
+            spec,
+            kv: Default::default(),
+        }
+    }
+
+    /// A `kv` tool's effect on the store: the value read, or the value a put replaced.
+    fn kv(&self, op: KvOp, args: &Map<String, Value>) -> Value {
+        let key = match args.get("key") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let mut store = self.kv.lock().unwrap_or_else(|e| e.into_inner());
+        match op {
+            KvOp::Get => store.get(&key).cloned().unwrap_or(Value::Null),
+            KvOp::Put => {
+                let value = args.get("value").cloned().unwrap_or(Value::Null);
+                store.insert(key, value).unwrap_or(Value::Null)
+            }
+        }
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
@@ -135,6 +182,9 @@ impl ScriptedTool {
         };
         if let Some(message) = fail {
             return Err(Failure::failed(ErrorKind::ToolError, message));
+        }
+        if let Some(op) = self.spec.kv {
+            return Ok(self.kv(op, args));
         }
         Ok(match args.get("_output") {
             Some(v) => v.clone(),

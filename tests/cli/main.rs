@@ -4,6 +4,7 @@ mod cache;
 mod chaos;
 mod common;
 mod completions;
+mod compose;
 mod errors;
 mod formats;
 mod gate;

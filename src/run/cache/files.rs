@@ -2,7 +2,9 @@
 //! `local` lane store): one file per entry in the store's private folder (`cache/`, mode
 //! 0700; files mode 0600), written atomically (a temporary file renamed into place), holding
 //! the entry and when it expires on the wall clock. A process leads a key by holding an
-//! advisory `flock` on its `.lock` file; the kernel lets it go when the process dies.
+//! advisory `flock` on its `.lock` file; the kernel lets it go when the process dies. A
+//! backend's mark is a file `mark-HASH` holding a random number, replaced (renamed into place)
+//! by every write that resolves on it.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -28,6 +30,8 @@ struct Stored {
     expires_ms: u64,
     run: String,
     output: Value,
+    #[serde(default)]
+    marks: Vec<u64>,
 }
 
 fn now_ms() -> u64 {
@@ -74,6 +78,7 @@ impl FileCache {
         Ok(Some(Entry {
             run: stored.run,
             output: stored.output,
+            marks: stored.marks,
         }))
     }
 
@@ -84,19 +89,25 @@ impl FileCache {
             expires_ms: now_ms().saturating_add(ttl_ms),
             run: entry.run,
             output: entry.output,
+            marks: entry.marks,
         };
         let body = serde_json::to_vec(&stored).map_err(|e| CacheError(e.to_string()))?;
+        self.replace(&format!("{key}.json"), &body)
+    }
+
+    /// Write `name` in the folder atomically: a private temporary file, synced, renamed.
+    fn replace(&self, name: &str, body: &[u8]) -> Result<(), CacheError> {
         let tmp = self
             .dir
-            .join(format!("{key}.{:08x}.tmp", fastrand::u32(..)));
+            .join(format!("{name}.{:08x}.tmp", fastrand::u32(..)));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| error("create", &tmp, e))?;
-        let written = file.write_all(&body).and_then(|()| file.sync_data());
-        let path = self.dir.join(format!("{key}.json"));
+        let written = file.write_all(body).and_then(|()| file.sync_data());
+        let path = self.dir.join(name);
         match written.and_then(|()| std::fs::rename(&tmp, &path)) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -104,6 +115,28 @@ impl FileCache {
                 Err(error("write", &path, e))
             }
         }
+    }
+
+    /// The file holding a backend's mark (its name hashed: any backend name is safe).
+    fn mark_name(backend: &str) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(backend.as_bytes());
+        format!("mark-{}", super::hex(&digest[..8]))
+    }
+
+    fn read_mark(&self, backend: &str) -> Result<u64, CacheError> {
+        let path = self.dir.join(Self::mark_name(backend));
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(t.trim().parse().unwrap_or(0)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(error("read", &path, e)),
+        }
+    }
+
+    fn write_mark(&self, backend: &str) -> Result<(), CacheError> {
+        self.ensure_dir()?;
+        let mark = fastrand::u64(1..);
+        self.replace(&Self::mark_name(backend), mark.to_string().as_bytes())
     }
 
     fn try_claim(&self, key: &str) -> Result<Option<Claim>, CacheError> {
@@ -156,5 +189,17 @@ impl CacheStore for FileCache {
         _hold: Duration,
     ) -> Answer<Result<Option<Claim>, CacheError>> {
         Answer::Now(self.try_claim(&key))
+    }
+
+    fn marks(self: Arc<Self>, backends: Arc<[String]>) -> Answer<Result<Vec<u64>, CacheError>> {
+        Answer::Now(backends.iter().map(|b| self.read_mark(b)).collect())
+    }
+
+    fn wrote(
+        self: Arc<Self>,
+        backends: Arc<[String]>,
+    ) -> BoxFuture<'static, Result<(), CacheError>> {
+        let done = backends.iter().try_for_each(|b| self.write_mark(b));
+        Box::pin(std::future::ready(done))
     }
 }

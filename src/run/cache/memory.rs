@@ -14,6 +14,7 @@ use crate::run::lanes::{Answer, BoxFuture};
 #[derive(Default)]
 pub struct MemoryCache {
     entries: Mutex<HashMap<String, (Entry, Instant)>>,
+    marks: Mutex<HashMap<String, u64>>,
 }
 
 impl MemoryCache {
@@ -49,5 +50,24 @@ impl CacheStore for MemoryCache {
     ) -> Answer<Result<Option<Claim>, CacheError>> {
         // No other process shares this store: the in-process lead is the only claim.
         Answer::Now(Ok(Some(Box::new(()))))
+    }
+
+    fn marks(self: Arc<Self>, backends: Arc<[String]>) -> Answer<Result<Vec<u64>, CacheError>> {
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        Answer::Now(Ok(backends
+            .iter()
+            .map(|b| marks.get(b).copied().unwrap_or(0))
+            .collect()))
+    }
+
+    fn wrote(
+        self: Arc<Self>,
+        backends: Arc<[String]>,
+    ) -> BoxFuture<'static, Result<(), CacheError>> {
+        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        for b in backends.iter() {
+            *marks.entry(b.clone()).or_insert(0) += 1;
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -12,6 +12,13 @@
 //! it claims the key (in this process, and in the store for other processes) and invokes the
 //! tool; every other identical call waits for the claim to go and then finds the leader's
 //! entry. A leader that fails leaves no entry, and the next waiter leads in its place.
+//!
+//! A cached read is a read like any other on its backends: each backend has a *mark* in the
+//! store that changes whenever a write on it resolves (in this run or any run on the same
+//! store). A leader notes the marks before it invokes, its entry carries them, and an entry
+//! whose marks are not the backends' current ones is stale — a miss. The run orders a
+//! cached read after the writes before it on its backends, so it looks only once they have
+//! resolved.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,6 +42,9 @@ pub struct Entry {
     /// The run that stored it (`--refresh` ignores other runs' entries).
     pub run: String,
     pub output: Value,
+    /// Its backends' marks when its leader looked (see the module's doc).
+    #[serde(default)]
+    pub marks: Vec<u64>,
 }
 
 /// What a store failed at (the call then goes ahead uncached).
@@ -71,6 +81,14 @@ pub trait CacheStore: Send + Sync {
         key: String,
         hold: Duration,
     ) -> Answer<Result<Option<Claim>, CacheError>>;
+    /// Each backend's current mark (0 for one never written).
+    fn marks(self: Arc<Self>, backends: Arc<[String]>) -> Answer<Result<Vec<u64>, CacheError>>;
+    /// A write on `backends` resolved: give each a new mark (entries that carry the old one
+    /// are stale from now on).
+    fn wrote(
+        self: Arc<Self>,
+        backends: Arc<[String]>,
+    ) -> BoxFuture<'static, Result<(), CacheError>>;
 }
 
 /// What a lookup found.
@@ -83,12 +101,18 @@ pub enum Lookup {
     Bypass(CacheError),
 }
 
-/// The run's cache: the store, who leads which key in this process, and `--refresh`.
+/// The run's cache: the store, who leads which key in this process, `--refresh`, and
+/// whether reads look at all (`--no-cache` still marks the backends its writes touch, so
+/// other runs' entries go stale).
 pub struct Cache {
     store: Arc<dyn CacheStore>,
     leading: Mutex<HashMap<String, watch::Receiver<()>>>,
     run_id: String,
     refresh: bool,
+    lookups: bool,
+    /// A write's mark could not be stored: entries may be stale, so this cache answers no
+    /// more hits (every read invokes its tool).
+    marks_lost: std::sync::atomic::AtomicBool,
 }
 
 /// How long another process's claim may keep a key before it is taken over (beyond the
@@ -99,12 +123,30 @@ const CLAIM_DEFAULT: Duration = Duration::from_secs(60);
 
 impl Cache {
     pub fn new(store: Arc<dyn CacheStore>, run_id: &str, refresh: bool) -> Arc<Cache> {
+        Cache::with_lookups(store, run_id, refresh, true)
+    }
+
+    /// A cache whose reads look only when `lookups` (`false`: `--no-cache`, whose writes
+    /// still mark their backends).
+    pub fn with_lookups(
+        store: Arc<dyn CacheStore>,
+        run_id: &str,
+        refresh: bool,
+        lookups: bool,
+    ) -> Arc<Cache> {
         Arc::new(Cache {
             store,
             leading: Mutex::new(HashMap::new()),
             run_id: run_id.to_string(),
             refresh,
+            lookups,
+            marks_lost: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether cached reads look here (not under `--no-cache`).
+    pub fn lookups(&self) -> bool {
+        self.lookups
     }
 
     /// Look `key` up; wait while another identical call leads it. `timeout` is the tool's
@@ -114,11 +156,40 @@ impl Cache {
         key: String,
         timeout: Option<Duration>,
     ) -> BoxFuture<'static, Lookup> {
-        let hold = timeout.unwrap_or(CLAIM_DEFAULT) + CLAIM_SLACK;
-        Box::pin(self.clone().find(key, hold))
+        self.lookup_on(key, timeout, Arc::from([]))
     }
 
-    async fn find(self: Arc<Self>, key: String, hold: Duration) -> Lookup {
+    /// [`Cache::lookup`] for a tool reading `backends`: an entry stored before a write on
+    /// one of them resolved is stale.
+    pub fn lookup_on(
+        self: &Arc<Self>,
+        key: String,
+        timeout: Option<Duration>,
+        backends: Arc<[String]>,
+    ) -> BoxFuture<'static, Lookup> {
+        let hold = timeout.unwrap_or(CLAIM_DEFAULT) + CLAIM_SLACK;
+        Box::pin(self.clone().find(key, hold, backends))
+    }
+
+    /// A fresh entry's output for `key`, without claiming anything (what `plan` shows).
+    pub async fn peek(self: &Arc<Self>, key: String, backends: Arc<[String]>) -> Option<Value> {
+        let marks = self.store.clone().marks(backends).get().await.ok()?;
+        match self.store.clone().get(key).get().await {
+            Ok(Some(e)) if e.marks == marks => Some(e.output),
+            _ => None,
+        }
+    }
+
+    /// A write on `backends` resolved (see the module's doc). A mark that cannot be stored
+    /// turns this cache's hits off.
+    pub async fn wrote(&self, backends: Arc<[String]>) {
+        if self.store.clone().wrote(backends).await.is_err() {
+            self.marks_lost
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    async fn find(self: Arc<Self>, key: String, hold: Duration, backends: Arc<[String]>) -> Lookup {
         loop {
             let local = match self.lead_here(&key) {
                 Ok(l) => l,
@@ -128,17 +199,36 @@ impl Cache {
                     continue;
                 }
             };
-            return self.find_led(key, hold, local).await;
+            return self.find_led(key, hold, local, backends).await;
         }
     }
 
     /// As the one call of this process looking at `key`: an entry, a claim, or (another
     /// process leads it) a look again shortly.
-    async fn find_led(self: Arc<Self>, key: String, hold: Duration, local: LocalLead) -> Lookup {
+    async fn find_led(
+        self: Arc<Self>,
+        key: String,
+        hold: Duration,
+        local: LocalLead,
+        backends: Arc<[String]>,
+    ) -> Lookup {
         let mut delay = Duration::from_millis(10);
+        if self.marks_lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return Lookup::Bypass(CacheError("a write's mark could not be stored".into()));
+        }
         loop {
+            // The marks first: an entry carrying them was stored after every write that
+            // resolved before this look.
+            let marks = if backends.is_empty() {
+                Vec::new()
+            } else {
+                match self.store.clone().marks(backends.clone()).get().await {
+                    Ok(m) => m,
+                    Err(e) => return Lookup::Bypass(e),
+                }
+            };
             match self.store.clone().get(key.clone()).get().await {
-                Ok(Some(e)) if !self.refresh || e.run == self.run_id => {
+                Ok(Some(e)) if (!self.refresh || e.run == self.run_id) && e.marks == marks => {
                     return Lookup::Hit(e.output)
                 }
                 Ok(_) => {}
@@ -150,6 +240,7 @@ impl Cache {
                         cache: self.clone(),
                         key,
                         claim: Some(claim),
+                        marks,
                         _local: local,
                     })
                 }
@@ -197,15 +288,18 @@ pub struct Lead {
     cache: Arc<Cache>,
     key: String,
     claim: Option<Claim>,
+    /// The backends' marks when it looked: its entry is fresh while they stand.
+    marks: Vec<u64>,
     _local: LocalLead,
 }
 
 impl Lead {
     /// Keep `output` for `ttl`, then let the key go (waiters find the entry).
-    pub async fn publish(self, output: &Value, ttl: Duration) {
+    pub async fn publish(mut self, output: &Value, ttl: Duration) {
         let entry = Entry {
             run: self.cache.run_id.clone(),
             output: output.clone(),
+            marks: std::mem::take(&mut self.marks),
         };
         let store = self.cache.store.clone();
         store.put(self.key.clone(), entry, ttl).await;

@@ -1,7 +1,9 @@
 //! Cached results shared through Redis (`--lane-store redis://…`): an entry is a string key
 //! (`flux-tools:NS:cache:KEY`, JSON) set with a TTL, so Redis expires it; a process leads a key
 //! by setting `…:lead` with `NX` and a TTL of the call's timeout and a margin, and deletes it
-//! (if still its own) when done — a leader that dies lets the key go when the TTL lapses.
+//! (if still its own) when done — a leader that dies lets the key go when the TTL lapses. A
+//! backend's mark is a counter `flux-tools:NS:cache-mark:BACKEND`, incremented by every write
+//! that resolves on it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +24,8 @@ pub struct RedisCache {
     conn: ConnectionManager,
     /// `flux-tools:NS:cache:`.
     prefix: String,
+    /// `flux-tools:NS:cache-mark:`.
+    marks: String,
     /// The store's URL, redacted, for messages.
     url: String,
 }
@@ -31,8 +35,13 @@ impl RedisCache {
         RedisCache {
             conn,
             prefix: format!("flux-tools:{namespace}:cache:"),
+            marks: format!("flux-tools:{namespace}:cache-mark:"),
             url: url.to_string(),
         }
+    }
+
+    fn mark_key(&self, backend: &str) -> String {
+        format!("{}{backend}", self.marks)
     }
 
     fn error(&self, e: impl std::fmt::Display) -> CacheError {
@@ -71,6 +80,40 @@ impl CacheStore for RedisCache {
                 .arg(millis(ttl))
                 .query_async(&mut conn)
                 .await;
+        })
+    }
+
+    fn marks(self: Arc<Self>, backends: Arc<[String]>) -> Answer<Result<Vec<u64>, CacheError>> {
+        if backends.is_empty() {
+            return Answer::Now(Ok(Vec::new()));
+        }
+        Answer::Later(Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut cmd = redis::cmd("MGET");
+            for b in backends.iter() {
+                cmd.arg(self.mark_key(b));
+            }
+            let marks: Vec<Option<u64>> = cmd
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.error(e))?;
+            Ok(marks.into_iter().map(|m| m.unwrap_or(0)).collect())
+        }))
+    }
+
+    fn wrote(
+        self: Arc<Self>,
+        backends: Arc<[String]>,
+    ) -> BoxFuture<'static, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut pipe = redis::pipe();
+            for b in backends.iter() {
+                pipe.cmd("INCR").arg(self.mark_key(b)).ignore();
+            }
+            pipe.query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| self.error(e))
         })
     }
 

@@ -98,3 +98,40 @@ async fn refresh_ignores_other_runs_entries_but_shares_its_own() {
         _ => panic!("its own entry is fresh"),
     }
 }
+
+/// An entry stored before a write on its backend resolved is stale; one stored after it is
+/// fresh; a write on another backend changes nothing.
+async fn marks_make_entries_stale(store: Arc<dyn CacheStore>) {
+    let cache = Cache::new(store, "run-1", false);
+    let db: Arc<[String]> = Arc::from(["db".to_string()]);
+    let other: Arc<[String]> = Arc::from(["other".to_string()]);
+    let lead_on = |b: &Arc<[String]>| cache.lookup_on("k".into(), None, b.clone());
+    match lead_on(&db).await {
+        Lookup::Lead(l) => l.publish(&json!(0), Duration::from_secs(60)).await,
+        _ => panic!("expected a lead"),
+    }
+    assert!(matches!(lead_on(&db).await, Lookup::Hit(_)));
+    cache.wrote(other).await;
+    assert!(matches!(lead_on(&db).await, Lookup::Hit(_)));
+    cache.wrote(db.clone()).await;
+    match lead_on(&db).await {
+        Lookup::Lead(l) => l.publish(&json!(1), Duration::from_secs(60)).await,
+        _ => panic!("an entry from before the write was served"),
+    }
+    match lead_on(&db).await {
+        Lookup::Hit(v) => assert_eq!(v, json!(1)),
+        _ => panic!("the entry stored after the write is fresh"),
+    }
+    assert_eq!(cache.peek("k".into(), db).await, Some(json!(1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_on_the_backend_makes_memory_entries_stale() {
+    marks_make_entries_stale(store()).await;
+}
+
+#[tokio::test]
+async fn a_write_on_the_backend_makes_file_entries_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    marks_make_entries_stale(Arc::new(super::FileCache::new(dir.path()))).await;
+}

@@ -129,6 +129,10 @@ pub(super) struct Job {
     pub(super) journal: Option<(super::journal::Journal, String)>,
     /// This call leads its key in the read cache: an `ok` output is kept this long.
     pub(super) cache: Option<(super::cache::Lead, Duration)>,
+    /// A write on backends cached reads read: once it has resolved (whatever its status —
+    /// a failed or cut-off write may have landed), their marks change before anyone hears
+    /// of it, so no read that waited for it finds an entry from before it.
+    pub(super) marks: Option<(Arc<super::cache::Cache>, Arc<[String]>)>,
 }
 
 impl Job {
@@ -161,6 +165,9 @@ impl Job {
             }
         }
         let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
+        if let Some((cache, backends)) = self.marks.take() {
+            cache.wrote(backends).await;
+        }
         if let Some((lead, ttl)) = self.cache.take() {
             if result.is_ok() {
                 lead.publish(&result.output, ttl).await;

@@ -4,6 +4,7 @@
 //! in flight, a store across the network — goes on in its own task, and the call continues
 //! from here when the answer comes back.
 
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use serde_json::{Map, Value};
@@ -33,9 +34,15 @@ impl Coordinator {
         t: usize,
         args: &Map<String, Value>,
     ) -> Option<Ready> {
-        let cache = self.cache.as_ref()?;
+        let cache = self.cache.as_ref().filter(|c| c.lookups())?;
         let tool = &self.manifest.tools[t];
         tool.cache?;
+        let backends = self
+            .marked
+            .get(t)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| Arc::from([]));
         let key = cache::key(
             &self.plan.settings.tenant,
             &self.plan.calls[p].tool_name,
@@ -43,7 +50,7 @@ impl Coordinator {
             args,
         );
         let started = Instant::now();
-        let mut lookup = cache.lookup(key, tool.timeout);
+        let mut lookup = cache.lookup_on(key, tool.timeout, backends);
         // Memory and file stores answer at once: no task, no round trip.
         if let Poll::Ready(found) = lookup
             .as_mut()
@@ -90,13 +97,7 @@ impl Coordinator {
         }
         match self.looked_up(p, a.lookup, a.started) {
             Some(Ready::Cached(r)) => self.finish(p, *r),
-            _ => match self.reserve(p) {
-                Ok(()) => self.gate_or_spawn(p, resolved),
-                Err((kind, why)) => {
-                    let r = never_dispatched(&self.plan, p, kind, &why);
-                    self.finish(p, r);
-                }
-            },
+            _ => self.reserve_then_go(p, resolved),
         }
     }
 

@@ -98,6 +98,13 @@ impl Coordinator {
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
             cache: self.leads.remove(&p).zip(tool.cache),
+            marks: if call.write {
+                self.cache
+                    .clone()
+                    .zip(self.marked.get(t).cloned().flatten())
+            } else {
+                None
+            },
         };
         self.in_flight += 1;
         for &lane in &call.lanes {

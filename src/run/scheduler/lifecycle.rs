@@ -43,6 +43,7 @@ impl Coordinator {
                 && (self.ending.is_some()
                     || (self.ready.is_empty()
                         && self.gating == 0
+                        && self.held.is_empty()
                         && self.cache_waiting == 0
                         && self.parked_n == 0))
             {
@@ -100,6 +101,9 @@ impl Coordinator {
                 self.finish(pos, r);
             }
             Verdict::Defer { pos, args, hash } => self.defer(pos, args, hash),
+        }
+        if !self.held.is_empty() {
+            self.retry_held();
         }
     }
 

@@ -27,7 +27,7 @@ impl Coordinator {
                 break;
             };
             match self.pre_dispatch(p) {
-                Ok(Ready::Go(resolved)) => self.gate_or_spawn(p, resolved),
+                Ok(Ready::Go(resolved)) => self.reserve_then_go(p, resolved),
                 Ok(Ready::Reuse(r)) => self.finish_reused(p, *r),
                 Ok(Ready::Cached(r)) => self.finish(p, *r),
                 Ok(Ready::Waiting) => {}
@@ -80,11 +80,40 @@ impl Coordinator {
             }
             return Ok(found);
         }
-        self.reserve(p)?;
         Ok(Ready::Go(match args {
             Cow::Borrowed(_) => None,
             Cow::Owned(m) => Some(m),
         }))
+    }
+
+    /// Past pre-dispatch's checks: take the call's share of the limits and send it on. When
+    /// the limits are full but calls at the gate hold reservations they may give back (a call
+    /// deferred or refused there was never made), the call waits for their verdicts.
+    pub(super) fn reserve_then_go(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
+        match self.reserve(p) {
+            Ok(()) => self.gate_or_spawn(p, resolved),
+            Err(_) if self.gating > 0 => {
+                self.held.insert(p, resolved);
+            }
+            Err((kind, why)) => {
+                let r = never_dispatched(&self.plan, p, kind, &why);
+                self.finish(p, r);
+            }
+        }
+    }
+
+    /// After a verdict of the gate: the calls held for its reservations try again, in call
+    /// order.
+    pub(super) fn retry_held(&mut self) {
+        for (p, resolved) in std::mem::take(&mut self.held) {
+            if self.ending.is_some() {
+                let why = "the run ended while it waited for the budget";
+                let r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, why);
+                self.finish(p, r);
+            } else {
+                self.reserve_then_go(p, resolved);
+            }
+        }
     }
 
     /// What a call takes from the run's limits before it goes: its cost, and one call of
@@ -104,7 +133,6 @@ impl Coordinator {
             return Ok(());
         };
         if self.calls_made >= u64::from(max) {
-            self.budget_hit = true;
             return Err((
                 ErrorKind::CallLimit,
                 format!("call limit reached (max_calls = {max})"),
@@ -131,16 +159,23 @@ impl Coordinator {
             let why = "awaiting approval of a call in an earlier phase";
             return Err((ErrorKind::AwaitingApproval, why.into()));
         }
+        // Waiting is a dependency: whatever would wait for a call if it ran (a reference,
+        // `after`, the write chain, a hazard on its backend) waits with it while it is
+        // deferred for approval, and runs after it on resume.
+        for e in &call.edges {
+            let dep = self.results[e.from].as_ref();
+            if dep.and_then(|r| r.error.as_ref()).map(|e| e.kind)
+                == Some(ErrorKind::AwaitingApproval)
+            {
+                let from = &plan.calls[e.from].id;
+                let why = format!("awaiting approval of {from}, which it waits for");
+                return Err((ErrorKind::AwaitingApproval, why));
+            }
+        }
         for e in call.edges.iter().filter(|e| e.reason.needs_success()) {
             let dep = self.results[e.from].as_ref();
             if dep.is_none_or(|r| !r.is_ok()) {
                 let from = &plan.calls[e.from].id;
-                if dep.and_then(|r| r.error.as_ref()).map(|e| e.kind)
-                    == Some(ErrorKind::AwaitingApproval)
-                {
-                    let why = format!("awaiting approval of {from}, which it depends on");
-                    return Err((ErrorKind::AwaitingApproval, why));
-                }
                 return Err((
                     ErrorKind::DependencyFailed,
                     format!("dependency {from} failed"),
@@ -218,7 +253,6 @@ impl Coordinator {
             return Ok(());
         };
         if self.spent + cost > max + 1e-9 {
-            self.budget_hit = true;
             return Err((
                 ErrorKind::BudgetExhausted,
                 format!(

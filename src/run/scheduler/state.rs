@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::caching::CacheAnswer;
 use super::{RunConfig, QUEUE_AHEAD};
 use crate::batch::OnToolError;
-use crate::events::{CallResult, Outcome};
+use crate::events::{CallResult, ErrorKind, Outcome};
 use crate::manifest::Manifest;
 use crate::plan::{LaneSpec, Plan};
 use crate::run::cache::{Cache, Lead};
@@ -84,9 +84,16 @@ pub(super) struct Coordinator {
     pub(super) cache_waiting: usize,
     pub(super) cache_tx: Option<mpsc::UnboundedSender<CacheAnswer>>,
     pub(super) cache_args: HashMap<usize, Option<Map<String, Value>>>,
+    /// Per tool, the backends whose cache marks it touches: a cached read looks at its
+    /// backends' marks, a write on a backend some cached read reads changes its mark.
+    pub(super) marked: Vec<Option<Arc<[String]>>>,
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
+    /// Calls past pre-dispatch that the budget or the call cap could not take while calls
+    /// at the gate held reservations they may give back: they wait for the gate's verdicts
+    /// (in call order) rather than being refused for a slot a deferred call returns.
+    pub(super) held: std::collections::BTreeMap<usize, Option<Map<String, Value>>>,
     /// The earliest phase with a call deferred for approval: later phases wait with it.
     pub(super) paused_phase: Option<usize>,
 }
@@ -108,6 +115,11 @@ impl Coordinator {
             || config.record
             || config.replay.is_some();
         let budget = plan.settings.max_cost.is_some();
+        let marked = if config.cache.is_some() {
+            marked_backends(&manifest)
+        } else {
+            Vec::new()
+        };
         Coordinator {
             tools: match &config.tools {
                 Some(t) => t.to_vec(),
@@ -164,7 +176,13 @@ impl Coordinator {
             cache_waiting: 0,
             cache_tx: None,
             cache_args: HashMap::new(),
-            calls_made: config.calls_made,
+            marked,
+            // A resumed run counts what its journal dispatched, whatever their call order.
+            calls_made: match (&config.resume, &config.replay) {
+                (Some(r), None) => config.calls_made.max(r.dispatches),
+                _ => config.calls_made,
+            },
+            held: std::collections::BTreeMap::new(),
             call_reserved: vec![
                 false;
                 if plan.settings.max_calls.is_some() {
@@ -204,13 +222,10 @@ impl Coordinator {
         }
     }
 
-    /// A result the journal already holds: report it, do not record it again.
+    /// A result the journal already holds: report it, do not record it again (its dispatch
+    /// was counted against `max_calls` when the run began).
     pub(super) fn finish_reused(&mut self, p: usize, r: CallResult) {
         self.reused[p] = true;
-        if self.resume.is_some() && self.replay.is_none() && r.attempts > 0 {
-            // Made by the journaled run: it counts against the run's `max_calls`.
-            self.calls_made += 1;
-        }
         self.finish(p, r);
     }
 
@@ -234,6 +249,13 @@ impl Coordinator {
             }
         }
         let failed = !r.is_ok();
+        if !self.reused[p]
+            && r.error.as_ref().is_some_and(|e| {
+                matches!(e.kind, ErrorKind::BudgetExhausted | ErrorKind::CallLimit)
+            })
+        {
+            self.budget_hit = true;
+        }
         let id = r.id.clone();
         self.emitter.emit_finished(&r);
         self.results[p] = Some(r);
@@ -273,6 +295,32 @@ impl Coordinator {
             );
         }
     }
+}
+
+/// Per tool: a cached read's backends, and a write's backends that some cached read reads
+/// (`None` for the rest: their calls never touch the cache's marks).
+fn marked_backends(manifest: &Manifest) -> Vec<Option<Arc<[String]>>> {
+    let cached: std::collections::HashSet<&str> = manifest
+        .tools
+        .iter()
+        .filter(|t| t.cache.is_some())
+        .flat_map(|t| t.backends.iter().map(String::as_str))
+        .collect();
+    manifest
+        .tools
+        .iter()
+        .map(|t| {
+            let mine: Vec<String> = if t.cache.is_some() {
+                t.backends.clone()
+            } else if t.is_write() {
+                let hit = |b: &&String| cached.contains(b.as_str());
+                t.backends.iter().filter(hit).cloned().collect()
+            } else {
+                Vec::new()
+            };
+            (!mine.is_empty()).then(|| Arc::from(mine))
+        })
+        .collect()
 }
 
 /// Per call: how many in-phase edges it waits on, and who waits on it.
