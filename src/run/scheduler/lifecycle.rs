@@ -102,9 +102,8 @@ impl Coordinator {
             }
             Verdict::Defer { pos, args, hash } => self.defer(pos, args, hash),
         }
-        if !self.held.is_empty() {
-            self.retry_held();
-        }
+        // A verdict frees a refusal held for it, even when it gave nothing back.
+        self.held_dirty = true;
     }
 
     /// Classify what never went out, wind down the hooks, and report.

@@ -14,7 +14,10 @@
 //! keeps waiting calls as indices; `hooks` starts the gate and the `after_call` hook;
 //! `lifecycle` is the coordinator's loop and how a run is settled into a [`RunReport`].
 
+mod allotment;
 mod caching;
+#[cfg(test)]
+mod differential;
 mod dispatch;
 mod durability;
 mod hooks;

@@ -1,7 +1,7 @@
 //! Pre-dispatch: the serial steps, one call at a time in call order, before a ready call may
 //! go — its dependencies succeeded, its references resolve, its arguments pass the guardrail,
-//! the journal or a cassette has not settled it already, the read cache has no answer for it,
-//! and the budget and the call cap have room for it.
+//! the journal or a cassette has not settled it already, the read cache has no answer for it;
+//! then the budget and the call cap are asked for room (`allotment`).
 
 use std::borrow::Cow;
 
@@ -23,7 +23,13 @@ impl Coordinator {
         let mut since_drain = 0;
         self.unpark();
         while self.ending.is_none() {
+            if self.held_dirty && !self.held.is_empty() {
+                self.retry_held();
+            }
             let Some(p) = self.ready.pop_first() else {
+                if self.held_dirty && !self.held.is_empty() {
+                    continue;
+                }
                 break;
             };
             match self.pre_dispatch(p) {
@@ -84,71 +90,6 @@ impl Coordinator {
             Cow::Borrowed(_) => None,
             Cow::Owned(m) => Some(m),
         }))
-    }
-
-    /// Past pre-dispatch's checks: take the call's share of the limits and send it on. When
-    /// the limits are full but calls at the gate hold reservations they may give back (a call
-    /// deferred or refused there was never made), the call waits for their verdicts.
-    pub(super) fn reserve_then_go(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
-        match self.reserve(p) {
-            Ok(()) => self.gate_or_spawn(p, resolved),
-            Err(_) if self.gating > 0 => {
-                self.held.insert(p, resolved);
-            }
-            Err((kind, why)) => {
-                let r = never_dispatched(&self.plan, p, kind, &why);
-                self.finish(p, r);
-            }
-        }
-    }
-
-    /// After a verdict of the gate: the calls held for its reservations try again, in call
-    /// order.
-    pub(super) fn retry_held(&mut self) {
-        for (p, resolved) in std::mem::take(&mut self.held) {
-            if self.ending.is_some() {
-                let why = "the run ended while it waited for the budget";
-                let r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, why);
-                self.finish(p, r);
-            } else {
-                self.reserve_then_go(p, resolved);
-            }
-        }
-    }
-
-    /// What a call takes from the run's limits before it goes: its cost, and one call of
-    /// `max_calls`. Either refused, neither is taken.
-    pub(super) fn reserve(&mut self, p: usize) -> Result<(), Refusal> {
-        self.reserve_call(p)?;
-        if let Err(refusal) = self.reserve_budget(p) {
-            self.give_back_call(p);
-            return Err(refusal);
-        }
-        Ok(())
-    }
-
-    /// Count the call against `max_calls`; past the cap it is refused (kind `call_limit`).
-    fn reserve_call(&mut self, p: usize) -> Result<(), Refusal> {
-        let Some(max) = self.plan.settings.max_calls else {
-            return Ok(());
-        };
-        if self.calls_made >= u64::from(max) {
-            return Err((
-                ErrorKind::CallLimit,
-                format!("call limit reached (max_calls = {max})"),
-            ));
-        }
-        self.calls_made += 1;
-        self.call_reserved[p] = true;
-        Ok(())
-    }
-
-    /// A call counted against `max_calls` that never went out gives its place back.
-    pub(super) fn give_back_call(&mut self, p: usize) {
-        if self.call_reserved.get(p).copied().unwrap_or(false) {
-            self.call_reserved[p] = false;
-            self.calls_made -= 1;
-        }
     }
 
     /// Every call it references or runs `after` (in this batch or an earlier one) succeeded.
@@ -243,26 +184,5 @@ impl Coordinator {
             ErrorKind::Guardrail,
             format!("guardrail: {}", list.join("; ")),
         ))
-    }
-
-    /// Reserve the call's cost; a call that does not fit what is left is refused (later,
-    /// cheaper calls may still fit). A call never dispatched gives its reservation back.
-    fn reserve_budget(&mut self, p: usize) -> Result<(), Refusal> {
-        let cost = self.plan.calls[p].cost;
-        let Some(max) = self.plan.settings.max_cost.filter(|_| cost > 0.0) else {
-            return Ok(());
-        };
-        if self.spent + cost > max + 1e-9 {
-            return Err((
-                ErrorKind::BudgetExhausted,
-                format!(
-                    "budget exhausted ({} of {max} spent; this call costs {cost})",
-                    crate::events::trim_float(self.spent),
-                ),
-            ));
-        }
-        self.spent += cost;
-        self.reserved[p] = true;
-        Ok(())
     }
 }

@@ -94,6 +94,10 @@ pub(super) struct Coordinator {
     /// at the gate held reservations they may give back: they wait for the gate's verdicts
     /// (in call order) rather than being refused for a slot a deferred call returns.
     pub(super) held: std::collections::BTreeMap<usize, Option<Map<String, Value>>>,
+    /// A call settled since the held calls last tried.
+    pub(super) held_dirty: bool,
+    /// The calls not yet decided about the limits (only under a cap or a budget).
+    pub(super) allot: Option<super::allotment::Allotment>,
     /// The earliest phase with a call deferred for approval: later phases wait with it.
     pub(super) paused_phase: Option<usize>,
 }
@@ -183,6 +187,8 @@ impl Coordinator {
                 _ => config.calls_made,
             },
             held: std::collections::BTreeMap::new(),
+            held_dirty: false,
+            allot: super::allotment::Allotment::for_plan(&plan),
             call_reserved: vec![
                 false;
                 if plan.settings.max_calls.is_some() {
@@ -248,6 +254,10 @@ impl Coordinator {
                 j.record(Journal::result(self.fps[p].as_deref().unwrap_or(""), &r));
             }
         }
+        if let Some(a) = &mut self.allot {
+            a.close(p, self.plan.calls[p].cost);
+        }
+        self.held_dirty = true;
         let failed = !r.is_ok();
         if !self.reused[p]
             && r.error.as_ref().is_some_and(|e| {
