@@ -93,3 +93,133 @@ def test_pydantic_ai_defers_its_calls_to_flux_tools(model_url, manifest):
     answers = asyncio.run(execute(result.output, manifest=manifest))
     result = agent.run_sync(message_history=result.all_messages(), deferred_tool_results=answers)
     assert '"forecast":"sunny"' in result.output and '"sum":"2+3"' in result.output
+
+
+KV_MANIFEST = MANIFEST + """
+[tools.kv_put]
+kind = "scripted"
+effect = "write"
+description = "Set a key"
+kv = "put"
+backend = "kv"
+latency = "100ms"
+[tools.kv_put.args]
+key = { type = "string", required = true }
+value = { type = "string", required = true }
+
+[tools.kv_get]
+kind = "scripted"
+effect = "read"
+description = "Read a key"
+kv = "get"
+backend = "kv"
+[tools.kv_get.args]
+key = { type = "string", required = true }
+"""
+
+
+class WriteThenRead(http.server.BaseHTTPRequestHandler):
+    """One response asking for a write and a read of the same key; then the results quoted."""
+
+    requests = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        WriteThenRead.requests.append(body)
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_put", "type": "function",
+                 "function": {"name": "kv_put", "arguments": json.dumps({"key": "k", "value": "new"})}},
+                {"id": "call_get", "type": "function",
+                 "function": {"name": "kv_get", "arguments": json.dumps({"key": "k"})}},
+                {"id": "call_bad", "type": "function",
+                 "function": {"name": "add", "arguments": json.dumps({"a": -1, "b": 3})}}]}
+        else:
+            message = {"role": "assistant",
+                       "content": " | ".join(f'{m["tool_call_id"]}={m["content"]}' for m in results)}
+        data = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                           "choices": [{"index": 0, "message": message,
+                                        "finish_reason": "tool_calls" if not results else "stop"}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def kv_model_url():
+    WriteThenRead.requests = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), WriteThenRead)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+@pytest.fixture()
+def kv_manifest(tmp_path):
+    path = tmp_path / "tools.toml"
+    path.write_text(KV_MANIFEST)
+    return str(path)
+
+
+@pytest.mark.parametrize("with_hooks", [False, True])
+def test_openai_agents_sdk_runs_one_response_as_one_turn_of_one_process(kv_model_url, kv_manifest, with_hooks):
+    agents = pytest.importorskip("agents")
+    openai = pytest.importorskip("openai")
+    from flux_tools.adapters._calls import Batcher
+    from flux_tools.adapters.openai_agents import function_tools, run_hooks
+
+    agents.set_tracing_disabled(True)
+    batcher = Batcher(kv_manifest)
+    tools = function_tools(manifest=kv_manifest, batcher=batcher)
+    model = agents.OpenAIChatCompletionsModel(
+        model="fake", openai_client=openai.AsyncOpenAI(base_url=kv_model_url, api_key="offline"))
+    agent = agents.Agent(name="t", instructions="use tools", model=model, tools=tools)
+    hooks = run_hooks(tools) if with_hooks else None
+    pids = set()
+    for _ in range(3):
+        WriteThenRead.requests = []
+        result = agents.Runner.run_sync(agent, "set k, then read it", hooks=hooks)
+        pids.add(batcher.pid)
+        # The read came after the write on its backend, in the same process: the new value.
+        assert "call_get=new" in result.final_output, result.final_output
+        assert "call_bad=ERROR (never_dispatched, invalid_call)" in result.final_output
+    assert len(pids) == 1 and None not in pids
+    assert batcher.turns == 3
+    assert batcher.close() == 1  # some calls failed (the invalid one): the worst exit status
+
+
+def test_pydantic_ai_keeps_one_process_and_asks_for_a_retry_of_an_invalid_call(kv_manifest):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import ModelRetry, ToolFailed
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.tools import DeferredToolRequests
+
+    from flux_tools.adapters._calls import Batcher
+    from flux_tools.adapters.pydantic_ai import execute
+
+    batcher = Batcher(kv_manifest)
+    requests = DeferredToolRequests(calls=[
+        ToolCallPart("kv_put", {"key": "k", "value": "v1"}, tool_call_id="p"),
+        ToolCallPart("kv_get", {"key": "k"}, tool_call_id="g"),
+        ToolCallPart("add", {"a": -1, "b": 3}, tool_call_id="bad"),
+        ToolCallPart("no_such_tool", {}, tool_call_id="unknown"),
+    ])
+    first = asyncio.run(execute(requests, batcher=batcher))
+    assert first.calls["g"] == "v1"
+    assert isinstance(first.calls["bad"], ModelRetry)
+    assert "below its minimum" in str(first.calls["bad"])
+    assert isinstance(first.calls["unknown"], ModelRetry)
+    pid = batcher.pid
+    again = DeferredToolRequests(calls=[ToolCallPart("kv_get", {"key": "k"}, tool_call_id="g2")])
+    second = asyncio.run(execute(again, batcher=batcher))
+    assert second.calls["g2"] == "v1"  # the same process: the store kept its value
+    assert batcher.pid == pid and batcher.turns == 2
+    assert not any(isinstance(v, ToolFailed) for v in second.calls.values())
+    batcher.close()

@@ -24,5 +24,6 @@ mod processes;
 mod run;
 mod sdk;
 mod signals;
+mod sqlite;
 mod stream;
 mod turns;

@@ -170,6 +170,11 @@ class Session:
             raise FluxToolsError(value["error"], status=2, diagnostics=value.get("diagnostics"))
         return value
 
+    @property
+    def pid(self) -> int:
+        """The `flux-tools` process's id."""
+        return self._proc.pid
+
     def close(self) -> int:
         """End the process; returns its exit status (the worst of its turns')."""
         if self._proc.stdin and not self._proc.stdin.closed:
