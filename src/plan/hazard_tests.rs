@@ -158,3 +158,27 @@ fn a_write_after_many_reads_gets_one_edge_each_in_linear_time() {
     assert_eq!(p.calls[20_000].edges.len(), 20_000);
     assert_eq!(p.calls[20_001].edges.len(), 1);
 }
+
+#[test]
+fn a_cached_read_waits_for_the_write_before_it_even_when_hazards_order_only_writes() {
+    let loose = MANIFEST
+        .replacen(
+            "[lanes.db]",
+            "[concurrency]\nhazards = \"writes\"\n\n[lanes.db]",
+            1,
+        )
+        .replacen(
+            "[tools.read_b]",
+            "[tools.cached_a]\nkind = \"scripted\"\neffect = \"read\"\nbackend = \"a\"\ncache = \"5m\"\n[tools.read_b]",
+            1,
+        );
+    let p = plan_with(
+        &loose,
+        "- tool: cached_a\n- tool: write_a\n- tool: read_a\n- tool: cached_a\n",
+    );
+    // The write does not wait for the read (writes only), the plain read does not wait for
+    // the write, but the cached read does: its entry must not predate the write.
+    assert!(edges(&p, 1).is_empty());
+    assert!(edges(&p, 2).is_empty());
+    assert_eq!(edges(&p, 3), [(1, EdgeReason::WriteThenRead, Some("a"))]);
+}

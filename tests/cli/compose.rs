@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::common::{results, Project};
+use crate::common::{results, Project, Redis};
 
 /// A tiny database (one line per row, in `db`): `count` reads it (cached when `cache` is
 /// set), `insert` appends a row; both name the backend `db`. `audit` is a read on another
@@ -131,6 +131,40 @@ fn a_write_in_another_run_makes_the_cached_read_look_again() {
 }
 
 #[test]
+fn a_write_under_no_cache_still_makes_other_runs_entries_stale() {
+    let (p, _dir) = project(r#"cache = "5m""#, "");
+    let one = "- { id: c, tool: count }\n";
+    let (doc, _) = p.run_json(one, &[]);
+    assert_eq!(results(&doc)[0]["output"]["rows"], 0);
+    let write = "- { id: w, tool: insert, args: { v: 1 } }\n";
+    let (doc, _) = p.run_json(write, &["--no-cache"]);
+    assert_eq!(results(&doc)[0]["status"], "ok");
+    let (doc, _) = p.run_json(one, &[]);
+    assert_eq!(results(&doc)[0]["output"]["rows"], 1, "{doc}");
+}
+
+#[test]
+fn a_write_through_redis_makes_every_process_look_again() {
+    let Some(redis) = Redis::start() else { return };
+    let (p, dir) = project(r#"cache = "5m""#, "");
+    let store = ["--lane-store", redis.url.as_str()];
+    let one = "- { id: c, tool: count }\n";
+    let (doc, code) = p.run_json(one, &store);
+    assert_eq!(code, 0, "{doc}");
+    let (doc, _) = p.run_json(one, &store);
+    assert_eq!(results(&doc)[0]["cached"], true, "{doc}");
+    let (doc, _) = p.run_json(COUNT_INSERT_COUNT, &store);
+    let r = results(&doc);
+    assert_eq!(r[0]["cached"], true, "{doc}");
+    assert_eq!(r[2]["output"]["rows"], 1, "{doc}");
+    assert!(r[2].get("cached").is_none(), "{doc}");
+    let (doc, _) = p.run_json(one, &store);
+    assert_eq!(results(&doc)[0]["output"]["rows"], 1, "{doc}");
+    assert_eq!(results(&doc)[0]["cached"], true, "{doc}");
+    assert_eq!(logged(&dir), ["c", "add", "after"]);
+}
+
+#[test]
 fn turns_read_their_own_insert_through_the_cache() {
     use std::io::{BufRead, BufReader, Write};
     let (p, _dir) = project(r#"cache = "5m""#, "");
@@ -145,7 +179,7 @@ fn turns_read_their_own_insert_through_the_cache() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for turn in 1..=4 {
+    for turn in 1..=20 {
         let line = format!(
             r#"[{{"id": "add", "tool": "insert", "args": {{"v": {turn}}}}}, {{"id": "n", "tool": "count"}}]"#
         );
@@ -314,6 +348,39 @@ command = ["sh", "-c", 'cat']
     let journal = std::fs::read_to_string(&journal).unwrap();
     assert!(journal.contains("98765432109876543210"), "{journal}");
     assert!(journal.contains("19.90"), "{journal}");
+    // A cassette keeps them, and a replay answers with them.
+    let cassette = p.path().join("c.json");
+    let c = cassette.to_str().unwrap();
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--format",
+            "json",
+            "--record",
+            c,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let recorded = std::fs::read_to_string(&cassette).unwrap();
+    assert!(recorded.contains("12345678901234567890123"), "{recorded}");
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--format",
+            "jsonl",
+            "--replay",
+            c,
+        ])
+        .output()
+        .unwrap();
+    let replayed = String::from_utf8_lossy(&out.stdout);
+    assert!(replayed.contains(r#""output":1.10"#), "{replayed}");
+    assert!(replayed.contains("98765432109876543210"), "{replayed}");
     // --emit: what the model reads.
     let out = p
         .cmd()
