@@ -12,6 +12,19 @@ import pytest
 from test_flux_tools import MANIFEST
 
 
+def respond(handler, message, final):
+    """Answer a chat-completions request with `message`."""
+    data = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                       "choices": [{"index": 0, "message": message,
+                                    "finish_reason": "stop" if final else "tool_calls"}],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class Scripted(http.server.BaseHTTPRequestHandler):
     """First request: two tool calls. Next: a final answer quoting the tool results it got."""
 
@@ -29,15 +42,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
                  "function": {"name": "add", "arguments": json.dumps({"a": 2, "b": 3})}}]}
         else:
             message = {"role": "assistant", "content": " | ".join(str(m["content"]) for m in results)}
-        data = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
-                           "choices": [{"index": 0, "message": message,
-                                        "finish_reason": "tool_calls" if not results else "stop"}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        respond(self, message, final=bool(results))
 
     def log_message(self, *args):
         pass
@@ -138,15 +143,7 @@ class WriteThenRead(http.server.BaseHTTPRequestHandler):
         else:
             message = {"role": "assistant",
                        "content": " | ".join(f'{m["tool_call_id"]}={m["content"]}' for m in results)}
-        data = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
-                           "choices": [{"index": 0, "message": message,
-                                        "finish_reason": "tool_calls" if not results else "stop"}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        respond(self, message, final=bool(results))
 
     def log_message(self, *args):
         pass

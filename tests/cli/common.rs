@@ -91,6 +91,38 @@ impl Project {
     }
 }
 
+impl Project {
+    /// The hash of the first call `approvals JOURNAL` lists as waiting.
+    pub fn waiting_hash(&self, journal: &str) -> String {
+        let out = self
+            .cmd()
+            .args(["approvals", journal, "--format", "json"])
+            .output()
+            .expect("run flux-tools approvals");
+        let waiting: Value = serde_json::from_slice(&out.stdout).expect("approvals JSON");
+        waiting[0]["hash"]
+            .as_str()
+            .expect("a waiting call")
+            .to_string()
+    }
+
+    /// `run batch.yaml --resume JOURNAL --approve ID@HASH --format json EXTRA…` (the hash of
+    /// the first waiting call): the document and the exit code.
+    pub fn resume_approving(&self, journal: &str, id: &str, extra: &[&str]) -> (Value, i32) {
+        let approve = format!("{id}@{}", self.waiting_hash(journal));
+        let b = self.path().join("batch.yaml");
+        let out = self
+            .cmd()
+            .args(["run", b.to_str().unwrap_or_default(), "--resume", journal])
+            .args(["--format", "json", "--approve", &approve])
+            .args(extra)
+            .output()
+            .expect("run flux-tools");
+        let doc = serde_json::from_slice(&out.stdout).expect("results JSON");
+        (doc, out.status.code().unwrap_or(-1))
+    }
+}
+
 /// The results of a run document, by position.
 pub fn results(doc: &Value) -> &Vec<Value> {
     doc["results"].as_array().expect("results array")

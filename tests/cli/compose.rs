@@ -214,38 +214,10 @@ fn a_read_after_a_paused_write_waits_with_it_and_runs_after_it_on_resume() {
         "{doc}"
     );
     assert_eq!(s[3].0, "ok", "another backend goes on: {doc}");
-    let hash = approval_hash(&p, j);
-    let b = p.path().join("batch.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--resume",
-            j,
-            "--format",
-            "json",
-        ])
-        .args(["--approve", &format!("add@{hash}")])
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{doc}");
+    let (doc, code) = p.resume_approving(j, "add", &[]);
+    assert_eq!(code, 0, "{doc}");
     assert_eq!(results(&doc)[2]["output"]["rows"], 1, "{doc}");
     assert_eq!(&logged(&dir)[2..], ["add", "after"]);
-}
-
-fn approval_hash(p: &Project, journal: &str) -> String {
-    let out = p
-        .cmd()
-        .args(["approvals", journal, "--format", "json"])
-        .output()
-        .unwrap();
-    let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
-    waiting[0]["hash"]
-        .as_str()
-        .expect("a waiting call")
-        .to_string()
 }
 
 const PAUSED_WRITE_THREE_READS: &str = r#"- { id: add, tool: insert, args: { v: 1 } }
@@ -277,23 +249,8 @@ fn a_resumed_run_counts_every_call_its_journal_dispatched() {
     let first = "- { id: add, tool: insert, args: { v: 1 } }\n- { id: a1, tool: audit, args: { n: 1 } }\n- { id: a2, tool: audit, args: { n: 2 } }\n";
     let (doc, code) = p.run_json(first, &["--journal", j]);
     assert_eq!(code, 4, "{doc}");
-    let hash = approval_hash(&p, j);
-    let b = p.path().join("batch.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--resume",
-            j,
-            "--format",
-            "json",
-        ])
-        .args(["--approve", &format!("add@{hash}"), "--max-calls", "2"])
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(3), "{doc}");
+    let (doc, code) = p.resume_approving(j, "add", &["--max-calls", "2"]);
+    assert_eq!(code, 3, "{doc}");
     let s = statuses(&doc);
     assert_eq!(
         s[0],

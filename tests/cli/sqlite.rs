@@ -108,28 +108,7 @@ fn a_select_after_an_insert_paused_for_approval_waits_and_runs_after_it() {
     assert_eq!(code, 4, "{doc}");
     let r = results(&doc);
     assert_eq!(r[2]["error"]["kind"], "awaiting_approval", "{doc}");
-    let out = p
-        .cmd()
-        .args(["approvals", j, "--format", "json"])
-        .output()
-        .unwrap();
-    let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let hash = waiting[0]["hash"].as_str().unwrap();
-    let b = p.path().join("batch.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap(),
-            "--resume",
-            j,
-            "--format",
-            "json",
-        ])
-        .args(["--approve", &format!("add@{hash}")])
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{doc}");
+    let (doc, code) = p.resume_approving(j, "add", &[]);
+    assert_eq!(code, 0, "{doc}");
     assert!(count_of(&results(&doc)[2]).contains("'n': 1"), "{doc}");
 }
