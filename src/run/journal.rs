@@ -107,6 +107,8 @@ pub struct Resume {
     pub awaiting: Vec<Awaiting>,
     /// How many dispatches the journal records (they count against `max_calls`).
     pub dispatches: u64,
+    /// The ids of the calls it dispatched (their costs count against `max_cost`).
+    pub dispatched: HashSet<String>,
 }
 
 /// A call deferred for an approval nobody could give.
@@ -146,6 +148,7 @@ impl Resume {
                 }
                 Some("dispatch") => {
                     r.dispatches += 1;
+                    r.dispatched.insert(key().0);
                     r.ids.insert(key().0);
                     dispatched.insert(key());
                 }

@@ -158,7 +158,10 @@ impl Coordinator {
             stop_rx,
             ending: None,
             budget_hit: false,
-            spent: config.spent,
+            spent: match (&config.resume, &config.replay) {
+                (Some(r), None) => config.spent.max(journal_cost(&plan, r)),
+                _ => config.spent,
+            },
             reserved: vec![false; if budget { n } else { 0 }],
             http_429: 0,
             journal: config.journal.clone(),
@@ -305,6 +308,15 @@ impl Coordinator {
             );
         }
     }
+}
+
+/// What the calls a journal dispatched cost (a resumed run's budget counts them).
+fn journal_cost(plan: &Plan, resume: &Resume) -> f64 {
+    plan.calls
+        .iter()
+        .filter(|c| resume.dispatched.contains(&c.id))
+        .map(|c| c.cost)
+        .sum()
 }
 
 /// Per tool: a cached read's backends, and a write's backends that some cached read reads

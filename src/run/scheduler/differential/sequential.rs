@@ -44,8 +44,7 @@ impl<'a> Sequential<'a> {
     /// stands, what it never dispatched runs now, and the calls it deferred are approved.
     pub(super) fn run(&mut self, prior: Option<&[Seen]>) -> Vec<Seen> {
         let granted = std::mem::take(&mut self.deferred);
-        // A resumed run counts the calls its journal dispatched; its budget starts afresh.
-        self.spent = 0.0;
+        // A resumed run counts the calls its journal dispatched, and what they cost.
         let mut out: Vec<Seen> = Vec::new();
         let mut paused: Option<usize> = None;
         for p in 0..self.plan.calls.len() {
