@@ -84,13 +84,16 @@ impl Coordinator {
     /// Past pre-dispatch's checks: take the call's share of the limits and send it on, wait
     /// for the earlier calls or the gate (see the module's doc), or refuse it.
     pub(super) fn reserve_then_go(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
-        match self.room(p) {
+        match self.room(p, (0, 0.0)) {
             Room::Fits => {
                 self.reserve(p);
                 self.gate_or_spawn(p, resolved);
             }
             Room::Wait => self.hold(p, resolved),
-            Room::Never(_) if self.gating > 0 => self.hold(p, resolved),
+            // Calls at the gate may give back enough for it.
+            Room::Never(_) if !matches!(self.room(p, self.gate_room), Room::Never(_)) => {
+                self.hold(p, resolved)
+            }
             Room::Never((kind, why)) => {
                 let r = never_dispatched(&self.plan, p, kind, &why);
                 self.finish(p, r);
@@ -106,11 +109,34 @@ impl Coordinator {
         self.held.insert(p, resolved);
     }
 
+    /// A call goes to the gate (`entering`) or comes back from it: what it holds of the limits
+    /// is, meanwhile, room the gate may give back.
+    pub(super) fn at_gate(&mut self, p: usize, entering: bool) {
+        let calls = u64::from(self.call_reserved.get(p).copied().unwrap_or(false));
+        let cost = if self.reserved.get(p).copied().unwrap_or(false) {
+            self.plan.calls[p].cost
+        } else {
+            0.0
+        };
+        if entering {
+            self.gate_room = (self.gate_room.0 + calls, self.gate_room.1 + cost);
+        } else {
+            self.gate_room = (self.gate_room.0 - calls, (self.gate_room.1 - cost).max(0.0));
+        }
+    }
+
     /// The calls held for room try again, in call order (something settled since): the read
-    /// cache first, then the limits.
+    /// cache first, then the limits. Once one must still wait for earlier calls, every later
+    /// one must too (the room it waits for is theirs as well): they stay as they are.
     pub(super) fn retry_held(&mut self) {
         self.held_dirty = false;
-        for (p, resolved) in std::mem::take(&mut self.held) {
+        let mut held = std::mem::take(&mut self.held);
+        while let Some((p, resolved)) = held.pop_first() {
+            if self.ending.is_none() && matches!(self.room(p, (0, 0.0)), Room::Wait) {
+                held.insert(p, resolved);
+                self.held.append(&mut held);
+                return;
+            }
             if self.ending.is_some() {
                 let why = "the run ended while it waited for the budget";
                 let r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, why);
@@ -133,16 +159,18 @@ impl Coordinator {
     }
 
     /// The call cap first, then the budget (a call whose cost does not fit is refused, and
-    /// later, cheaper calls may still fit).
-    fn room(&self, p: usize) -> Room {
+    /// later, cheaper calls may still fit) — counting `credit` (calls, cost) as given back.
+    fn room(&self, p: usize, credit: (u64, f64)) -> Room {
         let (before, before_cost) = self.allot.as_ref().map_or((0, 0.0), |a| a.before(p));
         let s = &self.plan.settings;
+        let made = self.calls_made.saturating_sub(credit.0);
+        let spent = self.spent - credit.1;
         if let Some(max) = s.max_calls.map(u64::from) {
-            if self.calls_made >= max {
+            if made >= max {
                 let why = format!("call limit reached (max_calls = {max})");
                 return Room::Never((ErrorKind::CallLimit, why));
             }
-            if self.calls_made + before >= max {
+            if made + before >= max {
                 return Room::Wait;
             }
         }
@@ -150,14 +178,14 @@ impl Coordinator {
         let Some(max) = s.max_cost.filter(|_| cost > 0.0) else {
             return Room::Fits;
         };
-        if self.spent + cost > max + 1e-9 {
+        if spent + cost > max + 1e-9 {
             let why = format!(
                 "budget exhausted ({} of {max} spent; this call costs {cost})",
-                crate::events::trim_float(self.spent),
+                crate::events::trim_float(spent),
             );
             return Room::Never((ErrorKind::BudgetExhausted, why));
         }
-        if self.spent + before_cost + cost > max + 1e-9 {
+        if spent + before_cost + cost > max + 1e-9 {
             return Room::Wait;
         }
         Room::Fits

@@ -35,6 +35,7 @@ impl Coordinator {
                 };
                 if tx.send(job).is_ok() {
                     self.gating += 1;
+                    self.at_gate(p, true);
                 } else {
                     let r = never_dispatched(
                         &self.plan,

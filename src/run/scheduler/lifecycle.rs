@@ -89,6 +89,12 @@ impl Coordinator {
     /// The gate decided about a call.
     fn verdict(&mut self, v: Verdict) {
         self.gating -= 1;
+        let pos = match &v {
+            Verdict::Proceed { pos, .. }
+            | Verdict::Refuse { pos, .. }
+            | Verdict::Defer { pos, .. } => *pos,
+        };
+        self.at_gate(pos, false);
         match v {
             Verdict::Proceed { pos, .. } if self.ending.is_some() => {
                 let why = "the run ended while it waited for approval";

@@ -94,6 +94,8 @@ pub(super) struct Coordinator {
     /// at the gate held reservations they may give back: they wait for the gate's verdicts
     /// (in call order) rather than being refused for a slot a deferred call returns.
     pub(super) held: std::collections::BTreeMap<usize, Option<Map<String, Value>>>,
+    /// What calls at the gate hold of the limits (calls, cost): they may give it back.
+    pub(super) gate_room: (u64, f64),
     /// A call settled since the held calls last tried.
     pub(super) held_dirty: bool,
     /// The calls not yet decided about the limits (only under a cap or a budget).
@@ -191,6 +193,7 @@ impl Coordinator {
             },
             held: std::collections::BTreeMap::new(),
             held_dirty: false,
+            gate_room: (0, 0.0),
             allot: super::allotment::Allotment::for_plan(&plan),
             call_reserved: vec![
                 false;
