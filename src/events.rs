@@ -325,3 +325,14 @@ pub fn trim_float(v: f64) -> String {
     let s = format!("{v:.6}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
+
+/// A call deferred for an approval nobody could give.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Awaiting {
+    pub index: usize,
+    pub id: String,
+    pub tool: String,
+    /// Its resolved arguments, and their approval hash (`run::gate::approval_hash`).
+    pub args: Value,
+    pub hash: String,
+}

@@ -19,6 +19,7 @@ pub mod config;
 pub mod duration;
 pub mod error;
 pub mod events;
+pub mod hash;
 pub mod history;
 pub mod manifest;
 pub mod model_formats;
@@ -31,3 +32,6 @@ pub mod template;
 pub mod tools;
 pub mod trace_context;
 pub mod yaml;
+
+#[cfg(test)]
+mod layout_tests;

@@ -61,7 +61,7 @@ impl TraceContext {
 
     /// The span id of call `call_id` (never zero).
     pub fn call_span(&self, call_id: &str) -> u64 {
-        let h = crate::run::lanes::fnv_hash(call_id.as_bytes()) ^ self.run_span;
+        let h = crate::hash::fnv(call_id.as_bytes()) ^ self.run_span;
         // SplitMix64's finaliser: neighbouring ids give unrelated span ids.
         let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

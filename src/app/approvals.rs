@@ -6,7 +6,7 @@ use super::stdout_write;
 use crate::cli::ListFormat;
 use crate::error::{self, Error};
 use crate::report;
-use crate::run::journal::Resume;
+use crate::run::Resume;
 
 pub(super) fn approvals(journal: &Path, format: Option<ListFormat>) -> Result<u8, Error> {
     let resume = Resume::load(journal).map_err(Error::Usage)?;

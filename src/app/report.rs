@@ -8,7 +8,6 @@ use crate::config;
 use crate::error::{self, Error};
 use crate::history::analysis::{self, Period};
 use crate::report;
-use crate::run::journal;
 
 pub(super) fn report(results: &Path, svg: Option<&Path>) -> Result<u8, Error> {
     let Some(svg) = svg else {
@@ -30,7 +29,7 @@ pub(super) fn report(results: &Path, svg: Option<&Path>) -> Result<u8, Error> {
         .ok_or_else(|| Error::Usage(format!("`{}` has no `results`", results.display())))?;
     let mut parsed = Vec::with_capacity(list.len());
     for (i, r) in list.iter().enumerate() {
-        parsed.push(journal::result_from_json(r.clone()).ok_or_else(|| {
+        parsed.push(crate::run::result_from_json(r.clone()).ok_or_else(|| {
             Error::Usage(format!(
                 "`{}`: result #{i} is not a flux-tools result",
                 results.display()

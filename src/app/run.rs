@@ -28,10 +28,8 @@ use crate::plan::{LaneSpec, Plan, PlanOptions};
 use crate::report;
 use crate::report::emit;
 use crate::report::output::{self, RunDocument};
-use crate::run::cassette::Cassette;
-use crate::run::journal::{self, Journal, Resume};
-use crate::run::lanes::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::run::{self, lease, RunReport};
+use crate::run::{Cassette, Journal, LaneStore, LocalLanes, MemoryLanes, RedisLanes, Resume};
 
 pub(super) fn run(args: &Args, r: &RunArgs) -> Result<u8, Error> {
     let format = r.format.unwrap_or(if std::io::stdout().is_terminal() {
@@ -369,7 +367,7 @@ type JournalSetup = (
 /// `--journal` / `--resume`: the run id (the journal's when resuming), the journal writer and
 /// what the earlier run recorded. A journal of another manifest or batch is refused.
 fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<JournalSetup, Error> {
-    let manifest_fp = journal::manifest_fingerprint(&manifest.file.text);
+    let manifest_fp = manifest.fingerprint();
     let resume = match &r.resume {
         Some(path) => {
             let res = Resume::load(path).map_err(Error::Usage)?;
@@ -393,7 +391,7 @@ fn open_journal(r: &RunArgs, manifest: &Manifest, plan: &Plan) -> Result<Journal
     };
     let run_id = resume
         .as_ref()
-        .map_or_else(run::scheduler::new_run_id, |r| r.run_id.clone());
+        .map_or_else(run::new_run_id, |r| r.run_id.clone());
     let path = r.journal.as_ref().or(r.resume.as_ref());
     let (journal, thread) = match path {
         Some(p) => {

@@ -21,12 +21,8 @@ use crate::report::otlp;
 use crate::report::output::{self, StreamWriter};
 use crate::report::progress::Progress;
 use crate::report::Reporter;
-use crate::run::cache::Cache;
-use crate::run::cassette::Cassette;
-use crate::run::gate::Approvals;
-use crate::run::journal::{Journal, Resume};
-use crate::run::lanes::LaneStore;
 use crate::run::{self, Control, RunConfig, RunReport};
+use crate::run::{Approvals, Cache, Cassette, Journal, LaneStore, Resume};
 use crate::tools::mcp::McpHub;
 use crate::trace_context::TraceContext;
 
@@ -172,7 +168,7 @@ impl Session {
     /// Start another run in this process (a `--turns` turn): a new run id (idempotency keys
     /// are per run) and a new span in the same trace.
     pub fn new_run(&mut self) {
-        self.run_id = run::scheduler::new_run_id();
+        self.run_id = run::new_run_id();
         self.started_wall = std::time::SystemTime::now();
         self.start = Instant::now();
         self.spent = 0.0;
@@ -205,11 +201,7 @@ impl Session {
         let tools = self
             .tools
             .get_or_insert_with(|| {
-                Arc::new(run::scheduler::tool_impls(
-                    &self.manifest,
-                    plan,
-                    self.mcp.clone(),
-                ))
+                Arc::new(run::tool_impls(&self.manifest, plan, self.mcp.clone()))
             })
             .clone();
         let (tx, rx) = mpsc::unbounded_channel::<Control>();
@@ -328,7 +320,7 @@ impl Session {
             if !quiet {
                 let to = target.as_deref().map_or_else(
                     || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
-                    crate::run::lanes::redact_url,
+                    crate::run::redact_url,
                 );
                 eprintln!("warning: the run's spans could not be exported to {to}: {e}");
             }

@@ -326,7 +326,7 @@ pub(super) fn run_stream(
         })
         .collect();
     opts.lanes = Some(table);
-    let run_id = run::scheduler::new_run_id();
+    let run_id = run::new_run_id();
     let mut session = Session::open(r, manifest, mcp, lanes, run_id, true, &rt);
     session.emit(Event::RunStarted {
         run_id: session.run_id.clone(),
@@ -403,6 +403,20 @@ pub(super) fn run_stream(
         // Ctrl-C while the stream waited for its next line.
         ledger.outcome = Outcome::Interrupted;
     }
+    finish_stream(args, session, ledger, rt, history_path, &tenant, failed)
+}
+
+/// The end of a stream: the run's last event, its spans, the session closed, its history
+/// line, the summary and the exit status.
+fn finish_stream(
+    args: &Args,
+    session: Session,
+    mut ledger: Ledger,
+    rt: tokio::runtime::Runtime,
+    history_path: Option<std::path::PathBuf>,
+    tenant: &str,
+    failed: Option<Error>,
+) -> Result<u8, Error> {
     let stats = ledger.total.take().unwrap_or_default();
     session.emit(Event::RunFinished {
         outcome: ledger.outcome,
@@ -410,14 +424,7 @@ pub(super) fn run_stream(
     });
     if let Some(kept) = &ledger.kept {
         let wall = std::time::Duration::from_millis(stats.wall_ms);
-        session.export_spans(
-            &rt,
-            args.quiet,
-            &tenant,
-            ledger.outcome.as_str(),
-            wall,
-            kept,
-        );
+        session.export_spans(&rt, args.quiet, tenant, ledger.outcome.as_str(), wall, kept);
     }
     let drained = session.drained.load(Ordering::SeqCst);
     let manifest = session.manifest.clone();
@@ -429,7 +436,7 @@ pub(super) fn run_stream(
     if let Some(path) = history_path {
         let facts = history::RunFacts {
             run_id: &run_id,
-            tenant: &tenant,
+            tenant,
             input_format: InputFormat::Jsonl.name(),
             outcome: ledger.outcome.as_str(),
             width: ledger.width,

@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 
 use serde_json::Value;
 
-use crate::run::gate::{ApprovalRequest, Approver};
+use crate::run::{ApprovalRequest, Approver};
 
 /// Asks on `/dev/tty`; no terminal means no answer.
 pub(super) struct TerminalApprover;

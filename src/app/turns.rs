@@ -30,7 +30,7 @@ use crate::manifest::Manifest;
 use crate::plan::{self, PlanOptions};
 use crate::report::emit::{self, Emit};
 use crate::report::output::RunDocument;
-use crate::run::lanes::LaneStore;
+use crate::run::LaneStore;
 use crate::run::{self, lease, RunReport};
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::ToolKind;
@@ -55,7 +55,7 @@ pub(super) fn run_turns(
         .iter()
         .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
         .then(|| McpHub::new(&manifest.mcp_servers));
-    let run_id = run::scheduler::new_run_id();
+    let run_id = run::new_run_id();
     let mut session = Session::open(r, manifest, hub.clone(), store.clone(), run_id, false, &rt);
     let mut turns = Turns {
         args,

@@ -95,7 +95,7 @@ impl Record {
             time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             run_id: facts.run_id.to_string(),
             tenant: facts.tenant.to_string(),
-            manifest: crate::run::journal::manifest_fingerprint(&manifest.file.text),
+            manifest: manifest.fingerprint(),
             input_format: facts.input_format.to_string(),
             outcome: facts.outcome.to_string(),
             calls: s.calls,

@@ -283,6 +283,12 @@ pub struct ModelPrice {
 }
 
 impl Manifest {
+    /// A fingerprint of the manifest's text (a journal belongs to one manifest; the history
+    /// names the manifest a run used).
+    pub fn fingerprint(&self) -> String {
+        crate::hash::fnv_hex(self.file.text.as_bytes())
+    }
+
     /// The price of `model`: its own entry, else the longest entry its name starts with
     /// (`gpt-4o` prices `gpt-4o-2024-08-06`).
     pub fn model_price(&self, model: &str) -> Option<ModelPrice> {

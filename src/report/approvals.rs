@@ -1,7 +1,7 @@
 //! `flux-tools approvals JOURNAL`: the calls a paused run left waiting for an approval, with
 //! what to pass to approve each one.
 
-use crate::run::journal::Awaiting;
+use crate::events::Awaiting;
 
 /// One block per call: its id, tool, resolved arguments and the `--approve` that runs it.
 pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {

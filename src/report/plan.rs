@@ -142,41 +142,8 @@ pub fn write_json(
     cached: &[bool],
     pretty: bool,
 ) -> std::io::Result<()> {
-    let mut phases: Vec<PhaseView<'_>> = plan
-        .phases
-        .iter()
-        .enumerate()
-        .map(|(i, ph)| PhaseView {
-            phase: i,
-            alone: ph.alone,
-            calls: Vec::new(),
-            waves: Vec::new(),
-        })
-        .collect();
-    for (p, c) in plan.calls.iter().enumerate() {
-        let ph = &mut phases[c.phase];
-        ph.calls.push(&c.id);
-        let w = est.wave[p];
-        if ph.waves.len() <= w {
-            ph.waves.resize_with(w + 1, Vec::new);
-        }
-        ph.waves[w].push(&c.id);
-    }
-    let tools = plan
-        .calls
-        .iter()
-        .filter_map(|c| c.tool)
-        .collect::<std::collections::BTreeSet<usize>>()
-        .into_iter()
-        .map(|t| {
-            let tool = &manifest.tools[t];
-            let view = ToolView {
-                backends: &tool.backends,
-                backends_from: tool.backends_origin,
-            };
-            (tool.name.as_str(), view)
-        })
-        .collect();
+    let phases = phase_views(plan, est);
+    let tools = tool_views(plan, manifest);
     let view = PlanView {
         tenant: &plan.settings.tenant,
         on_tool_error: plan.settings.on_tool_error,
@@ -187,42 +154,7 @@ pub fn write_json(
             .calls
             .iter()
             .enumerate()
-            .map(|(p, c)| {
-                let tool = c.tool.map(|t| &manifest.tools[t]);
-                CallView {
-                    index: c.index,
-                    id: &c.id,
-                    tool: &c.tool_name,
-                    phase: c.phase,
-                    own_phase: plan.phases[c.phase].alone,
-                    wave: est.wave[p],
-                    effect: tool.map(|t| t.effect),
-                    effect_from: tool.map(|t| t.effect_origin),
-                    idempotent: tool.map(|t| t.idempotent),
-                    idempotent_from: tool.map(|t| t.idempotent_origin),
-                    invalid: c.invalid.as_deref(),
-                    weight: c.weight,
-                    lanes: c
-                        .lanes
-                        .iter()
-                        .map(|&l| plan.lanes[l].name.as_str())
-                        .collect(),
-                    edges: c
-                        .edges
-                        .iter()
-                        .map(|e| EdgeView {
-                            from: id_of(plan, e.from),
-                            reason: e.reason,
-                            backend: backend_of(plan, e),
-                        })
-                        .collect(),
-                    est_start_ms: millis(est.start[p]),
-                    est_end_ms: millis(est.end[p]),
-                    estimate_assumed: !c.estimate_known,
-                    cost: c.cost,
-                    cached: cached.get(p).copied().unwrap_or(false),
-                }
-            })
+            .map(|(p, _)| call_view(plan, est, manifest, cached, p))
             .collect(),
         lanes: plan
             .lanes
@@ -254,6 +186,97 @@ pub fn write_json(
     }
     buf.write_all(b"\n")?;
     buf.flush()
+}
+
+/// Call `p` as the plan's JSON shows it.
+fn call_view<'a>(
+    plan: &'a Plan,
+    est: &Estimate,
+    manifest: &'a Manifest,
+    cached: &[bool],
+    p: usize,
+) -> CallView<'a> {
+    let c = &plan.calls[p];
+    let tool = c.tool.map(|t| &manifest.tools[t]);
+    CallView {
+        index: c.index,
+        id: &c.id,
+        tool: &c.tool_name,
+        phase: c.phase,
+        own_phase: plan.phases[c.phase].alone,
+        wave: est.wave[p],
+        effect: tool.map(|t| t.effect),
+        effect_from: tool.map(|t| t.effect_origin),
+        idempotent: tool.map(|t| t.idempotent),
+        idempotent_from: tool.map(|t| t.idempotent_origin),
+        invalid: c.invalid.as_deref(),
+        weight: c.weight,
+        lanes: c
+            .lanes
+            .iter()
+            .map(|&l| plan.lanes[l].name.as_str())
+            .collect(),
+        edges: c
+            .edges
+            .iter()
+            .map(|e| EdgeView {
+                from: id_of(plan, e.from),
+                reason: e.reason,
+                backend: backend_of(plan, e),
+            })
+            .collect(),
+        est_start_ms: millis(est.start[p]),
+        est_end_ms: millis(est.end[p]),
+        estimate_assumed: !c.estimate_known,
+        cost: c.cost,
+        cached: cached.get(p).copied().unwrap_or(false),
+    }
+}
+
+/// Each phase's calls and the waves they run in.
+fn phase_views<'a>(plan: &'a Plan, est: &Estimate) -> Vec<PhaseView<'a>> {
+    let mut phases: Vec<PhaseView<'_>> = plan
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, ph)| PhaseView {
+            phase: i,
+            alone: ph.alone,
+            calls: Vec::new(),
+            waves: Vec::new(),
+        })
+        .collect();
+    for (p, c) in plan.calls.iter().enumerate() {
+        let ph = &mut phases[c.phase];
+        ph.calls.push(&c.id);
+        let w = est.wave[p];
+        if ph.waves.len() <= w {
+            ph.waves.resize_with(w + 1, Vec::new);
+        }
+        ph.waves[w].push(&c.id);
+    }
+    phases
+}
+
+/// The backends of each tool the plan's calls use, by name.
+fn tool_views<'a>(
+    plan: &Plan,
+    manifest: &'a Manifest,
+) -> std::collections::BTreeMap<&'a str, ToolView<'a>> {
+    plan.calls
+        .iter()
+        .filter_map(|c| c.tool)
+        .collect::<std::collections::BTreeSet<usize>>()
+        .into_iter()
+        .map(|t| {
+            let tool = &manifest.tools[t];
+            let view = ToolView {
+                backends: &tool.backends,
+                backends_from: tool.backends_origin,
+            };
+            (tool.name.as_str(), view)
+        })
+        .collect()
 }
 
 /// The plan as a table per phase; a call the read cache would answer now is marked.

@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::events::CallResult;
+use crate::events::{Awaiting, CallResult};
 
 /// A stable fingerprint of a call: its tool, how the tool is invoked (`target`, secrets as
 /// `***`) and its resolved arguments.
@@ -27,12 +27,7 @@ pub fn fingerprint(tool: &str, target: &str, args: &serde_json::Map<String, Valu
         "{tool}\u{0}{target}\u{0}{}",
         serde_json::to_string(args).unwrap_or_default()
     );
-    format!("{:016x}", crate::run::lanes::fnv_hash(text.as_bytes()))
-}
-
-/// A fingerprint of the manifest's text (a journal belongs to one manifest).
-pub fn manifest_fingerprint(text: &str) -> String {
-    format!("{:016x}", crate::run::lanes::fnv_hash(text.as_bytes()))
+    crate::hash::fnv_hex(text.as_bytes())
 }
 
 enum Msg {
@@ -109,17 +104,6 @@ pub struct Resume {
     pub dispatches: u64,
     /// The ids of the calls it dispatched (their costs count against `max_cost`).
     pub dispatched: HashSet<String>,
-}
-
-/// A call deferred for an approval nobody could give.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Awaiting {
-    pub index: usize,
-    pub id: String,
-    pub tool: String,
-    /// Its resolved arguments, and their [`approval_hash`](crate::run::gate::approval_hash).
-    pub args: Value,
-    pub hash: String,
 }
 
 impl Resume {

@@ -21,4 +21,11 @@ pub mod lease;
 pub mod scheduler;
 pub mod stats;
 
-pub use scheduler::{execute, execute_spawned, Control, RunConfig, RunReport};
+pub use cache::Cache;
+pub use cassette::Cassette;
+pub use gate::{ApprovalRequest, Approvals, Approver};
+pub use journal::{result_from_json, Journal, Resume};
+pub use lanes::{redact_url, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
+pub use scheduler::{
+    execute, execute_spawned, new_run_id, tool_impls, Control, RunConfig, RunReport,
+};

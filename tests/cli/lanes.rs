@@ -657,7 +657,7 @@ fn doorbells(p: &Project) -> Vec<std::path::PathBuf> {
     let manifest = p.path().join("tools.toml").canonicalize().unwrap();
     let hash = format!(
         "{:016x}",
-        flux_tools::run::lanes::fnv_hash(manifest.as_os_str().as_encoded_bytes())
+        flux_tools::hash::fnv(manifest.as_os_str().as_encoded_bytes())
     );
     let root = flux_tools::run::lanes::runtime_dir().unwrap().join(hash);
     std::fs::read_dir(&root)

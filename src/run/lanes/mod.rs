@@ -30,11 +30,6 @@ pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
 pub use redis::{redact_url, RedisLanes};
 
-/// FNV-1a: a stable, short name for bytes (paths, lanes, fingerprints). Not for security.
-pub fn fnv_hash(bytes: &[u8]) -> u64 {
-    local::fnv(bytes)
-}
-
 /// A boxed future, for the object-safe store trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

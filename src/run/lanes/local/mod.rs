@@ -58,13 +58,6 @@ pub fn runtime_dir() -> Result<PathBuf, LaneError> {
     Ok(base)
 }
 
-/// FNV-1a: a stable short name for a path or lane (not for security: the folder is private).
-pub(super) fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
 fn lane_folder(root: &Path, name: &str) -> PathBuf {
     let clean: String = name
         .chars()
@@ -77,7 +70,10 @@ fn lane_folder(root: &Path, name: &str) -> PathBuf {
         })
         .take(60)
         .collect();
-    root.join(format!("{clean}-{:08x}", fnv(name.as_bytes()) as u32))
+    root.join(format!(
+        "{clean}-{:08x}",
+        crate::hash::fnv(name.as_bytes()) as u32
+    ))
 }
 
 fn flock(file: &File, op: i32) -> bool {
@@ -347,7 +343,7 @@ impl LocalLanes {
     pub fn new(specs: &[LaneSpec], manifest: &Path) -> Result<LocalLanes, LaneError> {
         let root = runtime_dir()?.join(format!(
             "{:016x}",
-            fnv(manifest.as_os_str().as_encoded_bytes())
+            crate::hash::fnv(manifest.as_os_str().as_encoded_bytes())
         ));
         LocalLanes::with(root, MemoryLanes::new(specs), specs)
     }
@@ -472,7 +468,7 @@ impl LaneStore for LocalLanes {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
-            let file = open_rw(&dir.join(format!("{:016x}", fnv(key.as_bytes()))))?;
+            let file = open_rw(&dir.join(crate::hash::fnv_hex(key.as_bytes())))?;
             if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
                 return Ok(Some(Box::new(file) as Box<dyn Send + Sync>));
             }

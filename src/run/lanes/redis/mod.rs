@@ -126,7 +126,7 @@ impl RedisLanes {
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(DEFAULT_LEASE, Duration::from_millis)
             .max(Duration::from_millis(300));
-        let ns = format!("{:016x}", super::local::fnv(namespace.as_bytes()));
+        let ns = format!("{:016x}", crate::hash::fnv(namespace.as_bytes()));
         let lanes = redis_lanes(specs, &ns);
         Ok(RedisLanes {
             // Only ever shown, so only ever kept redacted.
