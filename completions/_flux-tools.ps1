@@ -41,10 +41,11 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;run' {
-            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise]')
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant for the tenant lane (overrides the batch''s)')
             [CompletionResult]::new('--input-format', '--input-format', [CompletionResultType]::ParameterName, 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow the turn lane (never widens the manifest''s)')
+            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, jsonl otherwise]')
             [CompletionResult]::new('--on-tool-error', '--on-tool-error', [CompletionResultType]::ParameterName, 'What a failed call does to the run')
             [CompletionResult]::new('--deadline', '--deadline', [CompletionResultType]::ParameterName, 'End the whole run after this long (e.g. 30s, 2m)')
             [CompletionResult]::new('--max-cost', '--max-cost', [CompletionResultType]::ParameterName, 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget')
@@ -62,7 +63,6 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--approve', '--approve', [CompletionResultType]::ParameterName, 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)')
             [CompletionResult]::new('--emit', '--emit', [CompletionResultType]::ParameterName, 'Write the results as the messages to send back to the model: openai (tool messages), openai-responses (function_call_output items), anthropic (one user message of tool_result blocks), gemini (one content of functionResponse parts); one per line with --stream')
             [CompletionResult]::new('--max-processes', '--max-processes', [CompletionResultType]::ParameterName, 'The most command calls in flight at once [default: derived from ulimit -n and -u]')
-            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('--literal', '--literal', [CompletionResultType]::ParameterName, 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)')
@@ -78,11 +78,11 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;plan' {
-            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, json otherwise]')
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant for the tenant lane (overrides the batch''s)')
             [CompletionResult]::new('--input-format', '--input-format', [CompletionResultType]::ParameterName, 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow the turn lane (never widens the manifest''s)')
-            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'The lane store whose read cache is consulted to mark the calls it would answer now')
+            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format [default: table on a terminal, json otherwise]')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('--literal', '--literal', [CompletionResultType]::ParameterName, 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)')

@@ -406,16 +406,12 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__plan)
-            opts="-q -h --format --tenant --input-format --literal --max-concurrent-tools --lane-store --manifest --quiet --color --help"
+            opts="-q -h --tenant --input-format --literal --max-concurrent-tools --lane-store --format --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
-                    return 0
-                    ;;
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -430,6 +426,10 @@ _flux__tools() {
                     ;;
                 --lane-store)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl dot mermaid" -- "${cur}"))
                     return 0
                     ;;
                 --manifest)
@@ -490,16 +490,12 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --format --tenant --input-format --literal --max-concurrent-tools --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --turns --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --lane-store --manifest --quiet --color --help"
+            opts="-o -q -h --tenant --input-format --literal --max-concurrent-tools --lane-store --format --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --turns --journal --resume --retry-indeterminate --trace --record --replay --approve --emit --max-processes --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --format)
-                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
-                    return 0
-                    ;;
                 --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -510,6 +506,14 @@ _flux__tools() {
                     ;;
                 --max-concurrent-tools)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lane-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
                     return 0
                     ;;
                 --on-tool-error)
@@ -577,10 +581,6 @@ _flux__tools() {
                     return 0
                     ;;
                 --max-processes)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --lane-store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

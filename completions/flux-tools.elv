@@ -37,10 +37,11 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;run'= {
-            cand --format 'Output format [default: table on a terminal, jsonl otherwise]'
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
             cand --input-format 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
+            cand --lane-store 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now'
+            cand --format 'Output format [default: table on a terminal, jsonl otherwise]'
             cand --on-tool-error 'What a failed call does to the run'
             cand --deadline 'End the whole run after this long (e.g. 30s, 2m)'
             cand --max-cost 'Most the run may spend (sum of the tools'' `cost`); overrides the batch''s budget'
@@ -58,7 +59,6 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
             cand --emit 'Write the results as the messages to send back to the model: openai (tool messages), openai-responses (function_call_output items), anthropic (one user message of tool_result blocks), gemini (one content of functionResponse parts); one per line with --stream'
             cand --max-processes 'The most command calls in flight at once [default: derived from ulimit -n and -u]'
-            cand --lane-store 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --literal 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)'
@@ -73,11 +73,11 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;plan'= {
-            cand --format 'Output format [default: table on a terminal, json otherwise]'
             cand --tenant 'Tenant for the tenant lane (overrides the batch''s)'
             cand --input-format 'What the input is: a batch, JSON Lines, or a model''s reply (openai, openai-responses, anthropic, gemini)'
             cand --max-concurrent-tools 'Narrow the turn lane (never widens the manifest''s)'
-            cand --lane-store 'The lane store whose read cache is consulted to mark the calls it would answer now'
+            cand --lane-store 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now'
+            cand --format 'Output format [default: table on a terminal, json otherwise]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --literal 'Arguments are data: no `${…}` references or `$${` escapes in the batch (a model''s reply is always read so)'

@@ -40,9 +40,6 @@ complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "mcp" -d 'Work
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "report" -d 'Draw a results document as a timeline picture, or show a run history over time'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise]' -r -f -a "table\t''
-json\t''
-jsonl\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s reply (openai, openai-responses, anthropic, gemini)' -r -f -a "auto\t'Detect the model shapes below; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
@@ -52,6 +49,10 @@ openai-responses\t'The OpenAI Responses API'
 anthropic\t'Anthropic Messages'
 gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise]' -r -f -a "table\t''
+json\t''
+jsonl\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l on-tool-error -d 'What a failed call does to the run' -r -f -a "surface\t'A failed call loses only itself'
 fail_run\t'The first failure ends the run (`fail_run`; `fail-run` is accepted too)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l deadline -d 'End the whole run after this long (e.g. 30s, 2m)' -r
@@ -74,7 +75,6 @@ openai-responses\t'OpenAI Responses API: `function_call_output` items'
 anthropic\t'Anthropic Messages: `tool_result` blocks in a user message'
 gemini\t'Google Gemini: `functionResponse` parts in a user content'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-processes -d 'The most command calls in flight at once [default: derived from ulimit -n and -u]' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
@@ -87,11 +87,6 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l turns -d '
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, json otherwise]' -r -f -a "table\t''
-json\t'Pretty JSON'
-jsonl\t'The same JSON on one line'
-dot\t'Graphviz'
-mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l input-format -d 'What the input is: a batch, JSON Lines, or a model\'s reply (openai, openai-responses, anthropic, gemini)' -r -f -a "auto\t'Detect the model shapes below; otherwise a batch'
 batch\t'A batch document, a sequence of calls, or JSON'
@@ -101,7 +96,12 @@ openai-responses\t'The OpenAI Responses API'
 anthropic\t'Anthropic Messages'
 gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l lane-store -d 'The lane store whose read cache is consulted to mark the calls it would answer now' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, json otherwise]' -r -f -a "table\t''
+json\t'Pretty JSON'
+jsonl\t'The same JSON on one line'
+dot\t'Graphviz'
+mermaid\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''

@@ -4,10 +4,80 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::batch::OnToolError;
-use crate::model_formats::InputFormat;
-pub use crate::report::emit::Emit;
 use crate::run::gate::Approvals;
+
+/// A closed set that lives below the Face, as the command line names it: clap reads this
+/// copy, and `From` maps it onto the layer's own enum (so nothing below sees a clap type).
+macro_rules! face_enum {
+    ($(#[$m:meta])* $name:ident => $target:ty { $($(#[$vm:meta])* $v:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+        pub enum $name {
+            $($(#[$vm])* $v,)*
+        }
+
+        impl From<$name> for $target {
+            fn from(x: $name) -> $target {
+                match x {
+                    $($name::$v => <$target>::$v,)*
+                }
+            }
+        }
+    };
+}
+
+face_enum! {
+    /// `--on-tool-error`.
+    OnToolError => crate::batch::OnToolError {
+        /// A failed call loses only itself.
+        Surface,
+        /// The first failure ends the run (`fail_run`; `fail-run` is accepted too).
+        #[value(name = "fail_run", alias = "fail-run")]
+        FailRun,
+    }
+}
+
+face_enum! {
+    /// `--input-format`.
+    InputFormat => crate::model_formats::InputFormat {
+        /// Detect the model shapes below; otherwise a batch.
+        Auto,
+        /// A batch document, a sequence of calls, or JSON.
+        Batch,
+        /// JSON Lines: one call object per line.
+        Jsonl,
+        /// OpenAI chat completions.
+        Openai,
+        /// The OpenAI Responses API.
+        OpenaiResponses,
+        /// Anthropic Messages.
+        Anthropic,
+        /// Google Gemini (generateContent).
+        Gemini,
+    }
+}
+
+face_enum! {
+    /// `--emit`.
+    Emit => crate::report::emit::Emit {
+        /// OpenAI chat completions: tool messages.
+        Openai,
+        /// OpenAI Responses API: `function_call_output` items.
+        OpenaiResponses,
+        /// Anthropic Messages: `tool_result` blocks in a user message.
+        Anthropic,
+        /// Google Gemini: `functionResponse` parts in a user content.
+        Gemini,
+    }
+}
+
+face_enum! {
+    /// `report --by`.
+    Period => crate::history::analysis::Period {
+        Hour,
+        Day,
+    }
+}
 
 /// Run a batch of agent tool calls concurrently inside declared lanes, with call-ordered,
 /// classified results.
@@ -89,7 +159,7 @@ pub enum Command {
         history: Option<PathBuf>,
         /// Group the history by hour or day [default: day when it spans more than three days]
         #[arg(long, value_enum, requires = "history")]
-        by: Option<crate::history::analysis::Period>,
+        by: Option<Period>,
         /// Runs a period (and the periods before it) needs before a width shift is judged
         #[arg(long, value_name = "N", default_value_t = 5, requires = "history")]
         min_turns: usize,
@@ -120,29 +190,12 @@ pub enum McpCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The batch file ("-" or absent with piped stdin: read stdin)
-    pub batch: Option<String>,
+    #[command(flatten)]
+    pub common: BatchArgs,
 
     /// Output format [default: table on a terminal, jsonl otherwise]
     #[arg(long, value_enum)]
     pub format: Option<ResultsFormat>,
-
-    /// Tenant for the tenant lane (overrides the batch's)
-    #[arg(long)]
-    pub tenant: Option<String>,
-
-    /// What the input is: a batch, JSON Lines, or a model's reply (openai, openai-responses, anthropic, gemini)
-    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
-    pub input_format: InputFormat,
-
-    /// Arguments are data: no `${…}` references or `$${` escapes in the batch (a model's
-    /// reply is always read so)
-    #[arg(long)]
-    pub literal: bool,
-
-    /// Narrow the turn lane (never widens the manifest's)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_concurrent_tools: Option<u32>,
 
     /// What a failed call does to the run
     #[arg(long, value_enum)]
@@ -237,22 +290,14 @@ pub struct RunArgs {
     /// The most command calls in flight at once [default: derived from ulimit -n and -u]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_processes: Option<u32>,
-
-    /// Where the tenant, tool and shared lanes live: `local` (shared by every process on this
-    /// machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using
-    /// that Redis) or `memory` (this run only)
-    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
-    pub lane_store: LaneStoreChoice,
 }
 
+/// What `run` and `plan` both take: the batch, how to read it, the tenant, the turn lane and
+/// the lane store.
 #[derive(Debug, clap::Args)]
-pub struct PlanArgs {
+pub struct BatchArgs {
     /// The batch file ("-" or absent with piped stdin: read stdin)
     pub batch: Option<String>,
-
-    /// Output format [default: table on a terminal, json otherwise]
-    #[arg(long, value_enum)]
-    pub format: Option<PlanFormat>,
 
     /// Tenant for the tenant lane (overrides the batch's)
     #[arg(long)]
@@ -271,9 +316,22 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tools: Option<u32>,
 
-    /// The lane store whose read cache is consulted to mark the calls it would answer now
+    /// Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every
+    /// process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by
+    /// every machine using that Redis) or `memory` (this run only); `plan` looks there for the
+    /// calls the cache would answer now
     #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
     pub lane_store: LaneStoreChoice,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub common: BatchArgs,
+
+    /// Output format [default: table on a terminal, json otherwise]
+    #[arg(long, value_enum)]
+    pub format: Option<PlanFormat>,
 }
 
 /// `run --format`: how results are written.

@@ -1,7 +1,7 @@
 //! From command-line arguments to what a command needs: the manifest path (discovery), the
 //! output format, color, and the batch text (file or stdin).
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::cli::ColorChoice;
@@ -33,15 +33,15 @@ pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
     ))
 }
 
-/// Whether to color stdout.
-pub fn use_color(choice: ColorChoice) -> bool {
+/// Whether to color stdout (`stdout_terminal`: stdout is a terminal).
+pub fn use_color(choice: ColorChoice, stdout_terminal: bool) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
         ColorChoice::Auto => {
             std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
                 && std::env::var("TERM").map_or(true, |t| t != "dumb")
-                && std::io::stdout().is_terminal()
+                && stdout_terminal
         }
     }
 }
@@ -58,12 +58,13 @@ pub fn unread_stdin(text: String) {
     let _ = STDIN_PREFIX.set(text);
 }
 
-/// Read the batch: a path, `-` for stdin, or stdin when nothing is given and it is piped.
-pub fn read_batch(arg: Option<&str>) -> Result<SourceFile, Error> {
+/// Read the batch: a path, `-` for stdin, or stdin when nothing is given and it is piped
+/// (`stdin_terminal`: it is not).
+pub fn read_batch(arg: Option<&str>, stdin_terminal: bool) -> Result<SourceFile, Error> {
     let from_stdin = match arg {
         Some("-") => true,
         Some(_) => false,
-        None if !std::io::stdin().is_terminal() => true,
+        None if !stdin_terminal => true,
         None => {
             return Err(Error::Usage(
                 "no batch given\nhint: flux-tools run BATCH.yaml, or pipe one in: cat batch.yaml | flux-tools run".into(),

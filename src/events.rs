@@ -25,7 +25,9 @@ impl Status {
         match self {
             Status::Ok => "TOOL_RESULT",
             Status::Indeterminate => "TOOL_INDETERMINATE",
-            _ => "TOOL_ERROR",
+            Status::Error | Status::TimedOut | Status::NeverDispatched | Status::Cancelled => {
+                "TOOL_ERROR"
+            }
         }
     }
 

@@ -13,7 +13,7 @@
 use serde_json::{Map, Value};
 
 /// `--input-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InputFormat {
     /// Detect the model shapes below; otherwise a batch.
     #[default]

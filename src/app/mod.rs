@@ -2,18 +2,22 @@
 //! where typed errors become messages on stderr, and the only layer that touches the terminal.
 //!
 //! One module per command: [`tools`], [`report`], [`mcp`] (`mcp import`), [`validate`],
-//! [`plan`] (which also loads and plans a batch for `run`), and [`run`], the one run pipeline
-//! for a whole batch and for a stream of JSON Lines ([`session`] is what a run's batches
-//! share; [`stream`] reads a stream's chunks and runs them as segments).
-//! [`approvals`] lists what a paused run waits for.
-//! [`terminal`] asks approval questions on `/dev/tty` for the runner.
+//! [`plan`], [`approvals`] (what a paused run waits for) and `run`, whose three faces —
+//! [`run`] (a whole batch), [`stream`] (JSON Lines as they arrive) and [`turns`] (turn after
+//! turn) — drive one [`engine`]. Before them: [`options`] (the command line, environment and
+//! terminal resolved once), [`prepare`] (manifest, batch, plan, MCP sessions, lane store);
+//! beside them: [`reporters`] (what renders a run, chosen in one place) and [`terminal`] (the
+//! approver that asks on `/dev/tty`).
 
 mod approvals;
+mod engine;
 mod mcp;
+mod options;
 mod plan;
+mod prepare;
 mod report;
+mod reporters;
 mod run;
-mod session;
 mod stream;
 mod terminal;
 mod tools;
@@ -56,6 +60,7 @@ fn is_broken_pipe(e: &Error) -> bool {
 }
 
 fn dispatch(args: Args) -> Result<u8, Error> {
+    let terminal = options::Terminal::detect();
     match &args.command {
         Command::Completions { shell } => {
             let mut cmd = Args::command();
@@ -70,7 +75,7 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             tools: select,
             strict,
             ..
-        } => tools::offer(&args, *e, select.as_deref(), *strict),
+        } => tools::offer(&args, (*e).into(), select.as_deref(), *strict),
         Command::Report {
             results,
             svg,
@@ -80,7 +85,9 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             format,
         } => match (results, history) {
             (Some(results), _) => report::report(results, svg.as_deref()),
-            (None, Some(h)) => report::history(h, svg.as_deref(), *by, *min_turns, *format),
+            (None, Some(h)) => {
+                report::history(h, svg.as_deref(), by.map(Into::into), *min_turns, *format)
+            }
             (None, None) => Err(Error::Usage(
                 "name a results document or --history FILE".into(),
             )),
@@ -89,9 +96,9 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             command: McpCommand::Import { server, prefix },
         } => mcp::import(&args, server, prefix.as_deref()),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
-        Command::Plan(p) => plan::plan(&args, p),
+        Command::Plan(p) => plan::plan(&args, p, terminal),
         Command::Approvals { journal, format } => approvals::approvals(journal, *format),
-        Command::Run(r) => run::run(&args, r),
+        Command::Run(r) => run::run(&args, r, terminal),
     }
 }
 

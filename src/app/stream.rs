@@ -3,7 +3,7 @@
 //!
 //! The stream is cut into chunks: whatever lines have arrived (up to [`CHUNK`]) once the
 //! first is there. Each chunk is planned against the run's one lane table and runs as a
-//! *segment* of the run ([`Session::spawn_segment`]) with the run's manifest, lane store, MCP
+//! *segment* of the run ([`Engine::spawn_segment`]) with the run's manifest, lane store, MCP
 //! sessions, approvals, hooks, clock and deadline; its calls are numbered on from the
 //! segments before it, so results, ids and error locations continue across chunks.
 //!
@@ -27,12 +27,13 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::plan::start_mcp;
-use super::run::{open_lanes, summary};
-use super::session::Session;
-use super::{exit_code, load_manifest};
+use super::engine::{Ending, Engine, RunShape};
+use super::load_manifest;
+use super::options::RunOptions;
+use super::prepare::{open_lanes, start_mcp};
+use super::terminal::TerminalApprover;
 use crate::batch::{Batch, OnToolError, Reading};
-use crate::cli::{Args, RunArgs};
+use crate::cli::Args;
 use crate::error::{Error, SourceFile};
 use crate::events::{Event, LaneInfo, Outcome, Stats, Status};
 use crate::history;
@@ -230,7 +231,7 @@ impl Ledger {
     }
 
     /// Take in the segments that finished (all of them with `wait`), in order.
-    fn settle(&mut self, session: &mut Session, rt: &tokio::runtime::Runtime, wait: bool) {
+    fn settle(&mut self, session: &mut Engine, rt: &tokio::runtime::Runtime, wait: bool) {
         while let Some(front) = self.running.front() {
             if !wait && !front.handle.is_finished() {
                 break;
@@ -240,7 +241,7 @@ impl Ledger {
     }
 
     /// Wait for the oldest running segment and take it in.
-    fn settle_first(&mut self, session: &mut Session, rt: &tokio::runtime::Runtime) {
+    fn settle_first(&mut self, session: &mut Engine, rt: &tokio::runtime::Runtime) {
         let Some(seg) = self.running.pop_front() else {
             return;
         };
@@ -251,7 +252,7 @@ impl Ledger {
         self.take(session, seg.ids, report);
     }
 
-    fn take(&mut self, session: &mut Session, ids: Vec<(String, bool)>, report: RunReport) {
+    fn take(&mut self, session: &mut Engine, ids: Vec<(String, bool)>, report: RunReport) {
         session.spent = session.spent.max(report.spent);
         session.calls_made = session.calls_made.max(report.calls_made);
         let ext = Arc::make_mut(&mut self.external);
@@ -295,28 +296,26 @@ impl Ledger {
     }
 }
 
-/// A stream of JSON Lines: one session, its chunks run as segments, results written as they
-/// resolve in call order.
-pub(super) fn run_stream(
+/// A stream's engine: every MCP tool annotated (which the stream calls is not known yet),
+/// one lane table for all its chunks, and the run announced. Returns the plan options its
+/// chunks are planned with (that table in them).
+fn open_stream(
     args: &Args,
-    r: &RunArgs,
-    mut opts: PlanOptions,
-    first: (usize, String),
-    rt: tokio::runtime::Runtime,
-) -> Result<u8, Error> {
-    refuse_whole_batch_options(r)?;
+    run_opts: &RunOptions,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(Engine, PlanOptions), Error> {
+    let mut opts = run_opts.plan.clone();
     let mut manifest = load_manifest(args)?;
-    // Which tools the stream will call is not known yet: every MCP tool is looked up.
     let mcp_tools: Vec<String> = manifest
         .tools
         .iter()
         .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
         .map(|t| t.name.clone())
         .collect();
-    let mcp = start_mcp(args, &mut manifest, &mcp_tools, &rt)?;
+    let mcp = start_mcp(args, &mut manifest, &mcp_tools, rt)?;
     let mut table = plan::lane_table(&manifest, &opts);
     lease::borrow(&mut table, &manifest);
-    let lanes = open_lanes(&r.lane_store, &table, &manifest, &rt)?;
+    let lanes = open_lanes(&run_opts.lane_store, &table, &manifest, rt)?;
     let infos = table
         .iter()
         .map(|l| LaneInfo {
@@ -327,12 +326,30 @@ pub(super) fn run_stream(
         .collect();
     opts.lanes = Some(table);
     let run_id = run::new_run_id();
-    let mut session = Session::open(r, manifest, mcp, lanes, run_id, true, &rt);
-    session.emit(Event::RunStarted {
-        run_id: session.run_id.clone(),
+    let approver = Arc::new(TerminalApprover);
+    let engine = Engine::open(run_opts, manifest, mcp, lanes, run_id, approver, rt);
+    engine.emit(Event::RunStarted {
+        run_id: engine.run_id.clone(),
         total: 0,
         lanes: infos,
     });
+    Ok((engine, opts))
+}
+
+/// A stream of JSON Lines: one session, its chunks run as segments, results written as they
+/// resolve in call order.
+pub(super) fn run_stream(
+    args: &Args,
+    run_opts: &RunOptions,
+    first: (usize, String),
+    rt: tokio::runtime::Runtime,
+) -> Result<u8, Error> {
+    if let Some(flag) = run_opts.files.whole_batch_option() {
+        return Err(Error::Usage(format!(
+            "{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin"
+        )));
+    }
+    let (mut session, mut opts) = open_stream(args, run_opts, &rt)?;
     let mut ledger = Ledger {
         running: VecDeque::new(),
         external: Arc::default(),
@@ -344,7 +361,6 @@ pub(super) fn run_stream(
         peak: 0,
         kept: session.otlp.is_some().then(Vec::new),
     };
-    let history_path = super::run::history_path(r, &session.manifest);
     let tenant = opts.tenant.clone().unwrap_or_else(|| "default".into());
     let stop = vec![session.interrupted.clone(), session.drained.clone()];
     let mut seen = 0usize;
@@ -352,7 +368,7 @@ pub(super) fn run_stream(
     for chunk in Chunks::new(first, stop) {
         let reading = Reading {
             format: InputFormat::Jsonl,
-            literal: r.literal,
+            literal: run_opts.reading.literal,
             id_offset: seen,
         };
         let batch = match Batch::parse_with(chunk.file, reading) {
@@ -379,7 +395,7 @@ pub(super) fn run_stream(
                 break;
             }
         };
-        if history_path.is_some() {
+        if session.keeps_history() {
             ledger.width = ledger.width.max(plan::simulate(&plan).width);
         }
         session.emit(Event::RunExtended {
@@ -403,17 +419,15 @@ pub(super) fn run_stream(
         // Ctrl-C while the stream waited for its next line.
         ledger.outcome = Outcome::Interrupted;
     }
-    finish_stream(args, session, ledger, rt, history_path, &tenant, failed)
+    finish_stream(session, ledger, rt, &tenant, failed)
 }
 
-/// The end of a stream: the run's last event, its spans, the session closed, its history
+/// The end of a stream: the run's last event, its spans, the engine closed, its history
 /// line, the summary and the exit status.
 fn finish_stream(
-    args: &Args,
-    session: Session,
+    session: Engine,
     mut ledger: Ledger,
     rt: tokio::runtime::Runtime,
-    history_path: Option<std::path::PathBuf>,
     tenant: &str,
     failed: Option<Error>,
 ) -> Result<u8, Error> {
@@ -422,54 +436,31 @@ fn finish_stream(
         outcome: ledger.outcome,
         stats: Box::new(stats.clone()),
     });
-    if let Some(kept) = &ledger.kept {
-        let wall = std::time::Duration::from_millis(stats.wall_ms);
-        session.export_spans(&rt, args.quiet, tenant, ledger.outcome.as_str(), wall, kept);
-    }
+    let ending = Ending {
+        tenant,
+        outcome: ledger.outcome,
+        stats: &stats,
+        results: ledger.kept.as_deref(),
+        statuses: &ledger.failures,
+        shape: RunShape {
+            width: ledger.width,
+            input_format: InputFormat::Jsonl,
+            usage: None,
+        },
+        peak_in_flight: ledger.peak,
+    };
+    session.send_spans(&rt, &ending);
     let drained = session.drained.load(Ordering::SeqCst);
-    let manifest = session.manifest.clone();
-    let run_id = session.run_id.clone();
-    session.close(rt);
     if let Some(e) = failed {
+        session.close(rt);
         return Err(e);
     }
-    if let Some(path) = history_path {
-        let facts = history::RunFacts {
-            run_id: &run_id,
-            tenant,
-            input_format: InputFormat::Jsonl.name(),
-            outcome: ledger.outcome.as_str(),
-            width: ledger.width,
-            peak_in_flight: ledger.peak,
-            stats: &stats,
-            usage: None,
-        };
-        super::run::append_history(args, &path, &history::Record::of(&facts, &manifest));
-    }
-    summary(args, ledger.outcome, &stats, &ledger.failures);
+    session.append_history(&ending);
+    let summary = session.summary(&ending, None);
+    session.close(rt);
+    let status = summary.print();
     if drained {
         return Ok(crate::error::EXIT_OK);
     }
-    Ok(exit_code(ledger.outcome, stats.failed))
-}
-
-/// `--output`, `--journal`, `--record`/`--replay` and `--trace` need a whole batch.
-fn refuse_whole_batch_options(r: &RunArgs) -> Result<(), Error> {
-    for (set, flag) in [
-        (r.output.is_some(), "--output"),
-        (
-            r.journal.is_some() || r.resume.is_some(),
-            "--journal/--resume",
-        ),
-        (
-            r.record.is_some() || r.replay.is_some(),
-            "--record/--replay",
-        ),
-        (r.trace.is_some(), "--trace"),
-    ] {
-        if set {
-            return Err(Error::Usage(format!("{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin")));
-        }
-    }
-    Ok(())
+    Ok(status)
 }

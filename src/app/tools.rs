@@ -22,7 +22,7 @@ pub(super) fn tools(args: &Args, format: Option<ListFormat>) -> Result<u8, Error
 /// tool's schema is its server's, so its server is asked.
 pub(super) fn offer(
     args: &Args,
-    emit: crate::cli::Emit,
+    emit: crate::report::emit::Emit,
     select: Option<&[String]>,
     strict: bool,
 ) -> Result<u8, Error> {

@@ -19,15 +19,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::run::{append_history, history_path, open_lanes, reading, summary};
-use super::session::{Durability, Session};
-use super::{exit_code, load_manifest, print_warnings};
+use super::engine::{Durability, Ending, Engine, RunShape};
+use super::options::{RunOptions, Stdout};
+use super::prepare::open_lanes;
+use super::terminal::TerminalApprover;
+use super::{load_manifest, print_warnings};
 use crate::batch::Batch;
-use crate::cli::{Args, RunArgs};
+use crate::cli::Args;
 use crate::error::{Diagnostic, Error, SourceFile, EXIT_INVALID, EXIT_OK};
-use crate::history;
 use crate::manifest::Manifest;
-use crate::plan::{self, PlanOptions};
+use crate::plan;
 use crate::report::emit::{self, Emit};
 use crate::report::output::RunDocument;
 use crate::run::LaneStore;
@@ -40,14 +41,13 @@ const POLL: Duration = Duration::from_millis(50);
 
 pub(super) fn run_turns(
     args: &Args,
-    r: &RunArgs,
-    opts: PlanOptions,
+    opts: &RunOptions,
     rt: tokio::runtime::Runtime,
 ) -> Result<u8, Error> {
-    refuse_whole_run_options(r)?;
+    refuse_whole_run_options(opts)?;
     let manifest = load_manifest(args)?;
-    let table = plan::lane_table(&manifest, &opts);
-    let store = open_lanes(&r.lane_store, &table, &manifest, &rt)?;
+    let table = plan::lane_table(&manifest, &opts.plan);
+    let store = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     // Servers start on first use; a tool's annotations are applied the first time a turn
     // uses it.
     let hub = manifest
@@ -56,11 +56,24 @@ pub(super) fn run_turns(
         .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
         .then(|| McpHub::new(&manifest.mcp_servers));
     let run_id = run::new_run_id();
-    let mut session = Session::open(r, manifest, hub.clone(), store.clone(), run_id, false, &rt);
+    // Each turn's answer is one line this face writes itself: nothing streams.
+    let opts = RunOptions {
+        streaming: false,
+        ..opts.clone()
+    };
+    let approver = Arc::new(TerminalApprover);
+    let mut session = Engine::open(
+        &opts,
+        manifest,
+        hub.clone(),
+        store.clone(),
+        run_id,
+        approver,
+        &rt,
+    );
     let mut turns = Turns {
         args,
-        r,
-        opts,
+        opts: &opts,
         store,
         hub,
         annotated: HashSet::new(),
@@ -97,8 +110,7 @@ pub(super) fn run_turns(
 /// What lasts from one turn to the next.
 struct Turns<'a> {
     args: &'a Args,
-    r: &'a RunArgs,
-    opts: PlanOptions,
+    opts: &'a RunOptions,
     /// The lane store as opened; each turn gets it for its own lane table.
     store: Arc<dyn LaneStore>,
     hub: Option<Arc<McpHub>>,
@@ -112,7 +124,7 @@ impl Turns<'_> {
     /// Run turn `n` and write its answer. `false`: stdout is gone.
     fn turn(
         &mut self,
-        session: &mut Session,
+        session: &mut Engine,
         rt: &tokio::runtime::Runtime,
         n: usize,
         line: Result<String, String>,
@@ -123,7 +135,7 @@ impl Turns<'_> {
         let prepared = line
             .map_err(|e| vec![Diagnostic::error(e)])
             .and_then(|text| self.prepare(session, rt, n, text));
-        let (plan, history) = match prepared {
+        let (plan, shape) = match prepared {
             Ok(p) => p,
             Err(diags) => {
                 self.worst = self.worst.max(EXIT_INVALID);
@@ -133,48 +145,43 @@ impl Turns<'_> {
         session.new_run();
         let tenant = plan.settings.tenant.clone();
         let report = session.execute(rt, plan, Durability::default());
-        let wall = Duration::from_millis(report.stats.wall_ms);
-        let quiet = self.args.quiet;
-        session.export_spans(
-            rt,
-            quiet,
-            &tenant,
-            report.outcome.as_str(),
-            wall,
-            &report.results,
-        );
-        if let Some((path, note)) = history {
-            let facts = note.facts(&report, &tenant);
-            append_history(
-                self.args,
-                &path,
-                &history::Record::of(&facts, &session.manifest),
-            );
-        }
         let statuses: Vec<_> = report.results.iter().map(|x| x.status).collect();
-        if !quiet {
-            eprint!("turn {n}: ");
+        let ending = Ending {
+            tenant: &tenant,
+            outcome: report.outcome,
+            stats: &report.stats,
+            results: Some(&report.results),
+            statuses: &statuses,
+            peak_in_flight: crate::history::peak_in_flight(&report.results),
+            shape,
+        };
+        session.end_run(rt, &ending);
+        let label = format!("turn {n}: ");
+        let status = session.summary(&ending, Some(&label)).print();
+        self.worst = self.worst.max(status);
+        self.write(&answer(self.emit(), &report))
+    }
+
+    /// The `--emit` answers, if asked for.
+    fn emit(&self) -> Option<Emit> {
+        match self.opts.stdout {
+            Stdout::Emit(e) => Some(e),
+            Stdout::Table { .. } | Stdout::Json | Stdout::Jsonl => None,
         }
-        summary(self.args, report.outcome, &report.stats, &statuses);
-        self.worst = self
-            .worst
-            .max(exit_code(report.outcome, report.stats.failed));
-        self.write(&answer(self.r.emit, &report))
     }
 
     /// Read, annotate and plan turn `n`; its lane store is set on the session.
     fn prepare(
         &mut self,
-        session: &mut Session,
+        session: &mut Engine,
         rt: &tokio::runtime::Runtime,
         n: usize,
         text: String,
-    ) -> Result<(plan::Plan, Option<HistoryNote>), Vec<Diagnostic>> {
+    ) -> Result<(plan::Plan, RunShape), Vec<Diagnostic>> {
         let file = SourceFile::new(format!("<turn {n}>"), text);
-        let reading = reading(self.r.input_format, self.r.literal);
-        let (batch, warnings) = Batch::parse_with(file, reading)?;
+        let (batch, warnings) = Batch::parse_with(file, self.opts.reading)?;
         self.annotate(session, rt, &batch)?;
-        let mut plan = plan::build(&session.manifest, &batch, &self.opts)?;
+        let mut plan = plan::build(&session.manifest, &batch, &self.opts.plan)?;
         print_warnings(self.args, &warnings);
         print_warnings(self.args, &plan.warnings);
         lease::borrow(&mut plan.lanes, &session.manifest);
@@ -183,21 +190,14 @@ impl Turns<'_> {
             .for_lanes(&plan.lanes)
             .map_err(|e| vec![Diagnostic::error(e.to_string())])?;
         session.set_lanes(lanes);
-        let history = history_path(self.r, &session.manifest).map(|path| {
-            let note = TurnNote {
-                width: plan::simulate(&plan).width,
-                input_format: plan.input_format,
-                usage: plan.usage.clone(),
-            };
-            (path, note)
-        });
-        Ok((plan, history))
+        let shape = RunShape::of(&plan);
+        Ok((plan, shape))
     }
 
     /// Apply the annotations of the MCP tools this turn is the first to use.
     fn annotate(
         &mut self,
-        session: &mut Session,
+        session: &mut Engine,
         rt: &tokio::runtime::Runtime,
         batch: &Batch,
     ) -> Result<(), Vec<Diagnostic>> {
@@ -230,31 +230,6 @@ impl Turns<'_> {
             .and_then(|()| self.out.write_all(b"\n"))
             .and_then(|()| self.out.flush())
             .is_ok()
-    }
-}
-
-/// Where a turn's history line goes, and what it needs of the turn's plan.
-type HistoryNote = (std::path::PathBuf, TurnNote);
-
-/// What the history needs of a turn's plan.
-struct TurnNote {
-    width: usize,
-    input_format: crate::model_formats::InputFormat,
-    usage: Option<crate::model_formats::Usage>,
-}
-
-impl TurnNote {
-    fn facts<'a>(&'a self, report: &'a RunReport, tenant: &'a str) -> history::RunFacts<'a> {
-        history::RunFacts {
-            run_id: &report.run_id,
-            tenant,
-            input_format: self.input_format.name(),
-            outcome: report.outcome.as_str(),
-            width: self.width,
-            peak_in_flight: history::peak_in_flight(&report.results),
-            stats: &report.stats,
-            usage: self.usage.as_ref(),
-        }
     }
 }
 
@@ -321,27 +296,14 @@ fn read_lines() -> Receiver<Result<String, String>> {
 }
 
 /// Options that belong to one run over a whole batch.
-fn refuse_whole_run_options(r: &RunArgs) -> Result<(), Error> {
-    for (set, flag) in [
-        (
-            r.journal.is_some() || r.resume.is_some(),
-            "--journal/--resume",
-        ),
-        (
-            r.record.is_some() || r.replay.is_some(),
-            "--record/--replay",
-        ),
-        (r.output.is_some(), "--output"),
-        (r.trace.is_some(), "--trace"),
-        (r.stream, "--stream"),
-    ] {
-        if set {
-            return Err(Error::Usage(format!(
-                "{flag} cannot be used with --turns: each turn is a run of its own (use --history to keep a line per turn)"
-            )));
-        }
+fn refuse_whole_run_options(opts: &RunOptions) -> Result<(), Error> {
+    let whole = opts.files.whole_batch_option();
+    if let Some(flag) = whole.or(opts.stream.then_some("--stream")) {
+        return Err(Error::Usage(format!(
+            "{flag} cannot be used with --turns: each turn is a run of its own (use --history to keep a line per turn)"
+        )));
     }
-    if r.batch.as_deref().is_some_and(|b| b != "-") {
+    if opts.batch.as_deref().is_some_and(|b| b != "-") {
         return Err(Error::Usage(
             "--turns reads its turns from stdin, one per line; give no BATCH (or -)".into(),
         ));

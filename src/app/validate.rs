@@ -30,7 +30,7 @@ pub(super) fn validate(
         }
     };
     for b in batches {
-        let file = match config::read_batch(Some(&b.to_string_lossy())) {
+        let file = match config::read_batch(Some(&b.to_string_lossy()), false) {
             Ok(f) => f,
             Err(e) => {
                 diags.push(Diagnostic::error(e.to_string()).in_file(&b.to_string_lossy()));

@@ -20,13 +20,12 @@ mod parser;
 use parser::Parser;
 
 /// `on_tool_error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnToolError {
     /// A failed call loses only itself.
     Surface,
     /// The first failure ends the run (`fail_run`; `fail-run` is accepted too).
-    #[value(name = "fail_run", alias = "fail-run")]
     FailRun,
 }
 

@@ -9,7 +9,7 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 
 /// How runs are grouped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
     Hour,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use crate::events::CallResult;
 
 /// Which provider's messages to write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Emit {
     /// OpenAI chat completions: tool messages.
     Openai,

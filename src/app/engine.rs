@@ -1,9 +1,13 @@
-//! What every batch of one run shares: the manifest and its MCP sessions, the lane store, the
-//! run id, approvals, the reporters (on their own thread), the clock, the budget spent so far,
-//! and the controls — SIGINT/SIGTERM and a closed stdout reach every batch that is running.
-//! A whole batch is one `execute`; a stream's segments are many, some at once.
+//! The engine every face drives: opened once from [`RunOptions`] and what the face hands in
+//! (the approver), it holds what every batch of one run shares — the manifest and its MCP
+//! sessions, the lane store, the run id, approvals, the reporters (on their own thread), the
+//! clock, the budget spent so far, the read cache, and the controls (SIGINT/SIGTERM and a
+//! closed stdout reach every batch that is running). It accepts work — a whole batch
+//! ([`Engine::execute`]), a stream's segment ([`Engine::spawn_segment`]), a turn (a new run
+//! on the same engine, [`Engine::new_run`]) — and ends each run the same way
+//! ([`Engine::end_run`]: its spans and its one history record; [`Engine::summary`]: the
+//! summary and the exit status), then closes once ([`Engine::close`]).
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -11,18 +15,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::terminal::TerminalApprover;
-use crate::cli::{ProgressChoice, RunArgs};
-use crate::events::Event;
+use super::options::{CacheUse, RunOptions};
+use crate::events::{CallResult, Event, Outcome, Stats, Status};
+use crate::history;
 use crate::manifest::Manifest;
+use crate::model_formats::{InputFormat, Usage};
 use crate::plan::Plan;
-use crate::report::emit;
 use crate::report::otlp;
-use crate::report::output::{self, StreamWriter};
-use crate::report::progress::Progress;
 use crate::report::Reporter;
 use crate::run::{self, Control, RunConfig, RunReport};
-use crate::run::{Approvals, Cache, Cassette, Journal, LaneStore, Resume};
+use crate::run::{Approvals, Approver, Cache, Cassette, Journal, LaneStore, Resume};
 use crate::tools::mcp::McpHub;
 use crate::trace_context::TraceContext;
 
@@ -33,7 +35,7 @@ const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 type Controls = Arc<Mutex<Vec<mpsc::UnboundedSender<Control>>>>;
 
 /// What every batch of one run shares.
-pub(super) struct Session {
+pub(super) struct Engine {
     pub manifest: Arc<Manifest>,
     mcp: Option<Arc<McpHub>>,
     lanes: Arc<dyn LaneStore>,
@@ -65,6 +67,60 @@ pub(super) struct Session {
     /// The tools, ready to invoke, built for the first batch and kept for the others (one HTTP
     /// pool, the MCP sessions).
     tools: Option<Arc<Vec<Arc<crate::tools::ToolImpl>>>>,
+    /// Who answers approvals `--approve` did not (the face's: the terminal, for `run`).
+    approver: Arc<dyn Approver>,
+    /// `$TRACEPARENT`, for each run's span.
+    traceparent: Option<String>,
+    /// Where a run's history line goes (`--history`, else the manifest's).
+    history: Option<std::path::PathBuf>,
+    quiet: bool,
+}
+
+/// What the history needs of a run besides its report: the shape its plan had.
+#[derive(Debug, Clone)]
+pub(super) struct RunShape {
+    pub width: usize,
+    pub input_format: InputFormat,
+    pub usage: Option<Usage>,
+}
+
+impl RunShape {
+    pub fn of(plan: &Plan) -> RunShape {
+        RunShape {
+            width: crate::plan::simulate(plan).width,
+            input_format: plan.input_format,
+            usage: plan.usage.clone(),
+        }
+    }
+}
+
+/// A run's summary lines (none under `--quiet`) and exit status.
+pub(super) struct Summary {
+    lines: Vec<String>,
+    pub status: u8,
+}
+
+impl Summary {
+    /// The lines on stderr; the exit status.
+    pub fn print(self) -> u8 {
+        for l in &self.lines {
+            eprintln!("{l}");
+        }
+        self.status
+    }
+}
+
+/// How a run (a whole batch, a stream, a turn) ended.
+pub(super) struct Ending<'a> {
+    pub tenant: &'a str,
+    pub outcome: Outcome,
+    pub stats: &'a Stats,
+    /// Each call's result: for spans (`None`: the face kept none).
+    pub results: Option<&'a [CallResult]>,
+    /// Each call's status, for the summary.
+    pub statuses: &'a [Status],
+    pub shape: RunShape,
+    pub peak_in_flight: usize,
 }
 
 /// The durable parts of a run over a whole batch (none for a stream).
@@ -86,44 +142,25 @@ fn tell(controls: &Controls, c: Control) {
     }
 }
 
-impl Session {
-    /// Start the reporters and the signal forwarder. `streaming`: results go out as JSON
-    /// lines as they resolve (in call order).
+impl Engine {
+    /// Start the reporters and the signal forwarder.
     pub fn open(
-        r: &RunArgs,
+        opts: &RunOptions,
         manifest: Manifest,
         mcp: Option<Arc<McpHub>>,
         lanes: Arc<dyn LaneStore>,
         run_id: String,
-        streaming: bool,
+        approver: Arc<dyn Approver>,
         rt: &tokio::runtime::Runtime,
-    ) -> Session {
-        let show_progress = match r.progress {
-            ProgressChoice::Always => true,
-            ProgressChoice::Never => false,
-            ProgressChoice::Auto => {
-                std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
-            }
-        };
+    ) -> Engine {
         let controls: Controls = Arc::default();
         let drained = Arc::new(AtomicBool::new(false));
-        let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
-        if show_progress {
-            let always = r.progress == ProgressChoice::Always;
-            reporters.push(Box::new(Progress::new(always)));
-        }
-        if streaming {
-            let render: Option<output::RenderFn> = r
-                .emit
-                .map(|e| Box::new(move |res: &_| emit::item(e, res)) as output::RenderFn);
-            let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
-            let (c, d) = (controls.clone(), drained.clone());
-            reporters.push(Box::new(StreamWriter::new(out, render).on_broken(
-                move || {
-                    d.store(true, Ordering::SeqCst);
-                    tell(&c, Control::Drain);
-                },
-            )));
+        let (c, d) = (controls.clone(), drained.clone());
+        let reporters = super::reporters::live(opts, move || {
+            d.store(true, Ordering::SeqCst);
+            tell(&c, Control::Drain);
+        });
+        if opts.streaming {
             watch_reader(controls.clone(), drained.clone());
         }
         let (events, consumer) = if reporters.is_empty() {
@@ -134,14 +171,20 @@ impl Session {
             (Some(tx), Some(consumer))
         };
         let interrupted = Arc::new(AtomicBool::new(false));
-        let otlp = otlp_target(r);
         let (c, i) = (controls.clone(), interrupted.clone());
         rt.block_on(async move { forward_signals(c, i) });
-        Session {
+        let cache = Cache::with_lookups(
+            lanes.cache_store(),
+            &run_id,
+            opts.cache == CacheUse::Refresh,
+            opts.cache != CacheUse::Off,
+        );
+        let history = opts.history.clone().or_else(|| manifest.history.clone());
+        Engine {
             manifest: Arc::new(manifest),
             mcp,
-            approvals: r.approve.clone().unwrap_or_default(),
-            lane_events: show_progress,
+            approvals: opts.approvals.clone(),
+            lane_events: opts.live != super::options::Live::Off,
             events,
             consumer,
             controls,
@@ -150,18 +193,17 @@ impl Session {
             start: Instant::now(),
             spent: 0.0,
             calls_made: 0,
-            cache: Some(Cache::with_lookups(
-                lanes.cache_store(),
-                &run_id,
-                r.refresh,
-                !r.no_cache,
-            )),
-            trace: TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), otlp.is_some()),
-            otlp,
+            cache: Some(cache),
+            trace: TraceContext::new(opts.traceparent.as_deref(), opts.otlp.is_some()),
+            otlp: opts.otlp.clone(),
             started_wall: std::time::SystemTime::now(),
             tools: None,
             lanes,
             run_id,
+            approver,
+            traceparent: opts.traceparent.clone(),
+            history,
+            quiet: opts.quiet,
         }
     }
 
@@ -174,8 +216,7 @@ impl Session {
         self.spent = 0.0;
         self.calls_made = 0;
         if let Some(t) = &self.trace {
-            self.trace =
-                TraceContext::new(std::env::var("TRACEPARENT").ok().as_deref(), t.exported);
+            self.trace = TraceContext::new(self.traceparent.as_deref(), t.exported);
         }
     }
 
@@ -219,7 +260,7 @@ impl Session {
             lane_events: self.lane_events,
             mcp: self.mcp.clone(),
             approvals: self.approvals.clone(),
-            approver: Arc::new(TerminalApprover),
+            approver: self.approver.clone(),
             journal: d.journal,
             resume: d.resume,
             retry_indeterminate: d.retry_indeterminate,
@@ -282,27 +323,75 @@ impl Session {
     }
 }
 
-/// Where the run's spans go: `--otlp URL`, else the collector `OTEL_EXPORTER_OTLP_ENDPOINT`
-/// (or `…_TRACES_ENDPOINT`) names, else nowhere.
-fn otlp_target(r: &RunArgs) -> Option<Option<String>> {
-    if let Some(url) = &r.otlp {
-        return Some(Some(url.clone()));
+impl Engine {
+    /// A run is over: its spans go out (if they go anywhere), and its one history line is
+    /// appended. A collector that is away, or a history that cannot be written, is a warning.
+    pub fn end_run(&self, rt: &tokio::runtime::Runtime, e: &Ending<'_>) {
+        self.send_spans(rt, e);
+        self.append_history(e);
     }
-    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
-    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-        .then_some(None)
-}
 
-impl Session {
+    /// Whether runs append a history line (a face may skip what only the history needs).
+    pub fn keeps_history(&self) -> bool {
+        self.history.is_some()
+    }
+
+    /// The run's spans, if it kept its results and they go anywhere.
+    pub fn send_spans(&self, rt: &tokio::runtime::Runtime, e: &Ending<'_>) {
+        let wall = std::time::Duration::from_millis(e.stats.wall_ms);
+        if let Some(results) = e.results {
+            self.export_spans(rt, e.tenant, e.outcome.as_str(), wall, results);
+        }
+    }
+
+    /// The run's one history line — the record is built here and nowhere else.
+    pub fn append_history(&self, e: &Ending<'_>) {
+        let Some(path) = &self.history else { return };
+        let facts = history::RunFacts {
+            run_id: &self.run_id,
+            tenant: e.tenant,
+            input_format: e.shape.input_format.name(),
+            outcome: e.outcome.as_str(),
+            width: e.shape.width,
+            peak_in_flight: e.peak_in_flight,
+            stats: e.stats,
+            usage: e.shape.usage.as_ref(),
+        };
+        let record = history::Record::of(&facts, &self.manifest);
+        if let Err(err) = history::append(path, &record) {
+            if !self.quiet {
+                let path = path.display();
+                eprintln!("warning: cannot append to the history `{path}`: {err}");
+            }
+        }
+    }
+
+    /// The run's summary — one line and the lane lines, after `label` (e.g. `turn 3: `) —
+    /// and its exit status. Printed by [`Summary::print`] (a face prints it after its
+    /// outputs).
+    pub fn summary(&self, e: &Ending<'_>, label: Option<&str>) -> Summary {
+        let mut lines = Vec::new();
+        if !self.quiet {
+            let line = crate::report::summary::line(e.outcome, e.stats, e.statuses);
+            lines.push(format!("{}{line}", label.unwrap_or("")));
+            for l in crate::report::summary::lane_lines(e.stats) {
+                lines.push(format!("  {l}"));
+            }
+        }
+        Summary {
+            lines,
+            status: super::exit_code(e.outcome, e.stats.failed),
+        }
+    }
+
     /// Send the run's spans, if they go anywhere. A collector that is away is a warning.
-    pub fn export_spans(
+    fn export_spans(
         &self,
         rt: &tokio::runtime::Runtime,
-        quiet: bool,
         tenant: &str,
         outcome: &str,
         wall: std::time::Duration,
-        results: &[crate::events::CallResult],
+        results: &[CallResult],
     ) {
         let (Some(target), Some(trace)) = (&self.otlp, &self.trace) else {
             return;
@@ -317,7 +406,7 @@ impl Session {
             results,
         };
         if let Err(e) = rt.block_on(otlp::export(target.as_deref(), &run)) {
-            if !quiet {
+            if !self.quiet {
                 let to = target.as_deref().map_or_else(
                     || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
                     crate::run::redact_url,

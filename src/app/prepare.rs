@@ -1,0 +1,98 @@
+//! What every face does before a run: load the manifest, read and plan the batch, start the
+//! MCP sessions whose annotations decide a tool's effect, and open the lane store.
+
+use std::sync::Arc;
+
+use super::{load_manifest, print_warnings};
+use crate::batch::{Batch, Reading};
+use crate::cli::{Args, LaneStoreChoice};
+use crate::config;
+use crate::error::{Diagnostic, Error};
+use crate::manifest::Manifest;
+use crate::plan::{self, LaneSpec, Plan, PlanOptions};
+use crate::run::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
+use crate::tools::mcp::{self, McpHub};
+use crate::tools::ToolKind;
+
+/// Start the MCP sessions of `manifest` (if it has MCP tools) and apply the annotations of the
+/// tools named in `used`. The sessions are returned for the run to reuse.
+pub(super) fn start_mcp(
+    args: &Args,
+    manifest: &mut Manifest,
+    used: &[String],
+    rt: &tokio::runtime::Runtime,
+) -> Result<Option<Arc<McpHub>>, Error> {
+    let has_mcp = manifest
+        .tools
+        .iter()
+        .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+    if !has_mcp {
+        return Ok(None);
+    }
+    let hub = McpHub::new(&manifest.mcp_servers);
+    let diags = rt.block_on(mcp::annotate(manifest, &hub, used));
+    if diags.iter().any(Diagnostic::is_error) {
+        rt.block_on(hub.shutdown());
+        return Err(Error::Invalid(diags));
+    }
+    print_warnings(args, &diags);
+    Ok(Some(hub))
+}
+
+/// Load the manifest and batch and plan them (MCP sessions started first, see [`start_mcp`]).
+pub(super) fn load_plan(
+    args: &Args,
+    (batch_arg, stdin_terminal): (Option<&str>, bool),
+    opts: &PlanOptions,
+    reading: Reading,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
+    let mut manifest = load_manifest(args)?;
+    let file = config::read_batch(batch_arg, stdin_terminal)?;
+    let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
+    // By the manifest's names (a model may call a tool by its exported name).
+    let used: Vec<String> = batch
+        .calls
+        .iter()
+        .map(|c| {
+            manifest
+                .tool(&c.tool)
+                .map_or_else(|| c.tool.clone(), |t| t.name.clone())
+        })
+        .collect();
+    let hub = start_mcp(args, &mut manifest, &used, rt)?;
+    let plan = match plan::build(&manifest, &batch, opts) {
+        Ok(p) => p,
+        Err(d) => {
+            if let Some(hub) = &hub {
+                rt.block_on(hub.shutdown());
+            }
+            return Err(Error::Invalid(d));
+        }
+    };
+    print_warnings(args, &warnings);
+    Ok((manifest, plan, hub))
+}
+
+/// The lane store `--lane-store` names, for `lanes`.
+pub(super) fn open_lanes(
+    choice: &LaneStoreChoice,
+    lanes: &[LaneSpec],
+    manifest: &Manifest,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Arc<dyn LaneStore>, Error> {
+    Ok(match choice {
+        LaneStoreChoice::Memory => Arc::new(MemoryLanes::new(lanes)),
+        LaneStoreChoice::Local => Arc::new(
+            LocalLanes::new(lanes, &manifest.path).map_err(|e| Error::Usage(e.to_string()))?,
+        ),
+        LaneStoreChoice::Redis(url) => Arc::new(
+            rt.block_on(RedisLanes::connect(
+                url,
+                lanes,
+                &manifest.path.display().to_string(),
+            ))
+            .map_err(|e| Error::Usage(e.to_string()))?,
+        ),
+    })
+}
