@@ -283,7 +283,8 @@ impl Ledger {
             (Outcome::Completed | Outcome::BudgetExhausted | Outcome::Paused, ended) => {
                 self.outcome = ended
             }
-            _ => {}
+            // The run had ended already: the first reason stands.
+            (Outcome::Failed | Outcome::DeadlineExceeded | Outcome::Interrupted, _) => {}
         }
     }
 
