@@ -94,6 +94,21 @@ impl RunShape {
     }
 }
 
+impl<'a> Ending<'a> {
+    /// A run that was one batch (a whole batch, a turn): everything from its report.
+    pub fn of_report(tenant: &'a str, report: &'a RunReport, shape: RunShape) -> Ending<'a> {
+        Ending {
+            tenant,
+            outcome: report.outcome,
+            stats: &report.stats,
+            results: Some(&report.results),
+            statuses: report.results.iter().map(|r| r.status).collect(),
+            shape,
+            peak_in_flight: history::peak_in_flight(&report.results),
+        }
+    }
+}
+
 /// A run's summary lines (none under `--quiet`) and exit status.
 pub(super) struct Summary {
     lines: Vec<String>,
@@ -118,7 +133,7 @@ pub(super) struct Ending<'a> {
     /// Each call's result: for spans (`None`: the face kept none).
     pub results: Option<&'a [CallResult]>,
     /// Each call's status, for the summary.
-    pub statuses: &'a [Status],
+    pub statuses: Vec<Status>,
     pub shape: RunShape,
     pub peak_in_flight: usize,
 }
@@ -372,7 +387,7 @@ impl Engine {
     pub fn summary(&self, e: &Ending<'_>, label: Option<&str>) -> Summary {
         let mut lines = Vec::new();
         if !self.quiet {
-            let line = crate::report::summary::line(e.outcome, e.stats, e.statuses);
+            let line = crate::report::summary::line(e.outcome, e.stats, &e.statuses);
             lines.push(format!("{}{line}", label.unwrap_or("")));
             for l in crate::report::summary::lane_lines(e.stats) {
                 lines.push(format!("  {l}"));

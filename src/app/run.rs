@@ -13,7 +13,6 @@ use super::stream::first_jsonl_line;
 use super::terminal::TerminalApprover;
 use crate::cli::{Args, RunArgs};
 use crate::error::Error;
-use crate::events::Status;
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::Plan;
@@ -64,16 +63,7 @@ fn run_whole(args: &Args, opts: &RunOptions, rt: tokio::runtime::Runtime) -> Res
         replay,
     };
     let report = engine.execute(&rt, plan, durability);
-    let statuses: Vec<Status> = report.results.iter().map(|r| r.status).collect();
-    let ending = Ending {
-        tenant: &tenant,
-        outcome: report.outcome,
-        stats: &report.stats,
-        results: Some(&report.results),
-        statuses: &statuses,
-        peak_in_flight: crate::history::peak_in_flight(&report.results),
-        shape,
-    };
+    let ending = Ending::of_report(&tenant, &report, shape);
     engine.end_run(&rt, &ending);
     let drained = engine.drained.load(std::sync::atomic::Ordering::SeqCst);
     let summary = engine.summary(&ending, None);

@@ -442,7 +442,7 @@ fn finish_stream(
         outcome: ledger.outcome,
         stats: &stats,
         results: ledger.kept.as_deref(),
-        statuses: &ledger.failures,
+        statuses: std::mem::take(&mut ledger.failures),
         shape: RunShape {
             width: ledger.width,
             input_format: InputFormat::Jsonl,

@@ -145,16 +145,7 @@ impl Turns<'_> {
         session.new_run();
         let tenant = plan.settings.tenant.clone();
         let report = session.execute(rt, plan, Durability::default());
-        let statuses: Vec<_> = report.results.iter().map(|x| x.status).collect();
-        let ending = Ending {
-            tenant: &tenant,
-            outcome: report.outcome,
-            stats: &report.stats,
-            results: Some(&report.results),
-            statuses: &statuses,
-            peak_in_flight: crate::history::peak_in_flight(&report.results),
-            shape,
-        };
+        let ending = Ending::of_report(&tenant, &report, shape);
         session.end_run(rt, &ending);
         let label = format!("turn {n}: ");
         let status = session.summary(&ending, Some(&label)).print();

@@ -91,6 +91,34 @@ pub struct RunConfig {
     pub calls_made: u64,
 }
 
+#[cfg(test)]
+impl RunConfig {
+    /// A run on `lanes` with nothing else: no events, journal, cassette or trace; `NoApprover`.
+    pub(crate) fn for_test(run_id: &str, lanes: Arc<dyn LaneStore>) -> RunConfig {
+        RunConfig {
+            run_id: run_id.into(),
+            lanes,
+            events: None,
+            lane_events: false,
+            mcp: None,
+            approvals: Approvals::Ask,
+            approver: Arc::new(super::gate::NoApprover),
+            journal: None,
+            resume: None,
+            retry_indeterminate: false,
+            record: false,
+            replay: None,
+            start: None,
+            spent: 0.0,
+            segment: None,
+            cache: None,
+            calls_made: 0,
+            trace: None,
+            tools: None,
+        }
+    }
+}
+
 /// What the outside world asks of a running batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {

@@ -57,25 +57,10 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
     let lanes: Arc<dyn crate::run::lanes::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
     let cache = crate::run::cache::Cache::new(lanes.cache_store(), "run-test", false);
     let config = RunConfig {
-        run_id: "run-test".into(),
-        lanes,
         events: Some(tx),
         lane_events: true,
-        mcp: None,
-        approvals: Approvals::Ask,
-        approver: Arc::new(crate::run::gate::NoApprover),
-        journal: None,
-        resume: None,
-        retry_indeterminate: false,
-        record: false,
-        replay: None,
-        start: None,
-        spent: 0.0,
-        segment: None,
         cache: Some(cache),
-        calls_made: 0,
-        trace: None,
-        tools: None,
+        ..RunConfig::for_test("run-test", lanes)
     };
     let (_signals, sig_rx) = mpsc::unbounded_channel();
     let report = execute(m, plan, config, sig_rx).await;

@@ -302,25 +302,13 @@ impl Runner {
             journal.record(json!({"type": "run", "run_id": "run-d", "manifest": "m"}));
         }
         let config = RunConfig {
-            run_id: "run-d".into(),
-            lanes: self.lanes.clone(),
-            events: None,
-            lane_events: false,
-            mcp: None,
             approvals,
             approver: decide,
             journal: Some(journal),
             resume: resumed,
-            retry_indeterminate: false,
-            record: false,
-            replay: None,
-            start: None,
-            spent: 0.0,
-            segment: None,
             cache: Some(self.cache.clone()),
-            calls_made: 0,
-            trace: None,
             tools: Some(self.tools.clone()),
+            ..RunConfig::for_test("run-d", self.lanes.clone())
         };
         let (_signals, rx) = mpsc::unbounded_channel();
         let report = execute(self.manifest.clone(), self.plan.clone(), config, rx).await;
