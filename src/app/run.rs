@@ -51,10 +51,10 @@ fn run_whole(args: &Args, opts: &RunOptions, rt: tokio::runtime::Runtime) -> Res
         }
         None => None,
     };
-    let shape = RunShape::of(&plan);
     let tenant = plan.settings.tenant.clone();
     let approver = Arc::new(TerminalApprover);
     let mut engine = Engine::open(opts, manifest, mcp, lanes, run_id, approver, &rt);
+    let shape = RunShape::of(&plan, &engine);
     let durability = Durability {
         journal: journal.clone(),
         resume,

@@ -181,7 +181,7 @@ impl Turns<'_> {
             .for_lanes(&plan.lanes)
             .map_err(|e| vec![Diagnostic::error(e.to_string())])?;
         session.set_lanes(lanes);
-        let shape = RunShape::of(&plan);
+        let shape = RunShape::of(&plan, session);
         Ok((plan, shape))
     }
 

@@ -202,7 +202,7 @@ fn finish_stream(
             input_format: InputFormat::Jsonl,
             usage: None,
         },
-        peak_in_flight: ledger.peak,
+        peak_in_flight: Some(ledger.peak),
     };
     session.send_spans(&rt, &ending);
     let drained = session.drained.load(Ordering::SeqCst);
