@@ -25,36 +25,54 @@ def respond(handler, message, final):
     handler.wfile.write(data)
 
 
-class Scripted(http.server.BaseHTTPRequestHandler):
-    """First request: two tool calls. Next: a final answer quoting the tool results it got."""
+def tool_call(cid, name, args):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+class FakeModel(http.server.BaseHTTPRequestHandler):
+    """First request: the tool calls `calls`; next: a final answer quoting the tool results."""
 
     requests = []
+    calls = []
+
+    @staticmethod
+    def quote(results):
+        return " | ".join(str(m["content"]) for m in results)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Scripted.requests.append(body)
+        type(self).requests.append(body)
         results = [m for m in body["messages"] if m["role"] == "tool"]
         if not results:
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_w", "type": "function",
-                 "function": {"name": "weather_lookup", "arguments": json.dumps({"city": "Oslo"})}},
-                {"id": "call_a", "type": "function",
-                 "function": {"name": "add", "arguments": json.dumps({"a": 2, "b": 3})}}]}
+            message = {"role": "assistant", "content": None, "tool_calls": type(self).calls}
         else:
-            message = {"role": "assistant", "content": " | ".join(str(m["content"]) for m in results)}
+            message = {"role": "assistant", "content": type(self).quote(results)}
         respond(self, message, final=bool(results))
 
     def log_message(self, *args):
         pass
 
 
-@pytest.fixture()
-def model_url():
-    Scripted.requests = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), Scripted)
+class Scripted(FakeModel):
+    """Two tool calls; then the results quoted."""
+
+    requests = []
+    calls = [tool_call("call_w", "weather_lookup", {"city": "Oslo"}),
+             tool_call("call_a", "add", {"a": 2, "b": 3})]
+
+
+def serve(handler):
+    """Serve `handler` on loopback; yields its base URL."""
+    handler.requests = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/v1"
     server.shutdown()
+
+
+@pytest.fixture()
+def model_url():
+    yield from serve(Scripted)
 
 
 @pytest.fixture()
@@ -123,39 +141,23 @@ key = { type = "string", required = true }
 """
 
 
-class WriteThenRead(http.server.BaseHTTPRequestHandler):
-    """One response asking for a write and a read of the same key; then the results quoted."""
+class WriteThenRead(FakeModel):
+    """One response asking for a write and a read of the same key (and an invalid call); then
+    the results quoted by call id."""
 
     requests = []
+    calls = [tool_call("call_put", "kv_put", {"key": "k", "value": "new"}),
+             tool_call("call_get", "kv_get", {"key": "k"}),
+             tool_call("call_bad", "add", {"a": -1, "b": 3})]
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        WriteThenRead.requests.append(body)
-        results = [m for m in body["messages"] if m["role"] == "tool"]
-        if not results:
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_put", "type": "function",
-                 "function": {"name": "kv_put", "arguments": json.dumps({"key": "k", "value": "new"})}},
-                {"id": "call_get", "type": "function",
-                 "function": {"name": "kv_get", "arguments": json.dumps({"key": "k"})}},
-                {"id": "call_bad", "type": "function",
-                 "function": {"name": "add", "arguments": json.dumps({"a": -1, "b": 3})}}]}
-        else:
-            message = {"role": "assistant",
-                       "content": " | ".join(f'{m["tool_call_id"]}={m["content"]}' for m in results)}
-        respond(self, message, final=bool(results))
-
-    def log_message(self, *args):
-        pass
+    @staticmethod
+    def quote(results):
+        return " | ".join(f'{m["tool_call_id"]}={m["content"]}' for m in results)
 
 
 @pytest.fixture()
 def kv_model_url():
-    WriteThenRead.requests = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), WriteThenRead)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
+    yield from serve(WriteThenRead)
 
 
 @pytest.fixture()
