@@ -186,6 +186,54 @@ pub enum McpCommand {
         #[arg(long, value_name = "PREFIX")]
         prefix: Option<String>,
     },
+    /// Serve the manifest's tools as an MCP server (stdio, or Streamable HTTP with --http):
+    /// every client's calls share the lanes, the cache and the upstream servers
+    Serve(ServeArgs),
+}
+
+/// `mcp serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+
+    /// Only these tools (comma-separated; manifest or exported names)
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+
+    /// The tenant of every call (stdio; over HTTP a bearer token names it)
+    #[arg(long, env = "FLUX_TENANT")]
+    pub tenant: Option<String>,
+
+    /// Narrow each client's turn lane (never widens the manifest's max_concurrent_tools)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tools: Option<u32>,
+
+    /// Where the tenant, tool and shared lanes and the read cache live (see `run --lane-store`)
+    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
+    pub lane_store: LaneStoreChoice,
+
+    /// Answer nothing from the read cache and store nothing in it
+    #[arg(long)]
+    pub no_cache: bool,
+
+    /// Also accept this Host (HTTP; loopback names are always accepted). Repeatable
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+
+    /// Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP;
+    /// without one, a request that carries an Origin is refused). Repeatable
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+
+    /// On SIGTERM, how long calls in flight may take to finish before they are cancelled
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub grace: String,
+
+    /// The most calls in flight in this gateway's command tools [default: from ulimit]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_processes: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]

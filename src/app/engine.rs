@@ -146,6 +146,64 @@ pub(super) struct Ending<'a> {
     pub peak_in_flight: Option<usize>,
 }
 
+/// What every batch of an engine shares — its tools, MCP sessions, cache, approvals and
+/// reporters — held apart from the engine so that a face running many small runs at once
+/// (the gateway's calls) builds each one's [`RunConfig`] the same way a batch's is built.
+pub(super) struct CallKit {
+    mcp: Option<Arc<McpHub>>,
+    events: Option<mpsc::UnboundedSender<Event>>,
+    lane_events: bool,
+    approvals: Approvals,
+    approver: Arc<dyn Approver>,
+    cache: Option<Arc<Cache>>,
+    tools: Arc<Vec<Arc<crate::tools::ToolImpl>>>,
+}
+
+/// Where one run stands within what its face runs: its id (idempotency keys), lane store,
+/// place among the segments, clock, what was spent and called before it, and its trace.
+pub(super) struct Scope {
+    pub run_id: String,
+    pub lanes: Arc<dyn LaneStore>,
+    pub segment: Option<usize>,
+    pub start: Option<Instant>,
+    pub spent: f64,
+    pub calls_made: u64,
+    pub trace: Option<TraceContext>,
+}
+
+impl CallKit {
+    /// The configuration of one run in `scope`; `events`: where its events go instead of
+    /// the engine's reporters (with lane events), `None`: the engine's.
+    pub fn config(&self, scope: Scope, events: Option<mpsc::UnboundedSender<Event>>) -> RunConfig {
+        let (events, lane_events) = match events {
+            Some(tx) => (Some(tx), true),
+            None => (self.events.clone(), self.lane_events),
+        };
+        RunConfig {
+            run_id: scope.run_id,
+            lanes: scope.lanes,
+            events,
+            lane_events,
+            mcp: self.mcp.clone(),
+            approvals: self.approvals.clone(),
+            approver: self.approver.clone(),
+            journal: None,
+            resume: None,
+            retry_indeterminate: false,
+            record: false,
+            replay: None,
+            start: scope.start,
+            spent: scope.spent,
+            segment: scope.segment,
+            cache: self.cache.clone(),
+            calls_made: scope.calls_made,
+            trace: scope.trace,
+            tools: Some(self.tools.clone()),
+            relay: None,
+        }
+    }
+}
+
 /// The durable parts of a run over a whole batch (none for a stream).
 #[derive(Default)]
 pub(super) struct Durability {
@@ -255,6 +313,25 @@ impl Engine {
         }
     }
 
+    /// What every batch (or every gateway call) of this engine shares, built for the first.
+    pub fn kit(&mut self, plan: &Plan) -> Arc<CallKit> {
+        let tools = self
+            .tools
+            .get_or_insert_with(|| {
+                Arc::new(run::tool_impls(&self.manifest, plan, self.mcp.clone()))
+            })
+            .clone();
+        Arc::new(CallKit {
+            mcp: self.mcp.clone(),
+            events: self.events.clone(),
+            lane_events: self.lane_events,
+            approvals: self.approvals.clone(),
+            approver: self.approver.clone(),
+            cache: self.cache.clone(),
+            tools,
+        })
+    }
+
     /// The configuration of one batch, and its control channel (registered with the others).
     fn config(
         &mut self,
@@ -262,12 +339,7 @@ impl Engine {
         d: Durability,
         segment: Option<usize>,
     ) -> (RunConfig, mpsc::UnboundedReceiver<Control>) {
-        let tools = self
-            .tools
-            .get_or_insert_with(|| {
-                Arc::new(run::tool_impls(&self.manifest, plan, self.mcp.clone()))
-            })
-            .clone();
+        let kit = self.kit(plan);
         let (tx, rx) = mpsc::unbounded_channel::<Control>();
         if self.drained.load(Ordering::SeqCst) {
             let _ = tx.send(Control::Drain);
@@ -276,27 +348,21 @@ impl Engine {
             list.retain(|c| !c.is_closed());
             list.push(tx);
         }
-        let config = RunConfig {
+        let scope = Scope {
             run_id: self.run_id.clone(),
             lanes: self.lanes.clone(),
-            events: self.events.clone(),
-            lane_events: self.lane_events,
-            mcp: self.mcp.clone(),
-            approvals: self.approvals.clone(),
-            approver: self.approver.clone(),
-            journal: d.journal,
-            resume: d.resume,
-            retry_indeterminate: d.retry_indeterminate,
-            record: d.record,
-            replay: d.replay,
+            segment,
             start: Some(self.start),
             spent: self.spent,
-            segment,
-            cache: self.cache.clone(),
             calls_made: self.calls_made,
             trace: self.trace.clone(),
-            tools: Some(tools),
         };
+        let mut config = kit.config(scope, None);
+        config.journal = d.journal;
+        config.resume = d.resume;
+        config.retry_indeterminate = d.retry_indeterminate;
+        config.record = d.record;
+        config.replay = d.replay;
         (config, rx)
     }
 

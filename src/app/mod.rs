@@ -18,6 +18,7 @@ mod prepare;
 mod report;
 mod reporters;
 mod run;
+mod serve;
 mod stream;
 mod terminal;
 mod tools;
@@ -95,6 +96,9 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         Command::Mcp {
             command: McpCommand::Import { server, prefix },
         } => mcp::import(&args, server, prefix.as_deref()),
+        Command::Mcp {
+            command: McpCommand::Serve(s),
+        } => serve::serve(&args, s, terminal),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p, terminal),
         Command::Approvals { journal, format } => approvals::approvals(journal, *format),

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use crate::batch::Reading;
-use crate::cli::{Args, LaneStoreChoice, ProgressChoice, ResultsFormat, RunArgs};
+use crate::cli::{Args, LaneStoreChoice, ProgressChoice, ResultsFormat, RunArgs, ServeArgs};
 use crate::error::Error;
 use crate::plan::PlanOptions;
 use crate::report::emit::Emit;
@@ -190,6 +190,47 @@ impl RunOptions {
             otlp: otlp_target(r),
             traceparent: std::env::var("TRACEPARENT").ok(),
             files,
+            terminal,
+        })
+    }
+}
+
+impl RunOptions {
+    /// Resolve `mcp serve`'s command line: nothing is ever written to stdout (over stdio it
+    /// is the MCP channel), no live display, no history; the tenant and the turn lane are
+    /// each session's.
+    pub fn for_serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<RunOptions, Error> {
+        if let Some(t) = &s.tenant {
+            crate::batch::check_id(t).map_err(|e| {
+                Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant")))
+            })?;
+        }
+        Ok(RunOptions {
+            batch: None,
+            reading: Reading::default(),
+            plan: PlanOptions {
+                tenant: s.tenant.clone(),
+                max_concurrent_tools: s.max_concurrent_tools,
+                max_processes: Some(crate::config::process_cap(s.max_processes)),
+                ..PlanOptions::default()
+            },
+            stdout: Stdout::Json,
+            streaming: false,
+            stream: false,
+            turns: false,
+            live: Live::Off,
+            quiet: args.quiet,
+            lane_store: s.lane_store.clone(),
+            approvals: Approvals::default(),
+            cache: if s.no_cache {
+                CacheUse::Off
+            } else {
+                CacheUse::On
+            },
+            history: None,
+            otlp: None,
+            traceparent: None,
+            files: Files::default(),
             terminal,
         })
     }

@@ -54,6 +54,8 @@ pub struct Manifest {
     pub aliases: HashMap<String, usize>,
     pub mcp_servers: BTreeMap<String, McpServer>,
     pub hooks: Hooks,
+    /// `[serve]`: what `mcp serve` takes from the manifest.
+    pub serve: Serve,
     /// Warnings found while parsing (undeclared effects, unbounded turn lane, …).
     pub warnings: Vec<Diagnostic>,
 }
@@ -240,6 +242,14 @@ pub struct McpServer {
     pub headers: BTreeMap<String, Template>,
 }
 
+/// `[serve]`: `mcp serve`'s settings that belong with the tools.
+#[derive(Debug, Clone, Default)]
+pub struct Serve {
+    /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends
+    /// (`${env:…}`, never printed).
+    pub tokens: BTreeMap<String, Template>,
+}
+
 /// `[hooks]`.
 #[derive(Debug, Clone)]
 pub struct Hooks {
@@ -273,6 +283,7 @@ const TOP_KEYS: &[&str] = &[
     "budget",
     "history",
     "models",
+    "serve",
 ];
 
 /// `[models."NAME"]`: what a model's tokens cost, per million.
@@ -403,6 +414,7 @@ impl Manifest {
         let lanes = r.lanes(root);
         let mcp_servers = r.mcp_servers(root);
         let hooks = r.hooks(root);
+        let serve = r.serve(root);
         let mut tools = Vec::new();
         if let Some(t) = r.table(root, "tools", "the manifest") {
             for (key, value) in t.iter() {
@@ -439,6 +451,7 @@ impl Manifest {
             tool_index,
             mcp_servers,
             hooks,
+            serve,
             warnings: Vec::new(),
         };
         r.cross_checks(&m, root);

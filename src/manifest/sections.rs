@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
-use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate};
+use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve};
 
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
@@ -122,6 +122,31 @@ impl Reader<'_> {
             );
         }
         out
+    }
+
+    /// `[serve]`: `tokens = { TENANT = "${env:…}" }`.
+    pub(super) fn serve(&mut self, root: &DeTable<'_>) -> Serve {
+        let Some(t) = self.table(root, "serve", "the manifest") else {
+            return Serve::default();
+        };
+        self.check_keys(t, &["tokens"], "[serve]");
+        let tokens = self.template_map(t, "tokens", "[serve]");
+        if let Some(tt) = self.table(t, "tokens", "[serve]") {
+            for (k, v) in tt.iter() {
+                let tenant = k.get_ref();
+                if let Err(e) = crate::batch::check_id(tenant) {
+                    let e = e.replace("call id", "tenant");
+                    self.error(k.span(), format!("[serve.tokens]: {e}"), None);
+                } else if tokens.get(tenant.as_ref()).is_some_and(|t| !t.has_secret()) {
+                    self.warn(
+                        v.span(),
+                        format!("the token of tenant `{tenant}` in [serve.tokens] is written in the manifest"),
+                        Some("anyone who reads the manifest can use it; write \"${env:VAR}\"".into()),
+                    );
+                }
+            }
+        }
+        Serve { tokens }
     }
 
     pub(super) fn hooks(&mut self, root: &DeTable<'_>) -> Hooks {

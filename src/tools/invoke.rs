@@ -116,6 +116,41 @@ pub struct RunInfo {
     pub manifest: String,
     /// The trace the run belongs to, passed on to each tool (`None`: no trace).
     pub trace: Option<crate::trace_context::TraceContext>,
+    /// What the caller wants back besides each call's output (`mcp serve`'s one-call runs).
+    pub relay: Option<Arc<Relay>>,
+}
+
+/// What a caller outside a batch wants back from its call besides the output (the gateway
+/// of `mcp serve` runs each client's call as a run of its own): an upstream MCP tool's
+/// result exactly as it came, and the upstream's progress as it happens.
+#[derive(Debug, Default)]
+pub struct Relay {
+    /// The upstream's `CallToolResult` (as JSON) of the call's last attempt.
+    pub raw: std::sync::Mutex<Option<Value>>,
+    /// Where the upstream's progress notifications go, if anyone listens.
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
+}
+
+impl Relay {
+    /// Keep the upstream's answer (the last attempt's wins).
+    pub fn keep(&self, raw: Value) {
+        if let Ok(mut r) = self.raw.lock() {
+            *r = Some(raw);
+        }
+    }
+
+    /// The upstream's answer, if one came.
+    pub fn take(&self) -> Option<Value> {
+        self.raw.lock().ok().and_then(|mut r| r.take())
+    }
+}
+
+/// One progress notification of an upstream tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
 }
 
 /// What a tool is asked to do. It borrows from the plan rather than copying, so a call in

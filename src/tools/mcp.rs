@@ -17,6 +17,7 @@ use std::time::Duration;
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
@@ -104,12 +105,30 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a server's stderr is kept for messages.
 const STDERR_TAIL: usize = 2048;
 
-type Service = RunningService<RoleClient, ()>;
+type Service = RunningService<RoleClient, Upstream>;
+
+/// Our side of a session: routes the server's progress notifications to the call that asked
+/// (by the progress token rmcp gave its request).
+#[derive(Clone, Default)]
+pub struct Upstream {
+    progress: ProgressDispatcher,
+}
+
+impl rmcp::ClientHandler for Upstream {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+}
 
 /// One live session.
 pub struct Session {
     service: tokio::sync::Mutex<Option<Service>>,
     peer: rmcp::service::Peer<RoleClient>,
+    progress: ProgressDispatcher,
     stderr: Arc<Mutex<String>>,
     /// `tools/list`, as JSON (name, description, inputSchema, annotations).
     tools: OnceCell<Result<Vec<Value>, String>>,
@@ -260,6 +279,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
             .map_err(|e| format!("MCP server `{name}`: {e}"))
     };
     let stderr = Arc::new(Mutex::new(String::new()));
+    let upstream = Upstream::default();
     let service: Service = if let Some(argv) = &decl.command {
         let mut parts = Vec::with_capacity(argv.len());
         for t in argv {
@@ -303,7 +323,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
                 }
             });
         }
-        ().serve(transport).await.map_err(|e| {
+        upstream.clone().serve(transport).await.map_err(|e| {
             let tail = stderr
                 .lock()
                 .map(|s| s.trim().to_string())
@@ -330,7 +350,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
             config.custom_headers.insert(hn, hv);
         }
         let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        ().serve(transport).await.map_err(|e| {
+        upstream.clone().serve(transport).await.map_err(|e| {
             format!(
                 "MCP server `{name}` ({}) failed to initialize: {e}",
                 url.redacted()
@@ -345,9 +365,32 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
     Ok(Session {
         service: tokio::sync::Mutex::new(Some(service)),
         peer,
+        progress: upstream.progress,
         stderr,
         tools: OnceCell::new(),
         dead: std::sync::atomic::AtomicBool::new(false),
+    })
+}
+
+/// Pass the server's progress on this request's token to `to`, until the task is aborted.
+async fn relay_progress(
+    session: &Session,
+    token: rmcp::model::ProgressToken,
+    to: tokio::sync::mpsc::UnboundedSender<super::Progress>,
+) -> tokio::task::JoinHandle<()> {
+    use futures_util::StreamExt;
+    let mut sub = session.progress.subscribe(token).await;
+    tokio::spawn(async move {
+        while let Some(p) = sub.next().await {
+            let sent = to.send(super::Progress {
+                progress: p.progress,
+                total: p.total,
+                message: p.message,
+            });
+            if sent.is_err() {
+                return;
+            }
+        }
     })
 }
 
@@ -403,7 +446,12 @@ impl McpTool {
             .await;
         let result = match sent {
             Ok(mut handle) => {
-                tokio::select! {
+                let relay = inv.run.relay.as_ref().and_then(|r| r.progress.clone());
+                let progress = match relay {
+                    Some(to) => Some(relay_progress(&session, handle.progress_token.clone(), to).await),
+                    None => None,
+                };
+                let answer = tokio::select! {
                     r = &mut handle.rx => r.unwrap_or(Err(ServiceError::TransportClosed)),
                     _ = stop.stopped() => {
                         // Tell the server, and wait until the notification is written, so a run
@@ -412,13 +460,21 @@ impl McpTool {
                         let _ = tokio::time::timeout(Duration::from_secs(2), handle.cancel(Some(why))).await;
                         return Err(Failure::Stopped);
                     }
+                };
+                if let Some(p) = progress {
+                    p.abort();
                 }
+                answer
             }
             Err(e) => Err(e),
         };
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
-                self.shape(serde_json::to_value(&r).unwrap_or(Value::Null))
+                let raw = serde_json::to_value(&r).unwrap_or(Value::Null);
+                if let Some(relay) = &inv.run.relay {
+                    relay.keep(raw.clone());
+                }
+                self.shape(raw)
             }
             Ok(other) => Err(Failure::failed(
                 ErrorKind::McpError,

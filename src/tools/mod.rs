@@ -22,7 +22,8 @@ use serde_json::Value;
 use toml::de::DeTable;
 
 pub use invoke::{
-    parse_output, Failure, Invocation, RunInfo, Stop, StopCause, StopLevel, ToolContext,
+    parse_output, Failure, Invocation, Progress, Relay, RunInfo, Stop, StopCause, StopLevel,
+    ToolContext,
 };
 pub use kind::{Invoke, Kind, Site};
 

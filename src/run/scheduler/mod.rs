@@ -89,6 +89,9 @@ pub struct RunConfig {
     /// Calls the run already made before this batch (a stream's earlier chunks, a journal's
     /// earlier run), against the plan's `max_calls`.
     pub calls_made: u64,
+    /// What the caller wants back besides the results (`mcp serve`: an upstream's answer as
+    /// it came, its progress).
+    pub relay: Option<Arc<crate::tools::Relay>>,
 }
 
 #[cfg(test)]
@@ -115,6 +118,7 @@ impl RunConfig {
             calls_made: 0,
             trace: None,
             tools: None,
+            relay: None,
         }
     }
 }

@@ -136,6 +136,7 @@ impl Coordinator {
                 tenant: plan.settings.tenant.clone(),
                 manifest: manifest.path.display().to_string(),
                 trace: config.trace.clone(),
+                relay: config.relay.clone(),
             }),
             manifest,
             lanes: config.lanes.clone(),

@@ -1,0 +1,113 @@
+//! A call's result as the client's model should get it: the output as text, plus
+//! `structuredContent` when it is a JSON object; an upstream MCP tool's result exactly as it
+//! came (content blocks, `structuredContent`, `isError`); every other failure as
+//! `isError: true` with one text naming its kind and message, as in a results document.
+
+use serde_json::{json, Map, Value};
+
+use crate::events::{CallResult, Status};
+
+/// The `CallToolResult` (as JSON) for `result`; `raw`: the upstream's own answer, if the
+/// tool was an upstream MCP tool that answered.
+pub fn of(result: &CallResult, raw: Option<Value>) -> Value {
+    // An upstream's answer stands as it came — success or its own `isError` — unless the
+    // call failed for a reason of ours after it (its output failed a check, say).
+    if let Some(raw) = raw {
+        let tool_error =
+            result.error.as_ref().map(|e| e.kind) == Some(crate::events::ErrorKind::ToolError);
+        if result.status == Status::Ok || tool_error {
+            return raw;
+        }
+    }
+    match (&result.status, &result.error) {
+        (Status::Ok, _) => ok(&result.output),
+        (_, Some(e)) => error(&format!("{}: {}", e.kind, e.message)),
+        (status, None) => error(&format!("{}", json!(status)).replace('"', "")),
+    }
+}
+
+/// A successful output.
+fn ok(output: &Value) -> Value {
+    let text = match output {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut r = Map::new();
+    r.insert("content".into(), json!([{"type": "text", "text": text}]));
+    if output.is_object() {
+        r.insert("structuredContent".into(), output.clone());
+    }
+    r.insert("isError".into(), json!(false));
+    Value::Object(r)
+}
+
+/// A failure the model can read and act on.
+pub fn error(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{ErrorInfo, ErrorKind};
+
+    fn result(status: Status, output: Value, error: Option<ErrorInfo>) -> CallResult {
+        CallResult {
+            index: 0,
+            id: "c1".into(),
+            tool: "t".into(),
+            status,
+            event: "call_finished",
+            output,
+            error,
+            attempts: 1,
+            phase: 0,
+            idempotency_key: None,
+            called_as: None,
+            cached: false,
+            queued_ms: None,
+            waited_on: None,
+            started_ms: None,
+            duration_ms: None,
+        }
+    }
+
+    #[test]
+    fn an_object_is_text_and_structured_content_and_a_string_is_text() {
+        let r = of(&result(Status::Ok, json!({"n": 1}), None), None);
+        assert_eq!(r["content"][0]["text"], "{\"n\":1}");
+        assert_eq!(r["structuredContent"], json!({"n": 1}));
+        assert_eq!(r["isError"], false);
+        let r = of(&result(Status::Ok, json!("hello"), None), None);
+        assert_eq!(r["content"][0]["text"], "hello");
+        assert!(r.get("structuredContent").is_none());
+    }
+
+    #[test]
+    fn a_failure_names_its_kind_and_an_upstream_answer_passes_through() {
+        let e = ErrorInfo {
+            kind: ErrorKind::Timeout,
+            message: "no answer within 1s".into(),
+        };
+        let r = of(&result(Status::TimedOut, Value::Null, Some(e)), None);
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["content"][0]["text"], "timeout: no answer within 1s");
+        let raw = json!({"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}], "isError": false});
+        assert_eq!(
+            of(&result(Status::Ok, json!([]), None), Some(raw.clone())),
+            raw
+        );
+        let e = ErrorInfo {
+            kind: ErrorKind::ToolError,
+            message: "boom".into(),
+        };
+        let raw = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
+        assert_eq!(
+            of(
+                &result(Status::Error, Value::Null, Some(e)),
+                Some(raw.clone())
+            ),
+            raw
+        );
+    }
+}

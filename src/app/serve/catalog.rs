@@ -1,0 +1,293 @@
+//! The tools as a client's model should see them, and the manifest they are run with.
+//!
+//! Each served tool is listed under its provider-safe name (as `tools --emit`), with its
+//! description, the JSON Schema of its arguments (an upstream MCP tool's own, verbatim),
+//! annotations from `effect`/`idempotent` (an upstream tool's own passed through) and an
+//! upstream's `outputSchema`. Upstream servers start when first needed; their annotations
+//! then settle the effect of their tools in a new copy of the manifest, which every later
+//! call is planned with. A server that fails to start leaves its tools out of `tools/list`
+//! (with a warning on stderr), and is tried again on a later list or call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use crate::manifest::{export_name, Manifest};
+use crate::tools::mcp::{self, McpHub};
+use crate::tools::ToolKind;
+
+/// How long `tools/list` waits for upstream servers still starting.
+const LIST_WAIT: Duration = Duration::from_secs(5);
+/// How long after a failed start a server is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Where one upstream server stands.
+#[derive(Clone)]
+enum Upstream {
+    /// Asked for its tools; their annotations are in the manifest.
+    Ready,
+    /// Failed to start (or to list its tools), at this time.
+    Failed(String, Instant),
+}
+
+/// The served tools and the manifest calls are planned with.
+pub struct Catalog {
+    manifest: RwLock<Arc<Manifest>>,
+    /// The served tools' positions in the manifest (`--tools`, else all).
+    served: Vec<usize>,
+    hub: Option<Arc<McpHub>>,
+    upstreams: Mutex<HashMap<String, Upstream>>,
+    /// Serializes starting and annotating (two lists at once start a server once).
+    starting: tokio::sync::Mutex<()>,
+    quiet: bool,
+}
+
+impl Catalog {
+    /// The catalog of `manifest`'s tools, or of `select` (manifest or exported names; an
+    /// unknown one is an error with a suggestion).
+    pub fn new(
+        manifest: Manifest,
+        select: Option<&[String]>,
+        hub: Option<Arc<McpHub>>,
+        quiet: bool,
+    ) -> Result<Catalog, String> {
+        let served = match select {
+            None => (0..manifest.tools.len()).collect(),
+            Some(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    let Some(i) = manifest.tool_position(n) else {
+                        let hint = manifest
+                            .suggest_tool(n)
+                            .map_or_else(String::new, |h| format!(" ({h})"));
+                        return Err(format!("--tools: no tool `{n}` in the manifest{hint}"));
+                    };
+                    if !out.contains(&i) {
+                        out.push(i);
+                    }
+                }
+                out
+            }
+        };
+        Ok(Catalog {
+            manifest: RwLock::new(Arc::new(manifest)),
+            served,
+            hub,
+            upstreams: Mutex::default(),
+            starting: tokio::sync::Mutex::new(()),
+            quiet,
+        })
+    }
+
+    /// The manifest as it stands (with every started server's annotations).
+    pub fn manifest(&self) -> Arc<Manifest> {
+        match self.manifest.read() {
+            Ok(m) => m.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    /// The served tool a client calls `name` (its exported or manifest name).
+    pub fn served(&self, manifest: &Manifest, name: &str) -> Result<usize, String> {
+        match manifest.tool_position(name) {
+            Some(i) if self.served.contains(&i) => Ok(i),
+            _ => {
+                let names = self
+                    .served
+                    .iter()
+                    .map(|&i| export_name(&manifest.tools[i].name));
+                let names: Vec<String> = names.collect();
+                let hint = crate::error::suggest(name, names.iter().map(String::as_str))
+                    .map_or_else(String::new, |h| format!(" ({h})"));
+                Err(format!("unknown tool `{name}`{hint}"))
+            }
+        }
+    }
+
+    /// The upstream servers the served tools use.
+    fn servers(&self, manifest: &Manifest) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for &i in &self.served {
+            if let ToolKind::Mcp(spec) = &manifest.tools[i].kind {
+                if !out.contains(&spec.server) {
+                    out.push(spec.server.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Start `server` if it is not up (or failed a while ago) and settle its tools' effects.
+    /// Returns why it is not up, if it is not.
+    pub async fn ensure(&self, server: &str) -> Result<(), String> {
+        let Some(hub) = &self.hub else { return Ok(()) };
+        if let Some(state) = self.state(server) {
+            match state {
+                Upstream::Ready => return Ok(()),
+                Upstream::Failed(why, at) if at.elapsed() < RETRY_AFTER => return Err(why),
+                Upstream::Failed(..) => {}
+            }
+        }
+        let _one = self.starting.lock().await;
+        match self.state(server) {
+            Some(Upstream::Ready) => return Ok(()),
+            Some(Upstream::Failed(_, at)) if at.elapsed() >= RETRY_AFTER => {
+                hub.revive().await;
+            }
+            Some(Upstream::Failed(why, _)) => return Err(why),
+            None => {}
+        }
+        let mut copy = (*self.manifest()).clone();
+        let used: Vec<String> = copy
+            .tools
+            .iter()
+            .filter(|t| matches!(&t.kind, ToolKind::Mcp(s) if s.server == server))
+            .map(|t| t.name.clone())
+            .collect();
+        let outcome = match hub.tools(server).await {
+            Err(e) => Err(e),
+            Ok(_) => {
+                let diags = mcp::annotate(&mut copy, hub, &used).await;
+                for d in diags.iter().filter(|_| !self.quiet) {
+                    eprintln!("warning: mcp serve: {}", d.message);
+                }
+                Ok(())
+            }
+        };
+        let state = match &outcome {
+            Ok(()) => {
+                if let Ok(mut m) = self.manifest.write() {
+                    *m = Arc::new(copy);
+                }
+                Upstream::Ready
+            }
+            Err(why) => {
+                if !self.quiet {
+                    eprintln!(
+                        "warning: mcp serve: {why}; its tools are not listed until it starts"
+                    );
+                }
+                Upstream::Failed(why.clone(), Instant::now())
+            }
+        };
+        if let Ok(mut u) = self.upstreams.lock() {
+            u.insert(server.to_string(), state);
+        }
+        outcome
+    }
+
+    fn state(&self, server: &str) -> Option<Upstream> {
+        self.upstreams.lock().ok()?.get(server).cloned()
+    }
+
+    /// `tools/list`: every served tool whose server is up (servers still starting are given
+    /// [`LIST_WAIT`]), as MCP `Tool` objects.
+    pub async fn list(&self) -> Vec<Value> {
+        let servers = self.servers(&self.manifest());
+        let starts = servers.iter().map(|s| async move {
+            let up = tokio::time::timeout(LIST_WAIT, self.ensure(s)).await;
+            (s.clone(), matches!(up, Ok(Ok(()))))
+        });
+        let up: BTreeMap<String, bool> = futures_util::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect();
+        let manifest = self.manifest();
+        let remote = self.remote_tools(&manifest, &up).await;
+        self.served
+            .iter()
+            .filter_map(|&i| {
+                let tool = &manifest.tools[i];
+                match &tool.kind {
+                    ToolKind::Mcp(_) => remote.get(&tool.name).map(|r| mcp_entry(tool, r)),
+                    _ => Some(local_entry(&manifest, tool)),
+                }
+            })
+            .collect()
+    }
+
+    /// The upstream `Tool` object of each served MCP tool whose server is up.
+    async fn remote_tools(
+        &self,
+        manifest: &Manifest,
+        up: &BTreeMap<String, bool>,
+    ) -> HashMap<String, Value> {
+        let mut out = HashMap::new();
+        let Some(hub) = &self.hub else { return out };
+        for &i in &self.served {
+            let tool = &manifest.tools[i];
+            let ToolKind::Mcp(spec) = &tool.kind else {
+                continue;
+            };
+            if !up.get(&spec.server).copied().unwrap_or(false) {
+                continue;
+            }
+            if let Ok(list) = hub.tools(&spec.server).await {
+                if let Some(r) = list.iter().find(|t| t["name"] == spec.tool.as_str()) {
+                    out.insert(tool.name.clone(), r.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A tool of the manifest's own kinds (command, http, scripted).
+fn local_entry(manifest: &Manifest, tool: &crate::manifest::Tool) -> Value {
+    let offers = crate::report::definitions::offers(
+        manifest,
+        Some(std::slice::from_ref(&tool.name)),
+        false,
+        &HashMap::new(),
+    );
+    let schema = offers
+        .ok()
+        .and_then(|(o, _)| o.into_iter().next())
+        .map_or_else(|| json!({"type": "object"}), |o| o.parameters);
+    let write = tool.is_write();
+    let mut t = Map::new();
+    t.insert("name".into(), json!(export_name(&tool.name)));
+    if let Some(d) = &tool.description {
+        t.insert("description".into(), json!(crate::template::redact_raw(d)));
+    }
+    t.insert("inputSchema".into(), schema);
+    t.insert(
+        "annotations".into(),
+        json!({
+            "readOnlyHint": !write,
+            "destructiveHint": write,
+            "idempotentHint": tool.idempotent,
+        }),
+    );
+    Value::Object(t)
+}
+
+/// An upstream MCP tool: its own schema, annotations and output schema, under our name.
+fn mcp_entry(tool: &crate::manifest::Tool, remote: &Value) -> Value {
+    let mut t = Map::new();
+    t.insert("name".into(), json!(export_name(&tool.name)));
+    let desc = tool
+        .description
+        .as_deref()
+        .map(crate::template::redact_raw)
+        .or_else(|| remote["description"].as_str().map(str::to_string));
+    if let Some(d) = desc {
+        t.insert("description".into(), json!(d));
+    }
+    for key in [
+        "title",
+        "inputSchema",
+        "outputSchema",
+        "annotations",
+        "icons",
+    ] {
+        if let Some(v) = remote.get(key).filter(|v| !v.is_null()) {
+            t.insert(key.into(), v.clone());
+        }
+    }
+    t.entry("inputSchema")
+        .or_insert_with(|| json!({"type": "object"}));
+    Value::Object(t)
+}

@@ -1,0 +1,451 @@
+//! The gateway: every client's `tools/call` becomes a run of one call on the engine's kit —
+//! the same scheduler, lanes, cache, retries, idempotency keys and classification as a batch
+//! — in its session's lane store (the session's own turn lane; the tenant, tool and shared
+//! lanes every session, gateway and `flux-tools run` of the store shares), after the calls it
+//! must follow by arrival ([`super::order`]). A client's cancellation stops the call where
+//! it is: waiting for its turn, in a lane, or in flight at its tool.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::answer;
+use super::catalog::Catalog;
+use super::order::{self, Order};
+use crate::app::engine::{CallKit, Scope};
+use crate::batch::{Batch, Call};
+use crate::events::Event;
+use crate::plan::{self, LaneSpec, PlanOptions};
+use crate::reference::Args;
+use crate::run::{self, Control, LaneStore};
+use crate::tools::{Progress, Relay, ToolKind};
+
+/// How often a call that waits tells its client so (clients whose timeout resets on
+/// progress keep waiting for a call that is merely queued).
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a call's progress goes: the client's progress token, wrapped by the transport.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// The gateway's shared state.
+pub struct Gateway {
+    pub catalog: Catalog,
+    kit: Arc<CallKit>,
+    store: Arc<dyn LaneStore>,
+    /// What every session plans with (the tenant and the lane table are each session's).
+    opts: PlanOptions,
+    order: Arc<Order>,
+    /// Arrival order, across every session (lanes serve waiters in this order too).
+    seq: AtomicU64,
+    sessions: AtomicU64,
+    id: String,
+    /// Calls in flight, to cancel on shutdown.
+    active: Mutex<BTreeMap<u64, mpsc::UnboundedSender<Control>>>,
+    /// Each lane's calls in this gateway (arrival numbers), for "how many ahead".
+    users: Mutex<HashMap<String, BTreeSet<u64>>>,
+    /// Set once the gateway is shutting down: new calls are refused.
+    closing: std::sync::atomic::AtomicBool,
+}
+
+/// One client's session: its run id (idempotency keys), its turn lane, per tenant.
+pub struct Session {
+    pub id: u64,
+    run_id: String,
+    lanes: Mutex<HashMap<String, (Arc<dyn LaneStore>, Arc<PlanOptions>)>>,
+}
+
+/// What a call brings besides its tool and arguments.
+pub struct CallCx {
+    pub tenant: String,
+    pub cancel: CancellationToken,
+    pub progress: Option<ProgressSink>,
+}
+
+impl Gateway {
+    pub fn new(
+        catalog: Catalog,
+        kit: Arc<CallKit>,
+        store: Arc<dyn LaneStore>,
+        opts: PlanOptions,
+    ) -> Gateway {
+        Gateway {
+            catalog,
+            kit,
+            store,
+            opts,
+            order: Arc::default(),
+            seq: AtomicU64::new(1),
+            sessions: AtomicU64::new(1),
+            id: run::new_run_id().replacen("run-", "mcp-", 1),
+            active: Mutex::default(),
+            users: Mutex::default(),
+            closing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A new client session.
+    pub fn session(&self) -> Arc<Session> {
+        let id = self.sessions.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Session {
+            id,
+            run_id: format!("{}-s{id}", self.id),
+            lanes: Mutex::default(),
+        })
+    }
+
+    /// The session's lane store and plan options for `tenant`.
+    fn lanes_for(
+        &self,
+        session: &Session,
+        tenant: &str,
+    ) -> Result<(Arc<dyn LaneStore>, Arc<PlanOptions>), String> {
+        let mut map = session.lanes.lock().map_err(|_| "session state lost")?;
+        if let Some((s, o)) = map.get(tenant) {
+            return Ok((s.clone(), o.clone()));
+        }
+        let mut opts = self.opts.clone();
+        opts.tenant = Some(tenant.to_string());
+        let table: Vec<LaneSpec> = plan::lane_table(&self.catalog.manifest(), &opts);
+        let store = self.store.for_lanes(&table).map_err(|e| e.to_string())?;
+        opts.lanes = Some(table);
+        let opts = Arc::new(opts);
+        map.insert(tenant.to_string(), (store.clone(), opts.clone()));
+        Ok((store, opts))
+    }
+
+    /// One `tools/call`. `Err` is a protocol fault (an unknown tool); every failure of the
+    /// call itself is an answer with `isError: true`.
+    pub async fn call(
+        self: &Arc<Self>,
+        session: &Session,
+        name: &str,
+        args: Map<String, Value>,
+        cx: CallCx,
+    ) -> Result<Value, String> {
+        let mut manifest = self.catalog.manifest();
+        let t = self.catalog.served(&manifest, name)?;
+        if self.closing.load(Ordering::SeqCst) {
+            return Ok(answer::error(
+                "run_ended: the gateway is shutting down; the call was not made",
+            ));
+        }
+        if let ToolKind::Mcp(spec) = &manifest.tools[t].kind {
+            // Its server's annotations settle the call's effect; a server that will not start
+            // fails the call below with its reason.
+            let _ = self.catalog.ensure(&spec.server).await;
+            manifest = self.catalog.manifest();
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let (store, opts) = match self.lanes_for(session, &cx.tenant) {
+            Ok(l) => l,
+            Err(e) => return Ok(answer::error(&format!("lane_store: {e}"))),
+        };
+        let plan = match plan::build(
+            &manifest,
+            &one_call(seq, &manifest.tools[t].name, args),
+            &opts,
+        ) {
+            Ok(p) => p,
+            Err(d) => {
+                let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
+                return Ok(answer::error(&format!("invalid_call: {}", msg.join("; "))));
+            }
+        };
+        let tool = &manifest.tools[t];
+        let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
+        let ticket = self.order.enter(seq, claims);
+        let lanes: Vec<String> = plan.lanes.iter().map(|l| l.name.clone()).collect();
+        let _users = Users::enter(self, seq, lanes.clone());
+        let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
+        let ticker = reporter.as_ref().map(|r| r.clone().tick());
+        let waited = tokio::select! {
+            () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
+            () = cx.cancel.cancelled() => false,
+        };
+        let answer = if waited {
+            self.run(
+                session,
+                plan,
+                manifest.clone(),
+                store,
+                seq,
+                &cx.cancel,
+                reporter.clone(),
+                lanes,
+            )
+            .await
+        } else {
+            cancelled()
+        };
+        if let Some(t) = ticker {
+            t.abort();
+        }
+        drop(ticket);
+        Ok(answer)
+    }
+
+    /// Run the planned call; its answer (or the cancellation's).
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        self: &Arc<Self>,
+        session: &Session,
+        plan: crate::plan::Plan,
+        manifest: Arc<crate::manifest::Manifest>,
+        lanes: Arc<dyn LaneStore>,
+        seq: u64,
+        cancel: &CancellationToken,
+        reporter: Option<Arc<Reporter>>,
+        lane_names: Vec<String>,
+    ) -> Value {
+        let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+        let relay = Arc::new(Relay {
+            raw: Mutex::default(),
+            progress: reporter.as_ref().map(|_| progress_tx),
+        });
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let scope = Scope {
+            run_id: session.run_id.clone(),
+            lanes,
+            segment: Some(seq as usize),
+            start: None,
+            spent: 0.0,
+            calls_made: 0,
+            trace: None,
+        };
+        let mut config = self.kit.config(scope, reporter.as_ref().map(|_| events_tx));
+        config.relay = Some(relay.clone());
+        let (ctl, ctl_rx) = mpsc::unbounded_channel();
+        if let Ok(mut a) = self.active.lock() {
+            a.insert(seq, ctl.clone());
+        }
+        let watcher = reporter.map(|r| {
+            let names = self.lane_progress(seq, lane_names);
+            tokio::spawn(r.watch(events_rx, progress_rx, names))
+        });
+        let mut job = tokio::spawn(run::execute(manifest, Arc::new(plan), config, ctl_rx));
+        let report = tokio::select! {
+            r = &mut job => r,
+            () = cancel.cancelled() => {
+                let _ = ctl.send(Control::Interrupt);
+                let _ = (&mut job).await;
+                if let Some(w) = watcher { w.abort(); }
+                self.forget(seq);
+                return cancelled();
+            }
+        };
+        if let Some(w) = watcher {
+            w.abort();
+        }
+        self.forget(seq);
+        match report {
+            Ok(report) => match report.results.first() {
+                Some(r) => answer::of(r, relay.take()),
+                None => answer::error("run_ended: the call got no result"),
+            },
+            Err(e) => answer::error(&format!("run_ended: the call's run failed: {e}")),
+        }
+    }
+
+    fn forget(&self, seq: u64) {
+        if let Ok(mut a) = self.active.lock() {
+            a.remove(&seq);
+        }
+    }
+
+    /// For progress: a function that says, for lane index `i` of the call, how many earlier
+    /// calls of this gateway hold or wait for it (counted when the message is made).
+    fn lane_progress(
+        self: &Arc<Self>,
+        seq: u64,
+        names: Vec<String>,
+    ) -> impl Fn(usize) -> String + Send + 'static {
+        let g = self.clone();
+        move |i| {
+            let name = names.get(i).cloned().unwrap_or_default();
+            let ahead = g
+                .users
+                .lock()
+                .ok()
+                .and_then(|u| u.get(&name).map(|s| s.range(..seq).count()))
+                .unwrap_or(0);
+            format!("waiting for lane `{name}` ({ahead} earlier calls of this gateway hold it or wait for it)")
+        }
+    }
+
+    /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
+    pub async fn drain(&self, grace: Duration) {
+        self.closing.store(true, Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < until && !self.idle() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Ok(a) = self.active.lock() {
+            for c in a.values() {
+                let _ = c.send(Control::Interrupt);
+            }
+        }
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < until && !self.idle() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.active.lock().map(|a| a.is_empty()).unwrap_or(true)
+    }
+}
+
+/// A batch of one call, as a model's call: its arguments are data.
+fn one_call(seq: u64, tool: &str, args: Map<String, Value>) -> Batch {
+    let mut b = Batch::empty("<mcp>");
+    b.from_model = true;
+    b.calls.push(Call {
+        id: format!("c{seq}"),
+        explicit_id: false,
+        tool: tool.to_string(),
+        args: Arc::new(Args {
+            value: args,
+            holes: Vec::new(),
+        }),
+        after: Vec::new(),
+        invalid: None,
+    });
+    b
+}
+
+fn cancelled() -> Value {
+    answer::error("cancelled: the client cancelled the call")
+}
+
+/// What an order wait is behind, for a person.
+fn behind_text(b: &order::Behind) -> String {
+    let what = match b.key.split_once(':') {
+        Some(("backend", name)) => format!("on backend `{name}`"),
+        Some(("session", _)) => "of this session's earlier writes".to_string(),
+        _ => "before a tool that runs alone (parallel_safe = false)".to_string(),
+    };
+    format!("waiting for {} earlier calls {what}", b.ahead)
+}
+
+/// A call's place among each of its lanes' users while it lives.
+struct Users<'a> {
+    gateway: &'a Gateway,
+    seq: u64,
+    lanes: Vec<String>,
+}
+
+impl<'a> Users<'a> {
+    fn enter(gateway: &'a Gateway, seq: u64, lanes: Vec<String>) -> Users<'a> {
+        if let Ok(mut u) = gateway.users.lock() {
+            for l in &lanes {
+                u.entry(l.clone()).or_default().insert(seq);
+            }
+        }
+        Users {
+            gateway,
+            seq,
+            lanes,
+        }
+    }
+}
+
+impl Drop for Users<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut u) = self.gateway.users.lock() {
+            for l in &self.lanes {
+                if let Some(s) = u.get_mut(l) {
+                    s.remove(&self.seq);
+                    if s.is_empty() {
+                        u.remove(l);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A call's progress notifications: while it waits (for its turn, in a lane) what it waits
+/// for, again every [`PROGRESS_EVERY`]; once it runs, its upstream's own progress.
+pub struct Reporter {
+    sink: ProgressSink,
+    /// How many notifications went out, and what the call waits for now (`None`: running).
+    state: Mutex<(u64, Option<String>)>,
+}
+
+impl Reporter {
+    fn new(sink: ProgressSink) -> Reporter {
+        Reporter {
+            sink,
+            state: Mutex::new((0, None)),
+        }
+    }
+
+    fn send(&self, message: String) {
+        let n = match self.state.lock() {
+            Ok(mut s) => {
+                s.0 += 1;
+                s.0
+            }
+            Err(_) => return,
+        };
+        (self.sink)(Progress {
+            progress: n as f64,
+            total: None,
+            message: Some(message),
+        });
+    }
+
+    fn waiting(&self, message: String) {
+        if let Ok(mut s) = self.state.lock() {
+            s.1 = Some(message.clone());
+        }
+        self.send(message);
+    }
+
+    fn running(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.1 = None;
+        }
+    }
+
+    /// Say again what the call waits for, every [`PROGRESS_EVERY`], until aborted.
+    fn tick(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                let waiting = self.state.lock().ok().and_then(|s| s.1.clone());
+                if let Some(m) = waiting {
+                    self.send(m);
+                }
+            }
+        })
+    }
+
+    /// Follow the call's run: lane waits become messages, the upstream's progress is passed on.
+    async fn watch(
+        self: Arc<Self>,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut upstream: mpsc::UnboundedReceiver<Progress>,
+        lane_text: impl Fn(usize) -> String,
+    ) {
+        loop {
+            tokio::select! {
+                e = events.recv() => match e {
+                    Some(Event::LaneWaiting { lane, .. }) => self.waiting(lane_text(lane)),
+                    Some(Event::CallStarted { .. }) => self.running(),
+                    Some(_) => {}
+                    None => break,
+                },
+                p = upstream.recv() => match p {
+                    Some(p) => (self.sink)(p),
+                    None => break,
+                },
+            }
+        }
+    }
+}

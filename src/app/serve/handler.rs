@@ -1,0 +1,123 @@
+//! The MCP side of the gateway, on `rmcp`'s server: `initialize`, `tools/list` and
+//! `tools/call` of one client session, over stdio or Streamable HTTP. A protocol fault (an
+//! unknown tool, arguments that are not an object) is a JSON-RPC error; everything that
+//! happens to a call is its answer.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use tokio::sync::mpsc;
+
+use super::gateway::{CallCx, Gateway, ProgressSink, Session};
+use crate::tools::Progress;
+
+/// The tenant an HTTP request's bearer token names (put in the request by [`super::http`]).
+#[derive(Debug, Clone)]
+pub struct Tenant(pub String);
+
+/// One client session's handler.
+#[derive(Clone)]
+pub struct Handler {
+    gateway: Arc<Gateway>,
+    session: Arc<Session>,
+    /// The tenant of every call (stdio), or of requests that carry none.
+    tenant: String,
+}
+
+impl Handler {
+    pub fn new(gateway: Arc<Gateway>, tenant: String) -> Handler {
+        let session = gateway.session();
+        Handler {
+            gateway,
+            session,
+            tenant,
+        }
+    }
+
+    /// The call's tenant: its HTTP request's token's, else the session's.
+    fn tenant(&self, cx: &RequestContext<RoleServer>) -> String {
+        cx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Tenant>())
+            .map_or_else(|| self.tenant.clone(), |t| t.0.clone())
+    }
+}
+
+/// Progress notifications on the client's token, sent in order by one task.
+fn progress_sink(cx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
+    let token = cx.meta.get_progress_token()?;
+    let peer = cx.peer.clone();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+    tokio::spawn(async move {
+        while let Some(p) = rx.recv().await {
+            let mut n = ProgressNotificationParam::new(token.clone(), p.progress);
+            if let Some(t) = p.total {
+                n = n.with_total(t);
+            }
+            if let Some(m) = p.message {
+                n = n.with_message(m);
+            }
+            if peer.notify_progress(n).await.is_err() {
+                return;
+            }
+        }
+    });
+    Some(Arc::new(move |p| {
+        let _ = tx.send(p);
+    }))
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("flux-tools", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Tools served by flux-tools: every call runs inside the lanes its manifest \
+                 declares, shared with every other client of this gateway. A failure is an \
+                 answer with isError, whose text begins with its kind (timeout, rate_limited, \
+                 tool_error, …).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut tools = Vec::new();
+        for v in self.gateway.catalog.list().await {
+            let name = v["name"].as_str().unwrap_or_default().to_string();
+            match serde_json::from_value::<Tool>(v) {
+                Ok(t) => tools.push(t),
+                Err(e) => eprintln!("warning: mcp serve: tool `{name}` cannot be listed: {e}"),
+            }
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let cx = CallCx {
+            tenant: self.tenant(&context),
+            cancel: context.ct.clone(),
+            progress: progress_sink(&context),
+        };
+        let args = request.arguments.unwrap_or_default();
+        let answer = self
+            .gateway
+            .call(&self.session, &request.name, args, cx)
+            .await
+            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let result: CallToolResult = serde_json::from_value(answer)
+            .map_err(|e| ErrorData::internal_error(format!("cannot answer the call: {e}"), None))?;
+        Ok(CallToolResponse::Complete(result))
+    }
+}

@@ -1,0 +1,172 @@
+//! `flux-tools mcp serve`: the manifest's tools as an MCP server — the engine's fourth face.
+//!
+//! Over stdio (what a client's `command`/`args` launches: one session) or Streamable HTTP
+//! (`--http ADDR`, `/mcp`: a session per client, a tenant per bearer token). Every
+//! `tools/call` runs as a run of one call on one engine for the process (`gateway.rs`):
+//! the same schema checks, lanes, retries, idempotency keys, cache and classification as a
+//! batch. The turn lane is each session's; the tenant, tool and shared lanes live in the lane
+//! store, so every session, every other gateway process and every `flux-tools run` of that
+//! store share one limit. Side effects keep arrival order across sessions (`order.rs`). The
+//! tools are listed as a model should see them (`catalog.rs`) and answered as a model can act
+//! on (`answer.rs`); `handler.rs` speaks MCP, `http.rs` hosts it on HTTP.
+
+mod answer;
+mod catalog;
+mod gateway;
+mod handler;
+mod http;
+mod order;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+use super::engine::Engine;
+use super::options::{RunOptions, Terminal};
+use super::prepare::open_lanes;
+use super::{load_manifest, runtime};
+use crate::batch::Batch;
+use crate::cli::{Args, ServeArgs};
+use crate::error::{Error, EXIT_OK};
+use crate::manifest::Manifest;
+use crate::plan;
+use crate::tools::mcp::McpHub;
+use crate::tools::ToolKind;
+use catalog::Catalog;
+use gateway::Gateway;
+use handler::Handler;
+
+/// Serve until stdin closes (stdio) or SIGTERM/SIGINT.
+pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8, Error> {
+    let opts = RunOptions::for_serve(args, s, terminal)?;
+    let grace =
+        crate::duration::parse(&s.grace).map_err(|e| Error::Usage(format!("--grace: {e}")))?;
+    let manifest = load_manifest(args)?;
+    let tokens = tokens(&manifest)?;
+    let has_mcp = manifest
+        .tools
+        .iter()
+        .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+    let hub = has_mcp.then(|| McpHub::new(&manifest.mcp_servers));
+    let catalog = Catalog::new(
+        manifest.clone(),
+        s.tools.as_deref(),
+        hub.clone(),
+        args.quiet,
+    )
+    .map_err(Error::Usage)?;
+    let rt = runtime()?;
+    let table = plan::lane_table(&manifest, &opts.plan);
+    let lanes = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
+    let approver = Arc::new(crate::run::gate::NoApprover);
+    let run_id = crate::run::new_run_id();
+    let mut engine = Engine::open(&opts, manifest, hub, lanes.clone(), run_id, approver, &rt);
+    let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
+        .map_err(Error::Invalid)?;
+    let kit = engine.kit(&empty);
+    let gateway = Arc::new(Gateway::new(catalog, kit, lanes, opts.plan.clone()));
+    let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
+    let served = match &s.http {
+        None => rt.block_on(stdio(gateway, tenant, grace)),
+        Some(addr) => {
+            let http = http::HttpOptions {
+                tokens,
+                hosts: s.allow_host.clone(),
+                origins: s.allow_origin.clone(),
+                tenant,
+            };
+            rt.block_on(serve_http(gateway, addr, http, grace, args.quiet))
+        }
+    };
+    engine.close(rt);
+    served.map(|()| EXIT_OK)
+}
+
+/// `[serve.tokens]`, rendered (their `${env:…}` read now), by digest.
+fn tokens(manifest: &Manifest) -> Result<http::Tokens, Error> {
+    let mut out = http::Tokens::new();
+    let no_args = serde_json::Map::new();
+    for (tenant, t) in &manifest.serve.tokens {
+        let token = t
+            .render(&no_args, &|s| s.to_string())
+            .map_err(|e| Error::Usage(format!("[serve.tokens] {tenant}: {e}")))?;
+        if token.trim().is_empty() {
+            return Err(Error::Usage(format!(
+                "[serve.tokens] {tenant}: the token is empty\nhint: set the variable it names"
+            )));
+        }
+        out.insert(http::digest(token.trim()), tenant.clone());
+    }
+    Ok(out)
+}
+
+/// SIGTERM or SIGINT.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// One session on stdin and stdout, until stdin closes (its calls in flight are cancelled:
+/// nobody is left to answer) or a signal (they get `grace` to finish).
+async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result<(), Error> {
+    let handler = Handler::new(gateway.clone(), tenant);
+    let service = handler
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Error::Usage(format!("mcp serve: the client's initialize failed: {e}")))?;
+    let closed = tokio::select! {
+        _ = service.waiting() => true,
+        () = terminated() => false,
+    };
+    gateway
+        .drain(if closed { Duration::ZERO } else { grace })
+        .await;
+    Ok(())
+}
+
+/// Streamable HTTP on `addr` until a signal: then no new connections, and the calls in
+/// flight get `grace` to finish before they are cancelled.
+async fn serve_http(
+    gateway: Arc<Gateway>,
+    addr: &str,
+    opts: http::HttpOptions,
+    grace: Duration,
+    quiet: bool,
+) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Usage(format!("--http {addr}: cannot listen: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::io("--http: the listening address", e))?;
+    if !quiet {
+        eprintln!("flux-tools mcp serve: listening on http://{local}/mcp");
+        if opts.tokens.is_empty() && !local.ip().is_loopback() {
+            eprintln!("warning: mcp serve: {local} is not loopback and the manifest has no [serve.tokens]: anyone who reaches it can call the tools");
+        }
+    }
+    let (stop, sessions) = (CancellationToken::new(), CancellationToken::new());
+    let server = tokio::spawn(http::serve(
+        gateway.clone(),
+        listener,
+        opts,
+        (stop.clone(), sessions.clone()),
+    ));
+    terminated().await;
+    stop.cancel();
+    let _ = server.await;
+    gateway.drain(grace).await;
+    sessions.cancel();
+    Ok(())
+}

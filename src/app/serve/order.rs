@@ -1,0 +1,259 @@
+//! The gateway's order across sessions: what a batch's plan orders with edges, the gateway
+//! orders by arrival. Each call, as it arrives, takes a place in the queue of every key it
+//! claims — its backends (read/write hazards), its session's write chain, and the gateway as
+//! a whole (a `parallel_safe = false` tool runs alone) — all at once, under one lock, so
+//! arrival order is one order for every key and no two calls can wait for each other. A call
+//! may go when, on every key, nothing before it conflicts: a read waits for earlier writes,
+//! a write for everything earlier, a concurrent write for earlier reads and plain writes.
+//! Its [`Ticket`] leaves every queue when dropped (the call finished, or was cancelled while
+//! it waited), and wakes whoever was behind it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use crate::manifest::{Hazards, Tool};
+
+/// How a call holds a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Read,
+    Write,
+    /// A write of a tool with `concurrent_writes = true`: writes like it may overlap it.
+    ConcurrentWrite,
+}
+
+impl Claim {
+    /// Whether a call holding `self` must wait for an earlier one holding `earlier`.
+    fn waits_for(self, earlier: Claim) -> bool {
+        match self {
+            Claim::Read => earlier != Claim::Read,
+            Claim::Write => true,
+            Claim::ConcurrentWrite => earlier != Claim::ConcurrentWrite,
+        }
+    }
+}
+
+/// The key every call claims: a `parallel_safe = false` call writes it.
+const ALONE: &str = "*";
+
+/// What a call of `tool`, from session `session`, claims.
+pub fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Claim)> {
+    let write = if tool.concurrent_writes {
+        Claim::ConcurrentWrite
+    } else {
+        Claim::Write
+    };
+    let alone = if tool.parallel_safe {
+        Claim::Read
+    } else {
+        Claim::Write
+    };
+    let mut out = vec![(ALONE.to_string(), alone)];
+    let is_write = tool.is_write();
+    if is_write && !tool.concurrent_writes {
+        out.push((format!("session:{session}"), Claim::Write));
+    }
+    let on_backends = match (hazards, is_write) {
+        (Hazards::Backend, true) | (Hazards::Writes, true) => Some(write),
+        (Hazards::Backend, false) => Some(Claim::Read),
+        // A cached read must not be answered from before a write on its backend.
+        (Hazards::Writes, false) => tool.cache.is_some().then_some(Claim::Read),
+    };
+    if let Some(c) = on_backends {
+        for b in &tool.backends {
+            out.push((format!("backend:{b}"), c));
+        }
+    }
+    out
+}
+
+struct Entry {
+    seq: u64,
+    claim: Claim,
+    wake: Arc<Notify>,
+}
+
+/// Every key's queue, in arrival order.
+#[derive(Default)]
+pub struct Order {
+    queues: Mutex<HashMap<String, VecDeque<Entry>>>,
+}
+
+/// What a waiting call waits behind: the first key that holds it back, and how many
+/// earlier calls are queued there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    pub key: String,
+    pub ahead: usize,
+}
+
+/// A call's place in the queues of its keys.
+pub struct Ticket {
+    order: Arc<Order>,
+    seq: u64,
+    keys: Vec<(String, Claim)>,
+    wake: Arc<Notify>,
+}
+
+impl Order {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, VecDeque<Entry>>> {
+        // Every update is one step: a panic elsewhere leaves the queues consistent.
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take call `seq`'s place (arrival order: `seq` only grows) in the queues of `keys`.
+    pub fn enter(self: &Arc<Self>, seq: u64, keys: Vec<(String, Claim)>) -> Ticket {
+        let wake = Arc::new(Notify::new());
+        let mut q = self.lock();
+        for (k, claim) in &keys {
+            q.entry(k.clone()).or_default().push_back(Entry {
+                seq,
+                claim: *claim,
+                wake: wake.clone(),
+            });
+        }
+        drop(q);
+        Ticket {
+            order: self.clone(),
+            seq,
+            keys,
+            wake,
+        }
+    }
+}
+
+impl Ticket {
+    /// `None` when the call may go now; else what it waits behind.
+    pub fn behind(&self) -> Option<Behind> {
+        let q = self.order.lock();
+        for (k, claim) in &self.keys {
+            let Some(queue) = q.get(k) else { continue };
+            let earlier = queue.iter().take_while(|e| e.seq != self.seq);
+            let blocking = earlier.filter(|e| claim.waits_for(e.claim)).count();
+            if blocking > 0 {
+                return Some(Behind {
+                    key: k.clone(),
+                    ahead: blocking,
+                });
+            }
+        }
+        None
+    }
+
+    /// Wait until nothing before the call conflicts with it. `waiting` is told what it
+    /// waits behind each time that changes.
+    pub async fn wait(&self, mut waiting: impl FnMut(&Behind)) {
+        let mut last: Option<Behind> = None;
+        loop {
+            // Registered before the check: a wake between the two is not lost.
+            let woken = self.wake.notified();
+            match self.behind() {
+                None => return,
+                Some(b) => {
+                    if last.as_ref() != Some(&b) {
+                        waiting(&b);
+                        last = Some(b);
+                    }
+                }
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut q = self.order.lock();
+        for (k, _) in &self.keys {
+            let Some(queue) = q.get_mut(k) else { continue };
+            if let Some(i) = queue.iter().position(|e| e.seq == self.seq) {
+                queue.remove(i);
+                // Whoever is behind may go now: each looks for itself.
+                for e in queue.iter().skip(i) {
+                    e.wake.notify_one();
+                }
+            }
+            if queue.is_empty() {
+                q.remove(k);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(list: &[(&str, Claim)]) -> Vec<(String, Claim)> {
+        list.iter().map(|(k, c)| (k.to_string(), *c)).collect()
+    }
+
+    #[test]
+    fn reads_overlap_and_a_write_waits_for_them_and_blocks_later_reads() {
+        let o = Arc::new(Order::default());
+        let r1 = o.enter(1, keys(&[("b", Claim::Read)]));
+        let r2 = o.enter(2, keys(&[("b", Claim::Read)]));
+        let w3 = o.enter(3, keys(&[("b", Claim::Write)]));
+        let r4 = o.enter(4, keys(&[("b", Claim::Read)]));
+        assert_eq!(r1.behind(), None);
+        assert_eq!(r2.behind(), None);
+        assert_eq!(w3.behind().map(|b| b.ahead), Some(2));
+        assert_eq!(r4.behind().map(|b| b.ahead), Some(1));
+        drop(r1);
+        drop(r2);
+        assert_eq!(w3.behind(), None);
+        assert!(r4.behind().is_some());
+        drop(w3);
+        assert_eq!(r4.behind(), None);
+    }
+
+    #[test]
+    fn concurrent_writes_overlap_each_other_but_not_reads() {
+        let o = Arc::new(Order::default());
+        let w1 = o.enter(1, keys(&[("b", Claim::ConcurrentWrite)]));
+        let w2 = o.enter(2, keys(&[("b", Claim::ConcurrentWrite)]));
+        let r3 = o.enter(3, keys(&[("b", Claim::Read)]));
+        let w4 = o.enter(4, keys(&[("b", Claim::ConcurrentWrite)]));
+        assert_eq!(w1.behind(), None);
+        assert_eq!(w2.behind(), None);
+        assert_eq!(r3.behind().map(|b| b.ahead), Some(2));
+        assert_eq!(w4.behind().map(|b| b.ahead), Some(1));
+    }
+
+    #[test]
+    fn a_call_waits_on_its_first_blocked_key_and_other_keys_are_free() {
+        let o = Arc::new(Order::default());
+        let w = o.enter(1, keys(&[("x", Claim::Write)]));
+        let on_y = o.enter(2, keys(&[("y", Claim::Write)]));
+        let both = o.enter(3, keys(&[("y", Claim::Read), ("x", Claim::Read)]));
+        assert_eq!(w.behind(), None);
+        assert_eq!(on_y.behind(), None);
+        let b = both.behind().map(|b| b.key);
+        assert_eq!(b.as_deref(), Some("y"));
+        drop(on_y);
+        assert_eq!(both.behind().map(|b| b.key).as_deref(), Some("x"));
+        drop(w);
+        assert_eq!(both.behind(), None);
+        drop(both);
+        assert!(o.lock().is_empty(), "empty queues are removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_is_woken_when_the_call_before_it_leaves() {
+        let o = Arc::new(Order::default());
+        let first = o.enter(1, keys(&[("b", Claim::Write)]));
+        let second = o.enter(2, keys(&[("b", Claim::Write)]));
+        let mut seen = Vec::new();
+        let waiter = tokio::spawn(async move {
+            second.wait(|b| seen.push(b.ahead)).await;
+            seen
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished());
+        drop(first);
+        let seen = waiter.await.expect("the waiter ends");
+        assert_eq!(seen, vec![1]);
+    }
+}
