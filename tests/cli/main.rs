@@ -23,6 +23,7 @@ mod plan;
 mod processes;
 mod run;
 mod sdk;
+mod serve;
 mod signals;
 mod sqlite;
 mod stream;

@@ -1,0 +1,700 @@
+//! `flux-tools mcp serve` driven by MCP clients nobody here wrote: the Python `mcp` SDK
+//! (`tests/fixtures/mcp_client.py`, in the `target/sqlite-venv` that `.ci/run` makes) over
+//! stdio and Streamable HTTP, and the MCP Inspector's CLI (`target/inspector`, from npm).
+//! Upstream is the project's own MCP test server, which logs each call with its own
+//! request id.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{repo, Project};
+use crate::mcp::own_server;
+
+/// The Python with the `mcp` SDK, or `None` (skipped with a notice, except in CI).
+fn python() -> Option<PathBuf> {
+    if let Ok(why) = std::env::var("FLUX_TEST_SQLITE_UNAVAILABLE") {
+        eprintln!("NOTICE: the mcp serve client tests are skipped: {why}");
+        return None;
+    }
+    let path = repo().join("target/sqlite-venv/bin/python");
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the Python mcp SDK is not installed at {} (.ci/run installs it)",
+        path.display()
+    );
+    eprintln!("NOTICE: skipping: python3 -m venv target/sqlite-venv && target/sqlite-venv/bin/pip install 'mcp<2'");
+    None
+}
+
+fn flux_bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("flux-tools")
+}
+
+/// How a client reaches the gateway: launch it over stdio, or an HTTP URL (and a token).
+fn stdio(p: &Project, extra: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        "--stdio".to_string(),
+        flux_bin().display().to_string(),
+        "--manifest".into(),
+        p.path().join("tools.toml").display().to_string(),
+        "mcp".into(),
+        "serve".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn http(url: &str) -> Vec<String> {
+    vec!["--http".into(), url.into(), "-".into()]
+}
+
+/// Start the Python client; its JSON is read by [`finish`].
+fn client(py: &Path, how: &[String], action: &[&str]) -> Child {
+    Command::new(py)
+        .arg(repo().join("tests/fixtures/mcp_client.py"))
+        .args(how)
+        .arg("--")
+        .args(action)
+        .env("CI", "true")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Python client")
+}
+
+fn finish(mut c: Child) -> Value {
+    let mut out = String::new();
+    let mut err = String::new();
+    c.stdout.take().map(|mut s| s.read_to_string(&mut out));
+    c.stderr.take().map(|mut s| s.read_to_string(&mut err));
+    let status = c.wait().expect("client ends");
+    assert!(status.success(), "the client failed: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("client JSON: {e}: {out}\n{err}"))
+}
+
+fn run_client(py: &Path, how: &[String], action: &[&str]) -> Value {
+    finish(client(py, how, action))
+}
+
+/// A gateway on Streamable HTTP (a free loopback port); killed when dropped.
+struct HttpGateway {
+    child: Child,
+    url: String,
+}
+
+impl HttpGateway {
+    fn start(p: &Project, extra: &[&str], env: &[(&str, &str)]) -> HttpGateway {
+        let mut cmd = Command::new(flux_bin());
+        cmd.current_dir(p.path())
+            .args(["mcp", "serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .env("CI", "true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start the gateway");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = lines.read_line(&mut line).expect("gateway stderr");
+            assert!(n > 0, "the gateway exited before listening");
+            if let Some(rest) = line
+                .trim()
+                .strip_prefix("flux-tools mcp serve: listening on ")
+            {
+                let url = rest.to_string();
+                // Keep draining stderr so the gateway never blocks on it.
+                std::thread::spawn(move || {
+                    let mut sink = String::new();
+                    let _ = lines.read_to_string(&mut sink);
+                });
+                return HttpGateway { child, url };
+            }
+        }
+    }
+
+    fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_string()
+    }
+}
+
+impl Drop for HttpGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The upstream test server's declaration and tools (`lanes` for every tool on it).
+fn upstream(log: &Path, starts: &Path, lanes: &str) -> String {
+    let mut m = format!(
+        "[mcp_servers.t]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\", MCP_TEST_START_LOG = \"{}\" }}\n",
+        own_server().display(),
+        log.display(),
+        starts.display()
+    );
+    for t in ["sleep", "hang", "structured", "fail", "progress", "write"] {
+        m.push_str(&format!(
+            "\n[tools.{t}]\nkind = \"mcp\"\nserver = \"t\"\n{lanes}\n"
+        ));
+    }
+    m
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+fn log_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn stdio_lists_tools_as_a_model_sees_them_and_answers_every_call() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    let manifest = format!(
+        r#"
+[tools."text.echo"]
+kind = "command"
+command = ["echo", "{{text}}"]
+effect = "read"
+description = "Echo the text back"
+[tools."text.echo".args]
+text = {{ type = "string", required = true }}
+
+[tools.count]
+kind = "scripted"
+effect = "write"
+output = {{ rows = 3 }}
+{}"#,
+        upstream(&log, &starts, "")
+    );
+    p.write("tools.toml", &manifest);
+    let how = stdio(&p, &["--lane-store", "memory"]);
+    let tools = run_client(&py, &how, &["list"]);
+    let by_name = |n: &str| -> Value {
+        tools
+            .as_array()
+            .and_then(|a| a.iter().find(|t| t["name"] == n).cloned())
+            .unwrap_or_else(|| panic!("no tool {n} in {tools}"))
+    };
+    let echo = by_name("text_echo");
+    assert_eq!(echo["description"], "Echo the text back");
+    assert_eq!(echo["inputSchema"]["required"], json!(["text"]));
+    assert_eq!(echo["annotations"]["readOnlyHint"], true);
+    let count = by_name("count");
+    assert_eq!(count["annotations"]["readOnlyHint"], false);
+    assert_eq!(count["annotations"]["destructiveHint"], true);
+    // An upstream tool's own schema and annotations, verbatim.
+    let sleep = by_name("sleep");
+    assert_eq!(sleep["inputSchema"]["properties"]["ms"]["minimum"], 0);
+    assert_eq!(sleep["annotations"]["idempotentHint"], true);
+    assert_eq!(by_name("write")["annotations"]["destructiveHint"], true);
+
+    let r = run_client(
+        &py,
+        &how,
+        &["call", "text_echo", r#"{"text": "hi; rm -rf /"}"#],
+    );
+    assert_eq!(text(&r), "hi; rm -rf /", "{r}");
+    assert_eq!(r["isError"], false);
+    let r = run_client(&py, &how, &["call", "count", "{}"]);
+    assert_eq!(r["structuredContent"], json!({"rows": 3}), "{r}");
+    let r = run_client(&py, &how, &["call", "structured", "{}"]);
+    assert_eq!(
+        r["structuredContent"],
+        json!({"answer": 42}),
+        "passed through: {r}"
+    );
+    let r = run_client(&py, &how, &["call", "fail", "{}"]);
+    assert_eq!(r["isError"], true);
+    assert_eq!(
+        text(&r),
+        "the widget is broken",
+        "the upstream's own answer: {r}"
+    );
+    let r = run_client(&py, &how, &["call", "text_echo", r#"{"text": 5}"#]);
+    assert_eq!(r["isError"], true);
+    assert!(text(&r).starts_with("invalid_call: "), "{r}");
+    assert!(text(&r).contains("should be a string"), "{r}");
+    let r = run_client(&py, &how, &["call", "text_ecko", "{}"]);
+    let err = r["jsonrpc_error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("unknown tool `text_ecko`") && err.contains("text_echo"),
+        "{r}"
+    );
+    // One upstream process served every call of each gateway (five gateways ran).
+    assert_eq!(log_lines(&starts).len(), 5, "{:?}", log_lines(&starts));
+}
+
+/// The peak of calls in flight in a log of `start TAG NS` / `end TAG NS` lines written in
+/// order under a lock.
+fn peak_in_flight(lines: &[String]) -> (usize, usize) {
+    let (mut now, mut peak, mut starts) = (0usize, 0usize, 0usize);
+    for l in lines {
+        if l.starts_with("start ") {
+            now += 1;
+            starts += 1;
+            peak = peak.max(now);
+        } else if l.starts_with("end ") {
+            now = now.saturating_sub(1);
+        }
+    }
+    (peak, starts)
+}
+
+/// A command tool that logs its start and end under a lock, sleeping 300 ms between.
+fn logging_tool(p: &Project, log: &Path) -> PathBuf {
+    p.write(
+        "logged.sh",
+        &format!(
+            "#!/bin/sh\nexec 9>>'{log}.lock'\nflock 9; echo \"start $1 $(date +%s%N)\" >> '{log}'; flock -u 9\nsleep 0.3\nflock 9; echo \"end $1 $(date +%s%N)\" >> '{log}'; flock -u 9\necho done\n",
+            log = log.display()
+        ),
+    )
+}
+
+#[test]
+fn two_stdio_gateways_and_an_http_client_share_one_tool_lane() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    p.write(
+        "tools.toml",
+        &format!(
+            r#"
+[concurrency]
+max_concurrent_tools = 32
+per_tool = {{ logged = 3 }}
+
+[tools.logged]
+kind = "command"
+command = ["/bin/sh", "{}", "{{tag}}"]
+effect = "read"
+[tools.logged.args]
+tag = {{ type = "string", required = true }}
+"#,
+            script.display()
+        ),
+    );
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let how = stdio(&p, &[]);
+    let clients = vec![
+        client(&py, &how, &["burst", "logged", "20", r#"{"tag": "a{i}"}"#]),
+        client(&py, &how, &["burst", "logged", "20", r#"{"tag": "b{i}"}"#]),
+        client(
+            &py,
+            &http(&gw.url),
+            &["burst", "logged", "20", r#"{"tag": "c{i}"}"#],
+        ),
+    ];
+    let mut ok = 0;
+    for c in clients {
+        for r in finish(c).as_array().cloned().unwrap_or_default() {
+            assert_eq!(r["isError"], false, "{r}");
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 60);
+    let (peak, starts) = peak_in_flight(&log_lines(&log));
+    assert_eq!(starts, 60);
+    assert_eq!(
+        peak, 3,
+        "per_tool = 3 across three clients and two processes"
+    );
+}
+
+#[test]
+fn a_rate_lane_holds_across_gateway_processes() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    p.write(
+        "tools.toml",
+        &format!(
+            r#"
+[concurrency]
+max_concurrent_tools = 32
+
+[lanes.api]
+rate = "5/s"
+burst = 1
+
+[tools.logged]
+kind = "command"
+command = ["/bin/sh", "{}", "{{tag}}"]
+effect = "read"
+lanes = ["api"]
+[tools.logged.args]
+tag = {{ type = "string", required = true }}
+"#,
+            script.display()
+        ),
+    );
+    let how = stdio(&p, &[]);
+    let started = Instant::now();
+    let clients: Vec<Child> = ["a", "b", "c"]
+        .iter()
+        .map(|t| {
+            client(
+                &py,
+                &how,
+                &["burst", "logged", "6", &format!(r#"{{"tag": "{t}{{i}}"}}"#)],
+            )
+        })
+        .collect();
+    for c in clients {
+        for r in finish(c).as_array().cloned().unwrap_or_default() {
+            assert_eq!(r["isError"], false, "{r}");
+        }
+    }
+    let starts: Vec<u128> = log_lines(&log)
+        .iter()
+        .filter_map(|l| l.strip_prefix("start "))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u128>().ok())
+        .map(|ns| ns / 1_000_000)
+        .collect();
+    assert_eq!(starts.len(), 18);
+    // 18 calls at 5/s with a burst of 1: at least 17 intervals of 200 ms.
+    assert!(
+        started.elapsed() >= Duration::from_millis(3200),
+        "{:?}",
+        started.elapsed()
+    );
+    for &s in &starts {
+        // A 900 ms window (a margin for process start-up jitter) holds at most 5 starts.
+        let n = starts.iter().filter(|&&t| t >= s && t < s + 900).count();
+        assert!(n <= 5, "{n} starts within 900 ms of {s}: {starts:?}");
+    }
+}
+
+fn one_lane_manifest(p: &Project) -> (PathBuf, PathBuf) {
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    let m = format!(
+        "[lanes.one]\nconcurrency = 1\n{}",
+        upstream(&log, &starts, "lanes = [\"one\"]")
+    );
+    p.write("tools.toml", &m);
+    (log, starts)
+}
+
+#[test]
+fn a_call_cancelled_while_queued_never_reaches_its_tool() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, _) = one_lane_manifest(&p);
+    let how = stdio(&p, &["--lane-store", "memory"]);
+    let out = run_client(
+        &py,
+        &how,
+        &[
+            "cancel",
+            "sleep",
+            r#"{"ms": 1200, "tag": "a"}"#,
+            "sleep",
+            r#"{"ms": 10, "tag": "b"}"#,
+            "300",
+            "second",
+        ],
+    );
+    assert_eq!(out["other"]["isError"], false, "{out}");
+    let lines = log_lines(&log);
+    assert!(lines.iter().any(|l| l.starts_with("start a ")), "{lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.contains(" b ")),
+        "b never reached the server: {lines:?}"
+    );
+}
+
+#[test]
+fn an_in_flight_call_is_cancelled_upstream_under_its_own_id_and_the_next_starts() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, _) = one_lane_manifest(&p);
+    let how = stdio(&p, &["--lane-store", "memory"]);
+    let out = run_client(
+        &py,
+        &how,
+        &[
+            "cancel",
+            "hang",
+            r#"{"tag": "h"}"#,
+            "sleep",
+            r#"{"ms": 10, "tag": "q"}"#,
+            "400",
+            "first",
+        ],
+    );
+    assert_eq!(out["other"]["isError"], false, "the queued call ran: {out}");
+    let lines = log_lines(&log);
+    let field = |prefix: &str| -> Vec<String> {
+        lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_else(|| panic!("no `{prefix}` line in {lines:?}"))
+    };
+    let started = field("start h ");
+    let own_id = started[3].trim_start_matches("id=").to_string();
+    let notified = field("cancel-notified ");
+    assert_eq!(
+        notified[1], own_id,
+        "cancelled under the upstream request's own id: {lines:?}"
+    );
+    let cancelled = field("cancelled h ");
+    assert_eq!(cancelled[2], format!("id={own_id}"));
+    let at: u128 = cancelled[3].parse().expect("ms");
+    let asked = out["cancelled_at_ms"].as_u64().expect("ms") as u128;
+    assert!(
+        at.saturating_sub(asked) < 200,
+        "upstream cancelled {} ms after the client",
+        at - asked
+    );
+    let q = lines.iter().position(|l| l.starts_with("start q "));
+    let c = lines.iter().position(|l| l.starts_with("cancelled h "));
+    assert!(
+        q > c,
+        "the queued call started after the cancellation: {lines:?}"
+    );
+}
+
+#[test]
+fn a_queued_call_gets_progress_and_an_upstreams_progress_is_relayed() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, _) = one_lane_manifest(&p);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let holder = client(
+        &py,
+        &http(&gw.url),
+        &["call", "sleep", r#"{"ms": 5000, "tag": "hold"}"#],
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while !log_lines(&log).iter().any(|l| l.starts_with("start hold ")) {
+        assert!(Instant::now() < until, "the holding call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run_client(
+        &py,
+        &http(&gw.url),
+        &["progress", "progress", r#"{"steps": 3}"#],
+    );
+    let _ = finish(holder);
+    let seen = out["progress"].as_array().cloned().unwrap_or_default();
+    let queued: Vec<&Value> = seen
+        .iter()
+        .filter(|n| {
+            n["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("waiting for lane `lane:one`")
+        })
+        .collect();
+    assert!(!queued.is_empty(), "{out}");
+    assert!(
+        queued[0]["at_ms"].as_u64().unwrap_or(u64::MAX) < 1000,
+        "{out}"
+    );
+    assert!(queued.len() >= 2, "repeated while it waits: {out}");
+    let steps: Vec<&str> = seen
+        .iter()
+        .filter_map(|n| n["message"].as_str())
+        .filter(|m| m.starts_with("step "))
+        .collect();
+    assert_eq!(steps, ["step 1", "step 2", "step 3"], "{out}");
+    assert_eq!(out["result"]["isError"], false);
+}
+
+#[test]
+fn three_clients_of_one_gateway_share_one_upstream_process() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (_, starts) = one_lane_manifest(&p);
+    p.write(
+        "tools.toml",
+        &std::fs::read_to_string(p.path().join("tools.toml"))
+            .unwrap_or_default()
+            .replace("lanes = [\"one\"]", ""),
+    );
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let clients: Vec<Child> = (0..3)
+        .map(|_| {
+            client(
+                &py,
+                &http(&gw.url),
+                &["burst", "sleep", "20", r#"{"ms": 20, "tag": "t{i}"}"#],
+            )
+        })
+        .collect();
+    for c in clients {
+        let rs = finish(c);
+        assert_eq!(rs.as_array().map(Vec::len), Some(20));
+        assert!(
+            rs.as_array()
+                .into_iter()
+                .flatten()
+                .all(|r| r["isError"] == false),
+            "{rs}"
+        );
+    }
+    assert_eq!(log_lines(&starts).len(), 1, "{:?}", log_lines(&starts));
+}
+
+/// One raw HTTP request; the status line.
+fn raw_status(addr: &str, headers: &[(&str, &str)]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let mut req = format!("POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    if !headers.iter().any(|(k, _)| *k == "Host") {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    let mut out = String::new();
+    let _ = BufReader::new(s).read_line(&mut out);
+    out.trim().to_string()
+}
+
+#[test]
+fn http_needs_a_valid_token_and_checks_host_and_origin_and_never_prints_the_token() {
+    let Some(py) = python() else { return };
+    let p = Project::new(
+        r#"
+[serve.tokens]
+acme = "${env:ACME_TOKEN}"
+
+[tools.who]
+kind = "scripted"
+effect = "read"
+output = { ok = true }
+"#,
+    );
+    let secret = "s3cr3t-token-value";
+    let gw = HttpGateway::start(&p, &[], &[("ACME_TOKEN", secret)]);
+    let addr = gw.addr();
+    assert!(raw_status(&addr, &[]).contains(" 401 "), "no token");
+    let wrong = "Bearer nope".to_string();
+    assert!(raw_status(&addr, &[("Authorization", &wrong)]).contains(" 401 "));
+    let good = format!("Bearer {secret}");
+    assert!(raw_status(&addr, &[("Authorization", &good)]).contains(" 200 "));
+    let evil_host = raw_status(
+        &addr,
+        &[("Authorization", &good), ("Host", "evil.example:80")],
+    );
+    assert!(
+        !evil_host.contains(" 200 "),
+        "a rebound Host is refused: {evil_host}"
+    );
+    let origin = raw_status(
+        &addr,
+        &[("Authorization", &good), ("Origin", "http://evil.example")],
+    );
+    assert!(
+        !origin.contains(" 200 "),
+        "a web page's Origin is refused: {origin}"
+    );
+    let how = vec![
+        "--http".to_string(),
+        gw.url.clone(),
+        "-".into(),
+        secret.into(),
+    ];
+    let r = run_client(&py, &how, &["call", "who", "{}"]);
+    assert_eq!(r["structuredContent"], json!({"ok": true}), "{r}");
+}
+
+#[test]
+fn the_inspector_cli_lists_and_calls_over_stdio_and_http() {
+    let inspector = repo().join("target/inspector/node_modules/.bin/mcp-inspector");
+    if !inspector.exists() {
+        assert!(
+            std::env::var_os("CI").is_none()
+                || std::env::var_os("FLUX_TEST_INSPECTOR_UNAVAILABLE").is_some(),
+            "the MCP Inspector is not installed at {} (.ci/run installs it)",
+            inspector.display()
+        );
+        eprintln!("NOTICE: skipping the MCP Inspector test: npm install --prefix target/inspector @modelcontextprotocol/inspector");
+        return;
+    }
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    p.write("tools.toml", &upstream(&log, &starts, ""));
+    let manifest = p.path().join("tools.toml").display().to_string();
+    let flux = flux_bin().display().to_string();
+    let run = |args: &[&str]| -> Value {
+        let out = Command::new(&inspector)
+            .arg("--cli")
+            .args(args)
+            .output()
+            .expect("run the inspector");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("inspector JSON")
+    };
+    let listed = run(&[
+        &flux,
+        "--manifest",
+        &manifest,
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+        "--method",
+        "tools/list",
+    ]);
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"structured") && names.contains(&"sleep"),
+        "{listed}"
+    );
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let called = run(&[
+        &gw.url,
+        "--transport",
+        "http",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "structured",
+    ]);
+    assert_eq!(
+        called["structuredContent"],
+        json!({"answer": 42}),
+        "{called}"
+    );
+}
