@@ -6,6 +6,10 @@
   2 (the input or the manifest is invalid) raises `FluxToolsError` with the diagnostics.
 - `Session`: one `flux-tools run --turns` process for a whole conversation — MCP servers, HTTP
   connections and lanes are kept between turns, so a turn costs milliseconds.
+- `serve_command(...)` / `mcp_server_params(...)`: how an MCP client launches `flux-tools mcp
+  serve` over stdio — the command and arguments, or the dict the OpenAI Agents SDK's
+  `MCPServerStdio(params=…)` takes (pydantic-ai: `MCPToolset(Client(StdioTransport(command,
+  args)))`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,16 @@ import sys
 import sysconfig
 from typing import Any, Iterable, Optional, Sequence, Union
 
-__all__ = ["FluxToolsError", "Session", "arun", "binary", "run", "tools"]
+__all__ = [
+    "FluxToolsError",
+    "Session",
+    "arun",
+    "binary",
+    "mcp_server_params",
+    "run",
+    "serve_command",
+    "tools",
+]
 
 Reply = Union[str, bytes, dict, list]
 
@@ -186,3 +199,37 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def serve_command(
+    manifest: Optional[str] = None,
+    *,
+    tools: Optional[Iterable[str]] = None,
+    tenant: Optional[str] = None,
+    lane_store: Optional[str] = None,
+    max_concurrent_tools: Optional[int] = None,
+) -> tuple:
+    """`(command, args)` that launch `flux-tools mcp serve` over stdio, for any MCP client.
+
+    Every client launched this way shares the manifest's lanes with every other (the lane
+    store is `local` by default: one limit per machine; `redis://…` for many)."""
+    args = []
+    if manifest is not None:
+        args += ["--manifest", os.fspath(manifest)]
+    args += ["mcp", "serve"]
+    if tools:
+        args += ["--tools", ",".join(tools)]
+    if tenant is not None:
+        args += ["--tenant", tenant]
+    if lane_store is not None:
+        args += ["--lane-store", lane_store]
+    if max_concurrent_tools is not None:
+        args += ["--max-concurrent-tools", str(max_concurrent_tools)]
+    return binary(), args
+
+
+def mcp_server_params(manifest: Optional[str] = None, **options: Any) -> dict:
+    """The `params` of the OpenAI Agents SDK's `MCPServerStdio` (and the shape most MCP client
+    configurations take): `{"command": …, "args": […]}`. Options as `serve_command`."""
+    command, args = serve_command(manifest, **options)
+    return {"command": command, "args": args}

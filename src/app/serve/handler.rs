@@ -116,8 +116,11 @@ impl ServerHandler for Handler {
             .call(&self.session, &request.name, args, cx)
             .await
             .map_err(|e| ErrorData::invalid_params(e, None))?;
-        let result: CallToolResult = serde_json::from_value(answer)
+        let mut result: CallToolResult = serde_json::from_value(answer)
             .map_err(|e| ErrorData::internal_error(format!("cannot answer the call: {e}"), None))?;
+        // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
+        // upstream's answer from an older server has none.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
 }
