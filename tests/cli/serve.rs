@@ -102,24 +102,28 @@ impl HttpGateway {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("start the gateway");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut gw = HttpGateway {
+            child: cmd.spawn().expect("start the gateway"),
+            url: String::new(),
+        };
+        let mut lines = BufReader::new(gw.child.stderr.take().expect("stderr"));
         let mut line = String::new();
         loop {
             line.clear();
-            let n = lines.read_line(&mut line).expect("gateway stderr");
-            assert!(n > 0, "the gateway exited before listening");
+            if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("the gateway exited before listening");
+            }
             if let Some(rest) = line
                 .trim()
                 .strip_prefix("flux-tools mcp serve: listening on ")
             {
-                let url = rest.to_string();
+                gw.url = rest.to_string();
                 // Keep draining stderr so the gateway never blocks on it.
                 std::thread::spawn(move || {
                     let mut sink = String::new();
                     let _ = lines.read_to_string(&mut sink);
                 });
-                return HttpGateway { child, url };
+                return gw;
             }
         }
     }

@@ -52,11 +52,14 @@ pub struct Gateway {
     closing: std::sync::atomic::AtomicBool,
 }
 
+/// A session's lane store and plan options for one tenant.
+type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
+
 /// One client's session: its run id (idempotency keys), its turn lane, per tenant.
 pub struct Session {
     pub id: u64,
     run_id: String,
-    lanes: Mutex<HashMap<String, (Arc<dyn LaneStore>, Arc<PlanOptions>)>>,
+    lanes: Mutex<HashMap<String, TenantLanes>>,
 }
 
 /// What a call brings besides its tool and arguments.
@@ -99,11 +102,7 @@ impl Gateway {
     }
 
     /// The session's lane store and plan options for `tenant`.
-    fn lanes_for(
-        &self,
-        session: &Session,
-        tenant: &str,
-    ) -> Result<(Arc<dyn LaneStore>, Arc<PlanOptions>), String> {
+    fn lanes_for(&self, session: &Session, tenant: &str) -> Result<TenantLanes, String> {
         let mut map = session.lanes.lock().map_err(|_| "session state lost")?;
         if let Some((s, o)) = map.get(tenant) {
             return Ok((s.clone(), o.clone()));
