@@ -3,7 +3,7 @@
 use super::{load_manifest, runtime, stdout_write};
 use crate::cli::Args;
 use crate::error::{self, Error};
-use crate::tools::mcp::{self, McpHub};
+use crate::tools::mcp::McpHub;
 
 pub(super) fn import(args: &Args, server: &str, prefix: Option<&str>) -> Result<u8, Error> {
     let manifest = load_manifest(args)?;
@@ -26,6 +26,6 @@ pub(super) fn import(args: &Args, server: &str, prefix: Option<&str>) -> Result<
     let tools = rt.block_on(hub.tools(server));
     rt.block_on(hub.shutdown());
     let tools = tools.map_err(Error::Usage)?;
-    stdout_write(mcp::import_toml(server, &tools, prefix).as_bytes())?;
+    stdout_write(crate::report::mcp_import::import_toml(server, &tools, prefix).as_bytes())?;
     Ok(error::EXIT_OK)
 }

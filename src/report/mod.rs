@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod definitions;
 pub mod emit;
 pub mod history;
+pub mod mcp_import;
 pub mod otlp;
 pub mod output;
 pub mod plan;
