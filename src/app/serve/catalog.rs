@@ -125,7 +125,12 @@ impl Catalog {
         let Some(hub) = &self.hub else { return Ok(()) };
         if let Some(state) = self.state(server) {
             match state {
-                Upstream::Ready => return Ok(()),
+                Upstream::Ready => {
+                    // A server that died is started again by this call (its calls in flight
+                    // were classified when it went).
+                    hub.revive().await;
+                    return Ok(());
+                }
                 Upstream::Failed(why, at) if at.elapsed() < RETRY_AFTER => return Err(why),
                 Upstream::Failed(..) => {}
             }
