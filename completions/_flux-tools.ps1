@@ -133,6 +133,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -146,12 +147,35 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
+        'flux-tools;mcp;serve' {
+            [CompletionResult]::new('--http', '--http', [CompletionResultType]::ParameterName, 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio')
+            [CompletionResult]::new('--tools', '--tools', [CompletionResultType]::ParameterName, 'Only these tools (comma-separated; manifest or exported names)')
+            [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'The tenant of every call (stdio; over HTTP a bearer token names it)')
+            [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow each client''s turn lane (never widens the manifest''s max_concurrent_tools)')
+            [CompletionResult]::new('--lane-store', '--lane-store', [CompletionResultType]::ParameterName, 'Where the tenant, tool and shared lanes and the read cache live (see `run --lane-store`)')
+            [CompletionResult]::new('--allow-host', '--allow-host', [CompletionResultType]::ParameterName, 'Also accept this Host (HTTP; loopback names are always accepted). Repeatable')
+            [CompletionResult]::new('--allow-origin', '--allow-origin', [CompletionResultType]::ParameterName, 'Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP; without one, a request that carries an Origin is refused). Repeatable')
+            [CompletionResult]::new('--grace', '--grace', [CompletionResultType]::ParameterName, 'On SIGTERM, how long calls in flight may take to finish before they are cancelled')
+            [CompletionResult]::new('--max-processes', '--max-processes', [CompletionResultType]::ParameterName, 'The most calls in flight in this gateway''s command tools [default: from ulimit]')
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('--no-cache', '--no-cache', [CompletionResultType]::ParameterName, 'Answer nothing from the read cache and store nothing in it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
         'flux-tools;mcp;help' {
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'flux-tools;mcp;help;import' {
+            break
+        }
+        'flux-tools;mcp;help;serve' {
             break
         }
         'flux-tools;mcp;help;help' {
@@ -209,9 +233,13 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;help;mcp' {
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             break
         }
         'flux-tools;help;mcp;import' {
+            break
+        }
+        'flux-tools;help;mcp;serve' {
             break
         }
         'flux-tools;help;report' {

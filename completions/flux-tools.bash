@@ -73,17 +73,26 @@ _flux__tools() {
             flux__tools__subcmd__help__subcmd__mcp,import)
                 cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__import"
                 ;;
+            flux__tools__subcmd__help__subcmd__mcp,serve)
+                cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__serve"
+                ;;
             flux__tools__subcmd__mcp,help)
                 cmd="flux__tools__subcmd__mcp__subcmd__help"
                 ;;
             flux__tools__subcmd__mcp,import)
                 cmd="flux__tools__subcmd__mcp__subcmd__import"
                 ;;
+            flux__tools__subcmd__mcp,serve)
+                cmd="flux__tools__subcmd__mcp__subcmd__serve"
+                ;;
             flux__tools__subcmd__mcp__subcmd__help,help)
                 cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__help"
                 ;;
             flux__tools__subcmd__mcp__subcmd__help,import)
                 cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__import"
+                ;;
+            flux__tools__subcmd__mcp__subcmd__help,serve)
+                cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__serve"
                 ;;
             *)
                 ;;
@@ -218,7 +227,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__mcp)
-            opts="import"
+            opts="import serve"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -232,6 +241,20 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__serve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -316,7 +339,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp)
-            opts="-q -h --manifest --quiet --color --help import help"
+            opts="-q -h --manifest --quiet --color --help import serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -338,7 +361,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__help)
-            opts="import help"
+            opts="import serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,6 +402,20 @@ _flux__tools() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__serve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__import)
             opts="-q -h --prefix --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -387,6 +424,64 @@ _flux__tools() {
             fi
             case "${prev}" in
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__serve)
+            opts="-q -h --http --tools --tenant --max-concurrent-tools --lane-store --no-cache --allow-host --allow-origin --grace --max-processes --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --http)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tools)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tenant)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-concurrent-tools)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lane-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --allow-host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --allow-origin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-processes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

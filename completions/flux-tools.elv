@@ -124,6 +124,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand -h 'Print help'
             cand --help 'Print help'
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;mcp;import'= {
@@ -135,11 +136,32 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand -h 'Print help'
             cand --help 'Print help'
         }
+        &'flux-tools;mcp;serve'= {
+            cand --http 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio'
+            cand --tools 'Only these tools (comma-separated; manifest or exported names)'
+            cand --tenant 'The tenant of every call (stdio; over HTTP a bearer token names it)'
+            cand --max-concurrent-tools 'Narrow each client''s turn lane (never widens the manifest''s max_concurrent_tools)'
+            cand --lane-store 'Where the tenant, tool and shared lanes and the read cache live (see `run --lane-store`)'
+            cand --allow-host 'Also accept this Host (HTTP; loopback names are always accepted). Repeatable'
+            cand --allow-origin 'Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP; without one, a request that carries an Origin is refused). Repeatable'
+            cand --grace 'On SIGTERM, how long calls in flight may take to finish before they are cancelled'
+            cand --max-processes 'The most calls in flight in this gateway''s command tools [default: from ulimit]'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand --no-cache 'Answer nothing from the read cache and store nothing in it'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
         &'flux-tools;mcp;help'= {
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;mcp;help;import'= {
+        }
+        &'flux-tools;mcp;help;serve'= {
         }
         &'flux-tools;mcp;help;help'= {
         }
@@ -187,8 +209,11 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;help;mcp'= {
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
         }
         &'flux-tools;help;mcp;import'= {
+        }
+        &'flux-tools;help;mcp;serve'= {
         }
         &'flux-tools;help;report'= {
         }

@@ -142,14 +142,15 @@ never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l strict -d 'OpenAI\'s strict mode for every tool whose schema allows it (stderr names the others)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -s h -l help -d 'Print help'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -f -a "serve" -d 'Serve the manifest\'s tools as an MCP server (stdio, or Streamable HTTP with --http): every client\'s calls share the lanes, the cache and the upstream servers'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l prefix -d 'Name each tool PREFIX.name (with `tool = "name"`), so two servers\' tools of the same name fit in one manifest' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
@@ -157,7 +158,24 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l http -d 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l tools -d 'Only these tools (comma-separated; manifest or exported names)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l tenant -d 'The tenant of every call (stdio; over HTTP a bearer token names it)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l max-concurrent-tools -d 'Narrow each client\'s turn lane (never widens the manifest\'s max_concurrent_tools)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live (see `run --lane-store`)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l allow-host -d 'Also accept this Host (HTTP; loopback names are always accepted). Repeatable' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l allow-origin -d 'Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP; without one, a request that carries an Origin is refused). Repeatable' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l grace -d 'On SIGTERM, how long calls in flight may take to finish before they are cancelled' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l max-processes -d 'The most calls in flight in this gateway\'s command tools [default: from ulimit]' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l no-cache -d 'Answer nothing from the read cache and store nothing in it'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "serve" -d 'Serve the manifest\'s tools as an MCP server (stdio, or Streamable HTTP with --http): every client\'s calls share the lanes, the cache and the upstream servers'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l svg -d 'Write an SVG here: a Gantt chart of a results document, or width and cost over time of a history' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand report" -l history -d 'A run history (run --history): turns, fan-out width, speed-up, lane peaks, 429s and cost per turn, per period, and the first period whose width moved' -r -F
@@ -189,3 +207,4 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fi
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and not __fish_seen_subcommand_from run plan validate approvals tools mcp report completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand help; and __fish_seen_subcommand_from mcp" -f -a "serve" -d 'Serve the manifest\'s tools as an MCP server (stdio, or Streamable HTTP with --http): every client\'s calls share the lanes, the cache and the upstream servers'
