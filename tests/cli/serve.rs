@@ -278,30 +278,25 @@ fn logging_tool(p: &Project, log: &Path) -> PathBuf {
     )
 }
 
+/// A manifest whose one tool, `logged`, runs `script` (`concurrency` goes under
+/// `[concurrency]`, `tool` into the tool's table).
+fn logged_manifest(p: &Project, script: &Path, concurrency: &str, tool: &str) {
+    p.write(
+        "tools.toml",
+        &format!(
+            "[concurrency]\nmax_concurrent_tools = 32\n{concurrency}\n\n[tools.logged]\nkind = \"command\"\ncommand = [\"/bin/sh\", \"{}\", \"{{tag}}\"]\neffect = \"read\"\n{tool}\n[tools.logged.args]\ntag = {{ type = \"string\", required = true }}\n",
+            script.display()
+        ),
+    );
+}
+
 #[test]
 fn two_stdio_gateways_and_an_http_client_share_one_tool_lane() {
     let Some(py) = python() else { return };
     let p = Project::new("");
     let log = p.path().join("calls.log");
     let script = logging_tool(&p, &log);
-    p.write(
-        "tools.toml",
-        &format!(
-            r#"
-[concurrency]
-max_concurrent_tools = 32
-per_tool = {{ logged = 3 }}
-
-[tools.logged]
-kind = "command"
-command = ["/bin/sh", "{}", "{{tag}}"]
-effect = "read"
-[tools.logged.args]
-tag = {{ type = "string", required = true }}
-"#,
-            script.display()
-        ),
-    );
+    logged_manifest(&p, &script, "per_tool = { logged = 3 }", "");
     let gw = HttpGateway::start(&p, &[], &[]);
     let how = stdio(&p, &[]);
     let clients = vec![
@@ -335,27 +330,11 @@ fn a_rate_lane_holds_across_gateway_processes() {
     let p = Project::new("");
     let log = p.path().join("calls.log");
     let script = logging_tool(&p, &log);
-    p.write(
-        "tools.toml",
-        &format!(
-            r#"
-[concurrency]
-max_concurrent_tools = 32
-
-[lanes.api]
-rate = "5/s"
-burst = 1
-
-[tools.logged]
-kind = "command"
-command = ["/bin/sh", "{}", "{{tag}}"]
-effect = "read"
-lanes = ["api"]
-[tools.logged.args]
-tag = {{ type = "string", required = true }}
-"#,
-            script.display()
-        ),
+    logged_manifest(
+        &p,
+        &script,
+        "\n[lanes.api]\nrate = \"5/s\"\nburst = 1",
+        "lanes = [\"api\"]",
     );
     let how = stdio(&p, &[]);
     let started = Instant::now();

@@ -62,6 +62,17 @@ pub struct Session {
     lanes: Mutex<HashMap<String, TenantLanes>>,
 }
 
+/// A call planned as a batch of one, ready to take its place.
+struct Planned {
+    plan: crate::plan::Plan,
+    manifest: Arc<crate::manifest::Manifest>,
+    lanes: Arc<dyn LaneStore>,
+    /// Its arrival number.
+    seq: u64,
+    claims: Vec<(String, order::Claim)>,
+    lane_names: Vec<String>,
+}
+
 /// What a call brings besides its tool and arguments.
 pub struct CallCx {
     pub tenant: String,
@@ -126,40 +137,12 @@ impl Gateway {
         args: Map<String, Value>,
         cx: CallCx,
     ) -> Result<Value, String> {
-        let mut manifest = self.catalog.manifest();
-        let t = self.catalog.served(&manifest, name)?;
-        if self.closing.load(Ordering::SeqCst) {
-            return Ok(answer::error(
-                "run_ended: the gateway is shutting down; the call was not made",
-            ));
-        }
-        if let ToolKind::Mcp(spec) = &manifest.tools[t].kind {
-            // Its server's annotations settle the call's effect; a server that will not start
-            // fails the call below with its reason.
-            let _ = self.catalog.ensure(&spec.server).await;
-            manifest = self.catalog.manifest();
-        }
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (store, opts) = match self.lanes_for(session, &cx.tenant) {
-            Ok(l) => l,
-            Err(e) => return Ok(answer::error(&format!("lane_store: {e}"))),
-        };
-        let plan = match plan::build(
-            &manifest,
-            &one_call(seq, &manifest.tools[t].name, args),
-            &opts,
-        ) {
+        let planned = match self.prepare(session, name, args, &cx.tenant).await? {
             Ok(p) => p,
-            Err(d) => {
-                let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
-                return Ok(answer::error(&format!("invalid_call: {}", msg.join("; "))));
-            }
+            Err(answer) => return Ok(answer),
         };
-        let tool = &manifest.tools[t];
-        let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
-        let ticket = self.order.enter(seq, claims);
-        let lanes: Vec<String> = plan.lanes.iter().map(|l| l.name.clone()).collect();
-        let _users = Users::enter(self, seq, lanes.clone());
+        let ticket = self.order.enter(planned.seq, planned.claims.clone());
+        let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
         let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
         let ticker = reporter.as_ref().map(|r| r.clone().tick());
         let waited = tokio::select! {
@@ -167,17 +150,7 @@ impl Gateway {
             () = cx.cancel.cancelled() => false,
         };
         let answer = if waited {
-            self.run(
-                session,
-                plan,
-                manifest.clone(),
-                store,
-                seq,
-                &cx.cancel,
-                reporter.clone(),
-                lanes,
-            )
-            .await
+            self.run(session, planned, &cx.cancel, reporter).await
         } else {
             cancelled()
         };
@@ -188,18 +161,59 @@ impl Gateway {
         Ok(answer)
     }
 
+    /// The call planned as a batch of one, with its arrival number; `Ok(Err(answer))`: it
+    /// cannot be made (the answer says why); `Err`: no such tool.
+    async fn prepare(
+        &self,
+        session: &Session,
+        name: &str,
+        args: Map<String, Value>,
+        tenant: &str,
+    ) -> Result<Result<Planned, Value>, String> {
+        let mut manifest = self.catalog.manifest();
+        let t = self.catalog.served(&manifest, name)?;
+        if self.closing.load(Ordering::SeqCst) {
+            let why = "run_ended: the gateway is shutting down; the call was not made";
+            return Ok(Err(answer::error(why)));
+        }
+        if let ToolKind::Mcp(spec) = &manifest.tools[t].kind {
+            // Its server's annotations settle the call's effect; a server that will not start
+            // fails the call below with its reason.
+            let _ = self.catalog.ensure(&spec.server).await;
+            manifest = self.catalog.manifest();
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let (lanes, opts) = match self.lanes_for(session, tenant) {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(answer::error(&format!("lane_store: {e}")))),
+        };
+        let tool = &manifest.tools[t];
+        let plan = match plan::build(&manifest, &one_call(seq, &tool.name, args), &opts) {
+            Ok(p) => p,
+            Err(d) => {
+                let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
+                let why = format!("invalid_call: {}", msg.join("; "));
+                return Ok(Err(answer::error(&why)));
+            }
+        };
+        let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
+        Ok(Ok(Planned {
+            lane_names: plan.lanes.iter().map(|l| l.name.clone()).collect(),
+            plan,
+            manifest,
+            lanes,
+            seq,
+            claims,
+        }))
+    }
+
     /// Run the planned call; its answer (or the cancellation's).
-    #[allow(clippy::too_many_arguments)]
     async fn run(
         self: &Arc<Self>,
         session: &Session,
-        plan: crate::plan::Plan,
-        manifest: Arc<crate::manifest::Manifest>,
-        lanes: Arc<dyn LaneStore>,
-        seq: u64,
+        p: Planned,
         cancel: &CancellationToken,
         reporter: Option<Arc<Reporter>>,
-        lane_names: Vec<String>,
     ) -> Value {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let relay = Arc::new(Relay {
@@ -209,8 +223,8 @@ impl Gateway {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let scope = Scope {
             run_id: session.run_id.clone(),
-            lanes,
-            segment: Some(seq as usize),
+            lanes: p.lanes,
+            segment: Some(p.seq as usize),
             start: None,
             spent: 0.0,
             calls_made: 0,
@@ -220,33 +234,33 @@ impl Gateway {
         config.relay = Some(relay.clone());
         let (ctl, ctl_rx) = mpsc::unbounded_channel();
         if let Ok(mut a) = self.active.lock() {
-            a.insert(seq, ctl.clone());
+            a.insert(p.seq, ctl.clone());
         }
         let watcher = reporter.map(|r| {
-            let names = self.lane_progress(seq, lane_names);
+            let names = self.lane_progress(p.seq, p.lane_names);
             tokio::spawn(r.watch(events_rx, progress_rx, names))
         });
-        let mut job = tokio::spawn(run::execute(manifest, Arc::new(plan), config, ctl_rx));
+        let plan = Arc::new(p.plan);
+        let mut job = tokio::spawn(run::execute(p.manifest, plan, config, ctl_rx));
         let report = tokio::select! {
-            r = &mut job => r,
+            r = &mut job => Some(r),
             () = cancel.cancelled() => {
                 let _ = ctl.send(Control::Interrupt);
                 let _ = (&mut job).await;
-                if let Some(w) = watcher { w.abort(); }
-                self.forget(seq);
-                return cancelled();
+                None
             }
         };
         if let Some(w) = watcher {
             w.abort();
         }
-        self.forget(seq);
+        self.forget(p.seq);
         match report {
-            Ok(report) => match report.results.first() {
+            None => cancelled(),
+            Some(Ok(report)) => match report.results.first() {
                 Some(r) => answer::of(r, relay.take()),
                 None => answer::error("run_ended: the call got no result"),
             },
-            Err(e) => answer::error(&format!("run_ended: the call's run failed: {e}")),
+            Some(Err(e)) => answer::error(&format!("run_ended: the call's run failed: {e}")),
         }
     }
 

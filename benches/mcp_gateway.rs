@@ -1,0 +1,276 @@
+//! What a gateway adds to an MCP tool call, side by side in one run: `cargo build --release
+//! --examples && target/release/examples/mcp_gateway [CALLS]`.
+//!
+//! The upstream is the project's own rmcp test server (`mcp_test_server`, tool `sleep` with
+//! `ms = 0`: the call's own time is nothing). A row per way of reaching it: directly over
+//! stdio, through `flux-tools mcp serve` over stdio and over Streamable HTTP, and through the
+//! peer gateways whose launchers are given (`SUPERGATEWAY`: supergateway's bin; `MCP_PROXY_PY`:
+//! PyPI mcp-proxy's; `MCP_PROXY_RS`: the `mcp-proxy` crate's) — each serving the same upstream
+//! on Streamable HTTP. The client is rmcp's, in this process. Columns: p50 and p99 of a call's
+//! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
+//! added over the direct row, and calls per second with 1, 8 and 64 clients.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ServiceExt;
+
+type Client = RunningService<RoleClient, ()>;
+
+/// How a client reaches the upstream.
+#[derive(Clone)]
+enum Target {
+    Stdio(Vec<String>),
+    Http(String),
+}
+
+async fn connect(t: &Target) -> Client {
+    match t {
+        Target::Stdio(argv) => {
+            let mut cmd = tokio::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..]).stderr(Stdio::null());
+            let transport = TokioChildProcess::new(cmd).expect("spawn");
+            ().serve(transport).await.expect("initialize over stdio")
+        }
+        Target::Http(url) => {
+            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            ().serve(transport).await.expect("initialize over HTTP")
+        }
+    }
+}
+
+async fn call(c: &Client, tool: &str) {
+    let args = serde_json::json!({"ms": 0}).as_object().cloned();
+    let mut p = CallToolRequestParams::new(tool.to_string());
+    p.arguments = args;
+    let r = c.peer().call_tool(p).await.expect("call");
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+}
+
+/// `clients` sessions, each making `calls` calls in sequence, all at once: every latency,
+/// and the wall time.
+async fn measure(
+    (t, tool): (&Target, &str),
+    clients: usize,
+    calls: usize,
+) -> (Vec<Duration>, Duration) {
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        let c = connect(t).await;
+        call(&c, tool).await; // warm up
+        sessions.push(Arc::new(c));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = sessions
+        .iter()
+        .map(|c| {
+            let (c, tool) = (c.clone(), tool.to_string());
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    let t = Instant::now();
+                    call(&c, &tool).await;
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    let wall = start.elapsed();
+    for c in sessions {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            let _ = c.cancel().await;
+        }
+    }
+    (all, wall)
+}
+
+fn pct(xs: &mut [Duration], p: usize) -> f64 {
+    xs.sort();
+    xs[(xs.len() * p / 100).min(xs.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// A gateway process serving the upstream on HTTP; killed at the end.
+struct Gateway(Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn launch(argv: &[String], url: String) -> (Gateway, Target) {
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {argv:?}: {e}"));
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < until, "{argv:?} never listened on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Gateway(child), Target::Http(url))
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let calls: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
+    let bin = std::env::current_exe().expect("exe");
+    let dir = bin.parent().expect("examples dir");
+    let server = dir.join("mcp_test_server").display().to_string();
+    let flux = dir.join("../flux-tools").display().to_string();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let manifest = tmp.path().join("tools.toml");
+    std::fs::write(
+        &manifest,
+        format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n"),
+    )
+    .expect("manifest");
+    let m = manifest.display().to_string();
+    let mut rows: Vec<(String, Target, Option<Gateway>)> = vec![
+        (
+            "direct (stdio)".into(),
+            Target::Stdio(vec![server.clone()]),
+            None,
+        ),
+        (
+            "flux-tools serve, stdio".into(),
+            Target::Stdio(s(&[
+                &flux,
+                "--manifest",
+                &m,
+                "mcp",
+                "serve",
+                "--lane-store",
+                "memory",
+            ])),
+            None,
+        ),
+    ];
+    let port = free_port();
+    let (g, t) = launch(
+        &s(&[
+            &flux,
+            "--manifest",
+            &m,
+            "mcp",
+            "serve",
+            "--lane-store",
+            "memory",
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ]),
+        format!("http://127.0.0.1:{port}/mcp"),
+    );
+    rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
+    if let Ok(sg) = std::env::var("SUPERGATEWAY") {
+        let port = free_port();
+        let (g, t) = launch(
+            &s(&[
+                &sg,
+                "--stdio",
+                &server,
+                "--outputTransport",
+                "streamableHttp",
+                "--stateful",
+                "--port",
+                &port.to_string(),
+                "--logLevel",
+                "none",
+            ]),
+            format!("http://127.0.0.1:{port}/mcp"),
+        );
+        rows.push(("supergateway (npm)".into(), t, Some(g)));
+    }
+    if let Ok(py) = std::env::var("MCP_PROXY_PY") {
+        let port = free_port();
+        let (g, t) = launch(
+            &s(&[&py, "--port", &port.to_string(), &server]),
+            format!("http://127.0.0.1:{port}/mcp"),
+        );
+        rows.push(("mcp-proxy (PyPI)".into(), t, Some(g)));
+    }
+    if let Ok(rs) = std::env::var("MCP_PROXY_RS") {
+        let port = free_port();
+        let config = tmp.path().join("proxy.toml");
+        std::fs::write(
+            &config,
+            format!("[proxy]\nname = \"bench\"\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[backends]]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"{server}\"\n"),
+        )
+        .expect("proxy config");
+        let (g, t) = launch(
+            &s(&[&rs, "--config", &config.display().to_string()]),
+            format!("http://127.0.0.1:{port}/"),
+        );
+        rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
+    }
+    println!("{calls} calls a row; latencies in ms");
+    println!(
+        "{:26}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "", "p50 1c", "p99 1c", "p50 8c", "p99 8c", "+p50 1c", "+p50 8c", "calls/s 1", "8", "64"
+    );
+    let mut base: Option<(f64, f64)> = None;
+    for (name, t, _g) in &rows {
+        // The mcp-proxy crate names a backend's tools `BACKEND/TOOL`.
+        let tool = if name.contains("crate") {
+            "t/sleep"
+        } else {
+            "sleep"
+        };
+        let (mut one, _) = measure((t, tool), 1, calls).await;
+        let (mut eight, _) = measure((t, tool), 8, calls / 8).await;
+        let (p50_1, p99_1, p50_8, p99_8) = (
+            pct(&mut one, 50),
+            pct(&mut one, 99),
+            pct(&mut eight, 50),
+            pct(&mut eight, 99),
+        );
+        let b = *base.get_or_insert((p50_1, p50_8));
+        let mut cps = Vec::new();
+        for clients in [1usize, 8, 64] {
+            let per = (calls / clients).max(20);
+            let (_, wall) = measure((t, tool), clients, per).await;
+            cps.push((clients * per) as f64 / wall.as_secs_f64());
+        }
+        println!(
+            "{name:26}{p50_1:9.3}{p99_1:9.3}{p50_8:9.3}{p99_8:9.3}{:10.3}{:10.3}{:10.0}{:10.0}{:10.0}",
+            p50_1 - b.0,
+            p50_8 - b.1,
+            cps[0],
+            cps[1],
+            cps[2]
+        );
+    }
+}
