@@ -700,3 +700,30 @@ fn an_upstream_that_dies_is_started_again_by_the_next_call() {
     assert_eq!(r["structuredContent"], json!({"answer": 42}), "{r}");
     assert_eq!(log_lines(&starts).len(), 2, "{:?}", log_lines(&starts));
 }
+
+#[test]
+fn a_server_that_fails_to_start_is_left_out_then_listed_when_it_comes_up() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let marker = p.path().join("ready");
+    let launcher = p.write(
+        "late.sh",
+        &format!(
+            "#!/bin/sh\nif [ -e '{}' ]; then exec '{}'; fi\necho 'not ready yet' >&2\nexit 1\n",
+            marker.display(),
+            own_server().display()
+        ),
+    );
+    p.write(
+        "tools.toml",
+        &format!(
+            "[mcp_servers.late]\ncommand = [\"/bin/sh\", \"{}\"]\n\n[tools.structured]\nkind = \"mcp\"\nserver = \"late\"\n\n[tools.here]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ ok = true }}\n",
+            launcher.display()
+        ),
+    );
+    let how = stdio(&p, &["--lane-store", "memory"]);
+    let out = run_client(&py, &how, &["relist", &marker.display().to_string(), "20"]);
+    assert_eq!(out["first"], json!(["here"]), "{out}");
+    assert_eq!(out["changed"], true, "tools/list_changed was sent: {out}");
+    assert_eq!(out["second"], json!(["structured", "here"]), "{out}");
+}

@@ -5,10 +5,13 @@
 //! annotations from `effect`/`idempotent` (an upstream tool's own passed through) and an
 //! upstream's `outputSchema`. Upstream servers start when first needed; their annotations
 //! then settle the effect of their tools in a new copy of the manifest, which every later
-//! call is planned with. A server that fails to start leaves its tools out of `tools/list`
-//! (with a warning on stderr), and is tried again on a later list or call.
+//! call is planned with. A server that fails to start (or is still starting when a list is
+//! answered) leaves its tools out of `tools/list` (with a warning on stderr); it is tried
+//! again in the background — every 2 s at first, then less often — and on a later list or
+//! call, and when it comes up every session that listed without it is told
+//! (`notifications/tools/list_changed`, through [`Catalog::changes`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -22,6 +25,8 @@ use crate::tools::ToolKind;
 const LIST_WAIT: Duration = Duration::from_secs(5);
 /// How long after a failed start a server is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
+/// The longest wait between two background tries of a server that will not start.
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Where one upstream server stands.
 #[derive(Clone)]
@@ -41,6 +46,12 @@ pub struct Catalog {
     upstreams: Mutex<HashMap<String, Upstream>>,
     /// Serializes starting and annotating (two lists at once start a server once).
     starting: tokio::sync::Mutex<()>,
+    /// Servers a list was answered without (their coming up changes the list), and those
+    /// being retried in the background.
+    left_out: Mutex<HashSet<String>>,
+    retrying: Mutex<HashSet<String>>,
+    /// Bumped when the list changes.
+    changed: tokio::sync::watch::Sender<u64>,
     quiet: bool,
 }
 
@@ -77,8 +88,16 @@ impl Catalog {
             hub,
             upstreams: Mutex::default(),
             starting: tokio::sync::Mutex::new(()),
+            left_out: Mutex::default(),
+            retrying: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
             quiet,
         })
+    }
+
+    /// Changes to the list of tools (a server that was left out came up).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The manifest as it stands (with every started server's annotations).
@@ -166,6 +185,9 @@ impl Catalog {
                 if let Ok(mut m) = self.manifest.write() {
                     *m = Arc::new(copy);
                 }
+                if self.left_out.lock().is_ok_and(|mut l| l.remove(server)) {
+                    self.changed.send_modify(|n| *n += 1);
+                }
                 Upstream::Ready
             }
             Err(why) => {
@@ -188,8 +210,8 @@ impl Catalog {
     }
 
     /// `tools/list`: every served tool whose server is up (servers still starting are given
-    /// [`LIST_WAIT`]), as MCP `Tool` objects.
-    pub async fn list(&self) -> Vec<Value> {
+    /// [`LIST_WAIT`]), as MCP `Tool` objects. A server left out is retried in the background.
+    pub async fn list(self: &Arc<Self>) -> Vec<Value> {
         let servers = self.servers(&self.manifest());
         let starts = servers.iter().map(|s| async move {
             let up = tokio::time::timeout(LIST_WAIT, self.ensure(s)).await;
@@ -199,6 +221,12 @@ impl Catalog {
             .await
             .into_iter()
             .collect();
+        for (server, _) in up.iter().filter(|(_, up)| !**up) {
+            if let Ok(mut l) = self.left_out.lock() {
+                l.insert(server.clone());
+            }
+            self.retry_in_background(server);
+        }
         let manifest = self.manifest();
         let remote = self.remote_tools(&manifest, &up).await;
         self.served
@@ -211,6 +239,31 @@ impl Catalog {
                 }
             })
             .collect()
+    }
+
+    /// Try `server` again and again (2 s, doubling to a minute) until it is up.
+    fn retry_in_background(self: &Arc<Self>, server: &str) {
+        let fresh = self
+            .retrying
+            .lock()
+            .is_ok_and(|mut r| r.insert(server.to_string()));
+        if !fresh {
+            return;
+        }
+        let (me, server) = (self.clone(), server.to_string());
+        tokio::spawn(async move {
+            let mut wait = RETRY_AFTER;
+            loop {
+                tokio::time::sleep(wait).await;
+                if me.ensure(&server).await.is_ok() {
+                    break;
+                }
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+            if let Ok(mut r) = me.retrying.lock() {
+                r.remove(&server);
+            }
+        });
     }
 
     /// The upstream `Tool` object of each served MCP tool whose server is up.

@@ -34,7 +34,7 @@ pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The gateway's shared state.
 pub struct Gateway {
-    pub catalog: Catalog,
+    pub catalog: Arc<Catalog>,
     kit: Arc<CallKit>,
     store: Arc<dyn LaneStore>,
     /// What every session plans with (the tenant and the lane table are each session's).
@@ -88,7 +88,7 @@ impl Gateway {
         opts: PlanOptions,
     ) -> Gateway {
         Gateway {
-            catalog,
+            catalog: Arc::new(catalog),
             kit,
             store,
             opts,

@@ -27,6 +27,8 @@ pub struct Handler {
     session: Arc<Session>,
     /// The tenant of every call (stdio), or of requests that carry none.
     tenant: String,
+    /// Whether this session is told of changes to the list (after its first list).
+    told: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Handler {
@@ -36,6 +38,7 @@ impl Handler {
             gateway,
             session,
             tenant,
+            told: Arc::default(),
         }
     }
 
@@ -45,6 +48,31 @@ impl Handler {
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Tenant>())
             .map_or_else(|| self.tenant.clone(), |t| t.0.clone())
+    }
+
+    /// From its first list on, tell the session when the list changes (until it is gone).
+    fn tell_changes(&self, peer: &rmcp::service::Peer<RoleServer>) {
+        if self.told.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut changes = self.gateway.catalog.changes();
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    c = changes.changed() => {
+                        if c.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep(std::time::Duration::from_secs(30)) => {
+                        if peer.is_transport_closed() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -74,7 +102,11 @@ fn progress_sink(cx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(caps)
             .with_server_info(Implementation::new("flux-tools", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Tools served by flux-tools: every call runs inside the lanes its manifest \
@@ -87,8 +119,9 @@ impl ServerHandler for Handler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.tell_changes(&context.peer);
         let mut tools = Vec::new();
         for v in self.gateway.catalog.list().await {
             let name = v["name"].as_str().unwrap_or_default().to_string();
