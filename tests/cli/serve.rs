@@ -247,8 +247,9 @@ output = {{ rows = 3 }}
         err.contains("unknown tool `text_ecko`") && err.contains("text_echo"),
         "{r}"
     );
-    // One upstream process served every call of each gateway (five gateways ran).
-    assert_eq!(log_lines(&starts).len(), 5, "{:?}", log_lines(&starts));
+    // Seven gateways ran (each client lists first, which starts the upstream): one upstream
+    // process each.
+    assert_eq!(log_lines(&starts).len(), 7, "{:?}", log_lines(&starts));
 }
 
 /// The peak of calls in flight in a log of `start TAG NS` / `end TAG NS` lines written in
@@ -726,4 +727,63 @@ fn a_server_that_fails_to_start_is_left_out_then_listed_when_it_comes_up() {
     assert_eq!(out["first"], json!(["here"]), "{out}");
     assert_eq!(out["changed"], true, "tools/list_changed was sent: {out}");
     assert_eq!(out["second"], json!(["structured", "here"]), "{out}");
+}
+
+/// Wait until a line starting with `prefix` is in the log.
+fn wait_for_line(log: &Path, prefix: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !log_lines(log).iter().any(|l| l.starts_with(prefix)) {
+        assert!(
+            Instant::now() < until,
+            "no `{prefix}` in {:?}",
+            log_lines(log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM the HTTP gateway; its exit status, and how long it took to exit.
+fn terminate(gw: &mut HttpGateway) -> (Option<i32>, Duration) {
+    let asked = Instant::now();
+    // SAFETY: a signal to the child process this test started.
+    unsafe {
+        libc::kill(gw.child.id() as i32, libc::SIGTERM);
+    }
+    let status = gw.child.wait().expect("the gateway exits");
+    (status.code(), asked.elapsed())
+}
+
+#[test]
+fn on_sigterm_the_http_gateway_lets_calls_finish_within_the_grace_then_cancels_the_rest() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    p.write("tools.toml", &upstream(&log, &starts, ""));
+    // A call shorter than the grace finishes, and the gateway exits 0.
+    let mut gw = HttpGateway::start(&p, &["--lane-store", "memory", "--grace", "10s"], &[]);
+    let c = client(
+        &py,
+        &http(&gw.url),
+        &["call", "sleep", r#"{"ms": 1500, "tag": "fin"}"#],
+    );
+    wait_for_line(&log, "start fin ");
+    let (code, _) = terminate(&mut gw);
+    assert_eq!(code, Some(0));
+    let r = finish(c);
+    assert_eq!(r["isError"], false, "finished within the grace: {r}");
+    assert!(log_lines(&log).iter().any(|l| l.starts_with("end fin ")));
+    // A call that outlasts the grace is cancelled upstream; the gateway still exits 0, soon.
+    let mut gw = HttpGateway::start(&p, &["--lane-store", "memory", "--grace", "500ms"], &[]);
+    let c = client(&py, &http(&gw.url), &["call", "hang", r#"{"tag": "long"}"#]);
+    wait_for_line(&log, "start long ");
+    let (code, took) = terminate(&mut gw);
+    assert_eq!(code, Some(0));
+    assert!(
+        took < Duration::from_secs(8),
+        "exited {took:?} after SIGTERM"
+    );
+    wait_for_line(&log, "cancelled long ");
+    let mut c = c;
+    let _ = c.kill();
+    let _ = c.wait();
 }

@@ -135,8 +135,8 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
     Ok(())
 }
 
-/// Streamable HTTP on `addr` until a signal: then no new connections, and the calls in
-/// flight get `grace` to finish before they are cancelled.
+/// Streamable HTTP on `addr` until a signal: then no new calls, and the calls in flight get
+/// `grace` to finish before they are cancelled; then the listener and the sessions close.
 async fn serve_http(
     gateway: Arc<Gateway>,
     addr: &str,
@@ -164,9 +164,11 @@ async fn serve_http(
         (stop.clone(), sessions.clone()),
     ));
     terminated().await;
+    // New calls are refused from here on; connections are still served, so a session can
+    // finish its exchange (a client lists the tools again to check a result, ends its session).
+    gateway.drain(grace).await;
     stop.cancel();
     let _ = server.await;
-    gateway.drain(grace).await;
     sessions.cancel();
     Ok(())
 }
