@@ -787,3 +787,205 @@ fn on_sigterm_the_http_gateway_lets_calls_finish_within_the_grace_then_cancels_t
     let _ = c.kill();
     let _ = c.wait();
 }
+
+#[test]
+fn tools_subset_and_a_typo_in_it() {
+    let Some(py) = python() else { return };
+    let p = Project::new(
+        "[tools.alpha]\nkind = \"scripted\"\neffect = \"read\"\n\n[tools.beta]\nkind = \"scripted\"\neffect = \"read\"\n",
+    );
+    let listed = run_client(&py, &stdio(&p, &["--tools", "beta"]), &["list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["beta"]);
+    let r = run_client(
+        &py,
+        &stdio(&p, &["--tools", "beta"]),
+        &["call", "alpha", "{}"],
+    );
+    assert!(
+        r["jsonrpc_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unknown tool `alpha`"),
+        "{r}"
+    );
+    let out = p
+        .cmd()
+        .args(["mcp", "serve", "--tools", "bata"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no tool `bata`") && err.contains("beta"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_write_through_the_gateway_carries_its_idempotency_key_upstream() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    let meta = p.path().join("meta.log");
+    let m = upstream(&log, &starts, "").replace(
+        "env = { MCP_TEST_LOG",
+        &format!(
+            "env = {{ MCP_TEST_META_LOG = \"{}\", MCP_TEST_LOG",
+            meta.display()
+        ),
+    );
+    p.write("tools.toml", &m);
+    let r = run_client(
+        &py,
+        &stdio(&p, &["--lane-store", "memory"]),
+        &["call", "write", r#"{"ms": 1, "tag": "w"}"#],
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let seen = std::fs::read_to_string(&meta).unwrap_or_default();
+    assert!(seen.contains("\"idempotencyKey\":\"mcp-"), "{seen}");
+}
+
+/// A command tool on backend `db` that logs `start`/`end` with `TAG` under a lock.
+fn db_manifest(p: &Project, script: &Path, cached: bool) {
+    let cache = if cached { "cache = \"5m\"" } else { "" };
+    p.write(
+        "tools.toml",
+        &format!(
+            r#"[concurrency]
+max_concurrent_tools = 8
+
+[tools.put]
+kind = "command"
+command = ["/bin/sh", "{s}", "put-{{tag}}"]
+effect = "write"
+idempotent = true
+backend = "db"
+[tools.put.args]
+tag = {{ type = "string", required = true }}
+
+[tools.get]
+kind = "command"
+command = ["/bin/sh", "{s}", "get-{{tag}}"]
+effect = "read"
+backend = "db"
+{cache}
+[tools.get.args]
+tag = {{ type = "string", required = true }}
+
+[tools.other]
+kind = "command"
+command = ["/bin/sh", "{s}", "other-{{tag}}"]
+effect = "read"
+backend = "elsewhere"
+[tools.other.args]
+tag = {{ type = "string", required = true }}
+"#,
+            s = script.display()
+        ),
+    );
+}
+
+/// Each `start`/`end` line's tag and time (ns).
+fn spans(log: &Path) -> Vec<(String, String, u128)> {
+    log_lines(log)
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((
+                w.next()?.to_string(),
+                w.next()?.to_string(),
+                w.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn at(spans: &[(String, String, u128)], what: &str, tag: &str) -> u128 {
+    spans
+        .iter()
+        .find(|(w, t, _)| w == what && t == tag)
+        .map(|s| s.2)
+        .unwrap_or_else(|| panic!("no `{what} {tag}` in {spans:?}"))
+}
+
+#[test]
+fn a_read_from_another_session_waits_for_the_write_before_it_on_its_backend() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    // The write takes 8 s: long enough for the other clients (a Python start-up each) to
+    // arrive while it runs.
+    let script = logging_tool(&p, &log);
+    let text = std::fs::read_to_string(&script).unwrap_or_default();
+    let script = p.write(
+        "slow-put.sh",
+        &text.replace(
+            "sleep 0.3",
+            "case \"$1\" in put-*) sleep 8;; *) sleep 0.3;; esac",
+        ),
+    );
+    db_manifest(&p, &script, false);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let w = client(&py, &http(&gw.url), &["call", "put", r#"{"tag": "w1"}"#]);
+    wait_for_line(&log, "start put-w1 ");
+    let r = client(&py, &http(&gw.url), &["call", "get", r#"{"tag": "r1"}"#]);
+    let o = client(&py, &http(&gw.url), &["call", "other", r#"{"tag": "o1"}"#]);
+    for c in [w, r, o] {
+        assert_eq!(finish(c)["isError"], false);
+    }
+    let s = spans(&log);
+    assert!(
+        at(&s, "start", "get-r1") >= at(&s, "end", "put-w1"),
+        "no read under the write: {s:?}"
+    );
+    // The other backend's read did not wait for the write.
+    assert!(
+        at(&s, "start", "other-o1") < at(&s, "end", "put-w1"),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn the_read_cache_is_shared_by_a_tenants_sessions_and_a_write_invalidates_it() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    db_manifest(&p, &script, true);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let get = |tag: &str| {
+        run_client(
+            &py,
+            &http(&gw.url),
+            &["call", "get", &format!(r#"{{"tag": "{tag}"}}"#)],
+        )
+    };
+    let first = get("k");
+    let second = get("k");
+    assert_eq!(first, second);
+    let starts = |tag: &str| {
+        spans(&log)
+            .iter()
+            .filter(|(w, t, _)| w == "start" && t == tag)
+            .count()
+    };
+    assert_eq!(
+        starts("get-k"),
+        1,
+        "the second session was answered from the cache"
+    );
+    let r = run_client(&py, &http(&gw.url), &["call", "put", r#"{"tag": "x"}"#]);
+    assert_eq!(r["isError"], false);
+    get("k");
+    assert_eq!(
+        starts("get-k"),
+        2,
+        "a write on the backend made the entry stale"
+    );
+}
