@@ -141,6 +141,84 @@ fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
+/// A row: its name, how a client reaches the upstream, the gateway process (killed at the end).
+type Row = (String, Target, Option<Gateway>);
+
+/// The rows: directly, through flux-tools over stdio and HTTP, and the peers that are given.
+fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<Row> {
+    let serve = |extra: &[&str]| {
+        let mut v = s(&[
+            flux,
+            "--manifest",
+            manifest,
+            "mcp",
+            "serve",
+            "--lane-store",
+            "memory",
+        ]);
+        v.extend(s(extra));
+        v
+    };
+    let mut rows: Vec<Row> = vec![
+        (
+            "direct (stdio)".into(),
+            Target::Stdio(vec![server.to_string()]),
+            None,
+        ),
+        (
+            "flux-tools serve, stdio".into(),
+            Target::Stdio(serve(&[])),
+            None,
+        ),
+    ];
+    let port = free_port();
+    let (g, t) = launch(
+        &serve(&["--http", &format!("127.0.0.1:{port}")]),
+        format!("http://127.0.0.1:{port}/mcp"),
+    );
+    rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
+    if let Ok(sg) = std::env::var("SUPERGATEWAY") {
+        let port = free_port().to_string();
+        let argv = [
+            &sg,
+            "--stdio",
+            server,
+            "--outputTransport",
+            "streamableHttp",
+            "--stateful",
+            "--port",
+            &port,
+            "--logLevel",
+            "none",
+        ];
+        let (g, t) = launch(&s(&argv), format!("http://127.0.0.1:{port}/mcp"));
+        rows.push(("supergateway (npm)".into(), t, Some(g)));
+    }
+    if let Ok(py) = std::env::var("MCP_PROXY_PY") {
+        let port = free_port().to_string();
+        let (g, t) = launch(
+            &s(&[&py, "--port", &port, server]),
+            format!("http://127.0.0.1:{port}/mcp"),
+        );
+        rows.push(("mcp-proxy (PyPI)".into(), t, Some(g)));
+    }
+    if let Ok(rs) = std::env::var("MCP_PROXY_RS") {
+        let port = free_port();
+        let config = tmp.join("proxy.toml");
+        std::fs::write(
+            &config,
+            format!("[proxy]\nname = \"bench\"\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[backends]]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"{server}\"\n"),
+        )
+        .expect("proxy config");
+        let (g, t) = launch(
+            &s(&[&rs, "--config", &config.display().to_string()]),
+            format!("http://127.0.0.1:{port}/"),
+        );
+        rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
+    }
+    rows
+}
+
 #[tokio::main]
 async fn main() {
     let calls: usize = std::env::args()
@@ -158,84 +236,7 @@ async fn main() {
         format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n"),
     )
     .expect("manifest");
-    let m = manifest.display().to_string();
-    let mut rows: Vec<(String, Target, Option<Gateway>)> = vec![
-        (
-            "direct (stdio)".into(),
-            Target::Stdio(vec![server.clone()]),
-            None,
-        ),
-        (
-            "flux-tools serve, stdio".into(),
-            Target::Stdio(s(&[
-                &flux,
-                "--manifest",
-                &m,
-                "mcp",
-                "serve",
-                "--lane-store",
-                "memory",
-            ])),
-            None,
-        ),
-    ];
-    let port = free_port();
-    let (g, t) = launch(
-        &s(&[
-            &flux,
-            "--manifest",
-            &m,
-            "mcp",
-            "serve",
-            "--lane-store",
-            "memory",
-            "--http",
-            &format!("127.0.0.1:{port}"),
-        ]),
-        format!("http://127.0.0.1:{port}/mcp"),
-    );
-    rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
-    if let Ok(sg) = std::env::var("SUPERGATEWAY") {
-        let port = free_port();
-        let (g, t) = launch(
-            &s(&[
-                &sg,
-                "--stdio",
-                &server,
-                "--outputTransport",
-                "streamableHttp",
-                "--stateful",
-                "--port",
-                &port.to_string(),
-                "--logLevel",
-                "none",
-            ]),
-            format!("http://127.0.0.1:{port}/mcp"),
-        );
-        rows.push(("supergateway (npm)".into(), t, Some(g)));
-    }
-    if let Ok(py) = std::env::var("MCP_PROXY_PY") {
-        let port = free_port();
-        let (g, t) = launch(
-            &s(&[&py, "--port", &port.to_string(), &server]),
-            format!("http://127.0.0.1:{port}/mcp"),
-        );
-        rows.push(("mcp-proxy (PyPI)".into(), t, Some(g)));
-    }
-    if let Ok(rs) = std::env::var("MCP_PROXY_RS") {
-        let port = free_port();
-        let config = tmp.path().join("proxy.toml");
-        std::fs::write(
-            &config,
-            format!("[proxy]\nname = \"bench\"\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[backends]]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"{server}\"\n"),
-        )
-        .expect("proxy config");
-        let (g, t) = launch(
-            &s(&[&rs, "--config", &config.display().to_string()]),
-            format!("http://127.0.0.1:{port}/"),
-        );
-        rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
-    }
+    let rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
     println!("{calls} calls a row; latencies in ms");
     println!(
         "{:26}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
