@@ -989,3 +989,48 @@ fn the_read_cache_is_shared_by_a_tenants_sessions_and_a_write_invalidates_it() {
         "a write on the backend made the entry stale"
     );
 }
+
+#[test]
+fn two_http_gateways_on_one_redis_share_a_tool_lane() {
+    let Some(py) = python() else { return };
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    logged_manifest(&p, &script, "per_tool = { logged = 2 }", "");
+    let store = ["--lane-store", redis.url.as_str()];
+    let (a, b) = (
+        HttpGateway::start(&p, &store, &[]),
+        HttpGateway::start(&p, &store, &[]),
+    );
+    let clients = [
+        client(
+            &py,
+            &http(&a.url),
+            &["burst", "logged", "8", r#"{"tag": "a{i}"}"#],
+        ),
+        client(
+            &py,
+            &http(&b.url),
+            &["burst", "logged", "8", r#"{"tag": "b{i}"}"#],
+        ),
+    ];
+    for c in clients {
+        let rs = finish(c);
+        assert!(
+            rs.as_array()
+                .into_iter()
+                .flatten()
+                .all(|r| r["isError"] == false),
+            "{rs}"
+        );
+    }
+    let (peak, starts) = peak_in_flight(&log_lines(&log));
+    assert_eq!(
+        (peak, starts),
+        (2, 16),
+        "per_tool = 2 across two gateways on one Redis"
+    );
+}
