@@ -3,7 +3,8 @@
 //!
 //! The upstream is the project's own rmcp test server (`mcp_test_server`, tool `sleep` with
 //! `ms = 0`: the call's own time is nothing). A row per way of reaching it: directly over
-//! stdio, through `flux-tools mcp serve` over stdio and over Streamable HTTP, and through the
+//! stdio, through `flux-tools mcp serve` over stdio and over Streamable HTTP (and the served
+//! manifest's own inline `scripted` tool, which has no upstream at all), and through the
 //! peer gateways whose launchers are given (`SUPERGATEWAY`: supergateway's bin; `MCP_PROXY_PY`:
 //! PyPI mcp-proxy's; `MCP_PROXY_RS`: the `mcp-proxy` crate's) — each serving the same upstream
 //! on Streamable HTTP. The client is rmcp's, in this process. Columns: p50 and p99 of a call's
@@ -170,6 +171,11 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
             Target::Stdio(serve(&[])),
             None,
         ),
+        (
+            "  its inline tool, stdio".into(),
+            Target::Stdio(serve(&[])),
+            None,
+        ),
     ];
     let port = free_port();
     let (g, t) = launch(
@@ -233,7 +239,7 @@ async fn main() {
     let manifest = tmp.path().join("tools.toml");
     std::fs::write(
         &manifest,
-        format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n"),
+        format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n\n[tools.inline]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ slept = 0 }}\n[tools.inline.args]\nms = {{ type = \"integer\" }}\n"),
     )
     .expect("manifest");
     let rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
@@ -245,10 +251,10 @@ async fn main() {
     let mut base: Option<(f64, f64)> = None;
     for (name, t, _g) in &rows {
         // The mcp-proxy crate names a backend's tools `BACKEND/TOOL`.
-        let tool = if name.contains("crate") {
-            "t/sleep"
-        } else {
-            "sleep"
+        let tool = match name {
+            n if n.contains("crate") => "t/sleep",
+            n if n.contains("inline") => "inline",
+            _ => "sleep",
         };
         let (mut one, _) = measure((t, tool), 1, calls).await;
         let (mut eight, _) = measure((t, tool), 8, calls / 8).await;

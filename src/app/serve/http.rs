@@ -87,8 +87,12 @@ pub async fn serve(
         .map(String::from)
         .to_vec();
     hosts.extend(opts.hosts);
+    // No SSE priming event before each answer: a call's stream is not resumed after a
+    // disconnect (a gateway call that lost its client is cancelled), so the event is a write
+    // and a flush for nothing.
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
+        .with_sse_retry(None)
         .with_cancellation_token(sessions);
     config = if opts.origins.is_empty() {
         config.enforce_origin_validation()
@@ -109,6 +113,8 @@ pub async fn serve(
             () = stop.cancelled() => return,
         };
         let Ok((stream, _)) = accepted else { continue };
+        // Answers are small writes: send each at once.
+        let _ = stream.set_nodelay(true);
         let (service, tokens) = (service.clone(), tokens.clone());
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
