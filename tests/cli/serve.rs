@@ -1034,3 +1034,47 @@ fn two_http_gateways_on_one_redis_share_a_tool_lane() {
         "per_tool = 2 across two gateways on one Redis"
     );
 }
+
+#[test]
+fn a_bearer_token_names_the_tenant_and_tenants_do_not_share_the_cache() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    db_manifest(&p, &script, true);
+    let text = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+    p.write(
+        "tools.toml",
+        &format!("[serve.tokens]\nacme = \"${{env:ACME}}\"\nbeta = \"${{env:BETA}}\"\n\n{text}"),
+    );
+    let gw = HttpGateway::start(
+        &p,
+        &["--lane-store", "memory"],
+        &[("ACME", "tok-a"), ("BETA", "tok-b")],
+    );
+    let as_tenant = |token: &str| {
+        vec![
+            "--http".to_string(),
+            gw.url.clone(),
+            "-".into(),
+            token.into(),
+        ]
+    };
+    let call =
+        |token: &str| run_client(&py, &as_tenant(token), &["call", "get", r#"{"tag": "k"}"#]);
+    let starts = || {
+        spans(&log)
+            .iter()
+            .filter(|(w, t, _)| w == "start" && t == "get-k")
+            .count()
+    };
+    call("tok-a");
+    call("tok-a");
+    assert_eq!(
+        starts(),
+        1,
+        "acme's second session was answered from acme's cache"
+    );
+    call("tok-b");
+    assert_eq!(starts(), 2, "beta never gets acme's entry");
+}
