@@ -384,84 +384,92 @@ fn one_lane_manifest(p: &Project) -> (PathBuf, PathBuf) {
     (log, starts)
 }
 
+/// A cancel test's client, over stdio and over HTTP: what it printed and the server's log.
+fn cancel_both_ways(action: &[&str], check: impl Fn(&str, &Value, &[String])) {
+    let Some(py) = python() else { return };
+    for way in ["stdio", "http"] {
+        let p = Project::new("");
+        let (log, _) = one_lane_manifest(&p);
+        let gw = (way == "http").then(|| HttpGateway::start(&p, &["--lane-store", "memory"], &[]));
+        let how = match &gw {
+            Some(gw) => http(&gw.url),
+            None => stdio(&p, &["--lane-store", "memory"]),
+        };
+        let mut args = vec!["cancel"];
+        args.extend(action);
+        let out = run_client(&py, &how, &args);
+        check(way, &out, &log_lines(&log));
+    }
+}
+
 #[test]
 fn a_call_cancelled_while_queued_never_reaches_its_tool() {
-    let Some(py) = python() else { return };
-    let p = Project::new("");
-    let (log, _) = one_lane_manifest(&p);
-    let how = stdio(&p, &["--lane-store", "memory"]);
-    let out = run_client(
-        &py,
-        &how,
-        &[
-            "cancel",
-            "sleep",
-            r#"{"ms": 1200, "tag": "a"}"#,
-            "sleep",
-            r#"{"ms": 10, "tag": "b"}"#,
-            "300",
-            "second",
-        ],
-    );
-    assert_eq!(out["other"]["isError"], false, "{out}");
-    let lines = log_lines(&log);
-    assert!(lines.iter().any(|l| l.starts_with("start a ")), "{lines:?}");
-    assert!(
-        !lines.iter().any(|l| l.contains(" b ")),
-        "b never reached the server: {lines:?}"
-    );
+    let action = [
+        "sleep",
+        r#"{"ms": 1200, "tag": "a"}"#,
+        "sleep",
+        r#"{"ms": 10, "tag": "b"}"#,
+        "300",
+        "second",
+    ];
+    cancel_both_ways(&action, |way, out, lines| {
+        assert_eq!(out["other"]["isError"], false, "{way}: {out}");
+        assert!(
+            lines.iter().any(|l| l.starts_with("start a ")),
+            "{way}: {lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains(" b ")),
+            "{way}: b never reached the server: {lines:?}"
+        );
+    });
 }
 
 #[test]
 fn an_in_flight_call_is_cancelled_upstream_under_its_own_id_and_the_next_starts() {
-    let Some(py) = python() else { return };
-    let p = Project::new("");
-    let (log, _) = one_lane_manifest(&p);
-    let how = stdio(&p, &["--lane-store", "memory"]);
-    let out = run_client(
-        &py,
-        &how,
-        &[
-            "cancel",
-            "hang",
-            r#"{"tag": "h"}"#,
-            "sleep",
-            r#"{"ms": 10, "tag": "q"}"#,
-            "400",
-            "first",
-        ],
-    );
-    assert_eq!(out["other"]["isError"], false, "the queued call ran: {out}");
-    let lines = log_lines(&log);
-    let field = |prefix: &str| -> Vec<String> {
-        lines
-            .iter()
-            .find(|l| l.starts_with(prefix))
-            .map(|l| l.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_else(|| panic!("no `{prefix}` line in {lines:?}"))
-    };
-    let started = field("start h ");
-    let own_id = started[3].trim_start_matches("id=").to_string();
-    let notified = field("cancel-notified ");
-    assert_eq!(
-        notified[1], own_id,
-        "cancelled under the upstream request's own id: {lines:?}"
-    );
-    let cancelled = field("cancelled h ");
-    assert_eq!(cancelled[2], format!("id={own_id}"));
-    let at: u128 = cancelled[3].parse().expect("ms");
-    let asked = out["cancelled_at_ms"].as_u64().expect("ms") as u128;
-    assert!(
-        at.saturating_sub(asked) < 200,
-        "upstream cancelled {} ms after the client",
-        at - asked
-    );
-    // The queued call went ahead once the lane was free (the server logs the cancellation
-    // and the next start from two tasks of its own, in either order).
-    assert!(
-        lines.iter().any(|l| l.starts_with("start q ")),
-        "the queued call started: {lines:?}"
-    );
+    let action = [
+        "hang",
+        r#"{"tag": "h"}"#,
+        "sleep",
+        r#"{"ms": 10, "tag": "q"}"#,
+        "400",
+        "first",
+    ];
+    cancel_both_ways(&action, |way, out, lines| {
+        assert_eq!(
+            out["other"]["isError"], false,
+            "{way}: the queued call ran: {out}"
+        );
+        let field = |prefix: &str| -> Vec<String> {
+            lines
+                .iter()
+                .find(|l| l.starts_with(prefix))
+                .map(|l| l.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_else(|| panic!("{way}: no `{prefix}` line in {lines:?}"))
+        };
+        let started = field("start h ");
+        let own_id = started[3].trim_start_matches("id=").to_string();
+        let notified = field("cancel-notified ");
+        assert_eq!(
+            notified[1], own_id,
+            "{way}: cancelled under the upstream request's own id: {lines:?}"
+        );
+        let cancelled = field("cancelled h ");
+        assert_eq!(cancelled[2], format!("id={own_id}"));
+        let at: u128 = cancelled[3].parse().expect("ms");
+        let asked = out["cancelled_at_ms"].as_u64().expect("ms") as u128;
+        assert!(
+            at.saturating_sub(asked) < 200,
+            "{way}: upstream cancelled {} ms after the client",
+            at - asked
+        );
+        // The queued call went ahead once the lane was free (the server logs the
+        // cancellation and the next start from two tasks of its own, in either order).
+        assert!(
+            lines.iter().any(|l| l.starts_with("start q ")),
+            "{way}: the queued call started: {lines:?}"
+        );
+    });
 }
 
 #[test]
@@ -564,6 +572,96 @@ fn raw_status(addr: &str, headers: &[(&str, &str)]) -> String {
     let mut out = String::new();
     let _ = BufReader::new(s).read_line(&mut out);
     out.trim().to_string()
+}
+
+/// One raw HTTP POST to `/mcp` on a connection of its own (left open: the caller reads).
+fn raw_post(addr: &str, session: Option<&str>, body: &str) -> std::net::TcpStream {
+    raw_post_with(addr, session, body, &[("Host", addr)])
+}
+
+/// [`raw_post`] with headers of the caller's (`Host` among them).
+fn raw_post_with(
+    addr: &str,
+    session: Option<&str>,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    let mut req = format!("POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    if let Some(id) = session {
+        req.push_str(&format!(
+            "Mcp-Session-Id: {id}\r\nMcp-Protocol-Version: 2025-06-18\r\n"
+        ));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    s.write_all(format!("{req}\r\n{body}").as_bytes())
+        .expect("send");
+    s
+}
+
+/// A whole HTTP response: the head (lower-cased) and the body.
+fn raw_response(s: std::net::TcpStream) -> (String, String) {
+    let mut all = String::new();
+    let _ = BufReader::new(s).read_to_string(&mut all);
+    let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));
+    (head.to_ascii_lowercase(), body.to_string())
+}
+
+#[test]
+fn a_plain_http_call_is_answered_as_json_and_a_client_that_leaves_cancels_it_upstream() {
+    let p = Project::new("");
+    let (log, _) = one_lane_manifest(&p);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let addr = gw.addr();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let (head, _) = raw_response(raw_post(&addr, None, init));
+    let session = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no session id in {head}"));
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (head, _) = raw_response(raw_post(&addr, Some(&session), initialized));
+    assert!(head.starts_with("http/1.1 202"), "{head}");
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":0,"tag":"j"}}}"#;
+    let (head, body) = raw_response(raw_post(&addr, Some(&session), call));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // An unknown tool is a JSON-RPC error, as on rmcp's way.
+    let typo =
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slep","arguments":{}}}"#;
+    let (_, body) = raw_response(raw_post(&addr, Some(&session), typo));
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // A known session's call is still refused from a foreign Host or Origin.
+    let evil = r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":0,"tag":"evil"}}}"#;
+    for headers in [
+        vec![("Host", "evil.example")],
+        vec![("Host", addr.as_str()), ("Origin", "http://evil.example")],
+    ] {
+        let (head, _) = raw_response(raw_post_with(&addr, Some(&session), evil, &headers));
+        assert!(head.starts_with("http/1.1 403"), "{headers:?}: {head}");
+    }
+    assert!(
+        !log_lines(&log).iter().any(|l| l.contains(" evil ")),
+        "{:?}",
+        log_lines(&log)
+    );
+    // A call whose client hangs up is cancelled upstream.
+    let hang = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"hang","arguments":{"tag":"gone"}}}"#;
+    let conn = raw_post(&addr, Some(&session), hang);
+    wait_for_line(&log, "start gone ");
+    drop(conn);
+    wait_for_line(&log, "cancelled gone ");
+    // The session goes on: its next call is answered.
+    let (_, body) = raw_response(raw_post(&addr, Some(&session), call));
+    assert!(body.contains("\"isError\":false"), "{body}");
 }
 
 #[test]

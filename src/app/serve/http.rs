@@ -11,13 +11,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::fast::{self, Answer, Registry};
 use super::gateway::Gateway;
 use super::handler::{Handler, Tenant};
 
@@ -38,15 +39,84 @@ pub struct HttpOptions {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
+type Service = StreamableHttpService<Handler, LocalSessionManager>;
+/// The largest request body read (rmcp's own limit).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What every request is routed with.
+struct Route {
+    gateway: Arc<Gateway>,
+    registry: Arc<Registry>,
+    service: Service,
+    tokens: Tokens,
+    hosts: Vec<String>,
+}
+
+fn plain(status: hyper::StatusCode, text: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+    *r.status_mut() = status;
+    r
+}
+
+impl Route {
+    /// Check the path and the token, then answer on the short way (`fast.rs`) or rmcp's.
+    async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
+        use tower_service::Service;
+        if req.uri().path() != "/mcp" {
+            return plain(hyper::StatusCode::NOT_FOUND, "not found; MCP is at /mcp");
+        }
+        let tenant = match tenant_of(&self.tokens, &req) {
+            Err(()) => return unauthorized(),
+            Ok(t) => t,
+        };
+        if let Some(t) = &tenant {
+            req.extensions_mut().insert(Tenant(t.clone()));
+        }
+        let (parts, body) = req.into_parts();
+        let Some(session) = fast::eligible(&parts, &self.hosts) else {
+            let req = Request::from_parts(parts, body);
+            return self
+                .service
+                .clone()
+                .call(req)
+                .await
+                .unwrap_or_else(|e| match e {});
+        };
+        let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
+            return plain(
+                hyper::StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
+            );
+        };
+        let body = body.to_bytes();
+        let who = (session.as_str(), tenant);
+        match fast::answer(&self.gateway, &self.registry, who, &body).await {
+            Some(Answer::Json(json)) => {
+                let mut r = Response::new(Full::new(Bytes::from(json)).boxed());
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            Some(Answer::Accepted) => plain(hyper::StatusCode::ACCEPTED, ""),
+            None => {
+                let req = Request::from_parts(parts, Full::new(body));
+                self.service
+                    .clone()
+                    .call(req)
+                    .await
+                    .unwrap_or_else(|e| match e {})
+            }
+        }
+    }
+}
 
 fn unauthorized() -> Response<Body> {
-    let mut r = Response::new(
-        Full::new(Bytes::from_static(
-            b"{\"error\":\"a valid bearer token is required (Authorization: Bearer TOKEN)\"}",
-        ))
-        .boxed(),
+    let mut r = plain(
+        hyper::StatusCode::UNAUTHORIZED,
+        "{\"error\":\"a valid bearer token is required (Authorization: Bearer TOKEN)\"}",
     );
-    *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
     r.headers_mut().insert(
         hyper::header::WWW_AUTHENTICATE,
         hyper::header::HeaderValue::from_static("Bearer"),
@@ -99,14 +169,20 @@ pub async fn serve(
     } else {
         config.with_allowed_origins(opts.origins)
     };
-    let tenant = opts.tenant;
-    let g = gateway.clone();
-    let service: StreamableHttpService<Handler, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(Handler::new(g.clone(), tenant.clone())),
+    let registry = Arc::new(Registry::default());
+    let (tenant, g, r) = (opts.tenant, gateway.clone(), registry.clone());
+    let service: Service = StreamableHttpService::new(
+        move || Ok(Handler::new(g.clone(), tenant.clone(), Some(r.clone()))),
         Arc::new(LocalSessionManager::default()),
-        config,
+        config.clone(),
     );
-    let tokens = Arc::new(opts.tokens);
+    let route = Arc::new(Route {
+        gateway,
+        registry,
+        service,
+        tokens: opts.tokens,
+        hosts: config.allowed_hosts,
+    });
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -115,30 +191,11 @@ pub async fn serve(
         let Ok((stream, _)) = accepted else { continue };
         // Answers are small writes: send each at once.
         let _ = stream.set_nodelay(true);
-        let (service, tokens) = (service.clone(), tokens.clone());
+        let route = route.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                let mut service = service.clone();
-                let tenant = tenant_of(&tokens, &req);
-                async move {
-                    use tower_service::Service;
-                    if req.uri().path() != "/mcp" {
-                        let mut r = Response::new(
-                            Full::new(Bytes::from_static(b"not found; MCP is at /mcp")).boxed(),
-                        );
-                        *r.status_mut() = hyper::StatusCode::NOT_FOUND;
-                        return Ok::<_, Infallible>(r);
-                    }
-                    match tenant {
-                        Err(()) => Ok(unauthorized()),
-                        Ok(t) => {
-                            if let Some(t) = t {
-                                req.extensions_mut().insert(Tenant(t));
-                            }
-                            service.call(req).await
-                        }
-                    }
-                }
+            let svc = hyper::service::service_fn(move |req| {
+                let route = route.clone();
+                async move { Ok::<_, Infallible>(route.answer(req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()

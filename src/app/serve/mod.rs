@@ -12,6 +12,7 @@
 
 mod answer;
 mod catalog;
+mod fast;
 mod gateway;
 mod handler;
 mod http;
@@ -120,7 +121,7 @@ async fn terminated() {
 /// One session on stdin and stdout, until stdin closes (its calls in flight are cancelled:
 /// nobody is left to answer) or a signal (they get `grace` to finish).
 async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result<(), Error> {
-    let handler = Handler::new(gateway.clone(), tenant);
+    let handler = Handler::new(gateway.clone(), tenant, None);
     let service = handler
         .serve(rmcp::transport::stdio())
         .await

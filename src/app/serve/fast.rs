@@ -1,0 +1,253 @@
+//! The short way for a `tools/call` over HTTP: a plain call of a known session (no progress
+//! token, no `_meta`) is answered here, as `application/json`, straight from the gateway —
+//! not through rmcp's session worker and an SSE stream, which cost a call more than the
+//! engine does. Anything else (initialize, lists, notifications but a cancel of our own,
+//! calls with progress, `2026-07-28` requests, a `Host` or `Origin` rmcp must judge) goes on
+//! to rmcp untouched, so this path is never more permissive than rmcp's: the sessions it
+//! knows are the ones rmcp's handlers registered, and a request it is unsure of is rmcp's.
+//!
+//! A call whose client goes away is cancelled and still driven to its end (its upstream is
+//! told), like one of rmcp's.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::gateway::{CallCx, Gateway, Session};
+
+/// The session id header of Streamable HTTP.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Protocol versions whose requests rmcp serves in session mode (older than `2026-07-28`).
+const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// A session rmcp serves, as this path knows it.
+pub struct Live {
+    session: Weak<Session>,
+    /// The tenant of calls whose request names none.
+    tenant: String,
+    /// Calls in flight on this path, by JSON-RPC id, to cancel on `notifications/cancelled`.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// Sessions by `Mcp-Session-Id`, registered by their handlers.
+#[derive(Default)]
+pub struct Registry {
+    map: RwLock<HashMap<String, Arc<Live>>>,
+}
+
+impl Registry {
+    /// Register a session under its id (once; sessions that are gone are forgotten then).
+    pub fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
+        let Ok(mut map) = self.map.write() else {
+            return;
+        };
+        map.retain(|_, l| l.session.strong_count() > 0);
+        map.entry(id.to_string()).or_insert_with(|| {
+            Arc::new(Live {
+                session: Arc::downgrade(session),
+                tenant: tenant.to_string(),
+                inflight: Mutex::default(),
+            })
+        });
+    }
+
+    fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
+        let live = self.map.read().ok()?.get(id)?.clone();
+        let session = live.session.upgrade()?;
+        Some((live, session))
+    }
+}
+
+/// What this path answers: a JSON body (200) or an accepted notification (202).
+pub enum Answer {
+    Json(Vec<u8>),
+    Accepted,
+}
+
+/// Whether a request's headers let this path take it (else rmcp judges it). `hosts` are the
+/// allowed `Host` names (`name` or `name:port`).
+pub fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String> {
+    let h = &parts.headers;
+    if parts.method != http::Method::POST || h.contains_key(http::header::ORIGIN) {
+        return None;
+    }
+    let text = |name| {
+        h.get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let accept = text(http::header::ACCEPT.as_str())?;
+    let json = text(http::header::CONTENT_TYPE.as_str())?;
+    if !accept.contains("application/json")
+        || !accept.contains("text/event-stream")
+        || !json.trim_start().starts_with("application/json")
+    {
+        return None;
+    }
+    if let Some(v) = text("mcp-protocol-version") {
+        if !LEGACY_VERSIONS.contains(&v) {
+            return None;
+        }
+    }
+    // SEP-2243's `Mcp-Method`/`Mcp-Name` headers are checked by rmcp only from `2026-07-28`
+    // on, which this path leaves to rmcp.
+    if !host_allowed(text(http::header::HOST.as_str())?, hosts) {
+        return None;
+    }
+    text(SESSION_HEADER).map(str::to_string)
+}
+
+/// The `Host` header is one of `hosts` exactly (an entry without a port: any port).
+fn host_allowed(host: &str, hosts: &[String]) -> bool {
+    let Ok(got) = host.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    let name = |a: &http::uri::Authority| a.host().trim_matches(['[', ']']).to_ascii_lowercase();
+    hosts.iter().any(|h| {
+        h.parse::<http::uri::Authority>().is_ok_and(|want| {
+            name(&want) == name(&got) && want.port_u16().is_none_or(|p| got.port_u16() == Some(p))
+        })
+    })
+}
+
+/// Answer `body` here if it is a plain `tools/call` or a cancel of one of ours; `None`: rmcp's.
+pub async fn answer(
+    gateway: &Arc<Gateway>,
+    registry: &Registry,
+    (session_id, tenant): (&str, Option<String>),
+    body: &Bytes,
+) -> Option<Answer> {
+    let (live, session) = registry.get(session_id)?;
+    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    if msg.get("jsonrpc")? != "2.0" {
+        return None;
+    }
+    let method = msg.get("method")?.as_str()?;
+    if method == "notifications/cancelled" && !msg.contains_key("id") {
+        let key = msg.get("params")?.get("requestId")?.to_string();
+        let token = live.inflight.lock().ok()?.get(&key)?.clone();
+        token.cancel();
+        return Some(Answer::Accepted);
+    }
+    if method != "tools/call" {
+        return None;
+    }
+    let id = msg
+        .remove("id")
+        .filter(|id| id.is_string() || id.is_i64())?;
+    let Some(Value::Object(mut params)) = msg.remove("params") else {
+        return None;
+    };
+    if params.contains_key("_meta") {
+        return None;
+    }
+    let Some(Value::String(name)) = params.remove("name") else {
+        return None;
+    };
+    let args = match params.remove("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(a)) => a,
+        Some(_) => return None,
+    };
+    let tenant = tenant.unwrap_or_else(|| live.tenant.clone());
+    let reply = call(gateway.clone(), (live, session), &id, (name, args), tenant).await;
+    let mut out = Map::new();
+    out.insert("jsonrpc".into(), "2.0".into());
+    out.insert("id".into(), id);
+    match reply {
+        Ok(result) => out.insert("result".into(), result),
+        // As the handler answers a protocol fault: invalid params.
+        Err(e) => out.insert(
+            "error".into(),
+            serde_json::json!({"code": -32602, "message": e}),
+        ),
+    };
+    serde_json::to_vec(&out).ok().map(Answer::Json)
+}
+
+/// Run the call, cancellable by its id while it lasts and finished even if nobody waits.
+async fn call(
+    gateway: Arc<Gateway>,
+    (live, session): (Arc<Live>, Arc<Session>),
+    id: &Value,
+    (name, args): (String, Map<String, Value>),
+    tenant: String,
+) -> Result<Value, String> {
+    let key = id.to_string();
+    let cancel = CancellationToken::new();
+    if let Ok(mut m) = live.inflight.lock() {
+        m.insert(key.clone(), cancel.clone());
+    }
+    let cx = CallCx {
+        tenant,
+        cancel: cancel.clone(),
+        progress: None,
+    };
+    let run = async move {
+        let r = gateway.call(&session, &name, args, cx).await;
+        if let Ok(mut m) = live.inflight.lock() {
+            m.remove(&key);
+        }
+        r
+    };
+    Finish {
+        fut: Some(Box::pin(run)),
+        cancel,
+    }
+    .await
+}
+
+/// A future that, dropped before it is done, cancels its call and drives it to its end on a
+/// task of its own (so an upstream is told and nothing is left half-done).
+struct Finish<F: Future<Output: Send> + Send + 'static> {
+    fut: Option<Pin<Box<F>>>,
+    cancel: CancellationToken,
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Future for Finish<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Drop for Finish<F> {
+    fn drop(&mut self) {
+        if let Some(fut) = self.fut.take() {
+            self.cancel.cancel();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(fut);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_match_by_name_and_port_when_given() {
+        let hosts = ["localhost".to_string(), "gw.internal:8080".to_string()];
+        assert!(host_allowed("localhost:1234", &hosts));
+        assert!(host_allowed("LOCALHOST", &hosts));
+        assert!(host_allowed("gw.internal:8080", &hosts));
+        assert!(!host_allowed("gw.internal:9090", &hosts));
+        assert!(!host_allowed("evil.example", &hosts));
+        assert!(!host_allowed("", &hosts));
+        let v6 = ["[::1]".to_string()];
+        assert!(host_allowed("[::1]:80", &v6));
+    }
+}
