@@ -1,5 +1,6 @@
 //! What a gateway adds to an MCP tool call, side by side in one run: `cargo build --release
-//! --examples && target/release/examples/mcp_gateway [CALLS]`.
+//! --bins --examples && target/release/examples/mcp_gateway [CALLS]` (the gateway is the
+//! release `flux-tools` beside the examples: build it too).
 //!
 //! The upstream is the project's own rmcp test server (`mcp_test_server`, tool `sleep` with
 //! `ms = 0`: the call's own time is nothing). A row per way of reaching it: directly over
@@ -9,7 +10,8 @@
 //! PyPI mcp-proxy's; `MCP_PROXY_RS`: the `mcp-proxy` crate's) — each serving the same upstream
 //! on Streamable HTTP. The client is rmcp's, in this process. Columns: p50 and p99 of a call's
 //! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
-//! added over the direct row, and calls per second with 1, 8 and 64 clients.
+//! added over the direct row, and calls per second with 1, 8 and 64 clients — each the median
+//! of `ROUNDS` (default 3) rounds over every row in turn.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -242,42 +244,84 @@ async fn main() {
         format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n\n[tools.inline]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ slept = 0 }}\n[tools.inline.args]\nms = {{ type = \"integer\" }}\n"),
     )
     .expect("manifest");
-    let rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
+    let mut rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
+    // `ONLY=TEXT`: just the direct row and the rows whose name has TEXT (to profile one).
+    if let Ok(only) = std::env::var("ONLY") {
+        let mut i = 0;
+        rows.retain(|(name, _, _)| {
+            i += 1;
+            i == 1 || name.contains(&only)
+        });
+    }
     println!("{calls} calls a row; latencies in ms");
     println!(
         "{:26}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
         "", "p50 1c", "p99 1c", "p50 8c", "p99 8c", "+p50 1c", "+p50 8c", "calls/s 1", "8", "64"
     );
-    let mut base: Option<(f64, f64)> = None;
-    for (name, t, _g) in &rows {
-        // The mcp-proxy crate names a backend's tools `BACKEND/TOOL`.
-        let tool = match name {
-            n if n.contains("crate") => "t/sleep",
-            n if n.contains("inline") => "inline",
-            _ => "sleep",
-        };
-        let (mut one, _) = measure((t, tool), 1, calls).await;
-        let (mut eight, _) = measure((t, tool), 8, calls / 8).await;
-        let (p50_1, p99_1, p50_8, p99_8) = (
-            pct(&mut one, 50),
-            pct(&mut one, 99),
-            pct(&mut eight, 50),
-            pct(&mut eight, 99),
-        );
-        let b = *base.get_or_insert((p50_1, p50_8));
-        let mut cps = Vec::new();
-        for clients in [1usize, 8, 64] {
-            let per = (calls / clients).max(20);
-            let (_, wall) = measure((t, tool), clients, per).await;
-            cps.push((clients * per) as f64 / wall.as_secs_f64());
+    // Rounds over every row in turn; each figure is its row's median over the rounds, so a
+    // moment of load on the machine moves one round of every row, not one row.
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut figures = vec![Vec::new(); rows.len()];
+    for _ in 0..rounds {
+        for (i, (name, t, _g)) in rows.iter().enumerate() {
+            figures[i].push(cells(name, t, calls).await);
         }
+    }
+    let base = median(&figures[0]);
+    for ((name, _, _), f) in rows.iter().zip(&figures) {
+        let m = median(f);
         println!(
-            "{name:26}{p50_1:9.3}{p99_1:9.3}{p50_8:9.3}{p99_8:9.3}{:10.3}{:10.3}{:10.0}{:10.0}{:10.0}",
-            p50_1 - b.0,
-            p50_8 - b.1,
-            cps[0],
-            cps[1],
-            cps[2]
+            "{name:26}{:9.3}{:9.3}{:9.3}{:9.3}{:10.3}{:10.3}{:10.0}{:10.0}{:10.0}",
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[0] - base[0],
+            m[2] - base[2],
+            m[4],
+            m[5],
+            m[6]
         );
     }
+}
+
+/// One round of a row: p50 and p99 at 1 and 8 clients, calls/s at 1, 8 and 64.
+async fn cells(name: &str, t: &Target, calls: usize) -> [f64; 7] {
+    // The mcp-proxy crate names a backend's tools `BACKEND/TOOL`.
+    let tool = match name {
+        n if n.contains("crate") => "t/sleep",
+        n if n.contains("inline") => "inline",
+        _ => "sleep",
+    };
+    let (mut one, _) = measure((t, tool), 1, calls).await;
+    let (mut eight, _) = measure((t, tool), 8, calls / 8).await;
+    let mut out = [
+        pct(&mut one, 50),
+        pct(&mut one, 99),
+        pct(&mut eight, 50),
+        pct(&mut eight, 99),
+        0.0,
+        0.0,
+        0.0,
+    ];
+    for (i, clients) in [1usize, 8, 64].into_iter().enumerate() {
+        let per = (calls / clients).max(20);
+        let (_, wall) = measure((t, tool), clients, per).await;
+        out[4 + i] = (clients * per) as f64 / wall.as_secs_f64();
+    }
+    out
+}
+
+/// Each cell's median over the rounds.
+fn median(rounds: &[[f64; 7]]) -> [f64; 7] {
+    let mut out = [0.0; 7];
+    for (i, cell) in out.iter_mut().enumerate() {
+        let mut xs: Vec<f64> = rounds.iter().map(|r| r[i]).collect();
+        xs.sort_by(f64::total_cmp);
+        *cell = xs[xs.len() / 2];
+    }
+    out
 }

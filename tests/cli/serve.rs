@@ -633,6 +633,25 @@ fn a_plain_http_call_is_answered_as_json_and_a_client_that_leaves_cancels_it_ups
     let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     assert_eq!(answer["id"], 7, "{answer}");
     assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // With a progress token and nothing to say before the answer: JSON too; with other
+    // `_meta`, rmcp's way (an event stream).
+    for (meta, kind) in [
+        (r#"{"progressToken":"p1"}"#, "application/json"),
+        (
+            r#"{"progressToken":"p2","traceparent":"x"}"#,
+            "text/event-stream",
+        ),
+    ] {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":0,"tag":"m"}},"_meta":{meta}}}}}"#
+        );
+        let (head, body) = raw_response(raw_post(&addr, Some(&session), &call));
+        assert!(
+            head.contains(&format!("content-type: {kind}")),
+            "{meta}: {head}"
+        );
+        assert!(body.contains("\"isError\":false"), "{meta}: {body}");
+    }
     // An unknown tool is a JSON-RPC error, as on rmcp's way.
     let typo =
         r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slep","arguments":{}}}"#;

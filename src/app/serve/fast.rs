@@ -1,8 +1,9 @@
-//! The short way for a `tools/call` over HTTP: a plain call of a known session (no progress
-//! token, no `_meta`) is answered here, as `application/json`, straight from the gateway —
-//! not through rmcp's session worker and an SSE stream, which cost a call more than the
-//! engine does. Anything else (initialize, lists, notifications but a cancel of our own,
-//! calls with progress, `2026-07-28` requests, a `Host` or `Origin` rmcp must judge) goes on
+//! The short way for a `tools/call` over HTTP: a call of a known session (its `_meta` at
+//! most a progress token) is answered here straight from the gateway — as `application/json`
+//! when nothing is said before the answer, else as an event stream of its progress and then
+//! the answer — not through rmcp's session worker and an SSE stream, which cost a call more
+//! than the engine does. Anything else (initialize, lists, notifications but a cancel of our
+//! own, other `_meta`, `2026-07-28` requests, a `Host` or `Origin` rmcp must judge) goes on
 //! to rmcp untouched, so this path is never more permissive than rmcp's: the sessions it
 //! knows are the ones rmcp's handlers registered, and a request it is unsure of is rmcp's.
 //!
@@ -17,9 +18,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::gateway::{CallCx, Gateway, Session};
+use super::gateway::{CallCx, Gateway, ProgressSink, Session};
+use crate::tools::Progress;
 
 /// The session id header of Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -64,9 +67,14 @@ impl Registry {
     }
 }
 
-/// What this path answers: a JSON body (200) or an accepted notification (202).
+/// A stream of server-sent events, each a whole `data:` event.
+pub type Events = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
+
+/// What this path answers: a JSON body (200), an event stream (200) or an accepted
+/// notification (202).
 pub enum Answer {
     Json(Vec<u8>),
+    Events(Events),
     Accepted,
 }
 
@@ -145,9 +153,14 @@ pub async fn answer(
     let Some(Value::Object(mut params)) = msg.remove("params") else {
         return None;
     };
-    if params.contains_key("_meta") {
-        return None;
-    }
+    let token = match params.remove("_meta") {
+        None => None,
+        Some(Value::Object(mut meta)) => match meta.remove("progressToken") {
+            Some(t) if meta.is_empty() && (t.is_string() || t.is_i64()) => Some(t),
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
     let Some(Value::String(name)) = params.remove("name") else {
         return None;
     };
@@ -157,39 +170,101 @@ pub async fn answer(
         Some(_) => return None,
     };
     let tenant = tenant.unwrap_or_else(|| live.tenant.clone());
-    let reply = call(gateway.clone(), (live, session), &id, (name, args), tenant).await;
+    let (tx, mut said) = mpsc::unbounded_channel::<Progress>();
+    let progress: Option<ProgressSink> = token.as_ref().map(|_| {
+        Arc::new(move |p| {
+            let _ = tx.send(p);
+        }) as ProgressSink
+    });
+    let cx = CallCx {
+        tenant,
+        cancel: CancellationToken::new(),
+        progress,
+    };
+    let key = id.to_string();
+    let mut run = Box::pin(call(
+        gateway.clone(),
+        (live, session),
+        key,
+        (name, args),
+        cx,
+    ));
+    let first = tokio::select! {
+        biased;
+        r = &mut run => return Some(Answer::Json(reply(&id, r))),
+        Some(p) = said.recv() => p,
+    };
+    // Something is said before the answer: the answer comes as an event stream.
+    let token = token.unwrap_or_default();
+    let head = futures_util::stream::iter([event(&notice(&token, first))]);
+    let rest = futures_util::stream::unfold(Some((run, said)), move |state| {
+        let token = token.clone();
+        let id = id.clone();
+        async move {
+            let (mut run, mut said) = state?;
+            tokio::select! {
+                biased;
+                r = &mut run => Some((event(&reply(&id, r)), None)),
+                Some(p) = said.recv() => Some((event(&notice(&token, p)), Some((run, said)))),
+            }
+        }
+    });
+    use futures_util::StreamExt;
+    Some(Answer::Events(Box::pin(head.chain(rest))))
+}
+
+/// The JSON-RPC answer to request `id`: the call's result, or (a protocol fault, as the
+/// handler answers it) invalid params.
+fn reply(id: &Value, r: Result<Value, String>) -> Vec<u8> {
     let mut out = Map::new();
     out.insert("jsonrpc".into(), "2.0".into());
-    out.insert("id".into(), id);
-    match reply {
+    out.insert("id".into(), id.clone());
+    match r {
         Ok(result) => out.insert("result".into(), result),
-        // As the handler answers a protocol fault: invalid params.
         Err(e) => out.insert(
             "error".into(),
             serde_json::json!({"code": -32602, "message": e}),
         ),
     };
-    serde_json::to_vec(&out).ok().map(Answer::Json)
+    serde_json::to_vec(&out).unwrap_or_default()
 }
 
-/// Run the call, cancellable by its id while it lasts and finished even if nobody waits.
-async fn call(
+/// A progress notification on the client's token.
+fn notice(token: &Value, p: Progress) -> Vec<u8> {
+    let mut params = serde_json::json!({"progressToken": token, "progress": p.progress});
+    if let Some(t) = p.total {
+        params["total"] = t.into();
+    }
+    if let Some(m) = p.message {
+        params["message"] = m.into();
+    }
+    let n =
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
+    serde_json::to_vec(&n).unwrap_or_default()
+}
+
+/// One server-sent event carrying `json`.
+fn event(json: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(json.len() + 8);
+    b.extend_from_slice(b"data: ");
+    b.extend_from_slice(json);
+    b.extend_from_slice(b"\n\n");
+    Bytes::from(b)
+}
+
+/// Run the call, cancellable by its id (`key`) while it lasts and finished even if nobody
+/// waits.
+fn call(
     gateway: Arc<Gateway>,
     (live, session): (Arc<Live>, Arc<Session>),
-    id: &Value,
+    key: String,
     (name, args): (String, Map<String, Value>),
-    tenant: String,
-) -> Result<Value, String> {
-    let key = id.to_string();
-    let cancel = CancellationToken::new();
+    cx: CallCx,
+) -> Finish<impl Future<Output = Result<Value, String>> + Send + 'static> {
+    let cancel = cx.cancel.clone();
     if let Ok(mut m) = live.inflight.lock() {
         m.insert(key.clone(), cancel.clone());
     }
-    let cx = CallCx {
-        tenant,
-        cancel: cancel.clone(),
-        progress: None,
-    };
     let run = async move {
         let r = gateway.call(&session, &name, args, cx).await;
         if let Ok(mut m) = live.inflight.lock() {
@@ -201,7 +276,6 @@ async fn call(
         fut: Some(Box::pin(run)),
         cancel,
     }
-    .await
 }
 
 /// A future that, dropped before it is done, cancels its call and drives it to its end on a

@@ -144,7 +144,6 @@ impl Gateway {
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
         let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
-        let ticker = reporter.as_ref().map(|r| r.clone().tick());
         let waited = tokio::select! {
             () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
             () = cx.cancel.cancelled() => false,
@@ -154,9 +153,6 @@ impl Gateway {
         } else {
             cancelled()
         };
-        if let Some(t) = ticker {
-            t.abort();
-        }
         drop(ticket);
         Ok(answer)
     }
@@ -236,25 +232,29 @@ impl Gateway {
         if let Ok(mut a) = self.active.lock() {
             a.insert(p.seq, ctl.clone());
         }
-        let watcher = reporter.map(|r| {
-            let names = self.lane_progress(p.seq, p.lane_names);
-            tokio::spawn(r.watch(events_rx, progress_rx, names))
-        });
-        // Run on this task (no spawn: one wake-up fewer per call); a cancellation interrupts it
-        // and waits for it to wind down.
-        let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
-        tokio::pin!(job);
-        let report = tokio::select! {
-            r = &mut job => Some(r),
-            () = cancel.cancelled() => {
-                let _ = ctl.send(Control::Interrupt);
-                let _ = (&mut job).await;
-                None
+        let names = self.lane_progress(p.seq, p.lane_names);
+        let watch = async move {
+            match reporter {
+                Some(r) => r.watch(events_rx, progress_rx, names).await,
+                None => std::future::pending().await,
             }
         };
-        if let Some(w) = watcher {
-            w.abort();
-        }
+        // The run and its watcher are polled on this task (no spawn: fewer wake-ups per
+        // call); a cancellation interrupts the run and waits for it to wind down.
+        let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
+        tokio::pin!(job, watch);
+        let mut watching = true;
+        let report = loop {
+            tokio::select! {
+                r = &mut job => break Some(r),
+                () = &mut watch, if watching => watching = false,
+                () = cancel.cancelled() => {
+                    let _ = ctl.send(Control::Interrupt);
+                    let _ = (&mut job).await;
+                    break None;
+                }
+            }
+        };
         self.forget(p.seq);
         match report {
             None => cancelled(),
@@ -389,6 +389,8 @@ pub struct Reporter {
     sink: ProgressSink,
     /// How many notifications went out, and what the call waits for now (`None`: running).
     state: Mutex<(u64, Option<String>)>,
+    /// Whether the repeating tick is started (on the first wait: most calls never wait).
+    ticking: std::sync::atomic::AtomicBool,
 }
 
 impl Reporter {
@@ -396,6 +398,7 @@ impl Reporter {
         Reporter {
             sink,
             state: Mutex::new((0, None)),
+            ticking: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -414,11 +417,14 @@ impl Reporter {
         });
     }
 
-    fn waiting(&self, message: String) {
+    fn waiting(self: &Arc<Self>, message: String) {
         if let Ok(mut s) = self.state.lock() {
             s.1 = Some(message.clone());
         }
         self.send(message);
+        if !self.ticking.swap(true, Ordering::Relaxed) {
+            self.tick();
+        }
     }
 
     fn running(&self) {
@@ -427,17 +433,19 @@ impl Reporter {
         }
     }
 
-    /// Say again what the call waits for, every [`PROGRESS_EVERY`], until aborted.
-    fn tick(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Say again what the call waits for, every [`PROGRESS_EVERY`], while the call lasts.
+    fn tick(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PROGRESS_EVERY).await;
-                let waiting = self.state.lock().ok().and_then(|s| s.1.clone());
+                let Some(me) = me.upgrade() else { return };
+                let waiting = me.state.lock().ok().and_then(|s| s.1.clone());
                 if let Some(m) = waiting {
-                    self.send(m);
+                    me.send(m);
                 }
             }
-        })
+        });
     }
 
     /// Follow the call's run: lane waits become messages, the upstream's progress is passed on.

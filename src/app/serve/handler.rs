@@ -13,7 +13,6 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
 
-use super::fast::{Registry, SESSION_HEADER};
 use super::gateway::{CallCx, Gateway, ProgressSink, Session};
 use crate::tools::Progress;
 
@@ -30,38 +29,22 @@ pub struct Handler {
     tenant: String,
     /// Whether this session is told of changes to the list (after its first list).
     told: Arc<std::sync::atomic::AtomicBool>,
-    /// Over HTTP: where the short way (`fast.rs`) finds this session, once it is registered.
-    registry: Option<(Arc<Registry>, Arc<std::sync::atomic::AtomicBool>)>,
 }
 
 impl Handler {
-    pub fn new(gateway: Arc<Gateway>, tenant: String, registry: Option<Arc<Registry>>) -> Handler {
+    pub fn new(gateway: Arc<Gateway>, tenant: String) -> Handler {
         let session = gateway.session();
         Handler {
             gateway,
             session,
             tenant,
             told: Arc::default(),
-            registry: registry.map(|r| (r, Arc::default())),
         }
     }
 
-    /// Register the session under its HTTP session id, on its first request that has one.
-    fn register(&self, extensions: &rmcp::model::Extensions) {
-        let Some((registry, done)) = &self.registry else {
-            return;
-        };
-        if done.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let id = extensions
-            .get::<http::request::Parts>()
-            .and_then(|p| p.headers.get(SESSION_HEADER))
-            .and_then(|v| v.to_str().ok());
-        if let Some(id) = id {
-            registry.register(id, &self.session, &self.tenant);
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+    /// The client session this handler serves.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 
     /// The call's tenant: its HTTP request's token's, else the session's.
@@ -138,17 +121,12 @@ impl ServerHandler for Handler {
             )
     }
 
-    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
-        self.register(&context.extensions);
-    }
-
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.tell_changes(&context.peer);
-        self.register(&context.extensions);
         let mut tools = Vec::new();
         for v in self.gateway.catalog.list().await {
             let name = v["name"].as_str().unwrap_or_default().to_string();
@@ -165,7 +143,6 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.register(&context.extensions);
         let cx = CallCx {
             tenant: self.tenant(&context),
             cancel: context.ct.clone(),

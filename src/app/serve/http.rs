@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::fast::{self, Answer, Registry};
-use super::gateway::Gateway;
+use super::gateway::{Gateway, Session};
 use super::handler::{Handler, Tenant};
 
 /// Token digest → tenant.
@@ -46,7 +46,9 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// What every request is routed with.
 struct Route {
     gateway: Arc<Gateway>,
-    registry: Arc<Registry>,
+    registry: Registry,
+    /// The tenant of requests whose token names none.
+    tenant: String,
     service: Service,
     tokens: Tokens,
     hosts: Vec<String>,
@@ -58,7 +60,42 @@ fn plain(status: hyper::StatusCode, text: &'static str) -> Response<Body> {
     r
 }
 
+tokio::task_local! {
+    /// The session a request's handler created (an `initialize`), for the short way.
+    static CREATED: std::cell::RefCell<Option<Arc<Session>>>;
+}
+
 impl Route {
+    /// A request of no session (an `initialize`, or a stateless one) goes to rmcp; a session
+    /// it creates is registered under the id rmcp answers with, before the client has it.
+    async fn create(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        tenant: Option<String>,
+    ) -> Response<Body> {
+        use tower_service::Service;
+        let (r, created) = CREATED
+            .scope(std::cell::RefCell::new(None), async {
+                let r = self
+                    .service
+                    .clone()
+                    .call(req)
+                    .await
+                    .unwrap_or_else(|e| match e {});
+                (r, CREATED.with(|c| c.borrow_mut().take()))
+            })
+            .await;
+        let id = r
+            .headers()
+            .get(fast::SESSION_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if let (Some(session), Some(id)) = (created, id) {
+            let tenant = tenant.unwrap_or_else(|| self.tenant.clone());
+            self.registry.register(id, &session, &tenant);
+        }
+        r
+    }
+
     /// Check the path and the token, then answer on the short way (`fast.rs`) or rmcp's.
     async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
         use tower_service::Service;
@@ -71,6 +108,9 @@ impl Route {
         };
         if let Some(t) = &tenant {
             req.extensions_mut().insert(Tenant(t.clone()));
+        }
+        if !req.headers().contains_key(fast::SESSION_HEADER) {
+            return self.create(req, tenant).await;
         }
         let (parts, body) = req.into_parts();
         let Some(session) = fast::eligible(&parts, &self.hosts) else {
@@ -96,6 +136,24 @@ impl Route {
                 r.headers_mut().insert(
                     hyper::header::CONTENT_TYPE,
                     hyper::header::HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            Some(Answer::Events(events)) => {
+                use futures_util::StreamExt;
+                // rmcp's body type is `Sync`; the stream is polled by one task only.
+                let frames = sync_wrapper::SyncStream::new(
+                    events.map(|b| Ok::<_, Infallible>(hyper::body::Frame::data(b))),
+                );
+                let mut r = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(frames)));
+                let h = r.headers_mut();
+                h.insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("text/event-stream"),
+                );
+                h.insert(
+                    hyper::header::CACHE_CONTROL,
+                    hyper::header::HeaderValue::from_static("no-cache"),
                 );
                 r
             }
@@ -169,16 +227,21 @@ pub async fn serve(
     } else {
         config.with_allowed_origins(opts.origins)
     };
-    let registry = Arc::new(Registry::default());
-    let (tenant, g, r) = (opts.tenant, gateway.clone(), registry.clone());
+    let (tenant, g) = (opts.tenant.clone(), gateway.clone());
     let service: Service = StreamableHttpService::new(
-        move || Ok(Handler::new(g.clone(), tenant.clone(), Some(r.clone()))),
+        move || {
+            let h = Handler::new(g.clone(), tenant.clone());
+            // Tell the request that is creating the session (an `initialize`) of it.
+            let _ = CREATED.try_with(|c| *c.borrow_mut() = Some(h.session().clone()));
+            Ok(h)
+        },
         Arc::new(LocalSessionManager::default()),
         config.clone(),
     );
     let route = Arc::new(Route {
         gateway,
-        registry,
+        registry: Registry::default(),
+        tenant: opts.tenant,
         service,
         tokens: opts.tokens,
         hosts: config.allowed_hosts,

@@ -121,7 +121,7 @@ async fn terminated() {
 /// One session on stdin and stdout, until stdin closes (its calls in flight are cancelled:
 /// nobody is left to answer) or a signal (they get `grace` to finish).
 async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result<(), Error> {
-    let handler = Handler::new(gateway.clone(), tenant, None);
+    let handler = Handler::new(gateway.clone(), tenant);
     let service = handler
         .serve(rmcp::transport::stdio())
         .await
