@@ -84,30 +84,38 @@ impl Reader<'_> {
                 }
             }
         }
-        if let Some(ct) =
-            Reader::entry(root, "concurrency").and_then(|(_, v)| v.get_ref().as_table())
-        {
-            if let Some(pt) =
-                Reader::entry(ct, "per_tool").and_then(|(_, v)| v.get_ref().as_table())
-            {
-                for (k, _) in pt.iter() {
-                    let name = k.get_ref().as_ref();
-                    if m.tool(name).is_none() {
-                        self.error(
-                            k.span(),
-                            format!("[concurrency.per_tool] limits `{name}`, which is not a tool"),
-                            m.suggest_tool(name),
-                        );
-                    }
-                }
-            }
-        }
+        let at = |path: &[&str]| {
+            path.iter().try_fold(root, |t, key| {
+                Reader::entry(t, key).and_then(|(_, v)| v.get_ref().as_table())
+            })
+        };
+        self.tools_named(
+            m,
+            at(&["concurrency", "per_tool"]),
+            "[concurrency.per_tool]",
+        );
+        let per_session = at(&["serve", "session", "per_tool"]);
+        self.tools_named(m, per_session, "[serve.session.per_tool]");
         if m.concurrency.max_concurrent_tools.is_none() && !m.tools.is_empty() {
             self.diags.push(
                 Diagnostic::warning("the turn lane is unbounded: [concurrency] sets no max_concurrent_tools")
                     .in_file(&m.file.name)
                     .hint("a model can ask for fifty calls at once; bound them with max_concurrent_tools = 8"),
             );
+        }
+    }
+
+    /// Every key of `table` (a `per_tool` table) must be a tool.
+    fn tools_named(&mut self, m: &Manifest, table: Option<&DeTable<'_>>, what: &str) {
+        for (k, _) in table.iter().flat_map(|t| t.iter()) {
+            let name = k.get_ref().as_ref();
+            if m.tool(name).is_none() {
+                self.error(
+                    k.span(),
+                    format!("{what} limits `{name}`, which is not a tool"),
+                    m.suggest_tool(name),
+                );
+            }
         }
     }
 }

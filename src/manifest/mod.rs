@@ -248,6 +248,20 @@ pub struct Serve {
     /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends
     /// (`${env:…}`, never printed).
     pub tokens: BTreeMap<String, Template>,
+    /// `[serve.session]`: what one client session may spend.
+    pub session: SessionLimits,
+}
+
+/// `[serve.session]`: limits on one MCP client session of the gateway, reserved before a call
+/// is dispatched and given back if it never runs.
+#[derive(Debug, Clone, Default)]
+pub struct SessionLimits {
+    /// `max_calls`: the most calls a session may make.
+    pub max_calls: Option<u32>,
+    /// `max_cost`: the most a session may spend (the sum of its calls' `cost`).
+    pub max_cost: Option<f64>,
+    /// `per_tool = { NAME = N }`: the most calls of one tool a session may make.
+    pub per_tool: BTreeMap<String, u32>,
 }
 
 /// `[hooks]`.

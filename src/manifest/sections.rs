@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
-use super::{Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve};
+use super::{
+    Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve, SessionLimits,
+};
 
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
@@ -129,7 +131,7 @@ impl Reader<'_> {
         let Some(t) = self.table(root, "serve", "the manifest") else {
             return Serve::default();
         };
-        self.check_keys(t, &["tokens"], "[serve]");
+        self.check_keys(t, &["tokens", "session"], "[serve]");
         let tokens = self.template_map(t, "tokens", "[serve]");
         if let Some(tt) = self.table(t, "tokens", "[serve]") {
             for (k, v) in tt.iter() {
@@ -146,7 +148,42 @@ impl Reader<'_> {
                 }
             }
         }
-        Serve { tokens }
+        let session = self.session_limits(t);
+        Serve { tokens, session }
+    }
+
+    /// `[serve.session]`: `max_calls`, `max_cost`, `per_tool = { NAME = N }`.
+    fn session_limits(&mut self, serve: &DeTable<'_>) -> SessionLimits {
+        let ctx = "[serve.session]";
+        let Some(t) = self.table(serve, "session", ctx) else {
+            return SessionLimits::default();
+        };
+        self.check_keys(t, &["max_calls", "max_cost", "per_tool"], ctx);
+        let max_cost = self.number(t, "max_cost", ctx).and_then(|(c, span)| {
+            if c < 0.0 {
+                self.error(
+                    span,
+                    format!("`max_cost` in {ctx} cannot be negative"),
+                    None,
+                );
+                return None;
+            }
+            Some(c)
+        });
+        let mut per_tool = BTreeMap::new();
+        if let Some(pt) = self.table(t, "per_tool", ctx) {
+            for (k, v) in pt.iter() {
+                let name = k.get_ref().to_string();
+                if let Some(n) = self.count(v, &format!("`{name}` in [serve.session.per_tool]")) {
+                    per_tool.insert(name, n);
+                }
+            }
+        }
+        SessionLimits {
+            max_calls: self.count_field(t, "max_calls", ctx),
+            max_cost,
+            per_tool,
+        }
     }
 
     pub(super) fn hooks(&mut self, root: &DeTable<'_>) -> Hooks {

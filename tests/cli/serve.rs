@@ -1195,3 +1195,68 @@ fn a_bearer_token_names_the_tenant_and_tenants_do_not_share_the_cache() {
     call("tok-b");
     assert_eq!(starts(), 2, "beta never gets acme's entry");
 }
+
+#[test]
+fn a_session_budget_admits_exactly_what_it_can_pay_for_and_each_session_has_its_own() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("log");
+    let starts = p.path().join("starts");
+    let m = format!(
+        "[serve.session]\nmax_cost = 1.00\n\n{}",
+        upstream(&log, &starts, "cost = 0.30")
+    );
+    p.write("tools.toml", &m);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let burst = ["burst", "sleep", "10", r#"{"ms": 300, "tag": "b{i}"}"#];
+    for (session, how) in [
+        ("stdio", stdio(&p, &["--lane-store", "memory"])),
+        ("http", http(&gw.url)),
+    ] {
+        let before = log_lines(&log)
+            .iter()
+            .filter(|l| l.starts_with("start b"))
+            .count();
+        let out = run_client(&py, &how, &burst);
+        let results = out.as_array().cloned().unwrap_or_default();
+        assert_eq!(results.len(), 10, "{out}");
+        let refused: Vec<&str> = results
+            .iter()
+            .filter(|r| r["isError"] == true)
+            .map(text)
+            .collect();
+        assert_eq!(refused.len(), 7, "{session}: {out}");
+        assert!(
+            refused.iter().all(|t| t.starts_with("budget_exhausted: ")),
+            "{session}: {refused:?}"
+        );
+        let reached = log_lines(&log)
+            .iter()
+            .filter(|l| l.starts_with("start b"))
+            .count();
+        assert_eq!(reached - before, 3, "{session}: {:?}", log_lines(&log));
+    }
+}
+
+#[test]
+fn a_per_tool_session_limit_names_a_tool_or_the_manifest_is_refused() {
+    let p = Project::new("");
+    p.write(
+        "tools.toml",
+        "[serve.session]\nper_tool = { delet = 1 }\n\n[tools.delete]\nkind = \"scripted\"\neffect = \"write\"\noutput = { ok = true }\n",
+    );
+    let out = Command::new(flux_bin())
+        .current_dir(p.path())
+        .args(["mcp", "serve"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("[serve.session.per_tool] limits `delet`"),
+        "{err}"
+    );
+    assert!(err.contains("tools.toml:2:"), "file and line: {err}");
+    assert!(err.contains("delete"), "did you mean: {err}");
+}

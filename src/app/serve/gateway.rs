@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::answer;
 use super::catalog::Catalog;
 use super::order::{self, Order};
+use super::spend::Spend;
 use crate::app::engine::{CallKit, Scope};
 use crate::batch::{Batch, Call};
 use crate::events::Event;
@@ -60,11 +61,15 @@ pub struct Session {
     pub id: u64,
     run_id: String,
     lanes: Mutex<HashMap<String, TenantLanes>>,
+    /// What it has spent against `[serve.session]`.
+    spend: Spend,
 }
 
 /// A call planned as a batch of one, ready to take its place.
 struct Planned {
     plan: crate::plan::Plan,
+    /// The tool's index in the manifest.
+    tool: usize,
     manifest: Arc<crate::manifest::Manifest>,
     lanes: Arc<dyn LaneStore>,
     /// Its arrival number.
@@ -109,6 +114,7 @@ impl Gateway {
             id,
             run_id: format!("{}-s{id}", self.id),
             lanes: Mutex::default(),
+            spend: Spend::default(),
         })
     }
 
@@ -141,6 +147,12 @@ impl Gateway {
             Ok(p) => p,
             Err(answer) => return Ok(answer),
         };
+        let tool = &planned.manifest.tools[planned.tool];
+        let limits = &planned.manifest.serve.session;
+        let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
+            Ok(s) => s,
+            Err(why) => return Ok(answer::error(&why)),
+        };
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
         let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
@@ -148,11 +160,14 @@ impl Gateway {
             () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
             () = cx.cancel.cancelled() => false,
         };
-        let answer = if waited {
+        let (answer, reached) = if waited {
             self.run(session, planned, &cx.cancel, reporter).await
         } else {
-            cancelled()
+            (cancelled(), false)
         };
+        if !reached {
+            session.spend.give_back(share);
+        }
         drop(ticket);
         Ok(answer)
     }
@@ -194,6 +209,7 @@ impl Gateway {
         };
         let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
         Ok(Ok(Planned {
+            tool: t,
             lane_names: plan.lanes.iter().map(|l| l.name.clone()).collect(),
             plan,
             manifest,
@@ -203,14 +219,15 @@ impl Gateway {
         }))
     }
 
-    /// Run the planned call; its answer (or the cancellation's).
+    /// Run the planned call; its answer (or the cancellation's), and whether it reached its
+    /// tool (a cache hit or a call refused before dispatch did not).
     async fn run(
         self: &Arc<Self>,
         session: &Session,
         p: Planned,
         cancel: &CancellationToken,
         reporter: Option<Arc<Reporter>>,
-    ) -> Value {
+    ) -> (Value, bool) {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let relay = Arc::new(Relay {
             raw: Mutex::default(),
@@ -244,25 +261,25 @@ impl Gateway {
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
         let mut watching = true;
-        let report = loop {
+        let (report, interrupted) = loop {
             tokio::select! {
-                r = &mut job => break Some(r),
+                r = &mut job => break (r, false),
                 () = &mut watch, if watching => watching = false,
                 () = cancel.cancelled() => {
                     let _ = ctl.send(Control::Interrupt);
-                    let _ = (&mut job).await;
-                    break None;
+                    break ((&mut job).await, true);
                 }
             }
         };
         self.forget(p.seq);
-        match report {
-            None => cancelled(),
-            Some(report) => match report.results.first() {
-                Some(r) => answer::of(r, relay.take()),
-                None => answer::error("run_ended: the call got no result"),
-            },
+        let Some(r) = report.results.first() else {
+            return (answer::error("run_ended: the call got no result"), false);
+        };
+        let reached = r.attempts > 0 && !r.cached;
+        if interrupted {
+            return (cancelled(), reached);
         }
+        (answer::of(r, relay.take()), reached)
     }
 
     fn forget(&self, seq: u64) {

@@ -17,6 +17,7 @@ mod gateway;
 mod handler;
 mod http;
 mod order;
+mod spend;
 
 use std::sync::Arc;
 use std::time::Duration;
