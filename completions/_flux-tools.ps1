@@ -149,6 +149,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;mcp;serve' {
             [CompletionResult]::new('--http', '--http', [CompletionResultType]::ParameterName, 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio')
+            [CompletionResult]::new('--otlp', '--otlp', [CompletionResultType]::ParameterName, 'Export each call''s span over OTLP/HTTP to this collector, in the client''s trace when its request carries `_meta.traceparent` [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]')
             [CompletionResult]::new('--tools', '--tools', [CompletionResultType]::ParameterName, 'Only these tools (comma-separated; manifest or exported names)')
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'The tenant of every call (stdio; over HTTP a bearer token names it)')
             [CompletionResult]::new('--max-concurrent-tools', '--max-concurrent-tools', [CompletionResultType]::ParameterName, 'Narrow each client''s turn lane (never widens the manifest''s max_concurrent_tools)')

@@ -138,6 +138,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;mcp;serve'= {
             cand --http 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio'
+            cand --otlp 'Export each call''s span over OTLP/HTTP to this collector, in the client''s trace when its request carries `_meta.traceparent` [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]'
             cand --tools 'Only these tools (comma-separated; manifest or exported names)'
             cand --tenant 'The tenant of every call (stdio; over HTTP a bearer token names it)'
             cand --max-concurrent-tools 'Narrow each client''s turn lane (never widens the manifest''s max_concurrent_tools)'

@@ -159,6 +159,7 @@ never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l http -d 'Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l otlp -d 'Export each call\'s span over OTLP/HTTP to this collector, in the client\'s trace when its request carries `_meta.traceparent` [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l tools -d 'Only these tools (comma-separated; manifest or exported names)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l tenant -d 'The tenant of every call (stdio; over HTTP a bearer token names it)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l max-concurrent-tools -d 'Narrow each client\'s turn lane (never widens the manifest\'s max_concurrent_tools)' -r

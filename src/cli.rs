@@ -198,6 +198,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
 
+    /// Export each call's span over OTLP/HTTP to this collector, in the client's trace when
+    /// its request carries `_meta.traceparent` [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none
+    /// when unset]
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+
     /// Only these tools (comma-separated; manifest or exported names)
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub tools: Option<Vec<String>>,

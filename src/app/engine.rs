@@ -495,6 +495,7 @@ impl Engine {
             started: self.started_wall,
             wall,
             results,
+            served: false,
         };
         if let Err(e) = rt.block_on(otlp::export(target.as_deref(), &run)) {
             if !self.quiet {

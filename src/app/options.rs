@@ -187,7 +187,7 @@ impl RunOptions {
                 (false, false) => CacheUse::On,
             },
             history: r.history.clone(),
-            otlp: otlp_target(r),
+            otlp: otlp_target(r.otlp.as_ref()),
             traceparent: std::env::var("TRACEPARENT").ok(),
             files,
             terminal,
@@ -228,7 +228,7 @@ impl RunOptions {
                 CacheUse::On
             },
             history: None,
-            otlp: None,
+            otlp: otlp_target(s.otlp.as_ref()),
             traceparent: None,
             files: Files::default(),
             terminal,
@@ -268,8 +268,8 @@ fn plan_options(r: &RunArgs) -> Result<PlanOptions, Error> {
 
 /// Where the run's spans go: `--otlp URL`, else the collector `OTEL_EXPORTER_OTLP_ENDPOINT`
 /// (or `…_TRACES_ENDPOINT`) names, else nowhere.
-fn otlp_target(r: &RunArgs) -> Option<Option<String>> {
-    if let Some(url) = &r.otlp {
+fn otlp_target(url: Option<&String>) -> Option<Option<String>> {
+    if let Some(url) = url {
         return Some(Some(url.clone()));
     }
     let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());

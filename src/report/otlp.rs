@@ -32,6 +32,9 @@ pub struct RunSpans<'a> {
     pub started: SystemTime,
     pub wall: Duration,
     pub results: &'a [CallResult],
+    /// A gateway's call (`mcp serve`): no run span; the call's span is the child of the
+    /// client's.
+    pub served: bool,
 }
 
 /// How long an export may take before it is given up (with a warning).
@@ -105,6 +108,12 @@ pub fn spans(run: &RunSpans<'_>) -> Vec<SpanData> {
     let end = run.started + run.wall;
     let mut out = Vec::with_capacity(run.results.len() + 1);
     let failed = run.results.iter().filter(|r| !r.is_ok()).count();
+    if run.served {
+        for r in run.results {
+            out.push(call_span(run, r, end, &scope));
+        }
+        return out;
+    }
     out.push(SpanData {
         span_context: context(t, t.run_span),
         parent_span_id: SpanId::from_bytes(t.parent.unwrap_or(0).to_be_bytes()),
@@ -144,6 +153,11 @@ fn call_span(
     scope: &InstrumentationScope,
 ) -> SpanData {
     let t = run.trace;
+    let parent = if run.served {
+        t.parent.unwrap_or(0)
+    } else {
+        t.run_span
+    };
     let (start, end) = match (r.started_ms, r.duration_ms) {
         (Some(s), Some(d)) => {
             let start = run.started + Duration::from_millis(s);
@@ -182,8 +196,8 @@ fn call_span(
     };
     SpanData {
         span_context: context(t, t.call_span(&r.id)),
-        parent_span_id: SpanId::from_bytes(t.run_span.to_be_bytes()),
-        parent_span_is_remote: false,
+        parent_span_id: SpanId::from_bytes(parent.to_be_bytes()),
+        parent_span_is_remote: run.served && t.parent.is_some(),
         span_kind: SpanKind::Internal,
         name: Cow::Owned(format!("execute_tool {}", r.tool)),
         start_time: start,

@@ -637,10 +637,7 @@ fn a_plain_http_call_is_answered_as_json_and_a_client_that_leaves_cancels_it_ups
     // `_meta`, rmcp's way (an event stream).
     for (meta, kind) in [
         (r#"{"progressToken":"p1"}"#, "application/json"),
-        (
-            r#"{"progressToken":"p2","traceparent":"x"}"#,
-            "text/event-stream",
-        ),
+        (r#"{"progressToken":"p2","other":"x"}"#, "text/event-stream"),
     ] {
         let call = format!(
             r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":0,"tag":"m"}},"_meta":{meta}}}}}"#
@@ -1259,4 +1256,100 @@ fn a_per_tool_session_limit_names_a_tool_or_the_manifest_is_refused() {
     );
     assert!(err.contains("tools.toml:2:"), "file and line: {err}");
     assert!(err.contains("delete"), "did you mean: {err}");
+}
+
+#[test]
+fn a_served_call_is_a_span_in_the_clients_trace_and_passes_it_upstream() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let Some(py) = python() else { return };
+    let collector = crate::http_server::TestServer::start();
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    let meta = p.path().join("meta.log");
+    let m = format!(
+        "[lanes.one]\nconcurrency = 1\n{}",
+        upstream(&log, &starts, "lanes = [\"one\"]")
+    )
+    .replace(
+        "env = { MCP_TEST_LOG",
+        &format!(
+            "env = {{ MCP_TEST_META_LOG = \"{}\", MCP_TEST_LOG",
+            meta.display()
+        ),
+    );
+    p.write("tools.toml", &m);
+    let gw = HttpGateway::start(
+        &p,
+        &["--lane-store", "memory", "--otlp", &collector.base],
+        &[],
+    );
+    // The traced call queues behind a 5 s holder (the client starts well within it).
+    let holder = client(
+        &py,
+        &http(&gw.url),
+        &["call", "sleep", r#"{"ms": 5000, "tag": "hold"}"#],
+    );
+    wait_for_line(&log, "start hold ");
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let traced = client(
+        &py,
+        &http(&gw.url),
+        &[
+            "traced",
+            "sleep",
+            r#"{"ms": 10, "tag": "t"}"#,
+            &format!("00-{trace}-{parent}-01"),
+        ],
+    );
+    let out = finish(traced);
+    let _ = finish(holder);
+    assert_eq!(out["isError"], false, "{out}");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let until = Instant::now() + Duration::from_secs(20);
+    let span = loop {
+        let spans: Vec<_> = collector
+            .requests_to("/v1/traces")
+            .iter()
+            .filter_map(|r| ExportTraceServiceRequest::decode(r.raw.as_slice()).ok())
+            .flat_map(|r| r.resource_spans)
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .collect();
+        if let Some(s) = spans.into_iter().find(|s| hex(&s.trace_id) == trace) {
+            break s;
+        }
+        assert!(Instant::now() < until, "no span in the client's trace");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(span.name, "execute_tool sleep");
+    assert_eq!(
+        hex(&span.parent_span_id),
+        parent,
+        "a child of the client's span"
+    );
+    let attr = |k: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == k)
+            .and_then(|kv| kv.value.clone())
+            .and_then(|v| v.value)
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    match attr("flux_tools.queued_ms") {
+        Some(Any::IntValue(q)) => assert!(q > 0, "queued {q} ms"),
+        other => panic!("no queued_ms: {other:?}"),
+    }
+    assert!(
+        matches!(attr("flux_tools.waited_on"), Some(Any::StringValue(l)) if l.contains("one")),
+        "{:?}",
+        attr("flux_tools.waited_on")
+    );
+    let seen = std::fs::read_to_string(&meta).unwrap_or_default();
+    let passed = format!("00-{trace}-{}-01", hex(&span.span_id));
+    assert!(
+        seen.contains(&passed),
+        "the upstream got the call's own span: {seen}"
+    );
 }

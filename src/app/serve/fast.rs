@@ -1,5 +1,5 @@
 //! The short way for a `tools/call` over HTTP: a call of a known session (its `_meta` at
-//! most a progress token) is answered here straight from the gateway — as `application/json`
+//! most a progress token and a `traceparent`) is answered here straight from the gateway — as `application/json`
 //! when nothing is said before the answer, else as an event stream of its progress and then
 //! the answer — not through rmcp's session worker and an SSE stream, which cost a call more
 //! than the engine does. Anything else (initialize, lists, notifications but a cancel of our
@@ -153,12 +153,9 @@ pub async fn answer(
     let Some(Value::Object(mut params)) = msg.remove("params") else {
         return None;
     };
-    let token = match params.remove("_meta") {
-        None => None,
-        Some(Value::Object(mut meta)) => match meta.remove("progressToken") {
-            Some(t) if meta.is_empty() && (t.is_string() || t.is_i64()) => Some(t),
-            _ => return None,
-        },
+    let (token, traceparent) = match params.remove("_meta") {
+        None => (None, None),
+        Some(Value::Object(meta)) => known_meta(meta)?,
         Some(_) => return None,
     };
     let Some(Value::String(name)) = params.remove("name") else {
@@ -178,6 +175,7 @@ pub async fn answer(
     });
     let cx = CallCx {
         tenant,
+        traceparent,
         cancel: CancellationToken::new(),
         progress,
     };
@@ -211,6 +209,23 @@ pub async fn answer(
     });
     use futures_util::StreamExt;
     Some(Answer::Events(Box::pin(head.chain(rest))))
+}
+
+/// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
+fn known_meta(mut meta: Map<String, Value>) -> Option<(Option<Value>, Option<String>)> {
+    let token = meta.remove("progressToken");
+    if token
+        .as_ref()
+        .is_some_and(|t| !(t.is_string() || t.is_i64()))
+    {
+        return None;
+    }
+    let traceparent = match meta.remove("traceparent") {
+        None => None,
+        Some(Value::String(t)) => Some(t),
+        Some(_) => return None,
+    };
+    meta.is_empty().then_some((token, traceparent))
 }
 
 /// The JSON-RPC answer to request `id`: the call's result, or (a protocol fault, as the

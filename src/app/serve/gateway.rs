@@ -23,8 +23,10 @@ use crate::batch::{Batch, Call};
 use crate::events::Event;
 use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
+use crate::report::otlp;
 use crate::run::{self, Control, LaneStore};
 use crate::tools::{Progress, Relay, ToolKind};
+use crate::trace_context::TraceContext;
 
 /// How often a call that waits tells its client so (clients whose timeout resets on
 /// progress keep waiting for a call that is merely queued).
@@ -51,6 +53,10 @@ pub struct Gateway {
     users: Mutex<HashMap<String, BTreeSet<u64>>>,
     /// Set once the gateway is shutting down: new calls are refused.
     closing: std::sync::atomic::AtomicBool,
+    /// Where each call's span goes (`--otlp`; `Some(None)`: the `OTEL_EXPORTER_OTLP_*` endpoint).
+    otlp: Option<Option<String>>,
+    /// Whether an export failed already (warned once).
+    export_failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A session's lane store and plan options for one tenant.
@@ -68,6 +74,9 @@ pub struct Session {
 /// A call planned as a batch of one, ready to take its place.
 struct Planned {
     plan: crate::plan::Plan,
+    /// The call's trace (the client's, when it sent one) and its tenant, for its span.
+    trace: Option<TraceContext>,
+    tenant: String,
     /// The tool's index in the manifest.
     tool: usize,
     manifest: Arc<crate::manifest::Manifest>,
@@ -78,9 +87,21 @@ struct Planned {
     lane_names: Vec<String>,
 }
 
+/// A finished call's span, to export.
+struct Span {
+    trace: TraceContext,
+    run_id: String,
+    tenant: String,
+    /// When its run began on the wall clock, and how long it took.
+    started: (std::time::SystemTime, Duration),
+    result: crate::events::CallResult,
+}
+
 /// What a call brings besides its tool and arguments.
 pub struct CallCx {
     pub tenant: String,
+    /// The client's `_meta.traceparent`: the call's span is its child.
+    pub traceparent: Option<String>,
     pub cancel: CancellationToken,
     pub progress: Option<ProgressSink>,
 }
@@ -90,7 +111,7 @@ impl Gateway {
         catalog: Catalog,
         kit: Arc<CallKit>,
         store: Arc<dyn LaneStore>,
-        opts: PlanOptions,
+        (opts, otlp): (PlanOptions, Option<Option<String>>),
     ) -> Gateway {
         Gateway {
             catalog: Arc::new(catalog),
@@ -104,6 +125,8 @@ impl Gateway {
             active: Mutex::default(),
             users: Mutex::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            otlp,
+            export_failed: Arc::default(),
         }
     }
 
@@ -143,10 +166,12 @@ impl Gateway {
         args: Map<String, Value>,
         cx: CallCx,
     ) -> Result<Value, String> {
-        let planned = match self.prepare(session, name, args, &cx.tenant).await? {
+        let mut planned = match self.prepare(session, name, args, &cx.tenant).await? {
             Ok(p) => p,
             Err(answer) => return Ok(answer),
         };
+        planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.otlp.is_some());
+        planned.tenant = cx.tenant.clone();
         let tool = &planned.manifest.tools[planned.tool];
         let limits = &planned.manifest.serve.session;
         let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
@@ -209,6 +234,8 @@ impl Gateway {
         };
         let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
         Ok(Ok(Planned {
+            trace: None,
+            tenant: tenant.to_string(),
             tool: t,
             lane_names: plan.lanes.iter().map(|l| l.name.clone()).collect(),
             plan,
@@ -241,7 +268,7 @@ impl Gateway {
             start: None,
             spent: 0.0,
             calls_made: 0,
-            trace: None,
+            trace: p.trace.clone(),
         };
         let mut config = self.kit.config(scope, reporter.as_ref().map(|_| events_tx));
         config.relay = Some(relay.clone());
@@ -258,6 +285,7 @@ impl Gateway {
         };
         // The run and its watcher are polled on this task (no spawn: fewer wake-ups per
         // call); a cancellation interrupts the run and waits for it to wind down.
+        let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
         let mut watching = true;
@@ -276,10 +304,47 @@ impl Gateway {
             return (answer::error("run_ended: the call got no result"), false);
         };
         let reached = r.attempts > 0 && !r.cached;
+        if let (Some(trace), Some(to)) = (p.trace, &self.otlp) {
+            let span = Span {
+                trace,
+                run_id: session.run_id.clone(),
+                tenant: p.tenant,
+                started: (started.0, started.1.elapsed()),
+                result: r.clone(),
+            };
+            self.export(span, to.clone());
+        }
         if interrupted {
             return (cancelled(), reached);
         }
         (answer::of(r, relay.take()), reached)
+    }
+
+    /// Send a call's span on a task of its own (the answer does not wait for the collector);
+    /// a collector that is away is warned of once.
+    fn export(&self, span: Span, to: Option<String>) {
+        let failed = self.export_failed.clone();
+        tokio::spawn(async move {
+            let run = otlp::RunSpans {
+                trace: &span.trace,
+                run_id: &span.run_id,
+                tenant: &span.tenant,
+                outcome: "completed",
+                started: span.started.0,
+                wall: span.started.1,
+                results: std::slice::from_ref(&span.result),
+                served: true,
+            };
+            if let Err(e) = otlp::export(to.as_deref(), &run).await {
+                if !failed.swap(true, Ordering::Relaxed) {
+                    let to = to.as_deref().map_or_else(
+                        || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
+                        crate::run::redact_url,
+                    );
+                    eprintln!("warning: mcp serve: a call's span could not be exported to {to}: {e} (said once)");
+                }
+            }
+        });
     }
 
     fn forget(&self, seq: u64) {

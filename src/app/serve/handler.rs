@@ -143,7 +143,9 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let traceparent = context.meta.get("traceparent").and_then(|v| v.as_str());
         let cx = CallCx {
+            traceparent: traceparent.map(str::to_string),
             tenant: self.tenant(&context),
             cancel: context.ct.clone(),
             progress: progress_sink(&context),

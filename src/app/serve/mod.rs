@@ -68,7 +68,12 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
     let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
         .map_err(Error::Invalid)?;
     let kit = engine.kit(&empty);
-    let gateway = Arc::new(Gateway::new(catalog, kit, lanes, opts.plan.clone()));
+    let gateway = Arc::new(Gateway::new(
+        catalog,
+        kit,
+        lanes,
+        (opts.plan.clone(), opts.otlp.clone()),
+    ));
     let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
     let served = match &s.http {
         None => rt.block_on(stdio(gateway, tenant, grace)),
