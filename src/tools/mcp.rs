@@ -130,6 +130,8 @@ pub struct Session {
     peer: rmcp::service::Peer<RoleClient>,
     progress: ProgressDispatcher,
     stderr: Arc<Mutex<String>>,
+    /// Its sender is dropped when the server's stderr reaches its end.
+    stderr_eof: tokio::sync::watch::Receiver<()>,
     /// `tools/list`, as JSON (name, description, inputSchema, annotations).
     tools: OnceCell<Result<Vec<Value>, String>>,
     /// Set when a call saw the transport close: later calls fail at once, unsent.
@@ -142,6 +144,14 @@ impl Session {
         if let Some(service) = self.service.lock().await.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
         }
+    }
+
+    /// The stderr tail of a server that went away, once its last words are read (its stderr
+    /// can end a moment after its stdout; at most half a second is waited).
+    async fn last_words(&self) -> String {
+        let mut eof = self.stderr_eof.clone();
+        let _ = tokio::time::timeout(Duration::from_millis(500), eof.wait_for(|_| false)).await;
+        self.stderr_tail()
     }
 
     fn stderr_tail(&self) -> String {
@@ -279,6 +289,8 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
             .map_err(|e| format!("MCP server `{name}`: {e}"))
     };
     let stderr = Arc::new(Mutex::new(String::new()));
+    // Closed when the server's stderr ends (or at once for a server without one).
+    let (eof_tx, stderr_eof) = tokio::sync::watch::channel(());
     let upstream = Upstream::default();
     let service: Service = if let Some(argv) = &decl.command {
         let mut parts = Vec::with_capacity(argv.len());
@@ -305,6 +317,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         if let Some(mut err) = err {
             let tail = stderr.clone();
             tokio::spawn(async move {
+                let _eof = eof_tx;
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = err.read(&mut buf).await {
                     if n == 0 {
@@ -367,6 +380,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         peer,
         progress: upstream.progress,
         stderr,
+        stderr_eof,
         tools: OnceCell::new(),
         dead: std::sync::atomic::AtomicBool::new(false),
     })
@@ -419,7 +433,7 @@ impl McpTool {
         if session.dead.load(std::sync::atomic::Ordering::Acquire)
             || session.peer.is_transport_closed()
         {
-            let tail = session.stderr_tail();
+            let tail = session.last_words().await;
             let mut why = format!("MCP server `{}` has exited", self.server);
             if !tail.is_empty() {
                 why.push_str(&format!(" (its stderr: {tail})"));
@@ -496,7 +510,7 @@ impl McpTool {
                 session
                     .dead
                     .store(true, std::sync::atomic::Ordering::Release);
-                let tail = session.stderr_tail();
+                let tail = session.last_words().await;
                 let mut why = format!("MCP server `{}` went away mid-call", self.server);
                 if !tail.is_empty() {
                     why.push_str(&format!(" (its stderr: {tail})"));
