@@ -124,6 +124,34 @@ impl rmcp::ClientHandler for Upstream {
     }
 }
 
+/// Keep the last [`STDERR_TAIL`] bytes of a server's stderr in `tail`; `eof` is dropped when
+/// it ends.
+fn keep_tail(
+    mut err: tokio::process::ChildStderr,
+    tail: Arc<Mutex<String>>,
+    eof: tokio::sync::watch::Sender<()>,
+) {
+    tokio::spawn(async move {
+                let _eof = eof;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        if t.len() > STDERR_TAIL * 2 {
+                            let mut cut = t.len() - STDERR_TAIL;
+                            while !t.is_char_boundary(cut) {
+                                cut += 1;
+                            }
+                            t.drain(..cut);
+                        }
+                    }
+                }
+            });
+}
+
 /// One live session.
 pub struct Session {
     service: tokio::sync::Mutex<Option<Service>>,
@@ -314,27 +342,8 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
                     argv[0].redacted()
                 )
             })?;
-        if let Some(mut err) = err {
-            let tail = stderr.clone();
-            tokio::spawn(async move {
-                let _eof = eof_tx;
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut t) = tail.lock() {
-                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                        if t.len() > STDERR_TAIL * 2 {
-                            let mut cut = t.len() - STDERR_TAIL;
-                            while !t.is_char_boundary(cut) {
-                                cut += 1;
-                            }
-                            t.drain(..cut);
-                        }
-                    }
-                }
-            });
+        if let Some(err) = err {
+            keep_tail(err, stderr.clone(), eof_tx);
         }
         upstream.clone().serve(transport).await.map_err(|e| {
             let tail = stderr
