@@ -1353,3 +1353,26 @@ fn a_served_call_is_a_span_in_the_clients_trace_and_passes_it_upstream() {
         "the upstream got the call's own span: {seen}"
     );
 }
+
+#[test]
+fn a_read_answered_from_the_cache_costs_the_session_nothing() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    p.write(
+        "tools.toml",
+        "[serve.session]\nmax_cost = 1.00\n\n[tools.price]\nkind = \"scripted\"\neffect = \"read\"\ncost = 0.50\ncache = \"5m\"\noutput = { ok = true }\n[tools.price.args]\nq = { type = \"integer\" }\n",
+    );
+    let calls = r#"[{"q": 1}, {"q": 1}, {"q": 1}, {"q": 2}, {"q": 3}]"#;
+    let out = run_client(
+        &py,
+        &stdio(&p, &["--lane-store", "memory"]),
+        &["sequence", "price", calls],
+    );
+    let errors: Vec<bool> = out
+        .as_array()
+        .map(|a| a.iter().map(|r| r["isError"] == true).collect())
+        .unwrap_or_default();
+    assert_eq!(errors, [false, false, false, false, true], "{out}");
+    assert!(text(&out[4]).starts_with("budget_exhausted: "), "{out}");
+    assert!(text(&out[4]).contains("spent 1.00"), "q=1 paid once: {out}");
+}
