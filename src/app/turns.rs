@@ -178,7 +178,7 @@ impl Turns<'_> {
         lease::borrow(&mut plan.lanes, &session.manifest);
         let lanes = self
             .store
-            .for_lanes(&plan.lanes)
+            .for_lanes(&plan.lanes, &run::Flow::default())
             .map_err(|e| vec![Diagnostic::error(e.to_string())])?;
         session.set_lanes(lanes);
         let shape = RunShape::of(&plan, session);

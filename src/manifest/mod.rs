@@ -56,6 +56,9 @@ pub struct Manifest {
     pub hooks: Hooks,
     /// `[serve]`: what `mcp serve` takes from the manifest.
     pub serve: Serve,
+    /// `[tenants.NAME] weight = N`: a tenant's share where tenants wait in one lane (1 if
+    /// absent).
+    pub tenants: BTreeMap<String, u32>,
     /// Warnings found while parsing (undeclared effects, unbounded turn lane, …).
     pub warnings: Vec<Diagnostic>,
 }
@@ -298,6 +301,7 @@ const TOP_KEYS: &[&str] = &[
     "history",
     "models",
     "serve",
+    "tenants",
 ];
 
 /// `[models."NAME"]`: what a model's tokens cost, per million.
@@ -312,6 +316,11 @@ impl Manifest {
     /// names the manifest a run used).
     pub fn fingerprint(&self) -> String {
         crate::hash::fnv_hex(self.file.text.as_bytes())
+    }
+
+    /// Tenant `name`'s weight in lanes it shares with other tenants.
+    pub fn tenant_weight(&self, name: &str) -> u32 {
+        self.tenants.get(name).copied().unwrap_or(1).max(1)
     }
 
     /// The price of `model`: its own entry, else the longest entry its name starts with
@@ -362,11 +371,23 @@ fn aliases(tools: &[Tool], index: &HashMap<String, usize>) -> HashMap<String, us
     out
 }
 
-/// `[budget]`: limits on a whole run.
+/// `[budget]`: limits on a whole run, and on a tenant over time.
 #[derive(Debug, Clone, Default)]
 pub struct Budget {
     /// `max_calls`: the most calls a run may invoke (cache hits do not count).
     pub max_calls: Option<u32>,
+    /// `per_tenant = { max_cost = 5.0, window = "1h" }`: what one tenant's calls may cost
+    /// over any sliding window, counted in the lane store by every run and gateway.
+    pub per_tenant: Option<TenantWindow>,
+}
+
+/// A tenant's spend over a sliding window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantWindow {
+    pub max_cost: f64,
+    pub window: Duration,
+    /// The window as written (`"1h"`), for messages.
+    pub window_text: String,
 }
 
 impl Manifest {
@@ -414,15 +435,8 @@ impl Manifest {
             }
             None => Deadline::default(),
         };
-        let budget = match r.table(root, "budget", "the manifest") {
-            Some(t) => {
-                r.check_keys(t, &["max_calls"], "[budget]");
-                Budget {
-                    max_calls: r.count_field(t, "max_calls", "[budget]"),
-                }
-            }
-            None => Budget::default(),
-        };
+        let budget = r.budget(root);
+        let tenants = r.tenants(root);
         let history = r.history(root, &base);
         let models = r.models(root);
         let lanes = r.lanes(root);
@@ -466,6 +480,7 @@ impl Manifest {
             mcp_servers,
             hooks,
             serve,
+            tenants,
             warnings: Vec::new(),
         };
         r.cross_checks(&m, root);

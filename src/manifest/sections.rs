@@ -1,5 +1,5 @@
-//! The manifest's tables other than `[tools]`: `[concurrency]`, `[lanes]`, `[mcp_servers]`
-//! and `[hooks]`.
+//! The manifest's tables other than `[tools]`: `[concurrency]`, `[lanes]`, `[mcp_servers]`,
+//! `[serve]`, `[hooks]`, `[history]`, `[models]`, `[budget]` and `[tenants]`.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,8 @@ use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
 use super::{
-    Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve, SessionLimits,
+    Budget, Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve,
+    SessionLimits, TenantWindow,
 };
 
 impl Reader<'_> {
@@ -263,6 +264,100 @@ impl Reader<'_> {
                     output_per_mtok,
                 },
             );
+        }
+        out
+    }
+
+    /// `[budget]`: `max_calls`, and `per_tenant = { max_cost, window }`.
+    pub(super) fn budget(&mut self, root: &DeTable<'_>) -> Budget {
+        let ctx = "[budget]";
+        let Some(t) = self.table(root, "budget", "the manifest") else {
+            return Budget::default();
+        };
+        self.check_keys(t, &["max_calls", "per_tenant"], ctx);
+        let per_tenant = self.table(t, "per_tenant", ctx).and_then(|pt| {
+            let ctx = "`per_tenant` in [budget]";
+            self.check_keys(pt, &["max_cost", "window"], ctx);
+            let max_cost = match self.number(pt, "max_cost", ctx) {
+                Some((c, _)) if c >= 0.0 && c.is_finite() => Some(c),
+                Some((_, span)) => {
+                    self.error(
+                        span,
+                        format!("`max_cost` in {ctx} must be a non-negative number"),
+                        None,
+                    );
+                    None
+                }
+                None => None,
+            };
+            let window = self.duration(pt, "window", ctx);
+            match (max_cost, window) {
+                (Some(max_cost), Some((window, window_text))) if !window.is_zero() => {
+                    Some(TenantWindow {
+                        max_cost,
+                        window,
+                        window_text,
+                    })
+                }
+                (Some(_), Some(_)) => {
+                    if let Some((_, v)) = Self::entry(pt, "window") {
+                        self.error(
+                            v.span(),
+                            format!("`window` in {ctx} must be longer than 0s"),
+                            None,
+                        );
+                    }
+                    None
+                }
+                (m, w) => {
+                    if let Some((k, _)) = Self::entry(t, "per_tenant") {
+                        let missing = if m.is_none() { "max_cost" } else { "window" };
+                        let _ = w;
+                        self.error(
+                            k.span(),
+                            format!("{ctx} needs `{missing}`"),
+                            Some("write per_tenant = { max_cost = 5.0, window = \"1h\" }".into()),
+                        );
+                    }
+                    None
+                }
+            }
+        });
+        Budget {
+            max_calls: self.count_field(t, "max_calls", ctx),
+            per_tenant,
+        }
+    }
+
+    /// `[tenants.NAME] weight = N`: each tenant's share of a lane it waits in with others.
+    pub(super) fn tenants(&mut self, root: &DeTable<'_>) -> BTreeMap<String, u32> {
+        let mut out = BTreeMap::new();
+        let Some(t) = self.table(root, "tenants", "the manifest") else {
+            return out;
+        };
+        for (k, v) in t.iter() {
+            let name = k.get_ref().to_string();
+            let ctx = format!("[tenants.{}]", quote_key(&name));
+            let Some(tt) = v.get_ref().as_table() else {
+                self.type_error(v.span(), &ctx, "a table", v.get_ref());
+                continue;
+            };
+            self.check_keys(tt, &["weight"], &ctx);
+            match self.count_field(tt, "weight", &ctx) {
+                Some(0) => {
+                    if let Some((_, w)) = Self::entry(tt, "weight") {
+                        self.error(
+                            w.span(),
+                            format!("`weight` in {ctx} must be at least 1"),
+                            None,
+                        );
+                    }
+                }
+                Some(w) => {
+                    out.insert(name, w);
+                }
+                None => {}
+            }
         }
         out
     }

@@ -15,7 +15,7 @@ use crate::common::{repo, Project};
 use crate::mcp::own_server;
 
 /// The Python with the `mcp` SDK, or `None` (skipped with a notice, except in CI).
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     if let Ok(why) = std::env::var("FLUX_TEST_SQLITE_UNAVAILABLE") {
         eprintln!("NOTICE: the mcp serve client tests are skipped: {why}");
         return None;
@@ -33,12 +33,12 @@ fn python() -> Option<PathBuf> {
     None
 }
 
-fn flux_bin() -> PathBuf {
+pub(crate) fn flux_bin() -> PathBuf {
     assert_cmd::cargo::cargo_bin("flux-tools")
 }
 
 /// How a client reaches the gateway: launch it over stdio, or an HTTP URL (and a token).
-fn stdio(p: &Project, extra: &[&str]) -> Vec<String> {
+pub(crate) fn stdio(p: &Project, extra: &[&str]) -> Vec<String> {
     let mut v = vec![
         "--stdio".to_string(),
         flux_bin().display().to_string(),
@@ -51,12 +51,12 @@ fn stdio(p: &Project, extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn http(url: &str) -> Vec<String> {
+pub(crate) fn http(url: &str) -> Vec<String> {
     vec!["--http".into(), url.into(), "-".into()]
 }
 
 /// Start the Python client; its JSON is read by [`finish`].
-fn client(py: &Path, how: &[String], action: &[&str]) -> Child {
+pub(crate) fn client(py: &Path, how: &[String], action: &[&str]) -> Child {
     Command::new(py)
         .arg(repo().join("tests/fixtures/mcp_client.py"))
         .args(how)
@@ -69,7 +69,7 @@ fn client(py: &Path, how: &[String], action: &[&str]) -> Child {
         .expect("start the Python client")
 }
 
-fn finish(mut c: Child) -> Value {
+pub(crate) fn finish(mut c: Child) -> Value {
     let mut out = String::new();
     let mut err = String::new();
     c.stdout.take().map(|mut s| s.read_to_string(&mut out));
@@ -79,18 +79,18 @@ fn finish(mut c: Child) -> Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("client JSON: {e}: {out}\n{err}"))
 }
 
-fn run_client(py: &Path, how: &[String], action: &[&str]) -> Value {
+pub(crate) fn run_client(py: &Path, how: &[String], action: &[&str]) -> Value {
     finish(client(py, how, action))
 }
 
 /// A gateway on Streamable HTTP (a free loopback port); killed when dropped.
-struct HttpGateway {
-    child: Child,
-    url: String,
+pub(crate) struct HttpGateway {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl HttpGateway {
-    fn start(p: &Project, extra: &[&str], env: &[(&str, &str)]) -> HttpGateway {
+    pub(crate) fn start(p: &Project, extra: &[&str], env: &[(&str, &str)]) -> HttpGateway {
         let mut cmd = Command::new(flux_bin());
         cmd.current_dir(p.path())
             .args(["mcp", "serve", "--http", "127.0.0.1:0"])
@@ -159,11 +159,11 @@ fn upstream(log: &Path, starts: &Path, lanes: &str) -> String {
     m
 }
 
-fn text(result: &Value) -> &str {
+pub(crate) fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
-fn log_lines(path: &Path) -> Vec<String> {
+pub(crate) fn log_lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -254,7 +254,7 @@ output = {{ rows = 3 }}
 
 /// The peak of calls in flight in a log of `start TAG NS` / `end TAG NS` lines written in
 /// order under a lock.
-fn peak_in_flight(lines: &[String]) -> (usize, usize) {
+pub(crate) fn peak_in_flight(lines: &[String]) -> (usize, usize) {
     let (mut now, mut peak, mut starts) = (0usize, 0usize, 0usize);
     for l in lines {
         if l.starts_with("start ") {
@@ -269,7 +269,7 @@ fn peak_in_flight(lines: &[String]) -> (usize, usize) {
 }
 
 /// A command tool that logs its start and end under a lock, sleeping 300 ms between.
-fn logging_tool(p: &Project, log: &Path) -> PathBuf {
+pub(crate) fn logging_tool(p: &Project, log: &Path) -> PathBuf {
     p.write(
         "logged.sh",
         &format!(
@@ -281,7 +281,7 @@ fn logging_tool(p: &Project, log: &Path) -> PathBuf {
 
 /// A manifest whose one tool, `logged`, runs `script` (`concurrency` goes under
 /// `[concurrency]`, `tool` into the tool's table).
-fn logged_manifest(p: &Project, script: &Path, concurrency: &str, tool: &str) {
+pub(crate) fn logged_manifest(p: &Project, script: &Path, concurrency: &str, tool: &str) {
     p.write(
         "tools.toml",
         &format!(

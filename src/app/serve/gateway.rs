@@ -149,8 +149,20 @@ impl Gateway {
         }
         let mut opts = self.opts.clone();
         opts.tenant = Some(tenant.to_string());
-        let table: Vec<LaneSpec> = plan::lane_table(&self.catalog.manifest(), &opts);
-        let store = self.store.for_lanes(&table).map_err(|e| e.to_string())?;
+        let manifest = self.catalog.manifest();
+        let table: Vec<LaneSpec> = plan::lane_table(&manifest, &opts);
+        // Each session (of each tenant) is a flow of its own: lanes serve sessions in turn,
+        // and tenants by weight.
+        let flow = run::Flow {
+            id: self.sessions.fetch_add(1, Ordering::Relaxed),
+            name: format!("{}-{tenant}", session.run_id).into(),
+            tenant: tenant.into(),
+            weight: manifest.tenant_weight(tenant),
+        };
+        let store = self
+            .store
+            .for_lanes(&table, &flow)
+            .map_err(|e| e.to_string())?;
         opts.lanes = Some(table);
         let opts = Arc::new(opts);
         map.insert(tenant.to_string(), (store.clone(), opts.clone()));

@@ -6,26 +6,27 @@
 //! its permit. [`MemoryLanes`] (`memory.rs`) keeps everything in this process, on tokio's clock
 //! (so tests run it on a paused clock); [`LocalLanes`] (`local.rs`) shares lanes between the
 //! processes of one machine through file locks, [`RedisLanes`] (`redis.rs`) between machines.
-//! One file per store. Its permits are granted
-//! strictly in call order ([`OrderedSemaphore`]): whichever task happens to be polled first, a
-//! lane never lets a later call overtake an earlier one waiting for it, and a heavy call at
-//! the head is not starved by light ones behind it. Stores shared across processes and
-//! machines implement the same trait.
+//! One file per store. In this process a lane's permits are granted fairly
+//! ([`OrderedSemaphore`], `fair.rs`): in call order within one [`Flow`] (a run, or a session
+//! of `mcp serve`) — whichever task happens to be polled first, a later call never overtakes
+//! an earlier one of its flow — round robin across the flows of a tenant and by weight
+//! across tenants; the waiter chosen next is not starved by light ones behind it. Stores
+//! shared across processes and machines implement the same trait.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::oneshot;
 
 use crate::plan::LaneSpec;
 
+mod fair;
 mod local;
 mod memory;
 mod redis;
 use crate::events::LaneStats;
+pub use fair::{Flow, OrderedSemaphore};
 pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
 pub use redis::{redact_url, RedisLanes};
@@ -59,99 +60,6 @@ impl Drop for Lease {
         if let Some(sem) = &self.sem {
             sem.release(self.weight);
         }
-    }
-}
-
-/// A counting semaphore whose waiters are served in order of a key (the call's position),
-/// not of arrival.
-pub struct OrderedSemaphore {
-    state: Mutex<SemState>,
-}
-
-struct SemState {
-    available: u64,
-    waiters: std::collections::BTreeMap<u64, (u64, oneshot::Sender<()>)>,
-}
-
-impl OrderedSemaphore {
-    pub fn new(permits: u64) -> OrderedSemaphore {
-        OrderedSemaphore {
-            state: Mutex::new(SemState {
-                available: permits,
-                waiters: Default::default(),
-            }),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SemState> {
-        // The state stays consistent even if a holder panicked: every update is one step.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Wait for `weight` permits; `key` orders the waiters (smaller first).
-    pub async fn acquire(self: &Arc<Self>, key: u64, weight: u64) {
-        let rx = {
-            let mut s = self.lock();
-            let first = s.waiters.keys().next().is_none_or(|&k| k > key);
-            if first && s.available >= weight {
-                s.available -= weight;
-                return;
-            }
-            let (tx, rx) = oneshot::channel();
-            s.waiters.insert(key, (weight, tx));
-            rx
-        };
-        let mut guard = WaitGuard {
-            sem: self,
-            key,
-            weight,
-            armed: true,
-        };
-        let _ = rx.await;
-        guard.armed = false;
-    }
-
-    pub fn release(&self, weight: u64) {
-        let mut s = self.lock();
-        s.available += weight;
-        Self::grant(&mut s);
-    }
-
-    fn grant(s: &mut SemState) {
-        while let Some((&key, &(w, _))) = s.waiters.iter().next() {
-            if s.available < w {
-                break;
-            }
-            if let Some((_, tx)) = s.waiters.remove(&key) {
-                s.available -= w;
-                if tx.send(()).is_err() {
-                    s.available += w;
-                }
-            }
-        }
-    }
-}
-
-/// Takes a waiter out of the queue if its future is dropped (the run ended while it waited),
-/// and gives back permits that were granted but never picked up.
-struct WaitGuard<'a> {
-    sem: &'a OrderedSemaphore,
-    key: u64,
-    weight: u64,
-    armed: bool,
-}
-
-impl Drop for WaitGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let mut s = self.sem.lock();
-        if s.waiters.remove(&self.key).is_none() {
-            // Granted while we were being dropped: hand the permits on.
-            s.available += self.weight;
-        }
-        OrderedSemaphore::grant(&mut s);
     }
 }
 
@@ -196,9 +104,10 @@ pub trait LaneStore: Send + Sync {
     /// Where this store keeps cached results (`cache = "…"` tools).
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore>;
     /// The same store (its connection, its files, its in-process permits and buckets of
-    /// lanes every run shares) for another run with lane table `specs`: each turn of
-    /// `run --turns` plans its own lanes.
-    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError>;
+    /// lanes every run shares) for another run with lane table `specs`, whose calls wait as
+    /// `flow` (each turn of `run --turns` plans its own lanes; each session of `mcp serve` is
+    /// a flow of its own, served fairly beside the others).
+    fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError>;
     /// Wait for `weight` permits of `lane`; `order` is the call's position (earlier first).
     /// The returned future is polled once by the coordinator as soon as the call is ready, so
     /// waiters register in call order; the call's own task then awaits it.

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec, TokenState,
+    Admission, Answer, BoxFuture, Flow, LaneError, LaneStore, Lease, MemoryLanes, RateSpec,
+    TokenState,
 };
 
 mod bell;
@@ -377,8 +378,8 @@ impl LocalLanes {
 }
 
 impl LaneStore for LocalLanes {
-    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError> {
-        let store = LocalLanes::with(self.root.clone(), self.mem.renewed(specs), specs)?;
+    fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
+        let store = LocalLanes::with(self.root.clone(), self.mem.renewed(specs, flow), specs)?;
         Ok(Arc::new(store))
     }
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
-use super::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease, MemoryLanes, RateSpec};
+use super::{
+    Admission, Answer, BoxFuture, Flow, LaneError, LaneStore, Lease, MemoryLanes, RateSpec,
+};
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -63,6 +65,9 @@ pub struct RedisLanes {
     /// Since when Redis has failed every attempt (shared by all calls, so once it has been
     /// down for a while each further dispatch fails after one try, not after its own wait).
     down_since: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// The flow this store's calls queue as in Redis (a session, or this process's runs) and
+    /// its weight: queues are fair across flows (see `scripts.rs`).
+    flow: (Arc<str>, u32),
 }
 
 /// The lanes of `specs` that live in Redis (shared across runs, with a limit or a rate).
@@ -142,15 +147,22 @@ impl RedisLanes {
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
             down_since: std::sync::Mutex::new(None),
+            flow: (format!("run-{:016x}", fastrand::u64(..)).into(), 1),
         })
     }
 
-    /// The same connection and in-process lanes for another run's lane table.
-    fn renewed(&self, specs: &[LaneSpec]) -> RedisLanes {
+    /// The same connection and in-process lanes for another run's lane table; its calls
+    /// queue as `flow` (a run's own flow: as this process's runs).
+    fn renewed(&self, specs: &[LaneSpec], flow: &Flow) -> RedisLanes {
+        let shared_as = if flow.name.is_empty() {
+            self.flow.clone()
+        } else {
+            (flow.name.clone(), flow.weight.max(1))
+        };
         RedisLanes {
             url: self.url.clone(),
             conn: self.conn.clone(),
-            mem: Arc::new(self.mem.renewed(specs)),
+            mem: Arc::new(self.mem.renewed(specs, flow)),
             lanes: redis_lanes(specs, &self.ns),
             paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             bells: self.bells.clone(),
@@ -160,6 +172,7 @@ impl RedisLanes {
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
             down_since: std::sync::Mutex::new(None),
+            flow: shared_as,
         }
     }
 
@@ -170,6 +183,29 @@ impl RedisLanes {
     async fn take(self: &Arc<Self>, lane: usize, weight: u32) -> Result<Permits, LaneError> {
         let Some(l) = self.lane(lane) else {
             return Err(LaneError("no such lane".into()));
+        };
+        let (key, limit) = (l.key.clone(), l.limit);
+        let flow = self.flow.clone();
+        let permits = self
+            .take_key(&key, limit, weight, (&flow.0, flow.1))
+            .await?;
+        self.note_pause(lane, permits.1);
+        Ok(permits.0)
+    }
+
+    /// Take `weight` of the `limit` permits of the Redis lane `key`, queued as `flow` (an empty
+    /// name: by arrival alone); with how long the lane is paused, in ms.
+    async fn take_key(
+        self: &Arc<Self>,
+        key: &str,
+        limit: u32,
+        weight: u32,
+        flow: (&str, u32),
+    ) -> Result<(Permits, i64), LaneError> {
+        let l = RedisLane {
+            key: key.to_string(),
+            limit,
+            rate: None,
         };
         let id = format!("{:016x}", fastrand::u64(..));
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
@@ -183,14 +219,16 @@ impl RedisLanes {
             ticket: id.clone(),
             waiting: true,
         };
-        loop {
+        let paused_ms = loop {
             let mut inv = self.acquire.key(&l.key);
             inv.key(format!("{}:queue", l.key))
                 .key(format!("{}:qlease", l.key))
                 .key(format!("{}:seq", l.key))
                 .key(freed(&l.key))
-                .key(format!("{}:rate", l.key));
+                .key(format!("{}:rate", l.key))
+                .key(format!("{}:flows", l.key));
             inv.arg(l.limit).arg(lease_ms).arg(&id).arg(queue_ms);
+            inv.arg(flow.0).arg(flow.1);
             for m in &members {
                 inv.arg(m);
             }
@@ -199,13 +237,12 @@ impl RedisLanes {
             let paused_ms = answer.as_ref().map_or(0, |(_, ms)| *ms);
             if self.note_answer(&answer.map(|(granted, _)| granted))? {
                 place.waiting = false;
-                self.note_pause(lane, paused_ms);
-                break;
+                break paused_ms;
             }
             // A "you are next" sent between the try and this wait is kept by the bell
             // (`notify_one`), so it is never missed.
             let _ = tokio::time::timeout(FALLBACK, bell.notified()).await;
-        }
+        };
         // Renew while the call runs; give the permits back when the lease drops.
         let me = self.clone();
         let key = l.key.clone();
@@ -222,12 +259,13 @@ impl RedisLanes {
                 let _ = inv.invoke_async::<i64>(&mut conn).await;
             }
         });
-        Ok(Permits {
+        let permits = Permits {
             store: self.clone(),
             key: l.key.clone(),
             members,
             renewer,
-        })
+        };
+        Ok((permits, paused_ms))
     }
 
     /// What the grant said of the lane's pause (another process's Retry-After): admissions
@@ -368,8 +406,8 @@ impl Drop for Permits {
 }
 
 impl LaneStore for RedisLanes {
-    fn for_lanes(&self, specs: &[LaneSpec]) -> Result<Arc<dyn LaneStore>, LaneError> {
-        Ok(Arc::new(self.renewed(specs)))
+    fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
+        Ok(Arc::new(self.renewed(specs, flow)))
     }
 
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {

@@ -1,13 +1,17 @@
 //! The Lua scripts the Redis store runs (each atomic on the server, on Redis's own clock).
 //!
 //! A lane is `KEY` (a sorted set of permits scored by lease expiry), `KEY:queue` (waiting
-//! tickets scored by arrival), `KEY:qlease` (each ticket's own lapse time), `KEY:seq` (the
-//! arrival counter). A release (and a grant that leaves room, and a waiter that leaves) publishes
+//! tickets, scored by arrival or by their flow's fair tag), `KEY:qlease` (each ticket's own
+//! lapse time), `KEY:seq` (the arrival counter), `KEY:flows` (each flow's last tag, and the
+//! lane's virtual time `~vt`: the tag granted last). A ticket of flow F with weight W is
+//! tagged `max(vt, last[F]) + 1/W` (start-time fair queueing): flows take turns, a flow's own
+//! tickets keep their order, and a flow that was idle banks no credit. A ticket without a flow
+//! (a backend's read/write order) is scored by arrival alone. A release (and a grant that leaves room, and a waiter that leaves) publishes
 //! on `KEY:freed:TICKET` for the ticket now at the head of the queue, so only the process whose
 //! call is next wakes, and only that call.
 
-/// KEYS: permits, queue, qlease, seq, freed channel prefix, rate hash. ARGV: limit, lease_ms,
-/// ticket, queue_lease_ms, member…  Grants only to the head of the queue, when its weight fits:
+/// KEYS: permits, queue, qlease, seq, freed channel prefix, rate hash, flows. ARGV: limit,
+/// lease_ms, ticket, queue_lease_ms, flow, flow weight, member…  Grants only to the head of the queue, when its weight fits:
 /// `{1, ms}` with how long the lane is paused (a partner's Retry-After), else `{0, 0}`.
 pub(super) const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
@@ -19,18 +23,33 @@ for _, g in ipairs(gone) do
   redis.call('ZREM', KEYS[3], g)
 end
 local ticket = ARGV[3]
+local flow = ARGV[5]
 if not redis.call('ZSCORE', KEYS[2], ticket) then
-  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ticket)
+  if flow == '' then
+    redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ticket)
+  else
+    local vt = tonumber(redis.call('HGET', KEYS[7], '~vt') or 0)
+    local last = tonumber(redis.call('HGET', KEYS[7], flow) or 0)
+    local tag = math.max(vt, last) + 1 / tonumber(ARGV[6])
+    redis.call('HSET', KEYS[7], flow, tostring(tag))
+    redis.call('ZADD', KEYS[2], tag, ticket)
+  end
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ticket)
 local keep = tonumber(ARGV[2]) * 2
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], keep) end
+redis.call('PEXPIRE', KEYS[7], keep)
 local limit = tonumber(ARGV[1])
-local n = #ARGV - 4
+local n = #ARGV - 6
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head ~= ticket or redis.call('ZCARD', KEYS[1]) + n > limit then return {0, 0} end
-for i = 5, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
+for i = 7, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], keep)
+if flow ~= '' then
+  local tag = tonumber(redis.call('ZSCORE', KEYS[2], ticket))
+  local vt = tonumber(redis.call('HGET', KEYS[7], '~vt') or 0)
+  if tag > vt then redis.call('HSET', KEYS[7], '~vt', tostring(tag)) end
+end
 redis.call('ZREM', KEYS[2], ticket)
 redis.call('ZREM', KEYS[3], ticket)
 local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
