@@ -17,7 +17,7 @@ mod schedule;
 pub use graph::build;
 pub use lanes::lane_table;
 pub use model::{
-    CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
-    ASSUMED_LATENCY,
+    backend_claims, CallPlan, Claim, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan,
+    PlanOptions, RunSettings, ASSUMED_LATENCY,
 };
 pub use schedule::{critical_path, simulate, Estimate};

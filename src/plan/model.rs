@@ -219,3 +219,51 @@ pub struct Plan {
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.
 pub const ASSUMED_LATENCY: Duration = Duration::from_millis(100);
+
+/// How a call holds one of its backends, for the order of side effects across runs and
+/// sessions (inside one batch the plan's edges keep it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Read,
+    Write,
+    /// A write of a tool with `concurrent_writes = true`: writes like it may overlap it.
+    ConcurrentWrite,
+}
+
+impl Claim {
+    /// Whether a call holding `self` must wait for an earlier one holding `earlier`.
+    pub fn waits_for(self, earlier: Claim) -> bool {
+        match self {
+            Claim::Read => earlier != Claim::Read,
+            Claim::Write => true,
+            Claim::ConcurrentWrite => earlier != Claim::ConcurrentWrite,
+        }
+    }
+}
+
+/// What a call of `tool` claims of its backends under `hazards`, by backend name: a write
+/// writes them; under `"backend"` a read reads them; under `"writes"` only a cached read
+/// does (its entry must not predate a write). The same rules as the plan's hazard edges.
+pub fn backend_claims(
+    tool: &crate::manifest::Tool,
+    hazards: crate::manifest::Hazards,
+) -> Vec<(String, Claim)> {
+    use crate::manifest::Hazards;
+    let write = if tool.concurrent_writes {
+        Claim::ConcurrentWrite
+    } else {
+        Claim::Write
+    };
+    let claim = match (hazards, tool.is_write()) {
+        (_, true) => Some(write),
+        (Hazards::Backend, false) => Some(Claim::Read),
+        (Hazards::Writes, false) => tool.cache.is_some().then_some(Claim::Read),
+    };
+    let mut out: Vec<(String, Claim)> = match claim {
+        Some(c) => tool.backends.iter().map(|b| (b.clone(), c)).collect(),
+        None => Vec::new(),
+    };
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.dedup_by(|a, b| a.0 == b.0);
+    out
+}

@@ -966,7 +966,7 @@ fn a_write_through_the_gateway_carries_its_idempotency_key_upstream() {
 }
 
 /// A command tool on backend `db` that logs `start`/`end` with `TAG` under a lock.
-fn db_manifest(p: &Project, script: &Path, cached: bool) {
+pub(crate) fn db_manifest(p: &Project, script: &Path, cached: bool) {
     let cache = if cached { "cache = \"5m\"" } else { "" };
     p.write(
         "tools.toml",
@@ -1006,7 +1006,7 @@ tag = {{ type = "string", required = true }}
 }
 
 /// Each `start`/`end` line's tag and time (ns).
-fn spans(log: &Path) -> Vec<(String, String, u128)> {
+pub(crate) fn spans(log: &Path) -> Vec<(String, String, u128)> {
     log_lines(log)
         .iter()
         .filter_map(|l| {
@@ -1020,7 +1020,7 @@ fn spans(log: &Path) -> Vec<(String, String, u128)> {
         .collect()
 }
 
-fn at(spans: &[(String, String, u128)], what: &str, tag: &str) -> u128 {
+pub(crate) fn at(spans: &[(String, String, u128)], what: &str, tag: &str) -> u128 {
     spans
         .iter()
         .find(|(w, t, _)| w == what && t == tag)

@@ -3,10 +3,12 @@
 //! processes, a tenant's spend over a sliding window shared by processes, and approvals a
 //! client cannot give itself.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::Project;
-use crate::serve::{client, finish, http, python, HttpGateway};
+use crate::serve::{
+    at, client, db_manifest, finish, http, logging_tool, python, spans, HttpGateway,
+};
 
 /// A lane of two and a one-second tool.
 fn slow_lane(p: &Project) {
@@ -80,4 +82,56 @@ fn sessions_in_two_gateways_on_one_redis_take_turns_in_a_lane() {
     let a = HttpGateway::start(&p, &store, &[]);
     let b = HttpGateway::start(&p, &store, &[]);
     b_is_not_starved(&a.url, &b.url, 40);
+}
+
+/// W1 (gateway 1), R1 200 ms later (gateway 2), W2 200 ms after that (gateway 3), all on
+/// backend `db`, and a read of another backend meanwhile (gateway 2): the tool sees W1, R1,
+/// W2 one after another in that order, and the other read under W1.
+fn writes_and_reads_keep_arrival_order_across_gateways(store: &[&str]) {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    let text = std::fs::read_to_string(&script).unwrap_or_default();
+    let script = p.write("slow.sh", &text.replace("sleep 0.3", "sleep 0.8"));
+    db_manifest(&p, &script, false);
+    let gws: Vec<HttpGateway> = (0..3).map(|_| HttpGateway::start(&p, store, &[])).collect();
+    let plan = json!([
+        {"url": gws[0].url, "tool": "put", "args": {"tag": "w1"}, "at_ms": 0},
+        {"url": gws[1].url, "tool": "get", "args": {"tag": "r1"}, "at_ms": 200},
+        {"url": gws[2].url, "tool": "put", "args": {"tag": "w2"}, "at_ms": 400},
+        {"url": gws[1].url, "tool": "other", "args": {"tag": "o1"}, "at_ms": 300},
+    ]);
+    let out = finish(client(&py, &http("-"), &["plan", &plan.to_string()]));
+    for c in out.as_array().into_iter().flatten() {
+        assert_eq!(c["isError"], false, "{c}");
+    }
+    let s = spans(&log);
+    let (w1, r1, w2) = (
+        (at(&s, "start", "put-w1"), at(&s, "end", "put-w1")),
+        (at(&s, "start", "get-r1"), at(&s, "end", "get-r1")),
+        (at(&s, "start", "put-w2"), at(&s, "end", "put-w2")),
+    );
+    assert!(
+        w1.1 <= r1.0 && r1.1 <= w2.0,
+        "W1, R1, W2 in order, none overlapping: {s:?}"
+    );
+    let o1 = at(&s, "start", "other-o1");
+    assert!(o1 < w1.1, "a read of another backend does not wait: {s:?}");
+}
+
+#[test]
+fn a_backends_reads_and_writes_keep_arrival_order_across_gateway_processes() {
+    writes_and_reads_keep_arrival_order_across_gateways(&[]);
+}
+
+#[test]
+fn a_backends_order_holds_across_gateways_on_one_redis() {
+    if python().is_none() {
+        return;
+    }
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    writes_and_reads_keep_arrival_order_across_gateways(&["--lane-store", redis.url.as_str()]);
 }

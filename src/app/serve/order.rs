@@ -14,57 +14,24 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::manifest::{Hazards, Tool};
-
-/// How a call holds a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claim {
-    Read,
-    Write,
-    /// A write of a tool with `concurrent_writes = true`: writes like it may overlap it.
-    ConcurrentWrite,
-}
-
-impl Claim {
-    /// Whether a call holding `self` must wait for an earlier one holding `earlier`.
-    fn waits_for(self, earlier: Claim) -> bool {
-        match self {
-            Claim::Read => earlier != Claim::Read,
-            Claim::Write => true,
-            Claim::ConcurrentWrite => earlier != Claim::ConcurrentWrite,
-        }
-    }
-}
+pub use crate::plan::Claim;
 
 /// The key every call claims: a `parallel_safe = false` call writes it.
 const ALONE: &str = "*";
 
 /// What a call of `tool`, from session `session`, claims.
 pub fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Claim)> {
-    let write = if tool.concurrent_writes {
-        Claim::ConcurrentWrite
-    } else {
-        Claim::Write
-    };
     let alone = if tool.parallel_safe {
         Claim::Read
     } else {
         Claim::Write
     };
     let mut out = vec![(ALONE.to_string(), alone)];
-    let is_write = tool.is_write();
-    if is_write && !tool.concurrent_writes {
+    if tool.is_write() && !tool.concurrent_writes {
         out.push((format!("session:{session}"), Claim::Write));
     }
-    let on_backends = match (hazards, is_write) {
-        (Hazards::Backend, true) | (Hazards::Writes, true) => Some(write),
-        (Hazards::Backend, false) => Some(Claim::Read),
-        // A cached read must not be answered from before a write on its backend.
-        (Hazards::Writes, false) => tool.cache.is_some().then_some(Claim::Read),
-    };
-    if let Some(c) = on_backends {
-        for b in &tool.backends {
-            out.push((format!("backend:{b}"), c));
-        }
+    for (b, c) in crate::plan::backend_claims(tool, hazards) {
+        out.push((format!("backend:{b}"), c));
     }
     out
 }

@@ -133,6 +133,9 @@ pub(super) struct Job {
     /// a failed or cut-off write may have landed), their marks change before anyone hears
     /// of it, so no read that waited for it finds an entry from before it.
     pub(super) marks: Option<(Arc<super::cache::Cache>, Arc<[String]>)>,
+    /// The backends this call holds in a lane store other processes share, by name, after
+    /// its lanes (every call takes them in that order, so no two wait for each other).
+    pub(super) backends: Option<Arc<[(String, crate::plan::Claim)]>>,
 }
 
 impl Job {
@@ -149,6 +152,13 @@ impl Job {
         let leases = std::mem::take(&mut acq.leases);
         let _exclusive = match self.hold_exclusive().await {
             Ok(guard) => guard,
+            Err((kind, why)) => {
+                let r = never(&mut result, kind, &why);
+                return self.release(leases, r, false);
+            }
+        };
+        let _backends = match self.hold_backends().await {
+            Ok(guards) => guards,
             Err((kind, why)) => {
                 let r = never(&mut result, kind, &why);
                 return self.release(leases, r, false);
@@ -209,6 +219,31 @@ impl Job {
                 "run ended while another run held the same call".into(),
             )),
         }
+    }
+
+    /// Hold the call's backends in the shared store, one after another by name.
+    async fn hold_backends(&mut self) -> Result<Vec<Box<dyn Send + Sync>>, (ErrorKind, String)> {
+        let Some(claims) = self.backends.take() else {
+            return Ok(Vec::new());
+        };
+        let mut held = Vec::with_capacity(claims.len());
+        for (backend, claim) in claims.iter() {
+            let mut stop = self.stop_rx.clone();
+            let got = tokio::select! {
+                biased;
+                _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
+                r = self.lanes.clone().backend(backend.clone(), *claim) => Some(r),
+            };
+            match got {
+                Some(Ok(guard)) => held.push(guard),
+                Some(Err(e)) => return Err((ErrorKind::LaneStore, e.to_string())),
+                None => {
+                    let why = format!("run ended while another run held backend `{backend}`");
+                    return Err((ErrorKind::RunEnded, why));
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// Package the result with the lanes still held (given back when [`Held`] drops).

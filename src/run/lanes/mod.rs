@@ -136,6 +136,23 @@ pub trait LaneStore: Send + Sync {
         let _ = lane;
         Answer::Now(None)
     }
+    /// Whether calls hold their backends here ([`LaneStore::backend`]): a store other
+    /// processes share. Inside one process the plan (a batch) or the gateway's arrival order
+    /// already keeps them.
+    fn orders_backends(&self) -> bool {
+        false
+    }
+    /// Hold `backend` as `claim` against every run and gateway sharing the store, in the order
+    /// they asked: a write waits for the reads and the write before it, a read for the write
+    /// before it; reads overlap. Held until the returned guard drops.
+    fn backend(
+        self: Arc<Self>,
+        backend: String,
+        claim: crate::plan::Claim,
+    ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
+        let _ = (backend, claim);
+        Box::pin(async { Ok(Box::new(()) as Box<dyn Send + Sync>) })
+    }
     /// Hold the lock that keeps calls to a `parallel_safe = false` tool with identical
     /// arguments (`key`) from overlapping across runs. Inside one run its phases already
     /// serialize such calls, so a store that is not shared returns nothing to hold.

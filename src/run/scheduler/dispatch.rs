@@ -99,6 +99,7 @@ impl Coordinator {
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
             cache: self.leads.remove(&p).zip(tool.cache),
+            backends: self.claims.get(t).cloned().flatten(),
             marks: if call.write {
                 self.cache
                     .clone()

@@ -13,6 +13,7 @@ use super::{RunConfig, QUEUE_AHEAD};
 use crate::batch::OnToolError;
 use crate::events::{CallResult, ErrorKind, Outcome};
 use crate::manifest::Manifest;
+use crate::plan::Claim;
 use crate::plan::{LaneSpec, Plan};
 use crate::run::cache::{Cache, Lead};
 use crate::run::call::{Completion, Emitter};
@@ -87,6 +88,9 @@ pub(super) struct Coordinator {
     /// Per tool, the backends whose cache marks it touches: a cached read looks at its
     /// backends' marks, a write on a backend some cached read reads changes its mark.
     pub(super) marked: Vec<Option<Arc<[String]>>>,
+    /// Per tool, the backends its calls hold in a lane store other processes share (for the
+    /// order of side effects across runs and gateways; empty when the store is not shared).
+    pub(super) claims: Vec<Option<Arc<[(String, Claim)]>>>,
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
@@ -126,7 +130,19 @@ impl Coordinator {
         } else {
             Vec::new()
         };
+        let claims = if config.lanes.orders_backends() {
+            let hazards = plan.settings.hazards;
+            let of = |t| Some(crate::plan::backend_claims(t, hazards)).filter(|c| !c.is_empty());
+            manifest
+                .tools
+                .iter()
+                .map(|t| of(t).map(Arc::from))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Coordinator {
+            claims,
             tools: match &config.tools {
                 Some(t) => t.to_vec(),
                 None => super::tool_impls(&manifest, &plan, config.mcp.clone()),

@@ -26,6 +26,7 @@ use super::{
     TokenState,
 };
 
+mod backend;
 mod bell;
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
@@ -75,6 +76,15 @@ fn lane_folder(root: &Path, name: &str) -> PathBuf {
         "{clean}-{:08x}",
         crate::hash::fnv(name.as_bytes()) as u32
     ))
+}
+
+/// Make `dir` (and its parents) private to this user.
+fn private_dir(dir: &Path) -> Result<(), LaneError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))
 }
 
 fn flock(file: &File, op: i32) -> bool {
@@ -320,11 +330,7 @@ impl LocalLanes {
                 continue;
             }
             let dir = lane_folder(&root, &s.name);
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
+            private_dir(&dir)?;
             files.push(Some(FileLane::open(
                 dir,
                 s.limit.unwrap_or(0),
@@ -458,17 +464,28 @@ impl LaneStore for LocalLanes {
         Answer::Now(self.probe_elsewhere(lane))
     }
 
+    fn orders_backends(&self) -> bool {
+        true
+    }
+
+    fn backend(
+        self: Arc<Self>,
+        backend: String,
+        claim: crate::plan::Claim,
+    ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
+        Box::pin(async move {
+            let held = backend::hold(&self.root, &backend, claim).await?;
+            Ok(Box::new(held) as Box<dyn Send + Sync>)
+        })
+    }
+
     fn exclusive(
         self: Arc<Self>,
         key: String,
     ) -> BoxFuture<'static, Result<Option<Box<dyn Send + Sync>>, LaneError>> {
         Box::pin(async move {
             let dir = self.root.join("keys");
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))?;
+            private_dir(&dir)?;
             let file = open_rw(&dir.join(crate::hash::fnv_hex(key.as_bytes())))?;
             if flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
                 return Ok(Some(Box::new(file) as Box<dyn Send + Sync>));

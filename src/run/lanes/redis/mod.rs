@@ -37,6 +37,9 @@ const FALLBACK: Duration = Duration::from_millis(100);
 /// How long a waiter keeps its place in the queue without trying again (a crashed waiter's
 /// place lapses after this).
 const QUEUE_LEASE: Duration = Duration::from_secs(2);
+/// A backend's read/write order is a lane of this many permits, queued by arrival alone: a
+/// read takes one (reads overlap), a write all of them (it waits for everything before it).
+const BACKEND_SLOTS: u32 = 64;
 
 struct RedisLane {
     key: String,
@@ -408,6 +411,26 @@ impl Drop for Permits {
 impl LaneStore for RedisLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
         Ok(Arc::new(self.renewed(specs, flow)))
+    }
+
+    fn orders_backends(&self) -> bool {
+        true
+    }
+
+    fn backend(
+        self: Arc<Self>,
+        backend: String,
+        claim: crate::plan::Claim,
+    ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
+        Box::pin(async move {
+            let key = format!("flux-tools:{}:backend:{backend}", self.ns);
+            let weight = match claim {
+                crate::plan::Claim::Read => 1,
+                _ => BACKEND_SLOTS,
+            };
+            let (held, _) = self.take_key(&key, BACKEND_SLOTS, weight, ("", 1)).await?;
+            Ok(Box::new(held) as Box<dyn Send + Sync>)
+        })
     }
 
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
