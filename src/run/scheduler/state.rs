@@ -90,7 +90,7 @@ pub(super) struct Coordinator {
     pub(super) marked: Vec<Option<Arc<[String]>>>,
     /// Per tool, the backends its calls hold in a lane store other processes share (for the
     /// order of side effects across runs and gateways; empty when the store is not shared).
-    pub(super) claims: Vec<Option<Arc<[(String, Claim)]>>>,
+    pub(super) claims: Vec<Option<Claims>>,
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
@@ -337,6 +337,20 @@ fn journal_cost(plan: &Plan, resume: &Resume) -> f64 {
         .filter(|c| resume.dispatched.contains(&c.id))
         .map(|c| c.cost)
         .sum()
+}
+
+/// A call's backends and how it holds them, by name.
+pub(super) type Claims = Arc<[(String, Claim)]>;
+
+/// Per tool, what its calls hold of their backends in a lane store other processes share
+/// (nothing when the store is this process's alone).
+fn shared_claims(manifest: &Manifest, plan: &Plan, config: &RunConfig) -> Vec<Option<Claims>> {
+    if !config.lanes.orders_backends() {
+        return Vec::new();
+    }
+    let hazards = plan.settings.hazards;
+    let of = |t| Some(crate::plan::backend_claims(t, hazards)).filter(|c| !c.is_empty());
+    manifest.tools.iter().map(|t| of(t).map(Arc::from)).collect()
 }
 
 /// Per tool: a cached read's backends, and a write's backends that some cached read reads
