@@ -130,17 +130,7 @@ impl Coordinator {
         } else {
             Vec::new()
         };
-        let claims = if config.lanes.orders_backends() {
-            let hazards = plan.settings.hazards;
-            let of = |t| Some(crate::plan::backend_claims(t, hazards)).filter(|c| !c.is_empty());
-            manifest
-                .tools
-                .iter()
-                .map(|t| of(t).map(Arc::from))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let claims = shared_claims(&manifest, &plan, config);
         Coordinator {
             claims,
             tools: match &config.tools {
@@ -350,7 +340,11 @@ fn shared_claims(manifest: &Manifest, plan: &Plan, config: &RunConfig) -> Vec<Op
     }
     let hazards = plan.settings.hazards;
     let of = |t| Some(crate::plan::backend_claims(t, hazards)).filter(|c| !c.is_empty());
-    manifest.tools.iter().map(|t| of(t).map(Arc::from)).collect()
+    manifest
+        .tools
+        .iter()
+        .map(|t| of(t).map(Arc::from))
+        .collect()
 }
 
 /// Per tool: a cached read's backends, and a write's backends that some cached read reads
