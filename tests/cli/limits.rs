@@ -277,3 +277,54 @@ fn an_approval_for_other_arguments_runs_nothing() {
     );
     assert!(!logged(&log).contains(&"pay-1".to_string()));
 }
+
+#[test]
+fn a_tenants_window_is_counted_by_every_run_of_the_machine() {
+    let p = Project::new(
+        "[budget]\nper_tenant = { max_cost = 1.00, window = \"1h\" }\n\n[tools.read]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\ncost = 0.30\n",
+    );
+    // Two calls fit in the first run; one more in the next run, another process.
+    let two = "- { id: a, tool: read, args: { n: 1 } }\n- { id: b, tool: read, args: { n: 2 } }\n";
+    let (doc, code) = p.run_json(two, &["--lane-store", "local"]);
+    assert_eq!(
+        (code, doc["outcome"].as_str()),
+        (0, Some("completed")),
+        "{doc}"
+    );
+    let (doc, _) = p.run_json(two, &["--lane-store", "local"]);
+    assert_eq!(
+        statuses(&doc),
+        vec![
+            ("ok".to_string(), String::new()),
+            (
+                "never_dispatched".to_string(),
+                "budget_exhausted".to_string()
+            )
+        ],
+        "{doc}"
+    );
+    let msg = results(&doc)[1]["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("tenant `default` has spent 0.90 of its 1.00 per 1h"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("the window frees enough for it in 59m"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_tenants_window_needs_both_its_limit_and_its_length() {
+    let p = Project::new(
+        "[budget]\nper_tenant = { max_cost = 1.00 }\n\n[tools.read]\nkind = \"scripted\"\n",
+    );
+    let out = p.cmd().args(["validate"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        err.contains("`per_tenant` in [budget] needs `window`"),
+        "{err}"
+    );
+    assert!(err.contains("tools.toml:2:"), "{err}");
+}

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 
 use crate::common::Project;
 use crate::serve::{
-    at, client, db_manifest, finish, http, logging_tool, python, spans, HttpGateway,
+    at, client, db_manifest, finish, http, log_lines, logged_manifest, logging_tool, python, spans,
+    HttpGateway,
 };
 
 /// A lane of two and a one-second tool.
@@ -134,4 +135,58 @@ fn a_backends_order_holds_across_gateways_on_one_redis() {
         return;
     };
     writes_and_reads_keep_arrival_order_across_gateways(&["--lane-store", redis.url.as_str()]);
+}
+
+/// A tenant's window of 1.00 per hour and a tool costing 0.30: ten concurrent calls, five
+/// through each of two gateway processes, and exactly three reach the tool; the other seven
+/// are `budget_exhausted` answers that say when the window frees up.
+fn a_tenants_window_holds_across_gateways(store: &[&str]) {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    let budget = "\n[budget]\nper_tenant = { max_cost = 1.00, window = \"1h\" }\n";
+    logged_manifest(&p, &script, budget, "cost = 0.30");
+    let gws: Vec<HttpGateway> = (0..2).map(|_| HttpGateway::start(&p, store, &[])).collect();
+    let plan: Vec<Value> = (0..10)
+        .map(|i| json!({"url": gws[i % 2].url, "tool": "logged", "args": {"tag": format!("c{i}")}, "at_ms": 0}))
+        .collect();
+    let out = finish(client(
+        &py,
+        &http("-"),
+        &["plan", &Value::from(plan).to_string()],
+    ));
+    let calls = out.as_array().cloned().unwrap_or_default();
+    let refused: Vec<&str> = calls
+        .iter()
+        .filter(|c| c["isError"] == true)
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    assert_eq!((calls.len(), refused.len()), (10, 7), "{out}");
+    for t in &refused {
+        assert!(t.starts_with("budget_exhausted: "), "{t}");
+        assert!(t.contains("the window frees enough for it in 59m"), "{t}");
+    }
+    eprintln!("a refusal: {}", refused[0]);
+    let starts = log_lines(&log)
+        .iter()
+        .filter(|l| l.starts_with("start "))
+        .count();
+    assert_eq!(starts, 3, "{:?}", log_lines(&log));
+}
+
+#[test]
+fn a_tenants_window_is_shared_by_gateway_processes() {
+    a_tenants_window_holds_across_gateways(&[]);
+}
+
+#[test]
+fn a_tenants_window_is_shared_by_gateways_on_one_redis() {
+    if python().is_none() {
+        return;
+    }
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    a_tenants_window_holds_across_gateways(&["--lane-store", redis.url.as_str()]);
 }

@@ -136,6 +136,9 @@ pub(super) struct Job {
     /// The backends this call holds in a lane store other processes share, by name, after
     /// its lanes (every call takes them in that order, so no two wait for each other).
     pub(super) backends: Option<Arc<[(String, crate::plan::Claim)]>>,
+    /// `[budget] per_tenant` and the run's tenant: the call's cost is reserved in the lane
+    /// store's window just before dispatch, given back if it never reached its tool.
+    pub(super) window: Option<(Arc<crate::manifest::TenantWindow>, Arc<str>)>,
 }
 
 impl Job {
@@ -164,6 +167,13 @@ impl Job {
                 return self.release(leases, r, false);
             }
         };
+        let reserved = match self.reserve_window().await {
+            Ok(r) => r,
+            Err((kind, why)) => {
+                let r = never(&mut result, kind, &why);
+                return self.release(leases, r, false);
+            }
+        };
         let dispatched = Instant::now();
         result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));
         result.waited_on = acq.longest.map(|(_, l)| self.plan.lanes[l].name.clone());
@@ -175,6 +185,9 @@ impl Job {
             }
         }
         let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
+        if let (Some(id), Some((_, tenant)), 0) = (reserved, &self.window, result.attempts) {
+            self.lanes.clone().refund(tenant.to_string(), id);
+        }
         if let Some((cache, backends)) = self.marks.take() {
             cache.wrote(backends).await;
         }
@@ -218,6 +231,27 @@ impl Job {
                 ErrorKind::RunEnded,
                 "run ended while another run held the same call".into(),
             )),
+        }
+    }
+
+    /// Reserve the call's cost in its tenant's window (`[budget] per_tenant`): the id to give
+    /// it back under, `None` when there is no window or the call costs nothing.
+    async fn reserve_window(&mut self) -> Result<Option<String>, (ErrorKind, String)> {
+        let cost = self.plan.calls[self.pos].cost;
+        let Some((w, tenant)) = self.window.clone().filter(|_| cost > 0.0) else {
+            return Ok(None);
+        };
+        let charge = self
+            .lanes
+            .clone()
+            .charge(tenant.to_string(), (*w).clone(), cost);
+        match charge.await {
+            Ok(crate::run::lanes::Charge::Granted(id)) => Ok(Some(id)),
+            Ok(crate::run::lanes::Charge::Refused { spent, frees_in }) => Err((
+                ErrorKind::BudgetExhausted,
+                crate::run::lanes::refusal(&tenant, spent, frees_in, cost, &w),
+            )),
+            Err(e) => Err((ErrorKind::LaneStore, e.to_string())),
         }
     }
 

@@ -32,6 +32,8 @@ pub struct MemoryLanes {
     cache: Arc<crate::run::cache::MemoryCache>,
     /// Who this store's calls wait as, beside other runs' and sessions' calls.
     flow: Flow,
+    /// Tenants' spend over their window (this process only).
+    ledger: Arc<super::window::Ledger>,
 }
 
 impl MemoryLanes {
@@ -96,6 +98,7 @@ impl MemoryLanes {
             base: Instant::now(),
             cache: Arc::new(crate::run::cache::MemoryCache::new()),
             flow: Flow::default(),
+            ledger: Arc::default(),
             lanes: specs
                 .iter()
                 .map(|s| Lane {
@@ -156,6 +159,7 @@ impl MemoryLanes {
             base: self.base,
             cache: self.cache.clone(),
             flow: flow.clone(),
+            ledger: self.ledger.clone(),
         }
     }
 }
@@ -197,6 +201,20 @@ impl LaneStore for MemoryLanes {
 
     fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
         Answer::Now(self.admit(lane))
+    }
+
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        let got = self.ledger.charge(&tenant, &window, cost);
+        Box::pin(std::future::ready(Ok(got)))
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        self.ledger.refund(&tenant, &id);
     }
 
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {

@@ -25,11 +25,13 @@ mod fair;
 mod local;
 mod memory;
 mod redis;
+pub(crate) mod window;
 use crate::events::LaneStats;
 pub use fair::{Flow, OrderedSemaphore};
 pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
 pub use redis::{redact_url, RedisLanes};
+pub use window::{refusal, Charge};
 
 /// A boxed future, for the object-safe store trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -136,6 +138,17 @@ pub trait LaneStore: Send + Sync {
         let _ = lane;
         Answer::Now(None)
     }
+    /// Reserve `cost` of `tenant`'s spend over `window` (`[budget] per_tenant`), counted
+    /// with every run and gateway sharing the store: granted (with an id to give it back
+    /// under) or refused, with when enough of the window frees up.
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<Charge, LaneError>>;
+    /// Give back a reservation of `charge` (the call never reached its tool).
+    fn refund(self: Arc<Self>, tenant: String, id: String);
     /// Whether calls hold their backends here ([`LaneStore::backend`]): a store other
     /// processes share. Inside one process the plan (a batch) or the gateway's arrival order
     /// already keeps them.

@@ -100,6 +100,7 @@ impl Coordinator {
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
             cache: self.leads.remove(&p).zip(tool.cache),
             backends: self.claims.get(t).cloned().flatten(),
+            window: self.window.clone(),
             marks: if call.write {
                 self.cache
                     .clone()

@@ -13,6 +13,7 @@ use super::{RunConfig, QUEUE_AHEAD};
 use crate::batch::OnToolError;
 use crate::events::{CallResult, ErrorKind, Outcome};
 use crate::manifest::Manifest;
+use crate::manifest::TenantWindow;
 use crate::plan::Claim;
 use crate::plan::{LaneSpec, Plan};
 use crate::run::cache::{Cache, Lead};
@@ -91,6 +92,8 @@ pub(super) struct Coordinator {
     /// Per tool, the backends its calls hold in a lane store other processes share (for the
     /// order of side effects across runs and gateways; empty when the store is not shared).
     pub(super) claims: Vec<Option<Claims>>,
+    /// `[budget] per_tenant`, with the run's tenant.
+    pub(super) window: Option<(Arc<TenantWindow>, Arc<str>)>,
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
@@ -133,6 +136,7 @@ impl Coordinator {
         let claims = shared_claims(&manifest, &plan, config);
         Coordinator {
             claims,
+            window: tenant_window(&manifest, &plan),
             tools: match &config.tools {
                 Some(t) => t.to_vec(),
                 None => super::tool_impls(&manifest, &plan, config.mcp.clone()),
@@ -327,6 +331,12 @@ fn journal_cost(plan: &Plan, resume: &Resume) -> f64 {
         .filter(|c| resume.dispatched.contains(&c.id))
         .map(|c| c.cost)
         .sum()
+}
+
+/// `[budget] per_tenant`, with the run's tenant.
+fn tenant_window(manifest: &Manifest, plan: &Plan) -> Option<(Arc<TenantWindow>, Arc<str>)> {
+    let w = manifest.budget.per_tenant.clone()?;
+    Some((Arc::new(w), plan.settings.tenant.as_str().into()))
 }
 
 /// A call's backends and how it holds them, by name.

@@ -28,6 +28,7 @@ use super::{
 
 mod backend;
 mod bell;
+mod spend;
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -462,6 +463,27 @@ impl LaneStore for LocalLanes {
     fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
         // Only non-blocking lock attempts: a quick probe, answered at once.
         Answer::Now(self.probe_elsewhere(lane))
+    }
+
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        Box::pin(async move {
+            let root = self.root.clone();
+            tokio::task::spawn_blocking(move || spend::charge(&root, &tenant, &window, cost))
+                .await
+                .map_err(|e| LaneError(format!("tenant window: {e}")))?
+        })
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        let root = self.root.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || spend::refund(&root, &tenant, &id));
+        }
     }
 
     fn orders_backends(&self) -> bool {

@@ -29,7 +29,7 @@ const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
 
 mod bell;
 mod scripts;
-use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, TOKENS};
+use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, SPEND, TOKENS};
 
 /// The longest a waiter waits for a "freed" message before trying again (a lost message costs
 /// this much, never a hang); each try also renews its place in the queue.
@@ -411,6 +411,51 @@ impl Drop for Permits {
 impl LaneStore for RedisLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
         Ok(Arc::new(self.renewed(specs, flow)))
+    }
+
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        Box::pin(async move {
+            let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
+            let id = format!("{:016x}", fastrand::u64(..));
+            let cost_text = cost.to_string();
+            let window_ms = u64::try_from(window.window.as_millis()).unwrap_or(u64::MAX);
+            let script = Script::new(SPEND);
+            let mut inv = script.key(&key);
+            inv.arg(window_ms)
+                .arg(window.max_cost.to_string())
+                .arg(&cost_text)
+                .arg(&id);
+            let mut conn = self.conn.clone();
+            let (granted, spent, ms): (i64, String, i64) = inv
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| store_error(&self.url, e))?;
+            Ok(if granted == 1 {
+                super::Charge::Granted(format!("{id}|{cost_text}"))
+            } else {
+                super::Charge::Refused {
+                    spent: spent.parse().unwrap_or(0.0),
+                    frees_in: u64::try_from(ms).ok().map(Duration::from_millis),
+                }
+            })
+        })
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
+        let mut conn = self.conn.clone();
+        tokio::spawn(async move {
+            let _: Result<i64, _> = redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await;
+        });
     }
 
     fn orders_backends(&self) -> bool {

@@ -127,3 +127,30 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at), 'pau
 redis.call('EXPIRE', KEYS[1], 86400)
 return {math.floor(wait * 1e6), token}
 "#;
+
+/// A tenant's window spend. KEYS: the tenant's sorted set (members `ID|COST`, scored by when,
+/// in ms). ARGV: window_ms, max_cost, cost, id. Drops what left the window, then reserves the
+/// call if it fits: `{1, spent}`, else `{0, spent, ms until enough has left}` (-1: never).
+pub(super) const SPEND: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window, max, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local spent = 0
+for i = 1, #all, 2 do spent = spent + tonumber(string.match(all[i], '|(.*)$')) end
+if spent + cost <= max + 1e-9 then
+  redis.call('ZADD', KEYS[1], now, ARGV[4] .. '|' .. ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window)
+  return {1, tostring(spent + cost), 0}
+end
+if cost > max + 1e-9 then return {0, tostring(spent), -1} end
+local left = spent
+for i = 1, #all, 2 do
+  left = left - tonumber(string.match(all[i], '|(.*)$'))
+  if left + cost <= max + 1e-9 then
+    return {0, tostring(spent), tonumber(all[i + 1]) + window - now}
+  end
+end
+return {0, tostring(spent), 0}
+"#;
