@@ -32,7 +32,9 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
-            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each')
+            [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it')
+            [CompletionResult]::new('deny', 'deny', [CompletionResultType]::ParameterValue, 'Refuse a call `mcp serve` holds for approval (it is answered approval_denied)')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations, or (--emit) offer them to a model')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document as a timeline picture, or show a run history over time')
@@ -110,6 +112,24 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'flux-tools;approve' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'flux-tools;deny' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'flux-tools;tools' {
@@ -209,7 +229,9 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
-            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal), and how to approve each')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each')
+            [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it')
+            [CompletionResult]::new('deny', 'deny', [CompletionResultType]::ParameterValue, 'Refuse a call `mcp serve` holds for approval (it is answered approval_denied)')
             [CompletionResult]::new('tools', 'tools', [CompletionResultType]::ParameterValue, 'List the manifest''s tools and their declarations, or (--emit) offer them to a model')
             [CompletionResult]::new('mcp', 'mcp', [CompletionResultType]::ParameterValue, 'Work with Model Context Protocol servers')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Draw a results document as a timeline picture, or show a run history over time')
@@ -227,6 +249,12 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;help;approvals' {
+            break
+        }
+        'flux-tools;help;approve' {
+            break
+        }
+        'flux-tools;help;deny' {
             break
         }
         'flux-tools;help;tools' {

@@ -19,8 +19,14 @@ _flux__tools() {
             flux__tools,approvals)
                 cmd="flux__tools__subcmd__approvals"
                 ;;
+            flux__tools,approve)
+                cmd="flux__tools__subcmd__approve"
+                ;;
             flux__tools,completions)
                 cmd="flux__tools__subcmd__completions"
+                ;;
+            flux__tools,deny)
+                cmd="flux__tools__subcmd__deny"
                 ;;
             flux__tools,help)
                 cmd="flux__tools__subcmd__help"
@@ -46,8 +52,14 @@ _flux__tools() {
             flux__tools__subcmd__help,approvals)
                 cmd="flux__tools__subcmd__help__subcmd__approvals"
                 ;;
+            flux__tools__subcmd__help,approve)
+                cmd="flux__tools__subcmd__help__subcmd__approve"
+                ;;
             flux__tools__subcmd__help,completions)
                 cmd="flux__tools__subcmd__help__subcmd__completions"
+                ;;
+            flux__tools__subcmd__help,deny)
+                cmd="flux__tools__subcmd__help__subcmd__deny"
                 ;;
             flux__tools__subcmd__help,help)
                 cmd="flux__tools__subcmd__help__subcmd__help"
@@ -101,7 +113,7 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --quiet --color --help --version run plan validate approvals tools mcp report completions help"
+            opts="-q -h -V --manifest --quiet --color --help --version run plan validate approvals approve deny tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -148,6 +160,28 @@ _flux__tools() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        flux__subcmd__tools__subcmd__approve)
+            opts="-q -h --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         flux__subcmd__tools__subcmd__completions)
             opts="-q -h --manifest --quiet --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -170,8 +204,30 @@ _flux__tools() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        flux__subcmd__tools__subcmd__deny)
+            opts="-q -h --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         flux__subcmd__tools__subcmd__help)
-            opts="run plan validate approvals tools mcp report completions help"
+            opts="run plan validate approvals approve deny tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -198,7 +254,35 @@ _flux__tools() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        flux__subcmd__tools__subcmd__help__subcmd__approve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         flux__subcmd__tools__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__deny)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -29,7 +29,9 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
-            cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
+            cand approvals 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each'
+            cand approve 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it'
+            cand deny 'Refuse a call `mcp serve` holds for approval (it is answered approval_denied)'
             cand tools 'List the manifest''s tools and their declarations, or (--emit) offer them to a model'
             cand mcp 'Work with Model Context Protocol servers'
             cand report 'Draw a results document as a timeline picture, or show a run history over time'
@@ -103,6 +105,22 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
+        }
+        &'flux-tools;approve'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;deny'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
         }
         &'flux-tools;tools'= {
             cand --format 'Output format [default: table]'
@@ -191,7 +209,9 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
-            cand approvals 'List the calls a paused run waits to have approved (from its journal), and how to approve each'
+            cand approvals 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each'
+            cand approve 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it'
+            cand deny 'Refuse a call `mcp serve` holds for approval (it is answered approval_denied)'
             cand tools 'List the manifest''s tools and their declarations, or (--emit) offer them to a model'
             cand mcp 'Work with Model Context Protocol servers'
             cand report 'Draw a results document as a timeline picture, or show a run history over time'
@@ -205,6 +225,10 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;help;validate'= {
         }
         &'flux-tools;help;approvals'= {
+        }
+        &'flux-tools;help;approve'= {
+        }
+        &'flux-tools;help;deny'= {
         }
         &'flux-tools;help;tools'= {
         }

@@ -114,14 +114,24 @@ pub enum Command {
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
     },
-    /// List the calls a paused run waits to have approved (from its journal), and how to
-    /// approve each
+    /// List the calls a paused run waits to have approved (from its journal) — or, with no
+    /// journal, the calls `mcp serve` holds for approval — and how to approve each
     Approvals {
-        /// The run's journal (--journal FILE)
-        journal: PathBuf,
+        /// The run's journal (--journal FILE); absent: the calls `mcp serve` holds
+        journal: Option<PathBuf>,
         /// Output format [default: table]
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
+    },
+    /// Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it
+    Approve {
+        /// ID@HASH: the call and the hash of the arguments you approve
+        call: String,
+    },
+    /// Refuse a call `mcp serve` holds for approval (it is answered approval_denied)
+    Deny {
+        /// ID, or ID@HASH
+        call: String,
     },
     /// List the manifest's tools and their declarations, or (--emit) offer them to a model
     Tools {

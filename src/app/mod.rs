@@ -13,6 +13,7 @@ mod approvals;
 mod engine;
 mod mcp;
 mod options;
+mod parked;
 mod plan;
 mod prepare;
 mod report;
@@ -101,7 +102,16 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         } => serve::serve(&args, s, terminal),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p, terminal),
-        Command::Approvals { journal, format } => approvals::approvals(journal, *format),
+        Command::Approvals {
+            journal: Some(journal),
+            format,
+        } => approvals::approvals(journal, *format),
+        Command::Approvals {
+            journal: None,
+            format,
+        } => approvals::parked(&args, *format),
+        Command::Approve { call } => approvals::answer(&args, call, parked::Decision::Approve),
+        Command::Deny { call } => approvals::answer(&args, call, parked::Decision::Deny),
         Command::Run(r) => run::run(&args, r, terminal),
     }
 }

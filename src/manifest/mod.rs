@@ -211,7 +211,12 @@ pub struct Tool {
     pub retries: u32,
     pub cost: f64,
     pub expected: Option<Duration>,
+    /// Whether a call needs someone's approval before it runs (`requires_approval = true`,
+    /// `approval = "required"` or `"out_of_band"`; in `mcp serve`, an upstream's
+    /// `destructiveHint` unless `approval` says otherwise).
     pub requires_approval: bool,
+    /// `approval`: who may give it.
+    pub approval: Approval,
     /// `cache = "5m"`: how long an `ok` result of this read is reused (keyed by tenant and
     /// fingerprint).
     pub cache: Option<Duration>,
@@ -248,11 +253,45 @@ pub struct McpServer {
 /// `[serve]`: `mcp serve`'s settings that belong with the tools.
 #[derive(Debug, Clone, Default)]
 pub struct Serve {
+    /// `approval_in_band = true`: a client that supports MCP elicitation is asked to approve
+    /// a call itself (else every approval is out of band: `flux-tools approve`).
+    pub approval_in_band: bool,
+    /// `approval_timeout = "10m"`: how long a call waits for approval before it is refused.
+    pub approval_timeout: Option<Duration>,
     /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends
     /// (`${env:…}`, never printed).
     pub tokens: BTreeMap<String, Template>,
     /// `[serve.session]`: what one client session may spend.
     pub session: SessionLimits,
+}
+
+/// `approval` of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Not written: `requires_approval` decides (and, in `mcp serve`, an upstream's
+    /// `destructiveHint`).
+    #[default]
+    Unset,
+    /// `"none"`: never asked, whatever an upstream says.
+    None,
+    /// `"required"`: asked — in `mcp serve`, through the client when the manifest allows it
+    /// and the client can, else out of band.
+    Required,
+    /// `"out_of_band"`: asked only out of band (`flux-tools approve`); an answer through the
+    /// client counts for nothing.
+    OutOfBand,
+}
+
+impl Approval {
+    pub fn parse(s: &str) -> Option<Approval> {
+        match s {
+            "none" => Some(Approval::None),
+            "required" => Some(Approval::Required),
+            "out_of_band" => Some(Approval::OutOfBand),
+            _ => None,
+        }
+    }
 }
 
 /// `[serve.session]`: limits on one MCP client session of the gateway, reserved before a call

@@ -132,7 +132,11 @@ impl Reader<'_> {
         let Some(t) = self.table(root, "serve", "the manifest") else {
             return Serve::default();
         };
-        self.check_keys(t, &["tokens", "session"], "[serve]");
+        self.check_keys(
+            t,
+            &["tokens", "session", "approval_in_band", "approval_timeout"],
+            "[serve]",
+        );
         let tokens = self.template_map(t, "tokens", "[serve]");
         if let Some(tt) = self.table(t, "tokens", "[serve]") {
             for (k, v) in tt.iter() {
@@ -150,7 +154,14 @@ impl Reader<'_> {
             }
         }
         let session = self.session_limits(t);
-        Serve { tokens, session }
+        Serve {
+            tokens,
+            session,
+            approval_in_band: self
+                .boolean(t, "approval_in_band", "[serve]")
+                .unwrap_or(false),
+            approval_timeout: self.duration(t, "approval_timeout", "[serve]").map(|d| d.0),
+        }
     }
 
     /// `[serve.session]`: `max_calls`, `max_cost`, `per_tool = { NAME = N }`.

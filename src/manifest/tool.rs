@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 use serde_json::Value;
 
 use super::reader::{de_to_json, Reader};
-use super::{BackendOrigin, Effect, Origin, Tool};
+use super::{Approval, BackendOrigin, Effect, Origin, Tool};
 use crate::error::suggest;
 use crate::schema::{ArgSchema, ArgSpec, ArgType};
 use crate::tools::{Site, ToolKind};
@@ -30,6 +30,7 @@ const COMMON_TOOL_KEYS: &[&str] = &[
     "cost",
     "expected",
     "requires_approval",
+    "approval",
     "cache",
     "args",
     "backend",
@@ -109,6 +110,7 @@ impl Reader<'_> {
         let cache = self.cache(t, ctx, (effect, idempotent), effect_pending);
         let lanes = self.tool_lanes(t, ctx);
         let (backends, backends_origin) = self.backends(t, &site, &kind, &lanes);
+        let approval = self.approval(t, ctx);
         Some(Tool {
             name: name.to_string(),
             kind,
@@ -129,11 +131,46 @@ impl Reader<'_> {
             retries,
             cost: self.cost(t, ctx),
             expected: self.duration(t, "expected", ctx).map(|(d, _)| d),
-            requires_approval: self.boolean(t, "requires_approval", ctx).unwrap_or(false),
+            requires_approval: approval.0,
+            approval: approval.1,
             cache,
             args: self.arg_schema(t, ctx),
             span,
         })
+    }
+
+    /// `requires_approval = true` and `approval = "none" | "required" | "out_of_band"`: whether
+    /// calls need approval, and who may give it.
+    fn approval(&mut self, t: &DeTable<'_>, ctx: &str) -> (bool, Approval) {
+        let flag = self.boolean(t, "requires_approval", ctx);
+        let Some((text, span)) = self.string(t, "approval", ctx) else {
+            let a = if flag == Some(true) {
+                Approval::Required
+            } else {
+                Approval::Unset
+            };
+            return (flag == Some(true), a);
+        };
+        let Some(a) = Approval::parse(&text) else {
+            self.error(
+                span,
+                format!("`approval` in {ctx} is `{text}`"),
+                Some("use \"required\", \"out_of_band\" or \"none\"".into()),
+            );
+            return (flag == Some(true), Approval::Unset);
+        };
+        let needs = matches!(a, Approval::Required | Approval::OutOfBand);
+        if flag.is_some_and(|f| f != needs) {
+            self.error(
+                span,
+                format!(
+                    "{ctx} says both `requires_approval = {}` and `approval = \"{text}\"`",
+                    !needs
+                ),
+                Some("keep one of them".into()),
+            );
+        }
+        (needs, a)
     }
 
     /// `kind = "…"`: one of the registered kinds (`None`, reported, otherwise).

@@ -32,6 +32,38 @@ pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
     out
 }
 
+/// The calls `mcp serve` holds for approval out of band (`left`: how long each may still
+/// wait), with the command that approves each.
+pub fn parked_to_text(
+    manifest: &str,
+    waiting: &[Awaiting],
+    left: &[std::time::Duration],
+) -> String {
+    if waiting.is_empty() {
+        return format!("no call of mcp serve awaits approval (manifest {manifest})\n");
+    }
+    let mut out = format!(
+        "{} of mcp serve (manifest {manifest}):\n",
+        match waiting.len() {
+            1 => "1 call awaits approval".to_string(),
+            n => format!("{n} calls await approval"),
+        }
+    );
+    for (a, left) in waiting.iter().zip(left) {
+        out.push_str(&format!(
+            "\n  {} → {}\n    arguments: {}\n    approve:   flux-tools approve {}@{}\n    deny:      flux-tools deny {}\n    refused in {} unless approved\n",
+            a.id,
+            a.tool,
+            a.args,
+            a.id,
+            a.hash,
+            a.id,
+            crate::duration::format(*left)
+        ));
+    }
+    out
+}
+
 /// `[{index, id, tool, args, hash}]`.
 pub fn to_json(waiting: &[Awaiting]) -> String {
     serde_json::to_string(waiting).unwrap_or_else(|_| "[]".into())

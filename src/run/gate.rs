@@ -127,6 +127,11 @@ pub trait Approver: Send + Sync {
     /// `Some(true)` to run the call, `Some(false)` to refuse it, `None` when there is nobody
     /// to ask. Called on a blocking thread, one question at a time, in call order.
     fn ask(&self, request: &ApprovalRequest) -> Option<bool>;
+    /// Why `request` was refused, after `ask` said `Some(false)`.
+    fn refusal(&self, request: &ApprovalRequest) -> String {
+        let _ = request;
+        "approval denied on the terminal".into()
+    }
 }
 
 /// Nobody to ask: every question is unanswered.
@@ -268,14 +273,16 @@ impl Gate {
             args: Value::Object(job.args.clone()),
         };
         let approver = self.approver.clone();
-        let answer = tokio::task::spawn_blocking(move || approver.ask(&request))
-            .await
-            .map_err(|e| NotApproved::Denied(e.to_string()))?;
+        let (answer, why) = tokio::task::spawn_blocking(move || {
+            let answer = approver.ask(&request);
+            let why = (answer == Some(false)).then(|| approver.refusal(&request));
+            (answer, why)
+        })
+        .await
+        .map_err(|e| NotApproved::Denied(e.to_string()))?;
         match answer {
             Some(true) => Ok(()),
-            Some(false) => Err(NotApproved::Denied(
-                "approval denied on the terminal".into(),
-            )),
+            Some(false) => Err(NotApproved::Denied(why.unwrap_or_default())),
             None => Err(NotApproved::Unanswered),
         }
     }

@@ -25,7 +25,7 @@ pub use cache::Cache;
 pub use cassette::Cassette;
 pub use gate::{ApprovalRequest, Approvals, Approver};
 pub use journal::{result_from_json, Journal, Resume};
-pub use lanes::{redact_url, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
+pub use lanes::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 pub use scheduler::{
     execute, execute_spawned, new_run_id, tool_impls, Control, RunConfig, RunReport,
 };

@@ -144,7 +144,7 @@ impl Drop for HttpGateway {
 }
 
 /// The upstream test server's declaration and tools (`lanes` for every tool on it).
-fn upstream(log: &Path, starts: &Path, lanes: &str) -> String {
+pub(crate) fn upstream(log: &Path, starts: &Path, lanes: &str) -> String {
     let mut m = format!(
         "[mcp_servers.t]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\", MCP_TEST_START_LOG = \"{}\" }}\n",
         own_server().display(),
@@ -152,8 +152,14 @@ fn upstream(log: &Path, starts: &Path, lanes: &str) -> String {
         starts.display()
     );
     for t in ["sleep", "hang", "structured", "fail", "progress", "write"] {
+        // `write` is destructive upstream: these tests run it without asking.
+        let approval = if t == "write" {
+            "approval = \"none\"\n"
+        } else {
+            ""
+        };
         m.push_str(&format!(
-            "\n[tools.{t}]\nkind = \"mcp\"\nserver = \"t\"\n{lanes}\n"
+            "\n[tools.{t}]\nkind = \"mcp\"\nserver = \"t\"\n{approval}{lanes}\n"
         ));
     }
     m

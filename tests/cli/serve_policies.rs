@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::common::Project;
 use crate::serve::{
     at, client, db_manifest, finish, http, log_lines, logged_manifest, logging_tool, python, spans,
-    HttpGateway,
+    text, upstream, HttpGateway,
 };
 
 /// A lane of two and a one-second tool.
@@ -165,7 +165,11 @@ fn a_tenants_window_holds_across_gateways(store: &[&str]) {
     assert_eq!((calls.len(), refused.len()), (10, 7), "{out}");
     for t in &refused {
         assert!(t.starts_with("budget_exhausted: "), "{t}");
-        assert!(t.contains("the window frees enough for it in 59m"), "{t}");
+        let frees = [
+            "the window frees enough for it in 59m",
+            "the window frees enough for it in 60m00s",
+        ];
+        assert!(frees.iter().any(|f| t.contains(f)), "{t}");
     }
     eprintln!("a refusal: {}", refused[0]);
     let starts = log_lines(&log)
@@ -189,4 +193,209 @@ fn a_tenants_window_is_shared_by_gateways_on_one_redis() {
         return;
     };
     a_tenants_window_holds_across_gateways(&["--lane-store", redis.url.as_str()]);
+}
+
+/// A manifest whose `write` is the test server's destructive tool, with nothing in the
+/// manifest about approval (`serve`: lines for `[serve]`; `tool`: for `[tools.write]`).
+fn destructive(p: &Project, serve: &str, tool: &str) -> std::path::PathBuf {
+    let log = p.path().join("log");
+    let starts = p.path().join("starts");
+    let m = upstream(&log, &starts, "").replace("approval = \"none\"\n", tool);
+    p.write("tools.toml", &format!("[serve]\n{serve}\n\n{m}"));
+    log
+}
+
+fn upstream_writes(log: &std::path::Path) -> usize {
+    log_lines(log)
+        .iter()
+        .filter(|l| l.starts_with("start w"))
+        .count()
+}
+
+/// `flux-tools approvals --format json` in the project: the calls parked for approval.
+fn parked(p: &Project) -> Vec<Value> {
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn wait_parked(p: &Project) -> Value {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(w) = parked(p).into_iter().next() {
+            return w;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no call was parked for approval"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_destructive_call_waits_out_of_band_until_approved_with_its_arguments_hash() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = destructive(&p, "", "");
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let c = client(
+        &py,
+        &http(&gw.url),
+        &["call", "write", r#"{"ms": 200, "tag": "w1"}"#],
+    );
+    let w = wait_parked(&p);
+    assert_eq!(
+        (w["tool"].as_str(), upstream_writes(&log)),
+        (Some("write"), 0),
+        "{w}"
+    );
+    let (id, hash) = (
+        w["id"].as_str().unwrap_or(""),
+        w["hash"].as_str().unwrap_or(""),
+    );
+    // The listing says how to approve it.
+    let table = p.cmd().arg("approvals").output().expect("approvals");
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table.contains(&format!("flux-tools approve {id}@{hash}")),
+        "{table}"
+    );
+    // A wrong hash is refused, and the call still waits.
+    let wrong = p
+        .cmd()
+        .args(["approve", &format!("{id}@0000000000000000")])
+        .output()
+        .expect("approve");
+    assert!(!wrong.status.success());
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(err.contains("not 0000000000000000: refused"), "{err}");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(upstream_writes(&log), 0);
+    let ok = p
+        .cmd()
+        .args(["approve", &format!("{id}@{hash}")])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let r = finish(c);
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(upstream_writes(&log), 1);
+    assert!(
+        parked(&p).is_empty(),
+        "an answered call is no longer listed"
+    );
+}
+
+#[test]
+fn a_call_nobody_approves_is_refused_at_its_deadline_and_a_denied_one_at_once() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = destructive(&p, "approval_timeout = \"1s\"", "");
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let r = finish(client(
+        &py,
+        &http(&gw.url),
+        &["call", "write", r#"{"ms": 200, "tag": "w1"}"#],
+    ));
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).starts_with("approval_denied: "), "{r}");
+    assert!(text(&r).contains("nobody approved it within 1s"), "{r}");
+    // Denied out of band: refused without waiting for the deadline.
+    let p2 = Project::new("");
+    let log2 = destructive(&p2, "approval_timeout = \"60s\"", "");
+    let gw2 = HttpGateway::start(&p2, &[], &[]);
+    let c = client(
+        &py,
+        &http(&gw2.url),
+        &["call", "write", r#"{"ms": 200, "tag": "w2"}"#],
+    );
+    let w = wait_parked(&p2);
+    let deny = p2
+        .cmd()
+        .args(["deny", w["id"].as_str().unwrap_or("")])
+        .output()
+        .expect("deny");
+    assert!(
+        deny.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deny.stderr)
+    );
+    let r = finish(c);
+    assert!(text(&r).contains("approval denied out of band"), "{r}");
+    assert_eq!((upstream_writes(&log), upstream_writes(&log2)), (0, 0));
+}
+
+#[test]
+fn in_band_a_clients_decline_refuses_the_call_and_its_accept_runs_it() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = destructive(&p, "approval_in_band = true", "");
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let no = finish(client(
+        &py,
+        &http(&gw.url),
+        &["elicit", "decline", "write", r#"{"ms": 200, "tag": "w1"}"#],
+    ));
+    assert_eq!(no["result"]["isError"], true, "{no}");
+    assert!(text(&no["result"]).starts_with("approval_denied: "), "{no}");
+    let asked = no["asked"][0].as_str().unwrap_or("");
+    assert!(
+        asked.contains("approve the call of `write`") && asked.contains(r#""tag":"w1""#),
+        "{no}"
+    );
+    assert_eq!(
+        upstream_writes(&log),
+        0,
+        "a declined call never reaches its tool"
+    );
+    let yes = finish(client(
+        &py,
+        &http(&gw.url),
+        &["elicit", "accept", "write", r#"{"ms": 200, "tag": "w2"}"#],
+    ));
+    assert_eq!(yes["result"]["isError"], false, "{yes}");
+    assert_eq!(upstream_writes(&log), 1);
+}
+
+#[test]
+fn an_out_of_band_tool_ignores_a_clients_accept() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = destructive(
+        &p,
+        "approval_in_band = true\napproval_timeout = \"1s\"",
+        "approval = \"out_of_band\"\n",
+    );
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let r = finish(client(
+        &py,
+        &http(&gw.url),
+        &["elicit", "accept", "write", r#"{"ms": 200, "tag": "w1"}"#],
+    ));
+    assert_eq!(
+        r["asked"],
+        serde_json::json!([]),
+        "the client is never asked: {r}"
+    );
+    assert!(
+        text(&r["result"]).contains("nobody approved it within 1s"),
+        "{r}"
+    );
+    assert_eq!(upstream_writes(&log), 0);
 }

@@ -174,6 +174,9 @@ impl Catalog {
             Err(e) => Err(e),
             Ok(_) => {
                 let diags = mcp::annotate(&mut copy, hub, &used).await;
+                if let Ok(remote) = hub.tools(server).await {
+                    destructive_needs_approval(&mut copy, server, &remote);
+                }
                 for d in diags.iter().filter(|_| !self.quiet) {
                     eprintln!("warning: mcp serve: {}", d.message);
                 }
@@ -348,4 +351,25 @@ fn mcp_entry(tool: &crate::manifest::Tool, remote: &Value) -> Value {
     t.entry("inputSchema")
         .or_insert_with(|| json!({"type": "object"}));
     Value::Object(t)
+}
+
+/// A tool its upstream marks `destructiveHint: true` needs approval, unless the manifest's
+/// `approval` says otherwise.
+fn destructive_needs_approval(m: &mut crate::manifest::Manifest, server: &str, remote: &[Value]) {
+    for tool in m.tools.iter_mut() {
+        let ToolKind::Mcp(spec) = &tool.kind else {
+            continue;
+        };
+        if spec.server != server || tool.approval != crate::manifest::Approval::Unset {
+            continue;
+        }
+        let hint = remote
+            .iter()
+            .find(|t| t["name"] == spec.tool.as_str())
+            .and_then(|t| t["annotations"]["destructiveHint"].as_bool());
+        if hint == Some(true) {
+            tool.requires_approval = true;
+            tool.approval = crate::manifest::Approval::Required;
+        }
+    }
 }

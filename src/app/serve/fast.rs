@@ -161,6 +161,10 @@ pub async fn answer(
     let Some(Value::String(name)) = params.remove("name") else {
         return None;
     };
+    if gateway.may_ask_client(&name) {
+        // Its approval may be asked through the client: rmcp's, which can ask it.
+        return None;
+    }
     let args = match params.remove("arguments") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(a)) => a,
@@ -178,6 +182,7 @@ pub async fn answer(
         traceparent,
         cancel: CancellationToken::new(),
         progress,
+        elicit: None,
     };
     let key = id.to_string();
     let mut run = Box::pin(call(

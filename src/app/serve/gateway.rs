@@ -57,6 +57,8 @@ pub struct Gateway {
     otlp: Option<Option<String>>,
     /// Whether an export failed already (warned once).
     export_failed: Arc<std::sync::atomic::AtomicBool>,
+    /// Where calls wait for approval out of band (`None`: the folder could not be made).
+    parked: Option<Arc<crate::app::parked::Parked>>,
 }
 
 /// A session's lane store and plan options for one tenant.
@@ -85,6 +87,8 @@ struct Planned {
     seq: u64,
     claims: Vec<(String, order::Claim)>,
     lane_names: Vec<String>,
+    /// Who approves the call, when it needs approval.
+    approver: Option<Arc<dyn crate::run::Approver>>,
 }
 
 /// A finished call's span, to export.
@@ -104,6 +108,8 @@ pub struct CallCx {
     pub traceparent: Option<String>,
     pub cancel: CancellationToken,
     pub progress: Option<ProgressSink>,
+    /// The client, when it can be asked to approve a call (MCP elicitation).
+    pub elicit: Option<super::approve::Elicit>,
 }
 
 impl Gateway {
@@ -113,6 +119,7 @@ impl Gateway {
         store: Arc<dyn LaneStore>,
         (opts, otlp): (PlanOptions, Option<Option<String>>),
     ) -> Gateway {
+        let catalog_path = catalog.manifest().path.clone();
         Gateway {
             catalog: Arc::new(catalog),
             kit,
@@ -127,6 +134,9 @@ impl Gateway {
             closing: std::sync::atomic::AtomicBool::new(false),
             otlp,
             export_failed: Arc::default(),
+            parked: crate::app::parked::Parked::of(&catalog_path)
+                .ok()
+                .map(Arc::new),
         }
     }
 
@@ -139,6 +149,25 @@ impl Gateway {
             lanes: Mutex::default(),
             spend: Spend::default(),
         })
+    }
+
+    /// Whether a call of `name` may need approval asked through the client (so the fast
+    /// path, which cannot ask, leaves it to rmcp).
+    pub fn may_ask_client(&self, name: &str) -> bool {
+        let m = self.catalog.manifest();
+        if !m.serve.approval_in_band {
+            return false;
+        }
+        let Some(t) = m.tool_position(name).map(|i| &m.tools[i]) else {
+            return false;
+        };
+        match t.approval {
+            crate::manifest::Approval::Required => true,
+            crate::manifest::Approval::Unset => {
+                t.requires_approval || matches!(t.kind, ToolKind::Mcp(_))
+            }
+            crate::manifest::Approval::None | crate::manifest::Approval::OutOfBand => false,
+        }
     }
 
     /// The session's lane store and plan options for `tenant`.
@@ -190,6 +219,7 @@ impl Gateway {
             Ok(s) => s,
             Err(why) => return Ok(answer::error(&why)),
         };
+        planned.approver = self.approver_for(&planned, &cx);
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
         let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
@@ -255,7 +285,32 @@ impl Gateway {
             lanes,
             seq,
             claims,
+            approver: None,
         }))
+    }
+
+    /// The approver of a call that needs approval: the client (when in-band approval is
+    /// allowed for it and the client can be asked), else out of band.
+    fn approver_for(&self, p: &Planned, cx: &CallCx) -> Option<Arc<dyn crate::run::Approver>> {
+        let m = &p.manifest;
+        let tool = &m.tools[p.tool];
+        if !tool.requires_approval {
+            return None;
+        }
+        let in_band =
+            m.serve.approval_in_band && tool.approval != crate::manifest::Approval::OutOfBand;
+        let who = (
+            in_band.then(|| cx.elicit.clone()).flatten(),
+            self.parked.clone(),
+        );
+        let timeout = m
+            .serve
+            .approval_timeout
+            .unwrap_or(super::approve::DEFAULT_TIMEOUT);
+        let id = format!("{}-{}", std::process::id(), p.seq);
+        let handle = tokio::runtime::Handle::current();
+        let a = super::approve::CallApprover::new(handle, who, id, timeout, cx.cancel.clone());
+        Some(Arc::new(a))
     }
 
     /// Run the planned call; its answer (or the cancellation's), and whether it reached its
@@ -284,6 +339,9 @@ impl Gateway {
         };
         let mut config = self.kit.config(scope, reporter.as_ref().map(|_| events_tx));
         config.relay = Some(relay.clone());
+        if let Some(a) = p.approver {
+            config.approver = a;
+        }
         let (ctl, ctl_rx) = mpsc::unbounded_channel();
         if let Ok(mut a) = self.active.lock() {
             a.insert(p.seq, ctl.clone());

@@ -149,6 +149,7 @@ impl ServerHandler for Handler {
             tenant: self.tenant(&context),
             cancel: context.ct.clone(),
             progress: progress_sink(&context),
+            elicit: elicit(&context),
         };
         let args = request.arguments.unwrap_or_default();
         let answer = self
@@ -163,4 +164,38 @@ impl ServerHandler for Handler {
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// How to ask this session's client to approve a call, if it supports form elicitation.
+fn elicit(context: &RequestContext<RoleServer>) -> Option<super::approve::Elicit> {
+    use super::approve::InBand;
+    use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+    use rmcp::service::ElicitationMode;
+    let peer = context.peer.clone();
+    if !peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
+        return None;
+    }
+    Some(Arc::new(move |message: String| {
+        let peer = peer.clone();
+        Box::pin(async move {
+            let params = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message,
+                requested_schema: ElicitationSchema::new(Default::default()),
+            };
+            let answer = peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(match answer.action {
+                ElicitationAction::Accept => InBand::Accept,
+                ElicitationAction::Decline => InBand::Decline,
+                // Cancel, and whatever a later revision adds: not an approval.
+                _ => InBand::Cancel,
+            })
+        }) as super::approve::Asking
+    }))
 }

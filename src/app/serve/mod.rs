@@ -11,6 +11,7 @@
 //! on (`answer.rs`); `handler.rs` speaks MCP, `http.rs` hosts it on HTTP.
 
 mod answer;
+mod approve;
 mod catalog;
 mod fast;
 mod gateway;
