@@ -425,6 +425,11 @@ impl Engine {
         self.history.is_some()
     }
 
+    /// Where runs append their history line (a face that writes its own records: the gateway).
+    pub fn history_path(&self) -> Option<&std::path::Path> {
+        self.history.as_deref()
+    }
+
     /// The run's spans, if it kept its results and they go anywhere.
     pub fn send_spans(&self, rt: &tokio::runtime::Runtime, e: &Ending<'_>) {
         let wall = std::time::Duration::from_millis(e.stats.wall_ms);

@@ -399,3 +399,72 @@ fn an_out_of_band_tool_ignores_a_clients_accept() {
     );
     assert_eq!(upstream_writes(&log), 0);
 }
+
+#[test]
+fn each_session_leaves_one_history_record_and_report_shows_the_lanes_peaks() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    p.write(
+        "tools.toml",
+        "[history]\npath = \"runs.jsonl\"\n\n[concurrency]\nper_tool = { slow = 2 }\n\n[tools.slow]\nkind = \"scripted\"\nlatency = \"300ms\"\neffect = \"read\"\ncost = 0.25\noutput = \"ok\"\n",
+    );
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let a = client(
+        &py,
+        &http(&gw.url),
+        &["burst", "slow", "4", r#"{"n": {i}}"#],
+    );
+    let b = client(
+        &py,
+        &http(&gw.url),
+        &["burst", "slow", "2", r#"{"m": {i}}"#],
+    );
+    finish(a);
+    finish(b);
+    // A session's record is written when it ends (the client closes it).
+    let path = p.path().join("runs.jsonl");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let records = loop {
+        let lines = log_lines(&path);
+        if lines.len() >= 2 || std::time::Instant::now() > until {
+            break lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let recs: Vec<Value> = records
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(recs.len(), 2, "{records:?}");
+    let mut calls: Vec<u64> = recs
+        .iter()
+        .map(|r| r["calls"].as_u64().unwrap_or(0))
+        .collect();
+    calls.sort();
+    assert_eq!(calls, vec![2, 4], "{recs:?}");
+    for r in &recs {
+        assert_eq!(r["input_format"], "mcp", "{r}");
+        let lane = r["lanes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["lane"] == "tool:slow");
+        let lane = lane.unwrap_or_else(|| panic!("no tool:slow lane in {r}"));
+        assert!(
+            lane["peak"].as_u64().unwrap_or(0) >= 1 && lane["peak"].as_u64().unwrap_or(9) <= 2,
+            "{lane}"
+        );
+    }
+    let total: f64 = recs.iter().map(|r| r["cost"].as_f64().unwrap_or(0.0)).sum();
+    assert!((total - 1.5).abs() < 1e-9, "{recs:?}");
+    let report = p
+        .cmd()
+        .args(["report", "--history", path.to_str().unwrap_or("")])
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && text.contains("tool:slow"),
+        "{text}"
+    );
+}

@@ -59,6 +59,8 @@ pub struct Gateway {
     export_failed: Arc<std::sync::atomic::AtomicBool>,
     /// Where calls wait for approval out of band (`None`: the folder could not be made).
     parked: Option<Arc<crate::app::parked::Parked>>,
+    /// Where each session's history record goes (`--history`, `[history] path`).
+    history: Option<Arc<super::record::Sink>>,
 }
 
 /// A session's lane store and plan options for one tenant.
@@ -71,6 +73,8 @@ pub struct Session {
     lanes: Mutex<HashMap<String, TenantLanes>>,
     /// What it has spent against `[serve.session]`.
     spend: Spend,
+    /// Its history record, written when it ends (or hourly).
+    record: super::record::SessionRecord,
 }
 
 /// A call planned as a batch of one, ready to take its place.
@@ -117,7 +121,11 @@ impl Gateway {
         catalog: Catalog,
         kit: Arc<CallKit>,
         store: Arc<dyn LaneStore>,
-        (opts, otlp): (PlanOptions, Option<Option<String>>),
+        (opts, otlp, history): (
+            PlanOptions,
+            Option<Option<String>>,
+            Option<super::record::Sink>,
+        ),
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
         Gateway {
@@ -137,15 +145,18 @@ impl Gateway {
             parked: crate::app::parked::Parked::of(&catalog_path)
                 .ok()
                 .map(Arc::new),
+            history: history.map(Arc::new),
         }
     }
 
     /// A new client session.
     pub fn session(&self) -> Arc<Session> {
         let id = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let run_id = format!("{}-s{id}", self.id);
         Arc::new(Session {
             id,
-            run_id: format!("{}-s{id}", self.id),
+            record: super::record::SessionRecord::new(self.history.clone(), run_id.clone()),
+            run_id,
             lanes: Mutex::default(),
             spend: Spend::default(),
         })
@@ -356,6 +367,7 @@ impl Gateway {
         // The run and its watcher are polled on this task (no spawn: fewer wake-ups per
         // call); a cancellation interrupts the run and waits for it to wind down.
         let started = (std::time::SystemTime::now(), std::time::Instant::now());
+        session.record.started(&p.tenant);
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
         let mut watching = true;
@@ -370,6 +382,7 @@ impl Gateway {
             }
         };
         self.forget(p.seq);
+        session.record.ended(&report.stats);
         let Some(r) = report.results.first() else {
             return (answer::error("run_ended: the call got no result"), false);
         };

@@ -18,6 +18,7 @@ mod gateway;
 mod handler;
 mod http;
 mod order;
+mod record;
 mod spend;
 
 use std::sync::Arc;
@@ -69,11 +70,16 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
     let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
         .map_err(Error::Invalid)?;
     let kit = engine.kit(&empty);
+    let history = engine.history_path().map(|path| record::Sink {
+        path: path.to_path_buf(),
+        manifest: engine.manifest.clone(),
+        quiet: args.quiet,
+    });
     let gateway = Arc::new(Gateway::new(
         catalog,
         kit,
         lanes,
-        (opts.plan.clone(), opts.otlp.clone()),
+        (opts.plan.clone(), opts.otlp.clone(), history),
     ));
     let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
     let served = match &s.http {

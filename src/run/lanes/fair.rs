@@ -45,6 +45,7 @@ struct TenantQueue {
 
 #[derive(Default)]
 struct State {
+    total: u64,
     available: u64,
     flows: HashMap<u64, FlowQueue>,
     tenants: HashMap<Arc<str>, TenantQueue>,
@@ -63,6 +64,7 @@ impl OrderedSemaphore {
     pub fn new(permits: u64) -> OrderedSemaphore {
         OrderedSemaphore {
             state: Mutex::new(State {
+                total: permits,
                 available: permits,
                 ..State::default()
             }),
@@ -99,6 +101,12 @@ impl OrderedSemaphore {
         };
         let _ = rx.await;
         guard.armed = false;
+    }
+
+    /// Permits held now, by every flow.
+    pub fn held(&self) -> u64 {
+        let s = self.lock();
+        s.total.saturating_sub(s.available)
     }
 
     pub fn release(&self, weight: u64) {

@@ -221,6 +221,19 @@ impl LaneStore for MemoryLanes {
         self.pause(lane, wait);
     }
 
+    fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
+        // A run's own lanes are its alone; a session's are shared with the gateway's others.
+        let Some(sem) = self.lanes.get(lane).and_then(|l| l.sem.as_ref()) else {
+            return Answer::Now(None);
+        };
+        if self.flow.id == 0 {
+            return Answer::Now(None);
+        }
+        let n = sem.held().saturating_sub(self.held_here(lane));
+        self.note_elsewhere(lane, n);
+        Answer::Now(Some(n))
+    }
+
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         if let Some(l) = self.lanes.get(lane) {
             let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);

@@ -1,0 +1,143 @@
+//! The gateway's history (`--history`, `[history] path`): one record per client session — a
+//! new one every hour of a long session — as a batch run writes one per run, so `report
+//! --history` shows the gateway's sessions beside the runs: calls, cost, 429s, cache hits, and
+//! each lane's peak with what other sessions and processes held while this session's calls
+//! waited. Written when the session ends (its last handle drops) or its hour is up.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::events::Stats;
+use crate::history;
+use crate::manifest::Manifest;
+
+/// How long one record of a long session covers.
+const PERIOD: Duration = Duration::from_secs(3600);
+
+/// Where records go.
+pub struct Sink {
+    pub path: std::path::PathBuf,
+    pub manifest: Arc<Manifest>,
+    pub quiet: bool,
+}
+
+/// What a session's calls added up to since its last record.
+#[derive(Default)]
+struct Tally {
+    since: Option<Instant>,
+    tenant: String,
+    stats: Stats,
+    in_flight: usize,
+    peak: usize,
+    part: u32,
+}
+
+/// A session's history: its calls, summed until written.
+pub struct SessionRecord {
+    sink: Option<Arc<Sink>>,
+    run_id: String,
+    tally: Mutex<Tally>,
+}
+
+impl SessionRecord {
+    pub fn new(sink: Option<Arc<Sink>>, run_id: String) -> SessionRecord {
+        SessionRecord {
+            sink,
+            run_id,
+            tally: Mutex::default(),
+        }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call of the session starts running (for the peak in flight).
+    pub fn started(&self, tenant: &str) {
+        if self.sink.is_none() {
+            return;
+        }
+        let mut t = self.tally();
+        t.since.get_or_insert_with(Instant::now);
+        if t.tenant.is_empty() {
+            t.tenant = tenant.to_string();
+        }
+        t.in_flight += 1;
+        t.peak = t.peak.max(t.in_flight);
+    }
+
+    /// A call ended with its run's figures (`lanes`: the session's, so far).
+    pub fn ended(&self, s: &Stats) {
+        if self.sink.is_none() {
+            return;
+        }
+        let mut t = self.tally();
+        t.in_flight = t.in_flight.saturating_sub(1);
+        let sum = &mut t.stats;
+        sum.calls += s.calls;
+        sum.ok += s.ok;
+        sum.failed += s.failed;
+        sum.tool_time_ms += s.tool_time_ms;
+        sum.critical_path_ms = sum.critical_path_ms.max(s.wall_ms);
+        sum.retries += s.retries;
+        sum.http_429 += s.http_429;
+        sum.cache_hits += s.cache_hits;
+        sum.cost += s.cost;
+        for (tool, c) in &s.cost_by_tool {
+            *sum.cost_by_tool.entry(tool.clone()).or_default() += c;
+        }
+        sum.lanes = s.lanes.clone();
+        if t.since.is_some_and(|at| at.elapsed() >= PERIOD) {
+            self.write(&mut t);
+        }
+    }
+
+    /// Write what the tally holds, and start the next period.
+    fn write(&self, t: &mut Tally) {
+        let (Some(sink), Some(since)) = (&self.sink, t.since) else {
+            return;
+        };
+        if t.stats.calls == 0 {
+            return;
+        }
+        t.stats.wall_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        t.part += 1;
+        let run_id = match t.part {
+            1 => self.run_id.clone(),
+            n => format!("{}-h{n}", self.run_id),
+        };
+        let facts = history::RunFacts {
+            run_id: &run_id,
+            tenant: &t.tenant,
+            input_format: "mcp",
+            outcome: "completed",
+            width: t.peak,
+            peak_in_flight: t.peak,
+            stats: &t.stats,
+            usage: None,
+        };
+        let record = history::Record::of(&facts, &sink.manifest);
+        if let Err(e) = history::append(&sink.path, &record) {
+            if !sink.quiet {
+                let path = sink.path.display();
+                eprintln!("warning: mcp serve: cannot append to the history `{path}`: {e}");
+            }
+        }
+        let (tenant, part, in_flight) = (std::mem::take(&mut t.tenant), t.part, t.in_flight);
+        *t = Tally {
+            since: (in_flight > 0).then(Instant::now),
+            tenant,
+            part,
+            in_flight,
+            peak: in_flight,
+            ..Tally::default()
+        };
+    }
+}
+
+impl Drop for SessionRecord {
+    fn drop(&mut self) {
+        let mut t = std::mem::take(&mut *self.tally());
+        self.write(&mut t);
+    }
+}
