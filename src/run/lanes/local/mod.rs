@@ -5,9 +5,11 @@
 //! manifest's canonical path: `slot-0 … slot-N-1` files whose advisory `flock` is a permit, a
 //! `gate` file, and a `rate` file holding the lane's token bucket. The kernel drops a dead
 //! process's locks at once, so a crashed or SIGKILLed run frees its permits immediately.
-//! Inside a process the in-memory ordered semaphore still queues calls in call order, so at
-//! most N of them look for a slot; across processes the head waiter holds the gate while it
-//! waits, so newcomers queue behind it instead of overtaking it (roughly fair). Waiting on the
+//! Inside a process the in-memory fair semaphore (`fair.rs`) still queues calls — in call order
+//! within a flow, round robin across sessions — so at most N of them look for a slot; across
+//! processes the head waiter holds the gate while it waits, so newcomers queue behind it instead
+//! of overtaking it, and processes take turns. `backend.rs` keeps a backend's read/write order
+//! across processes; `spend.rs` a tenant's window. Waiting on the
 //! gate blocks a thread, not a core; waiting for a slot polls with a back-off from 2 to 50 ms.
 //! Per-run lanes (the turn, the batch's narrowed copies) and lanes borrowed from a parent run
 //! (`FLUX_TOOLS_LEASE`) stay in memory.

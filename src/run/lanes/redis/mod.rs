@@ -8,7 +8,10 @@
 //! members, so an in-flight call is never counted twice after Redis comes back. Rate buckets
 //! live in Redis too (a hash updated by script, same arithmetic as the other stores). When
 //! Redis cannot be reached, a dispatch retries for a few seconds and then fails with a clear
-//! `lane_store` error. Inside a process calls still queue in call order in memory first.
+//! `lane_store` error. Inside a process calls still queue in memory first (fairly across flows,
+//! `fair.rs`); in Redis a lane's queue is fair across flows too — each gateway session, or each
+//! process's runs, is a flow (`scripts.rs`). A backend's read/write order is a lane of its own,
+//! queued by arrival alone; a tenant's window spend is a sorted set.
 
 use std::sync::Arc;
 use std::time::Duration;
