@@ -810,7 +810,7 @@ fn an_upstream_that_dies_is_started_again_by_the_next_call() {
     let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
     let m = upstream(&log, &starts, "").replace(
         "[tools.write]",
-        "[tools.crash]\nkind = \"mcp\"\nserver = \"t\"\n\n[tools.write]",
+        "[tools.crash]\nkind = \"mcp\"\nserver = \"t\"\napproval = \"none\"\n\n[tools.write]",
     );
     p.write("tools.toml", &m);
     let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
