@@ -261,6 +261,17 @@ impl Redis {
         child
     }
 
+    /// SIGKILL the server (until [`Redis::start_again`]).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start a stopped server again on the same port with the same arguments.
+    pub fn start_again(&mut self) {
+        self.child = Redis::spawn(self.port, &self.extra);
+    }
+
     /// SIGKILL the server, then start it again on the same port with the same arguments
     /// (and so the same data file, when it has one).
     pub fn restart(&mut self, down_for: Duration) {

@@ -24,6 +24,7 @@ mod processes;
 mod run;
 mod sdk;
 mod serve;
+mod serve_ops;
 mod serve_policies;
 mod signals;
 mod sqlite;

@@ -111,7 +111,7 @@ pub fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String
 }
 
 /// The `Host` header is one of `hosts` exactly (an entry without a port: any port).
-fn host_allowed(host: &str, hosts: &[String]) -> bool {
+pub fn host_allowed(host: &str, hosts: &[String]) -> bool {
     let Ok(got) = host.parse::<http::uri::Authority>() else {
         return false;
     };

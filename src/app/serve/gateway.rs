@@ -61,6 +61,8 @@ pub struct Gateway {
     parked: Option<Arc<crate::app::parked::Parked>>,
     /// Where each session's history record goes (`--history`, `[history] path`).
     history: Option<Arc<super::record::Sink>>,
+    /// What `/metrics` reports.
+    metrics: super::metrics::Metrics,
 }
 
 /// A session's lane store and plan options for one tenant.
@@ -146,6 +148,7 @@ impl Gateway {
                 .ok()
                 .map(Arc::new),
             history: history.map(Arc::new),
+            metrics: super::metrics::Metrics::default(),
         }
     }
 
@@ -367,6 +370,7 @@ impl Gateway {
         // The run and its watcher are polled on this task (no spawn: fewer wake-ups per
         // call); a cancellation interrupts the run and waits for it to wind down.
         let started = (std::time::SystemTime::now(), std::time::Instant::now());
+        let cost = p.manifest.tools[p.tool].cost;
         session.record.started(&p.tenant);
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
@@ -387,6 +391,7 @@ impl Gateway {
             return (answer::error("run_ended: the call got no result"), false);
         };
         let reached = r.attempts > 0 && !r.cached;
+        self.metrics.record(&p.tenant, r, cost);
         if let (Some(trace), Some(to)) = (p.trace, &self.otlp) {
             let span = Span {
                 trace,
@@ -454,6 +459,20 @@ impl Gateway {
                 .unwrap_or(0);
             format!("waiting for lane `{name}` ({ahead} earlier calls of this gateway hold it or wait for it)")
         }
+    }
+
+    /// `/readyz`: ready unless draining or the lane store does not answer.
+    pub async fn ready(&self) -> Result<(), String> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err("the gateway is shutting down".into());
+        }
+        self.store.clone().ping().await.map_err(|e| e.0)
+    }
+
+    /// `/metrics`: the figures, with the lanes and waiting approvals as they are now.
+    pub fn metrics_text(&self) -> String {
+        let approvals = self.parked.as_ref().map_or(0, |p| p.list().len());
+        self.metrics.render(&self.store.occupancy(), approvals)
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.

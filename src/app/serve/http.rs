@@ -99,13 +99,27 @@ impl Route {
     /// Check the path and the token, then answer on the short way (`fast.rs`) or rmcp's.
     async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
         use tower_service::Service;
-        if req.uri().path() != "/mcp" {
+        let endpoint = super::ops::Endpoint::of(req.uri().path());
+        if endpoint.is_none() && req.uri().path() != "/mcp" {
             return plain(hyper::StatusCode::NOT_FOUND, "not found; MCP is at /mcp");
+        }
+        if let Some(e) = endpoint.filter(|e| !e.guarded()) {
+            return ops_reply(super::ops::answer(&self.gateway, e).await);
         }
         let tenant = match tenant_of(&self.tokens, &req) {
             Err(()) => return unauthorized(),
             Ok(t) => t,
         };
+        if let Some(e) = endpoint {
+            let host = req
+                .headers()
+                .get(hyper::header::HOST)
+                .and_then(|v| v.to_str().ok());
+            if !host.is_some_and(|h| fast::host_allowed(h, &self.hosts)) {
+                return plain(hyper::StatusCode::FORBIDDEN, "forbidden: Host not allowed");
+            }
+            return ops_reply(super::ops::answer(&self.gateway, e).await);
+        }
         if let Some(t) = &tenant {
             req.extensions_mut().insert(Tenant(t.clone()));
         }
@@ -168,6 +182,16 @@ impl Route {
             }
         }
     }
+}
+
+fn ops_reply((status, kind, text): super::ops::Reply) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
+    );
+    r
 }
 
 fn unauthorized() -> Response<Body> {

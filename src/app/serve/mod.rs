@@ -17,6 +17,8 @@ mod fast;
 mod gateway;
 mod handler;
 mod http;
+mod metrics;
+mod ops;
 mod order;
 mod record;
 mod spend;

@@ -103,6 +103,12 @@ impl OrderedSemaphore {
         guard.armed = false;
     }
 
+    /// Calls waiting now, in every flow.
+    pub fn waiting(&self) -> u64 {
+        let s = self.lock();
+        s.flows.values().map(|q| q.waiters.len() as u64).sum()
+    }
+
     /// Permits held now, by every flow.
     pub fn held(&self) -> u64 {
         let s = self.lock();

@@ -221,6 +221,21 @@ impl LaneStore for MemoryLanes {
         self.pause(lane, wait);
     }
 
+    fn occupancy(&self) -> Vec<super::Occupancy> {
+        let limited = self
+            .lanes
+            .iter()
+            .filter_map(|l| l.sem.as_ref().map(|s| (l, s)));
+        limited
+            .map(|(l, sem)| super::Occupancy {
+                lane: l.spec.name.clone(),
+                limit: l.spec.limit,
+                held: sem.held(),
+                waiting: sem.waiting(),
+            })
+            .collect()
+    }
+
     fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {
         // A run's own lanes are its alone; a session's are shared with the gateway's others.
         let Some(sem) = self.lanes.get(lane).and_then(|l| l.sem.as_ref()) else {

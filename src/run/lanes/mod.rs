@@ -96,6 +96,16 @@ impl<T: Send + 'static> Answer<T> {
     }
 }
 
+/// A lane as it stands in this process (for `/metrics`): its limit, the permits held and the
+/// calls waiting here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occupancy {
+    pub lane: String,
+    pub limit: Option<u32>,
+    pub held: u64,
+    pub waiting: u64,
+}
+
 /// Why a lane could not be acquired.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("lane store: {0}")]
@@ -149,6 +159,12 @@ pub trait LaneStore: Send + Sync {
     ) -> BoxFuture<'static, Result<Charge, LaneError>>;
     /// Give back a reservation of `charge` (the call never reached its tool).
     fn refund(self: Arc<Self>, tenant: String, id: String);
+    /// Each limited lane's permits held and calls waiting in this process.
+    fn occupancy(&self) -> Vec<Occupancy>;
+    /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.
+    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Whether calls hold their backends here ([`LaneStore::backend`]): a store other
     /// processes share. Inside one process the plan (a batch) or the gateway's arrival order
     /// already keeps them.

@@ -488,6 +488,17 @@ impl LaneStore for LocalLanes {
         }
     }
 
+    fn occupancy(&self) -> Vec<super::Occupancy> {
+        self.mem.occupancy()
+    }
+
+    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
+        let found = std::fs::metadata(&self.root)
+            .map(|_| ())
+            .map_err(|e| LaneError(format!("the lane folder {}: {e}", self.root.display())));
+        Box::pin(std::future::ready(found))
+    }
+
     fn orders_backends(&self) -> bool {
         true
     }

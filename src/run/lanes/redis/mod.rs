@@ -461,6 +461,23 @@ impl LaneStore for RedisLanes {
         });
     }
 
+    fn occupancy(&self) -> Vec<super::Occupancy> {
+        self.mem.occupancy()
+    }
+
+    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("PING");
+            let ask = cmd.query_async::<String>(&mut conn);
+            match tokio::time::timeout(Duration::from_secs(1), ask).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(store_error(&self.url, e)),
+                Err(_) => Err(store_error(&self.url, "no answer within 1s")),
+            }
+        })
+    }
+
     fn orders_backends(&self) -> bool {
         true
     }

@@ -1,0 +1,214 @@
+//! The gateway's operations endpoints (issue 29): `/healthz`, `/readyz` (not ready while the
+//! lane store is away) and `/metrics`, parsed by Prometheus's own Python parser and checked
+//! against what the tool itself logged.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{repo, Project};
+use crate::serve::{
+    client, finish, http, log_lines, logged_manifest, logging_tool, python, HttpGateway,
+};
+
+/// `GET path` on the gateway: (status code, body).
+fn get(gw: &HttpGateway, path: &str, token: Option<&str>) -> (u16, String) {
+    let addr = gw
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    (
+        code,
+        if chunked {
+            unchunk(body)
+        } else {
+            body.to_string()
+        },
+    )
+}
+
+/// A chunked body's data (hyper chunks a body of unknown length).
+fn unchunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            return body.to_string();
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The samples of an OpenMetrics text, as Prometheus's parser reads them: (name, labels, value).
+fn parse(text: &str, py: &std::path::Path) -> Vec<(String, Value, f64)> {
+    let script = "import json, sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\nprint(json.dumps([[s.name, s.labels, s.value] for f in p(sys.stdin.read()) for s in f.samples]))";
+    let mut c = std::process::Command::new(py)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    c.stdin.take().map(|mut i| i.write_all(text.as_bytes()));
+    let out = c.wait_with_output().expect("parse");
+    assert!(
+        out.status.success(),
+        "the parser refused it: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Vec<(String, Value, f64)> = serde_json::from_slice(&out.stdout).expect("samples");
+    v
+}
+
+fn sample(samples: &[(String, Value, f64)], name: &str, label: (&str, &str)) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| n == name && l[label.0] == label.1)
+        .map(|s| s.2)
+}
+
+/// How many calls the tool's log shows running now.
+fn running(log: &std::path::Path) -> i64 {
+    log_lines(log)
+        .iter()
+        .map(|l| {
+            if l.starts_with("start ") {
+                1
+            } else if l.starts_with("end ") {
+                -1
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_the_in_flight_gauge_matches_the_tools_log() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    let text = std::fs::read_to_string(&script).unwrap_or_default();
+    let script = p.write("slow.sh", &text.replace("sleep 0.3", "sleep 1.5"));
+    logged_manifest(&p, &script, "per_tool = { logged = 4 }", "cost = 0.5");
+    let gw = HttpGateway::start(&p, &[], &[]);
+    assert_eq!(get(&gw, "/healthz", None), (200, "ok\n".to_string()));
+    assert_eq!(get(&gw, "/readyz", None).0, 200);
+    let c = client(
+        &py,
+        &http(&gw.url),
+        &["burst", "logged", "8", r#"{"tag": "c{i}"}"#],
+    );
+    // Look while four calls run and four wait: the log and the gauge agree when the log is steady.
+    let until = Instant::now() + Duration::from_secs(20);
+    let (gauge, waiting) = loop {
+        assert!(
+            Instant::now() < until,
+            "never saw four calls running: {:?}",
+            log_lines(&log)
+        );
+        let before = running(&log);
+        let (code, body) = get(&gw, "/metrics", None);
+        assert_eq!(code, 200, "{body}");
+        if before == 4 && running(&log) == 4 {
+            let s = parse(&body, &py);
+            let gauge = sample(&s, "flux_tools_lane_in_flight", ("lane", "tool:logged"));
+            let waiting = sample(&s, "flux_tools_lane_waiting", ("lane", "tool:logged"));
+            assert_eq!(
+                sample(&s, "flux_tools_lane_limit", ("lane", "tool:logged")),
+                Some(4.0)
+            );
+            break (gauge, waiting);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!((gauge, waiting), (Some(4.0), Some(4.0)));
+    let results = finish(c);
+    assert!(
+        results
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|r| r["isError"] == false),
+        "{results}"
+    );
+    let s = parse(&get(&gw, "/metrics", None).1, &py);
+    let ok = s.iter().find(|(n, l, _)| {
+        n == "flux_tools_calls_total" && l["tool"] == "logged" && l["status"] == "ok"
+    });
+    assert_eq!(ok.map(|x| x.2), Some(8.0), "{s:?}");
+    assert_eq!(
+        sample(&s, "flux_tools_tenant_spent_total", ("tenant", "default")),
+        Some(4.0)
+    );
+    let count = sample(
+        &s,
+        "flux_tools_call_duration_seconds_count",
+        ("tool", "logged"),
+    );
+    assert_eq!(count, Some(8.0));
+    assert_eq!(
+        sample(&s, "flux_tools_lane_in_flight", ("lane", "tool:logged")),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn metrics_take_the_token_and_the_probes_do_not() {
+    let p = Project::new("[serve.tokens]\nops = \"${env:OPS_TOKEN}\"\n\n[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let gw = HttpGateway::start(&p, &[], &[("OPS_TOKEN", "s3cret")]);
+    assert_eq!(get(&gw, "/healthz", None).0, 200);
+    assert_eq!(get(&gw, "/readyz", None).0, 200);
+    assert_eq!(get(&gw, "/metrics", None).0, 401);
+    let (code, body) = get(&gw, "/metrics", Some("s3cret"));
+    assert_eq!(code, 200);
+    assert!(body.contains("# EOF") && !body.contains("s3cret"), "{body}");
+    let _ = repo();
+}
+
+#[test]
+fn not_ready_while_redis_is_away_and_ready_again_after() {
+    let Some(mut redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let p = Project::new("[concurrency]\nper_tool = { t = 2 }\n\n[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let gw = HttpGateway::start(&p, &["--lane-store", redis.url.as_str()], &[]);
+    assert_eq!(get(&gw, "/readyz", None).0, 200);
+    redis.stop();
+    let (code, body) = get(&gw, "/readyz", None);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.starts_with("not ready: lane store redis://"), "{body}");
+    assert_eq!(get(&gw, "/healthz", None).0, 200, "alive all the same");
+    redis.start_again();
+    let until = Instant::now() + Duration::from_secs(15);
+    while get(&gw, "/readyz", None).0 != 200 {
+        assert!(
+            Instant::now() < until,
+            "not ready again after Redis came back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
