@@ -168,6 +168,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --no-cache 'Answer nothing from the read cache and store nothing in it'
+            cand --watch 'Reload the manifest when its file changes (it is always reloaded on SIGHUP)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
             cand -h 'Print help'

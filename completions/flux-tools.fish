@@ -187,6 +187,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_se
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l no-cache -d 'Answer nothing from the read cache and store nothing in it'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -l watch -d 'Reload the manifest when its file changes (it is always reloaded on SIGHUP)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from serve" -s h -l help -d 'Print help'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from help" -f -a "import" -d 'Print [tools.*] TOML for a server\'s tools (effect, idempotent, argument schema), ready to paste'

@@ -250,6 +250,10 @@ pub struct ServeArgs {
     /// The most calls in flight in this gateway's command tools [default: from ulimit]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_processes: Option<u32>,
+
+    /// Reload the manifest when its file changes (it is always reloaded on SIGHUP)
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -172,6 +172,25 @@ pub(super) struct Scope {
 }
 
 impl CallKit {
+    /// The same kit for another manifest (the gateway's reload): its tools built anew, on the
+    /// MCP sessions of `mcp`; events, approvals and the cache as they were.
+    pub fn for_manifest(
+        &self,
+        manifest: &Manifest,
+        plan: &Plan,
+        mcp: Option<Arc<McpHub>>,
+    ) -> CallKit {
+        CallKit {
+            tools: Arc::new(run::tool_impls(manifest, plan, mcp.clone())),
+            mcp,
+            events: self.events.clone(),
+            lane_events: self.lane_events,
+            approvals: self.approvals.clone(),
+            approver: self.approver.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+
     /// The configuration of one run in `scope`; `events`: where its events go instead of
     /// the engine's reporters (with lane events), `None`: the engine's.
     pub fn config(&self, scope: Scope, events: Option<mpsc::UnboundedSender<Event>>) -> RunConfig {

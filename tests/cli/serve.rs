@@ -87,6 +87,8 @@ pub(crate) fn run_client(py: &Path, how: &[String], action: &[&str]) -> Value {
 pub(crate) struct HttpGateway {
     pub(crate) child: Child,
     pub(crate) url: String,
+    /// What it has said on stderr since it listened.
+    pub(crate) stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl HttpGateway {
@@ -105,6 +107,7 @@ impl HttpGateway {
         let mut gw = HttpGateway {
             child: cmd.spawn().expect("start the gateway"),
             url: String::new(),
+            stderr: Default::default(),
         };
         let mut lines = BufReader::new(gw.child.stderr.take().expect("stderr"));
         let mut line = String::new();
@@ -119,9 +122,15 @@ impl HttpGateway {
             {
                 gw.url = rest.to_string();
                 // Keep draining stderr so the gateway never blocks on it.
+                let said = gw.stderr.clone();
                 std::thread::spawn(move || {
-                    let mut sink = String::new();
-                    let _ = lines.read_to_string(&mut sink);
+                    let mut line = String::new();
+                    while lines.read_line(&mut line).unwrap_or(0) > 0 {
+                        if let Ok(mut s) = said.lock() {
+                            s.push_str(&line);
+                        }
+                        line.clear();
+                    }
                 });
                 return gw;
             }

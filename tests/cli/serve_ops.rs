@@ -212,3 +212,140 @@ fn not_ready_while_redis_is_away_and_ready_again_after() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The manifest of the reload test: the logging tool in a lane of `limit`, and `extra`.
+fn reloadable(p: &Project, script: &std::path::Path, limit: u32, extra: bool) {
+    logged_manifest(p, script, &format!("per_tool = {{ logged = {limit} }}"), "");
+    if extra {
+        let text = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+        p.write(
+            "tools.toml",
+            &format!(
+                "{text}\n[tools.extra]\nkind = \"scripted\"\neffect = \"read\"\noutput = \"new\"\n"
+            ),
+        );
+    }
+}
+
+fn hup(gw: &HttpGateway) {
+    let pid = gw.child.id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
+
+fn wait_said(gw: &HttpGateway, what: &str, n: usize) -> String {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let said = gw.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        if said.matches(what).count() >= n {
+            return said;
+        }
+        assert!(
+            Instant::now() < until,
+            "the gateway never said `{what}`: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The spans of the calls whose tag starts with `prefix`: (start, end) in ns.
+fn spans_of(log: &std::path::Path, prefix: &str) -> Vec<(u128, u128)> {
+    let s = crate::serve::spans(log);
+    let starts = s
+        .iter()
+        .filter(|(w, t, _)| w == "start" && t.starts_with(prefix));
+    starts
+        .map(|(_, tag, at)| (*at, crate::serve::at(&s, "end", tag)))
+        .collect()
+}
+
+#[test]
+fn a_reload_takes_effect_for_new_calls_drops_none_and_a_broken_manifest_changes_nothing() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    let text = std::fs::read_to_string(&script).unwrap_or_default();
+    let script = p.write("slow.sh", &text.replace("sleep 0.3", "sleep 1"));
+    reloadable(&p, &script, 4, false);
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let listed = p.path().join("listed");
+    let watcher = client(
+        &py,
+        &http(&gw.url),
+        &["await_change", "40", listed.to_str().unwrap_or("")],
+    );
+    let old = client(
+        &py,
+        &http(&gw.url),
+        &["burst", "logged", "20", r#"{"tag": "old{i}"}"#],
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while running(&log) < 4 || !listed.exists() {
+        assert!(Instant::now() < until, "the old calls never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A lane of one and a new tool, while 20 calls are in flight or queued.
+    reloadable(&p, &script, 1, true);
+    hup(&gw);
+    wait_said(&gw, "reloaded", 1);
+    // Two new sessions: the new lane of one is shared by both.
+    let news = [
+        client(
+            &py,
+            &http(&gw.url),
+            &["burst", "logged", "2", r#"{"tag": "newa{i}"}"#],
+        ),
+        client(
+            &py,
+            &http(&gw.url),
+            &["burst", "logged", "2", r#"{"tag": "newb{i}"}"#],
+        ),
+    ];
+    for c in news {
+        let rs = finish(c);
+        assert!(
+            rs.as_array()
+                .into_iter()
+                .flatten()
+                .all(|r| r["isError"] == false),
+            "{rs}"
+        );
+    }
+    let olds = finish(old);
+    let olds = olds.as_array().cloned().unwrap_or_default();
+    assert_eq!(olds.len(), 20);
+    assert!(
+        olds.iter().all(|r| r["isError"] == false),
+        "no call is dropped: {olds:?}"
+    );
+    // The new calls ran one at a time (the new limit); the old ones four at a time.
+    let mut new_spans = spans_of(&log, "new");
+    new_spans.sort();
+    assert_eq!(new_spans.len(), 4);
+    assert!(
+        new_spans.windows(2).all(|w| w[0].1 <= w[1].0),
+        "the new limit of 1 holds: {new_spans:?}"
+    );
+    let seen = finish(watcher);
+    assert_eq!(seen["changed"], true, "{seen}");
+    let names = |k: &str| seen[k].as_array().cloned().unwrap_or_default();
+    assert!(
+        !names("first").contains(&Value::from("extra"))
+            && names("second").contains(&Value::from("extra")),
+        "{seen}"
+    );
+    // A broken manifest is refused with its diagnostics; the one in force stays.
+    p.write("tools.toml", "[tools.broken\nkind = ");
+    hup(&gw);
+    let said = wait_said(&gw, "was not reloaded", 1);
+    assert!(
+        said.contains("tools.toml:1:"),
+        "its diagnostics, located: {said}"
+    );
+    let r = finish(client(&py, &http(&gw.url), &["call", "extra", "{}"]));
+    assert_eq!(r["isError"], false, "{r}");
+}

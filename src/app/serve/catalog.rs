@@ -37,12 +37,29 @@ enum Upstream {
     Failed(String, Instant),
 }
 
+/// The manifest in force (a reload replaces it whole; an upstream's annotations give a new
+/// copy of the same generation, with the same tools at the same positions).
+#[derive(Clone)]
+pub struct Current {
+    pub manifest: Arc<Manifest>,
+    /// The served tools' positions in the manifest (`--tools`, else all).
+    served: Arc<Vec<usize>>,
+    hub: Option<Arc<McpHub>>,
+    pub generation: u64,
+}
+
+impl Current {
+    /// The hub of its MCP servers.
+    pub fn hub(&self) -> Option<Arc<McpHub>> {
+        self.hub.clone()
+    }
+}
+
 /// The served tools and the manifest calls are planned with.
 pub struct Catalog {
-    manifest: RwLock<Arc<Manifest>>,
-    /// The served tools' positions in the manifest (`--tools`, else all).
-    served: Vec<usize>,
-    hub: Option<Arc<McpHub>>,
+    now: RwLock<Current>,
+    /// `--tools`, kept for a reload.
+    select: Option<Vec<String>>,
     upstreams: Mutex<HashMap<String, Upstream>>,
     /// Serializes starting and annotating (two lists at once start a server once).
     starting: tokio::sync::Mutex<()>,
@@ -64,6 +81,61 @@ impl Catalog {
         hub: Option<Arc<McpHub>>,
         quiet: bool,
     ) -> Result<Catalog, String> {
+        let served = served_of(&manifest, select)?;
+        Ok(Catalog {
+            now: RwLock::new(Current {
+                manifest: Arc::new(manifest),
+                served: Arc::new(served),
+                hub,
+                generation: 0,
+            }),
+            select: select.map(<[String]>::to_vec),
+            upstreams: Mutex::default(),
+            starting: tokio::sync::Mutex::new(()),
+            left_out: Mutex::default(),
+            retrying: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+            quiet,
+        })
+    }
+
+    /// Put `manifest` in force (a reload) with `hub` for its MCP servers: its tools are
+    /// served from now on, upstream servers are asked again, and every session that listed
+    /// the tools is told the list changed. The new generation.
+    pub async fn replace(
+        &self,
+        manifest: Manifest,
+        hub: Option<Arc<McpHub>>,
+    ) -> Result<u64, String> {
+        let served = served_of(&manifest, self.select.as_deref())?;
+        let _one = self.starting.lock().await;
+        let generation = {
+            let mut now = self.now.write().unwrap_or_else(|e| e.into_inner());
+            *now = Current {
+                manifest: Arc::new(manifest),
+                served: Arc::new(served),
+                hub,
+                generation: now.generation + 1,
+            };
+            now.generation
+        };
+        if let Ok(mut u) = self.upstreams.lock() {
+            u.clear();
+        }
+        self.changed.send_modify(|n| *n += 1);
+        Ok(generation)
+    }
+
+    /// The manifest in force, with its generation and served tools.
+    pub fn now(&self) -> Current {
+        self.now.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The served tools of `manifest`: `select` (manifest or exported names; an unknown one is an
+/// error with a suggestion), else all.
+fn served_of(manifest: &Manifest, select: Option<&[String]>) -> Result<Vec<usize>, String> {
+    Ok({
         let served = match select {
             None => (0..manifest.tools.len()).collect(),
             Some(names) => {
@@ -82,19 +154,11 @@ impl Catalog {
                 out
             }
         };
-        Ok(Catalog {
-            manifest: RwLock::new(Arc::new(manifest)),
-            served,
-            hub,
-            upstreams: Mutex::default(),
-            starting: tokio::sync::Mutex::new(()),
-            left_out: Mutex::default(),
-            retrying: Mutex::default(),
-            changed: tokio::sync::watch::Sender::new(0),
-            quiet,
-        })
-    }
+        served
+    })
+}
 
+impl Catalog {
     /// Changes to the list of tools (a server that was left out came up).
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
@@ -102,21 +166,16 @@ impl Catalog {
 
     /// The manifest as it stands (with every started server's annotations).
     pub fn manifest(&self) -> Arc<Manifest> {
-        match self.manifest.read() {
-            Ok(m) => m.clone(),
-            Err(e) => e.into_inner().clone(),
-        }
+        self.now().manifest
     }
 
     /// The served tool a client calls `name` (its exported or manifest name).
     pub fn served(&self, manifest: &Manifest, name: &str) -> Result<usize, String> {
+        let served = self.now().served;
         match manifest.tool_position(name) {
-            Some(i) if self.served.contains(&i) => Ok(i),
+            Some(i) if served.contains(&i) => Ok(i),
             _ => {
-                let names = self
-                    .served
-                    .iter()
-                    .map(|&i| export_name(&manifest.tools[i].name));
+                let names = served.iter().map(|&i| export_name(&manifest.tools[i].name));
                 let names: Vec<String> = names.collect();
                 let hint = crate::error::suggest(name, names.iter().map(String::as_str))
                     .map_or_else(String::new, |h| format!(" ({h})"));
@@ -128,7 +187,7 @@ impl Catalog {
     /// The upstream servers the served tools use.
     fn servers(&self, manifest: &Manifest) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for &i in &self.served {
+        for &i in self.now().served.iter() {
             if let ToolKind::Mcp(spec) = &manifest.tools[i].kind {
                 if !out.contains(&spec.server) {
                     out.push(spec.server.clone());
@@ -141,7 +200,9 @@ impl Catalog {
     /// Start `server` if it is not up (or failed a while ago) and settle its tools' effects.
     /// Returns why it is not up, if it is not.
     pub async fn ensure(&self, server: &str) -> Result<(), String> {
-        let Some(hub) = &self.hub else { return Ok(()) };
+        let Some(hub) = self.now().hub else {
+            return Ok(());
+        };
         if let Some(state) = self.state(server) {
             match state {
                 Upstream::Ready => {
@@ -163,7 +224,8 @@ impl Catalog {
             Some(Upstream::Failed(why, _)) => return Err(why),
             None => {}
         }
-        let mut copy = (*self.manifest()).clone();
+        let start = self.now();
+        let mut copy = (*start.manifest).clone();
         let used: Vec<String> = copy
             .tools
             .iter()
@@ -173,7 +235,7 @@ impl Catalog {
         let outcome = match hub.tools(server).await {
             Err(e) => Err(e),
             Ok(_) => {
-                let diags = mcp::annotate(&mut copy, hub, &used).await;
+                let diags = mcp::annotate(&mut copy, &hub, &used).await;
                 if let Ok(remote) = hub.tools(server).await {
                     destructive_needs_approval(&mut copy, server, &remote);
                 }
@@ -185,8 +247,11 @@ impl Catalog {
         };
         let state = match &outcome {
             Ok(()) => {
-                if let Ok(mut m) = self.manifest.write() {
-                    *m = Arc::new(copy);
+                if let Ok(mut now) = self.now.write() {
+                    // The copy of a manifest a reload replaced meanwhile is not put back.
+                    if now.generation == start.generation {
+                        now.manifest = Arc::new(copy);
+                    }
                 }
                 if self.left_out.lock().is_ok_and(|mut l| l.remove(server)) {
                     self.changed.send_modify(|n| *n += 1);
@@ -230,9 +295,10 @@ impl Catalog {
             }
             self.retry_in_background(server);
         }
-        let manifest = self.manifest();
-        let remote = self.remote_tools(&manifest, &up).await;
-        self.served
+        let now = self.now();
+        let manifest = now.manifest.clone();
+        let remote = self.remote_tools(&now, &up).await;
+        now.served
             .iter()
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
@@ -272,13 +338,13 @@ impl Catalog {
     /// The upstream `Tool` object of each served MCP tool whose server is up.
     async fn remote_tools(
         &self,
-        manifest: &Manifest,
+        now: &Current,
         up: &BTreeMap<String, bool>,
     ) -> HashMap<String, Value> {
         let mut out = HashMap::new();
-        let Some(hub) = &self.hub else { return out };
-        for &i in &self.served {
-            let tool = &manifest.tools[i];
+        let Some(hub) = &now.hub else { return out };
+        for &i in now.served.iter() {
+            let tool = &now.manifest.tools[i];
             let ToolKind::Mcp(spec) = &tool.kind else {
                 continue;
             };

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use super::answer;
 use super::catalog::Catalog;
 use super::order::{self, Order};
+use super::progress::Reporter;
 use super::spend::Spend;
 use crate::app::engine::{CallKit, Scope};
 use crate::batch::{Batch, Call};
-use crate::events::Event;
 use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
 use crate::report::otlp;
@@ -28,18 +28,19 @@ use crate::run::{self, Control, LaneStore};
 use crate::tools::{Progress, Relay, ToolKind};
 use crate::trace_context::TraceContext;
 
-/// How often a call that waits tells its client so (clients whose timeout resets on
-/// progress keep waiting for a call that is merely queued).
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
-
 /// Where a call's progress goes: the client's progress token, wrapped by the transport.
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The gateway's shared state.
 pub struct Gateway {
     pub catalog: Arc<Catalog>,
-    kit: Arc<CallKit>,
-    store: Arc<dyn LaneStore>,
+    /// The kit of the manifest in force, with its generation (a reload replaces both).
+    kit: RwLock<(u64, Arc<CallKit>)>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
+    /// The lanes every session's store is renewed from (a reload renews it with the new
+    /// manifest's lane table, so sessions share the new lanes).
+    store: RwLock<Arc<dyn LaneStore>>,
     /// What every session plans with (the tenant and the lane table are each session's).
     opts: PlanOptions,
     order: Arc<Order>,
@@ -65,14 +66,15 @@ pub struct Gateway {
     metrics: super::metrics::Metrics,
 }
 
-/// A session's lane store and plan options for one tenant.
+/// A session's lane store and plan options for one tenant (and the manifest generation they
+/// were planned for).
 type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
 
 /// One client's session: its run id (idempotency keys), its turn lane, per tenant.
 pub struct Session {
     pub id: u64,
     run_id: String,
-    lanes: Mutex<HashMap<String, TenantLanes>>,
+    lanes: Mutex<HashMap<String, (u64, TenantLanes)>>,
     /// What it has spent against `[serve.session]`.
     spend: Spend,
     /// Its history record, written when it ends (or hourly).
@@ -95,6 +97,8 @@ struct Planned {
     lane_names: Vec<String>,
     /// Who approves the call, when it needs approval.
     approver: Option<Arc<dyn crate::run::Approver>>,
+    /// The kit of the manifest it was planned with.
+    kit: Arc<CallKit>,
 }
 
 /// A finished call's span, to export.
@@ -132,8 +136,9 @@ impl Gateway {
         let catalog_path = catalog.manifest().path.clone();
         Gateway {
             catalog: Arc::new(catalog),
-            kit,
-            store,
+            kit: RwLock::new((0, kit)),
+            reloading: tokio::sync::Mutex::new(()),
+            store: RwLock::new(store),
             opts,
             order: Arc::default(),
             seq: AtomicU64::new(1),
@@ -185,15 +190,21 @@ impl Gateway {
     }
 
     /// The session's lane store and plan options for `tenant`.
-    fn lanes_for(&self, session: &Session, tenant: &str) -> Result<TenantLanes, String> {
+    fn lanes_for(
+        &self,
+        session: &Session,
+        tenant: &str,
+        (generation, manifest): (u64, &crate::manifest::Manifest),
+    ) -> Result<TenantLanes, String> {
         let mut map = session.lanes.lock().map_err(|_| "session state lost")?;
-        if let Some((s, o)) = map.get(tenant) {
-            return Ok((s.clone(), o.clone()));
+        if let Some((g, (s, o))) = map.get(tenant) {
+            if *g == generation {
+                return Ok((s.clone(), o.clone()));
+            }
         }
         let mut opts = self.opts.clone();
         opts.tenant = Some(tenant.to_string());
-        let manifest = self.catalog.manifest();
-        let table: Vec<LaneSpec> = plan::lane_table(&manifest, &opts);
+        let table: Vec<LaneSpec> = plan::lane_table(manifest, &opts);
         // Each session (of each tenant) is a flow of its own: lanes serve sessions in turn,
         // and tenants by weight.
         let flow = run::Flow {
@@ -203,12 +214,15 @@ impl Gateway {
             weight: manifest.tenant_weight(tenant),
         };
         let store = self
-            .store
+            .base()
             .for_lanes(&table, &flow)
             .map_err(|e| e.to_string())?;
         opts.lanes = Some(table);
         let opts = Arc::new(opts);
-        map.insert(tenant.to_string(), (store.clone(), opts.clone()));
+        map.insert(
+            tenant.to_string(),
+            (generation, (store.clone(), opts.clone())),
+        );
         Ok((store, opts))
     }
 
@@ -262,20 +276,23 @@ impl Gateway {
         args: Map<String, Value>,
         tenant: &str,
     ) -> Result<Result<Planned, Value>, String> {
-        let mut manifest = self.catalog.manifest();
-        let t = self.catalog.served(&manifest, name)?;
+        let first = self.catalog.manifest();
+        let t = self.catalog.served(&first, name)?;
         if self.closing.load(Ordering::SeqCst) {
             let why = "run_ended: the gateway is shutting down; the call was not made";
             return Ok(Err(answer::error(why)));
         }
-        if let ToolKind::Mcp(spec) = &manifest.tools[t].kind {
+        if let ToolKind::Mcp(spec) = &first.tools[t].kind {
             // Its server's annotations settle the call's effect; a server that will not start
             // fails the call below with its reason.
             let _ = self.catalog.ensure(&spec.server).await;
-            manifest = self.catalog.manifest();
         }
+        let (now, kit) = self.in_force().await;
+        let manifest = now.manifest;
+        // A reload between the two looks may have moved or removed the tool.
+        let t = self.catalog.served(&manifest, name)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (lanes, opts) = match self.lanes_for(session, tenant) {
+        let (lanes, opts) = match self.lanes_for(session, tenant, (now.generation, &manifest)) {
             Ok(l) => l,
             Err(e) => return Ok(Err(answer::error(&format!("lane_store: {e}")))),
         };
@@ -300,7 +317,74 @@ impl Gateway {
             seq,
             claims,
             approver: None,
+            kit,
         }))
+    }
+
+    /// The store sessions' lanes are renewed from.
+    fn base(&self) -> Arc<dyn LaneStore> {
+        self.store
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// The manifest in force and its kit, of one generation (a reload sets them one after
+    /// the other: a look between the two looks again).
+    async fn in_force(&self) -> (super::catalog::Current, Arc<CallKit>) {
+        loop {
+            let now = self.catalog.now();
+            let (generation, kit) = self
+                .kit
+                .read()
+                .map(|k| k.clone())
+                .unwrap_or_else(|e| e.into_inner().clone());
+            if generation == now.generation {
+                return (now, kit);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Put `manifest` in force for new calls (SIGHUP, `--watch`): calls already made finish
+    /// under the declarations they were planned with; sessions are told the list changed.
+    /// `Err`: it was not put in force (the old one stays).
+    pub async fn reload(&self, manifest: crate::manifest::Manifest) -> Result<usize, String> {
+        let _one = self.reloading.lock().await;
+        let old = self.catalog.now();
+        let same_servers =
+            format!("{:?}", old.manifest.mcp_servers) == format!("{:?}", manifest.mcp_servers);
+        let has_mcp = manifest
+            .tools
+            .iter()
+            .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+        let hub = match (same_servers, has_mcp) {
+            (_, false) => None,
+            (true, true) => old.hub(),
+            (false, true) => Some(crate::tools::mcp::McpHub::new(&manifest.mcp_servers)),
+        };
+        let empty = plan::build(&manifest, &Batch::empty("<mcp>"), &self.opts)
+            .map_err(|d| crate::error::render_all(&d))?;
+        let kit = self
+            .kit
+            .read()
+            .map(|k| k.1.clone())
+            .unwrap_or_else(|e| e.into_inner().1.clone());
+        let kit = Arc::new(kit.for_manifest(&manifest, &empty, hub.clone()));
+        let tools = manifest.tools.len();
+        let table = plan::lane_table(&manifest, &self.opts);
+        let base = self
+            .base()
+            .for_lanes(&table, &run::Flow::default())
+            .map_err(|e| e.0)?;
+        let generation = self.catalog.replace(manifest, hub).await?;
+        if let Ok(mut s) = self.store.write() {
+            *s = base;
+        }
+        if let Ok(mut k) = self.kit.write() {
+            *k = (generation, kit);
+        }
+        Ok(tools)
     }
 
     /// The approver of a call that needs approval: the client (when in-band approval is
@@ -351,7 +435,7 @@ impl Gateway {
             calls_made: 0,
             trace: p.trace.clone(),
         };
-        let mut config = self.kit.config(scope, reporter.as_ref().map(|_| events_tx));
+        let mut config = p.kit.config(scope, reporter.as_ref().map(|_| events_tx));
         config.relay = Some(relay.clone());
         if let Some(a) = p.approver {
             config.approver = a;
@@ -466,13 +550,13 @@ impl Gateway {
         if self.closing.load(Ordering::SeqCst) {
             return Err("the gateway is shutting down".into());
         }
-        self.store.clone().ping().await.map_err(|e| e.0)
+        self.base().ping().await.map_err(|e| e.0)
     }
 
     /// `/metrics`: the figures, with the lanes and waiting approvals as they are now.
     pub fn metrics_text(&self) -> String {
         let approvals = self.parked.as_ref().map_or(0, |p| p.list().len());
-        self.metrics.render(&self.store.occupancy(), approvals)
+        self.metrics.render(&self.base().occupancy(), approvals)
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
@@ -562,95 +646,6 @@ impl Drop for Users<'_> {
                         u.remove(l);
                     }
                 }
-            }
-        }
-    }
-}
-
-/// A call's progress notifications: while it waits (for its turn, in a lane) what it waits
-/// for, again every [`PROGRESS_EVERY`]; once it runs, its upstream's own progress.
-pub struct Reporter {
-    sink: ProgressSink,
-    /// How many notifications went out, and what the call waits for now (`None`: running).
-    state: Mutex<(u64, Option<String>)>,
-    /// Whether the repeating tick is started (on the first wait: most calls never wait).
-    ticking: std::sync::atomic::AtomicBool,
-}
-
-impl Reporter {
-    fn new(sink: ProgressSink) -> Reporter {
-        Reporter {
-            sink,
-            state: Mutex::new((0, None)),
-            ticking: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    fn send(&self, message: String) {
-        let n = match self.state.lock() {
-            Ok(mut s) => {
-                s.0 += 1;
-                s.0
-            }
-            Err(_) => return,
-        };
-        (self.sink)(Progress {
-            progress: n as f64,
-            total: None,
-            message: Some(message),
-        });
-    }
-
-    fn waiting(self: &Arc<Self>, message: String) {
-        if let Ok(mut s) = self.state.lock() {
-            s.1 = Some(message.clone());
-        }
-        self.send(message);
-        if !self.ticking.swap(true, Ordering::Relaxed) {
-            self.tick();
-        }
-    }
-
-    fn running(&self) {
-        if let Ok(mut s) = self.state.lock() {
-            s.1 = None;
-        }
-    }
-
-    /// Say again what the call waits for, every [`PROGRESS_EVERY`], while the call lasts.
-    fn tick(self: &Arc<Self>) {
-        let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(PROGRESS_EVERY).await;
-                let Some(me) = me.upgrade() else { return };
-                let waiting = me.state.lock().ok().and_then(|s| s.1.clone());
-                if let Some(m) = waiting {
-                    me.send(m);
-                }
-            }
-        });
-    }
-
-    /// Follow the call's run: lane waits become messages, the upstream's progress is passed on.
-    async fn watch(
-        self: Arc<Self>,
-        mut events: mpsc::UnboundedReceiver<Event>,
-        mut upstream: mpsc::UnboundedReceiver<Progress>,
-        lane_text: impl Fn(usize) -> String,
-    ) {
-        loop {
-            tokio::select! {
-                e = events.recv() => match e {
-                    Some(Event::LaneWaiting { lane, .. }) => self.waiting(lane_text(lane)),
-                    Some(Event::CallStarted { .. }) => self.running(),
-                    Some(_) => {}
-                    None => break,
-                },
-                p = upstream.recv() => match p {
-                    Some(p) => (self.sink)(p),
-                    None => break,
-                },
             }
         }
     }

@@ -20,7 +20,9 @@ mod http;
 mod metrics;
 mod ops;
 mod order;
+mod progress;
 mod record;
+mod reload;
 mod spend;
 
 use std::sync::Arc;
@@ -83,6 +85,8 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         lanes,
         (opts.plan.clone(), opts.otlp.clone(), history),
     ));
+    let path = crate::config::manifest_path(args.manifest.as_deref())?;
+    rt.spawn(reload::reloads(gateway.clone(), path, s.watch, args.quiet));
     let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
     let served = match &s.http {
         None => rt.block_on(stdio(gateway, tenant, grace)),

@@ -1,0 +1,69 @@
+//! Reloading the manifest while serving: on SIGHUP, and with `--watch` when the file changes
+//! (its modification time or length, looked at every second). A manifest that loads is put in
+//! force for new calls ([`Gateway::reload`]); one that does not is refused with its
+//! diagnostics on stderr, and the manifest in force stays. `[serve.tokens]` and the listening
+//! options are read once, at start.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::gateway::Gateway;
+use crate::manifest::Manifest;
+
+/// What a watch compares: the file's modification time and length.
+fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Reload `path` into `gateway` on every SIGHUP (and change, with `watch`), for as long as
+/// the gateway serves.
+pub async fn reloads(gateway: Arc<Gateway>, path: PathBuf, watch: bool, quiet: bool) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    let mut last = stamp(&path);
+    loop {
+        let why = tokio::select! {
+            _ = hup.recv() => "SIGHUP",
+            () = tokio::time::sleep(Duration::from_secs(1)), if watch => {
+                let now = stamp(&path);
+                if now == last {
+                    continue;
+                }
+                last = now;
+                "the file changed"
+            }
+        };
+        reload_once(&gateway, &path, why, quiet).await;
+    }
+}
+
+async fn reload_once(gateway: &Gateway, path: &Path, why: &str, quiet: bool) {
+    let shown = path.display();
+    let loaded = {
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || Manifest::load(&path)).await
+    };
+    let manifest = match loaded {
+        Ok(Ok(m)) => m,
+        Ok(Err(diags)) => {
+            let text = crate::error::render_all(&diags);
+            eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}); the manifest in force stays\n{text}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}): {e}");
+            return;
+        }
+    };
+    if !quiet && !manifest.warnings.is_empty() {
+        eprint!("{}", crate::error::render_all(&manifest.warnings));
+    }
+    match gateway.reload(manifest).await {
+        Ok(n) => eprintln!("flux-tools mcp serve: reloaded {shown} ({why}): {n} tools, in force for new calls"),
+        Err(e) => eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}); the manifest in force stays: {e}"),
+    }
+}
