@@ -135,12 +135,16 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__approvals)
-            opts="-q -h --format --manifest --quiet --color --help"
+            opts="-q -h --lane-store --format --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --lane-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json jsonl" -- "${cur}"))
                     return 0
@@ -161,12 +165,16 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__approve)
-            opts="-q -h --manifest --quiet --color --help"
+            opts="-q -h --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --lane-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -205,12 +213,16 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__deny)
-            opts="-q -h --manifest --quiet --color --help"
+            opts="-q -h --lane-store --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --lane-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -98,6 +98,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;approvals'= {
+            cand --lane-store 'Where the gateways keep their parked calls: their `--lane-store` (redis://… for replicas on one Redis) [default: this machine''s]'
             cand --format 'Output format [default: table]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
@@ -107,6 +108,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'flux-tools;approve'= {
+            cand --lane-store 'The gateways'' `--lane-store` (redis://… for replicas on one Redis)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
@@ -115,6 +117,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --help 'Print help'
         }
         &'flux-tools;deny'= {
+            cand --lane-store 'The gateways'' `--lane-store` (redis://… for replicas on one Redis)'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'

@@ -120,6 +120,7 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -l lane-store -d 'Where the gateways keep their parked calls: their `--lane-store` (redis://… for replicas on one Redis) [default: this machine\'s]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 jsonl\t'The same JSON (one line)'"
@@ -129,12 +130,14 @@ always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approvals" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand approve" -l lane-store -d 'The gateways\' `--lane-store` (redis://… for replicas on one Redis)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approve" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approve" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approve" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand approve" -s h -l help -d 'Print help'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand deny" -l lane-store -d 'The gateways\' `--lane-store` (redis://… for replicas on one Redis)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand deny" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand deny" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''

@@ -119,6 +119,10 @@ pub enum Command {
     Approvals {
         /// The run's journal (--journal FILE); absent: the calls `mcp serve` holds
         journal: Option<PathBuf>,
+        /// Where the gateways keep their parked calls: their `--lane-store` (redis://… for
+        /// replicas on one Redis) [default: this machine's]
+        #[arg(long, value_name = "STORE", value_parser = LaneStoreChoice::parse)]
+        lane_store: Option<LaneStoreChoice>,
         /// Output format [default: table]
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
@@ -127,11 +131,17 @@ pub enum Command {
     Approve {
         /// ID@HASH: the call and the hash of the arguments you approve
         call: String,
+        /// The gateways' `--lane-store` (redis://… for replicas on one Redis)
+        #[arg(long, value_name = "STORE", value_parser = LaneStoreChoice::parse)]
+        lane_store: Option<LaneStoreChoice>,
     },
     /// Refuse a call `mcp serve` holds for approval (it is answered approval_denied)
     Deny {
         /// ID, or ID@HASH
         call: String,
+        /// The gateways' `--lane-store` (redis://… for replicas on one Redis)
+        #[arg(long, value_name = "STORE", value_parser = LaneStoreChoice::parse)]
+        lane_store: Option<LaneStoreChoice>,
     },
     /// List the manifest's tools and their declarations, or (--emit) offer them to a model
     Tools {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::parked::{Decision, Parked, Waiting};
 use super::stdout_write;
-use crate::cli::{Args, ListFormat};
+use crate::cli::{Args, LaneStoreChoice, ListFormat};
 use crate::error::{self, Error};
 use crate::report;
 use crate::run::Resume;
@@ -26,19 +26,38 @@ pub(super) fn approvals(journal: &Path, format: Option<ListFormat>) -> Result<u8
     Ok(error::EXIT_OK)
 }
 
-/// The parked calls of the manifest `args` names.
-fn registry(args: &Args) -> Result<(std::path::PathBuf, Parked), Error> {
+/// The parked calls of the manifest `args` names, on `store`'s board (Redis) or this
+/// machine's files; with the runtime the board is read on.
+fn registry(
+    args: &Args,
+    store: Option<&LaneStoreChoice>,
+) -> Result<(std::path::PathBuf, Parked, tokio::runtime::Runtime), Error> {
     let path = crate::config::manifest_path(args.manifest.as_deref())?;
     let canonical = path
         .canonicalize()
         .map_err(|e| Error::Usage(format!("cannot read manifest `{}`: {e}", path.display())))?;
-    let parked = Parked::of(&canonical).map_err(Error::Usage)?;
-    Ok((path, parked))
+    let rt = super::runtime()?;
+    let board = match store {
+        Some(LaneStoreChoice::Redis(url)) => {
+            let ns = canonical.display().to_string();
+            let lanes = rt
+                .block_on(crate::run::RedisLanes::connect(url, &[], &ns))
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            crate::run::LaneStore::board(&lanes)
+        }
+        _ => None,
+    };
+    let parked = Parked::of(&canonical, board).map_err(Error::Usage)?;
+    Ok((path, parked, rt))
 }
 
-pub(super) fn parked(args: &Args, format: Option<ListFormat>) -> Result<u8, Error> {
-    let (path, parked) = registry(args)?;
-    let waiting = parked.list();
+pub(super) fn parked(
+    args: &Args,
+    store: Option<&LaneStoreChoice>,
+    format: Option<ListFormat>,
+) -> Result<u8, Error> {
+    let (path, parked, rt) = registry(args, store)?;
+    let waiting = rt.block_on(parked.list());
     let text = match format {
         Some(ListFormat::Json | ListFormat::Jsonl) => {
             format!(
@@ -47,7 +66,7 @@ pub(super) fn parked(args: &Args, format: Option<ListFormat>) -> Result<u8, Erro
             )
         }
         Some(ListFormat::Table) | None => {
-            let now = unix_now();
+            let now = super::parked::unix_now();
             let left: Vec<std::time::Duration> = waiting
                 .iter()
                 .map(|w| std::time::Duration::from_secs_f64((w.until - now).max(0.0)))
@@ -71,13 +90,20 @@ fn awaiting(w: &Waiting) -> crate::events::Awaiting {
 }
 
 /// `approve ID@HASH` / `deny ID[@HASH]`.
-pub(super) fn answer(args: &Args, call: &str, d: Decision) -> Result<u8, Error> {
-    let (_, parked) = registry(args)?;
+pub(super) fn answer(
+    args: &Args,
+    store: Option<&LaneStoreChoice>,
+    call: &str,
+    d: Decision,
+) -> Result<u8, Error> {
+    let (_, parked, rt) = registry(args, store)?;
     let (id, hash) = match call.split_once('@') {
         Some((id, hash)) => (id, Some(hash)),
         None => (call, None),
     };
-    let w = parked.answer(id, hash, d).map_err(Error::Usage)?;
+    let w = rt
+        .block_on(parked.answer(id, hash, d))
+        .map_err(Error::Usage)?;
     let what = match d {
         Decision::Approve => "approved",
         Decision::Deny => "denied",
@@ -87,10 +113,4 @@ pub(super) fn answer(args: &Args, call: &str, d: Decision) -> Result<u8, Error> 
         w.id, w.tool, w.args
     );
     Ok(error::EXIT_OK)
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }

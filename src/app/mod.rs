@@ -105,13 +105,19 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         Command::Approvals {
             journal: Some(journal),
             format,
+            ..
         } => approvals::approvals(journal, *format),
         Command::Approvals {
             journal: None,
             format,
-        } => approvals::parked(&args, *format),
-        Command::Approve { call } => approvals::answer(&args, call, parked::Decision::Approve),
-        Command::Deny { call } => approvals::answer(&args, call, parked::Decision::Deny),
+            lane_store,
+        } => approvals::parked(&args, lane_store.as_ref(), *format),
+        Command::Approve { call, lane_store } => {
+            approvals::answer(&args, lane_store.as_ref(), call, parked::Decision::Approve)
+        }
+        Command::Deny { call, lane_store } => {
+            approvals::answer(&args, lane_store.as_ref(), call, parked::Decision::Deny)
+        }
         Command::Run(r) => run::run(&args, r, terminal),
     }
 }

@@ -1,17 +1,23 @@
-//! Calls of `mcp serve` parked for approval out of band, as files every process of the
-//! machine sees: `approvals/` in the manifest's private lane folder (mode 0700), one
-//! `ID.json` per waiting call (tool, arguments, their hash, the gateway's pid, the deadline),
-//! written whole by rename. `flux-tools approvals` lists them; `flux-tools approve ID@HASH`
-//! (or `deny ID`) writes `ID.answer`, which the waiting gateway reads. An approval names the
-//! hash of the arguments it was given for: a wrong hash is refused, and the gateway checks the
-//! hash again, so changed arguments are never run on an old approval. A parked call's files
-//! go when it is answered, refused at its deadline, or cancelled; a gateway that was killed
-//! leaves files whose pid is gone, which the list skips and removes.
+//! Calls of `mcp serve` parked for approval out of band, on a board every process that
+//! shares the lane store sees: with the `local` (or `memory`) store, files in the manifest's
+//! private lane folder (mode 0700, one `ID.json` per waiting call and `ID.answer`, each
+//! written whole by rename); with Redis, two hashes every replica reads. `flux-tools
+//! approvals` lists the waiting calls; `flux-tools approve ID@HASH` (or `deny ID`), from any
+//! terminal or replica, answers one. An approval names the hash of the arguments it was given
+//! for: a wrong hash is refused, and the waiting gateway checks the hash again, so changed
+//! arguments are never run on an old approval. A waiting gateway renews its entry every
+//! second; one not renewed for [`STALE`] (its gateway died) is no longer listed, and removed.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::run::lanes::{Board, BoxFuture, LaneError};
+
+/// How long an entry its gateway stopped renewing stays listed (seconds).
+const STALE: f64 = 10.0;
 
 /// One call waiting for approval.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -22,9 +28,11 @@ pub struct Waiting {
     pub hash: String,
     /// The gateway waiting for the answer.
     pub pid: u32,
-    /// Unix seconds: since when, and until when it waits.
+    /// Unix seconds: since when, until when it waits, and when its gateway last renewed it.
     pub since: f64,
     pub until: f64,
+    #[serde(default)]
+    pub seen: f64,
 }
 
 /// What `approve`/`deny` decided.
@@ -34,21 +42,31 @@ pub enum Decision {
     Deny,
 }
 
-/// The folder of one manifest's parked calls.
+/// The board of one manifest's parked calls.
+#[derive(Clone)]
 pub struct Parked {
-    dir: PathBuf,
+    board: Arc<dyn Board>,
 }
 
-/// A parked call's place: its files go when it drops.
+/// A parked call's place: its entry goes when it drops.
 pub struct Place {
-    json: PathBuf,
-    answer: PathBuf,
-    hash: String,
+    board: Arc<dyn Board>,
+    waiting: Waiting,
+}
+
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Parked {
-    /// The parked calls of the manifest at canonical path `manifest`.
-    pub fn of(manifest: &Path) -> Result<Parked, String> {
+    /// The parked calls of `store`'s board when it shares one (Redis), else of the files of
+    /// the manifest at canonical path `manifest`.
+    pub fn of(manifest: &Path, store: Option<Arc<dyn Board>>) -> Result<Parked, String> {
+        if let Some(board) = store {
+            return Ok(Parked { board });
+        }
         let root = crate::run::runtime_dir().map_err(|e| e.to_string())?;
         let key = crate::hash::fnv(manifest.as_os_str().as_encoded_bytes());
         let dir = root.join(format!("{key:016x}")).join("approvals");
@@ -58,51 +76,54 @@ impl Parked {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        Ok(Parked { dir })
-    }
-
-    fn path(&self, id: &str, ext: &str) -> PathBuf {
-        self.dir.join(format!("{id}.{ext}"))
-    }
-
-    /// Park `w`: listed from now until the place drops.
-    pub fn park(&self, w: &Waiting) -> Result<Place, String> {
-        let json = self.path(&w.id, "json");
-        let text = serde_json::to_vec_pretty(w).map_err(|e| e.to_string())?;
-        write_whole(&json, &text)?;
-        Ok(Place {
-            json,
-            answer: self.path(&w.id, "answer"),
-            hash: w.hash.clone(),
+        Ok(Parked {
+            board: Arc::new(Files { dir }),
         })
     }
 
-    /// The calls waiting now, oldest first (a dead gateway's are removed).
-    pub fn list(&self) -> Vec<Waiting> {
-        let mut out: Vec<Waiting> = std::fs::read_dir(&self.dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .filter_map(|e| {
-                let text = std::fs::read(e.path()).ok()?;
-                let w: Waiting = serde_json::from_slice(&text).ok()?;
-                if alive(w.pid) {
-                    return Some(w);
-                }
-                let _ = std::fs::remove_file(e.path());
-                let _ = std::fs::remove_file(self.path(&w.id, "answer"));
-                None
-            })
-            .collect();
+    /// Park `w`: listed from now until the place drops (renew it with [`Place::renew`]).
+    pub async fn park(&self, mut w: Waiting) -> Result<Place, String> {
+        w.seen = unix_now();
+        let text = serde_json::to_string(&w).map_err(|e| e.to_string())?;
+        self.board
+            .clone()
+            .put(w.id.clone(), text)
+            .await
+            .map_err(|e| e.0)?;
+        Ok(Place {
+            board: self.board.clone(),
+            waiting: w,
+        })
+    }
+
+    /// The calls waiting now, oldest first (entries their gateway stopped renewing are removed).
+    pub async fn list(&self) -> Vec<Waiting> {
+        let entries = self.board.clone().entries().await.unwrap_or_default();
+        let now = unix_now();
+        let mut out = Vec::new();
+        for text in entries {
+            let Ok(w) = serde_json::from_str::<Waiting>(&text) else {
+                continue;
+            };
+            if w.seen + STALE >= now {
+                out.push(w);
+            } else {
+                let _ = self.board.clone().remove(w.id).await;
+            }
+        }
         out.sort_by(|a, b| a.since.total_cmp(&b.since));
         out
     }
 
     /// Answer the parked call `id`; `hash` (required to approve) must be the hash of its
     /// arguments. The waiting call it answered.
-    pub fn answer(&self, id: &str, hash: Option<&str>, d: Decision) -> Result<Waiting, String> {
-        let Some(w) = self.list().into_iter().find(|w| w.id == id) else {
+    pub async fn answer(
+        &self,
+        id: &str,
+        hash: Option<&str>,
+        d: Decision,
+    ) -> Result<Waiting, String> {
+        let Some(w) = self.list().await.into_iter().find(|w| w.id == id) else {
             return Err(format!("no call `{id}` waits for approval (it may have been answered, cancelled, or refused at its deadline)\nhint: `flux-tools approvals` lists the calls that wait"));
         };
         match (d, hash) {
@@ -118,39 +139,122 @@ impl Parked {
             _ => {}
         }
         let body = match d {
-            Decision::Approve => format!("approve {}\n", w.hash),
-            Decision::Deny => "deny\n".to_string(),
+            Decision::Approve => format!("approve {}", w.hash),
+            Decision::Deny => "deny".to_string(),
         };
-        write_whole(&self.path(id, "answer"), body.as_bytes())?;
+        self.board
+            .clone()
+            .set_answer(id.to_string(), body)
+            .await
+            .map_err(|e| e.0)?;
         Ok(w)
     }
 }
 
 impl Place {
     /// The answer given so far, if any. An approval for other arguments counts as none.
-    pub fn decision(&self) -> Option<Decision> {
-        let text = std::fs::read_to_string(&self.answer).ok()?;
+    pub async fn decision(&self) -> Option<Decision> {
+        let text = self
+            .board
+            .clone()
+            .answer(self.waiting.id.clone())
+            .await
+            .ok()??;
         let mut words = text.split_whitespace();
         match (words.next(), words.next()) {
-            (Some("approve"), Some(h)) if h == self.hash => Some(Decision::Approve),
+            (Some("approve"), Some(h)) if h == self.waiting.hash => Some(Decision::Approve),
             (Some("deny"), _) => Some(Decision::Deny),
             _ => None,
+        }
+    }
+
+    /// Say the call still waits (its gateway lives).
+    pub async fn renew(&mut self) {
+        self.waiting.seen = unix_now();
+        if let Ok(text) = serde_json::to_string(&self.waiting) {
+            let _ = self.board.clone().put(self.waiting.id.clone(), text).await;
         }
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.json);
-        let _ = std::fs::remove_file(&self.answer);
+        let gone = self
+            .board
+            .clone()
+            .remove(std::mem::take(&mut self.waiting.id));
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(gone);
+        }
+    }
+}
+
+/// The board as files in a private folder.
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn path(&self, id: &str, ext: &str) -> PathBuf {
+        self.dir.join(format!("{id}.{ext}"))
+    }
+}
+
+impl Board for Files {
+    fn put(
+        self: Arc<Self>,
+        id: String,
+        entry: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let done = write_whole(&self.path(&id, "json"), entry.as_bytes()).map_err(LaneError);
+        Box::pin(std::future::ready(done))
+    }
+
+    fn entries(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
+        let out = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
+    }
+
+    fn set_answer(
+        self: Arc<Self>,
+        id: String,
+        answer: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let done = write_whole(&self.path(&id, "answer"), answer.as_bytes()).map_err(LaneError);
+        Box::pin(std::future::ready(done))
+    }
+
+    fn answer(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
+        let text = std::fs::read_to_string(self.path(&id, "answer")).ok();
+        Box::pin(std::future::ready(Ok(text)))
+    }
+
+    fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>> {
+        if !id.is_empty() {
+            let _ = std::fs::remove_file(self.path(&id, "json"));
+            let _ = std::fs::remove_file(self.path(&id, "answer"));
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
 /// Write `path` whole: a temporary file beside it, renamed over it (never a partial file, and
 /// never through a symlink someone put there).
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = path.with_extension(format!(
+        "tmp{}-{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -160,13 +264,4 @@ fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
     f.write_all(bytes)
         .and_then(|_| std::fs::rename(&tmp, path))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// Whether process `pid` still runs.
-fn alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }

@@ -13,7 +13,7 @@ use crate::serve::{
 };
 
 /// `GET path` on the gateway: (status code, body).
-fn get(gw: &HttpGateway, path: &str, token: Option<&str>) -> (u16, String) {
+pub(crate) fn get(gw: &HttpGateway, path: &str, token: Option<&str>) -> (u16, String) {
     let addr = gw
         .url
         .trim_start_matches("http://")

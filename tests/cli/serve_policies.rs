@@ -468,3 +468,78 @@ fn each_session_leaves_one_history_record_and_report_shows_the_lanes_peaks() {
         "{text}"
     );
 }
+
+#[test]
+fn replicas_on_one_redis_list_and_release_each_others_waiting_approvals() {
+    let Some(py) = python() else { return };
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = destructive(&p, "", "");
+    let store = ["--lane-store", redis.url.as_str()];
+    let (one, two) = (
+        HttpGateway::start(&p, &store, &[]),
+        HttpGateway::start(&p, &store, &[]),
+    );
+    let c = client(
+        &py,
+        &http(&one.url),
+        &["call", "write", r#"{"ms": 200, "tag": "w1"}"#],
+    );
+    let listed = |p: &Project| -> Vec<Value> {
+        let out = p
+            .cmd()
+            .args([
+                "approvals",
+                "--lane-store",
+                redis.url.as_str(),
+                "--format",
+                "json",
+            ])
+            .output()
+            .expect("approvals");
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let w = loop {
+        if let Some(w) = listed(&p).into_iter().next() {
+            break w;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "nothing parked on the Redis board"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // The other replica sees it too (its metrics count it).
+    let metrics = crate::serve_ops::get(&two, "/metrics", None).1;
+    assert!(
+        metrics.contains("flux_tools_approvals_waiting 1"),
+        "{metrics}"
+    );
+    // Not on this machine's files: the board is Redis's.
+    assert!(parked(&p).is_empty());
+    let call = format!(
+        "{}@{}",
+        w["id"].as_str().unwrap_or(""),
+        w["hash"].as_str().unwrap_or("")
+    );
+    let ok = p
+        .cmd()
+        .args(["approve", "--lane-store", redis.url.as_str(), &call])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let r = finish(c);
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(upstream_writes(&log), 1, "the call ran once");
+    assert!(listed(&p).is_empty());
+}

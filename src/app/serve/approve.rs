@@ -15,8 +15,9 @@ use crate::run::{ApprovalRequest, Approver};
 
 /// How long a parked call waits unless the manifest says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// How often a parked call looks for its answer.
+/// How often a parked call looks for its answer, and says it still waits.
 const POLL: Duration = Duration::from_millis(100);
+const RENEW: Duration = Duration::from_secs(1);
 
 /// What a client answered an elicitation with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,9 +99,7 @@ impl CallApprover {
         let Some(parked) = &self.parked else {
             return self.refuse("approval required, and there is nowhere to park the call".into());
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let now = crate::app::parked::unix_now();
         let waiting = Waiting {
             id: self.id.clone(),
             tool: req.tool.clone(),
@@ -109,8 +108,9 @@ impl CallApprover {
             pid: std::process::id(),
             since: now,
             until: now + self.timeout.as_secs_f64(),
+            seen: now,
         };
-        let place = match parked.park(&waiting) {
+        let mut place = match parked.park(waiting).await {
             Ok(p) => p,
             Err(e) => {
                 return self.refuse(format!(
@@ -123,8 +123,13 @@ impl CallApprover {
             self.id, req.tool, self.id
         );
         let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut renewed = tokio::time::Instant::now();
         loop {
-            match place.decision() {
+            if renewed.elapsed() >= RENEW {
+                place.renew().await;
+                renewed = tokio::time::Instant::now();
+            }
+            match place.decision().await {
                 Some(Decision::Approve) => return Some(true),
                 Some(Decision::Deny) => {
                     return self.refuse("approval denied out of band (flux-tools deny)".into())

@@ -134,6 +134,7 @@ impl Gateway {
         ),
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
+        let board = store.board();
         Gateway {
             catalog: Arc::new(catalog),
             kit: RwLock::new((0, kit)),
@@ -149,7 +150,7 @@ impl Gateway {
             closing: std::sync::atomic::AtomicBool::new(false),
             otlp,
             export_failed: Arc::default(),
-            parked: crate::app::parked::Parked::of(&catalog_path)
+            parked: crate::app::parked::Parked::of(&catalog_path, board)
                 .ok()
                 .map(Arc::new),
             history: history.map(Arc::new),
@@ -405,7 +406,8 @@ impl Gateway {
             .serve
             .approval_timeout
             .unwrap_or(super::approve::DEFAULT_TIMEOUT);
-        let id = format!("{}-{}", std::process::id(), p.seq);
+        // Unique across replicas (in containers every gateway may be pid 1).
+        let id = format!("{}-{}", &self.id[self.id.len().saturating_sub(6)..], p.seq);
         let handle = tokio::runtime::Handle::current();
         let a = super::approve::CallApprover::new(handle, who, id, timeout, cx.cancel.clone());
         Some(Arc::new(a))
@@ -554,8 +556,11 @@ impl Gateway {
     }
 
     /// `/metrics`: the figures, with the lanes and waiting approvals as they are now.
-    pub fn metrics_text(&self) -> String {
-        let approvals = self.parked.as_ref().map_or(0, |p| p.list().len());
+    pub async fn metrics_text(&self) -> String {
+        let approvals = match &self.parked {
+            Some(p) => p.list().await.len(),
+            None => 0,
+        };
         self.metrics.render(&self.base().occupancy(), approvals)
     }
 

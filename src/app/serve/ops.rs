@@ -51,7 +51,7 @@ pub async fn answer(gateway: &Arc<Gateway>, e: Endpoint) -> Reply {
         Endpoint::Metrics => (
             hyper::StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            gateway.metrics_text(),
+            gateway.metrics_text().await,
         ),
     }
 }

@@ -106,6 +106,23 @@ pub struct Occupancy {
     pub waiting: u64,
 }
 
+/// Entries every process sharing a store sees, under ids: the calls `mcp serve` parks for
+/// approval (the Redis store keeps them for every replica; other stores have none, and the
+/// gateway keeps files).
+pub trait Board: Send + Sync {
+    fn put(self: Arc<Self>, id: String, entry: String)
+        -> BoxFuture<'static, Result<(), LaneError>>;
+    fn entries(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
+    fn set_answer(
+        self: Arc<Self>,
+        id: String,
+        answer: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>>;
+    fn answer(self: Arc<Self>, id: String)
+        -> BoxFuture<'static, Result<Option<String>, LaneError>>;
+    fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>>;
+}
+
 /// Why a lane could not be acquired.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("lane store: {0}")]
@@ -159,6 +176,10 @@ pub trait LaneStore: Send + Sync {
     ) -> BoxFuture<'static, Result<Charge, LaneError>>;
     /// Give back a reservation of `charge` (the call never reached its tool).
     fn refund(self: Arc<Self>, tenant: String, id: String);
+    /// The board of parked approvals this store shares with other machines (Redis), if any.
+    fn board(&self) -> Option<Arc<dyn Board>> {
+        None
+    }
     /// Each limited lane's permits held and calls waiting in this process.
     fn occupancy(&self) -> Vec<Occupancy>;
     /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.

@@ -31,6 +31,7 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
 
 mod bell;
+mod board;
 mod scripts;
 use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, SPEND, TOKENS};
 
@@ -463,6 +464,14 @@ impl LaneStore for RedisLanes {
 
     fn occupancy(&self) -> Vec<super::Occupancy> {
         self.mem.occupancy()
+    }
+
+    fn board(&self) -> Option<Arc<dyn super::Board>> {
+        Some(Arc::new(board::RedisBoard {
+            conn: self.conn.clone(),
+            ns: self.ns.clone(),
+            url: self.url.clone(),
+        }))
     }
 
     fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
