@@ -258,6 +258,8 @@ pub struct Serve {
     pub approval_in_band: bool,
     /// `approval_timeout = "10m"`: how long a call waits for approval before it is refused.
     pub approval_timeout: Option<Duration>,
+    /// `admin_token = "${env:…}"`: who may answer approvals on the status page.
+    pub admin_token: Option<Template>,
     /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends
     /// (`${env:…}`, never printed).
     pub tokens: BTreeMap<String, Template>,

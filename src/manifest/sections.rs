@@ -134,7 +134,13 @@ impl Reader<'_> {
         };
         self.check_keys(
             t,
-            &["tokens", "session", "approval_in_band", "approval_timeout"],
+            &[
+                "tokens",
+                "session",
+                "approval_in_band",
+                "approval_timeout",
+                "admin_token",
+            ],
             "[serve]",
         );
         let tokens = self.template_map(t, "tokens", "[serve]");
@@ -161,6 +167,9 @@ impl Reader<'_> {
                 .boolean(t, "approval_in_band", "[serve]")
                 .unwrap_or(false),
             approval_timeout: self.duration(t, "approval_timeout", "[serve]").map(|d| d.0),
+            admin_token: self
+                .string(t, "admin_token", "[serve]")
+                .map(|(text, span)| self.template(&text, span, false)),
         }
     }
 

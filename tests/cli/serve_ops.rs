@@ -349,3 +349,88 @@ fn a_reload_takes_effect_for_new_calls_drops_none_and_a_broken_manifest_changes_
     let r = finish(client(&py, &http(&gw.url), &["call", "extra", "{}"]));
     assert_eq!(r["isError"], false, "{r}");
 }
+
+#[test]
+fn the_status_page_in_a_real_browser_shows_lanes_live_and_approves_once_with_the_admin_token() {
+    let Some(py) = python() else { return };
+    if !std::path::Path::new("/usr/bin/chromedriver").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium-driver is not installed (.ci/run installs it)"
+        );
+        eprintln!(
+            "NOTICE: skipping the status page test: apt-get install chromium chromium-driver"
+        );
+        return;
+    }
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let script = logging_tool(&p, &log);
+    let text = std::fs::read_to_string(&script).unwrap_or_default();
+    let script = p.write("slow.sh", &text.replace("sleep 0.3", "sleep 1"));
+    logged_manifest(&p, &script, "per_tool = { logged = 2 }", "");
+    let up_log = p.path().join("upstream.log");
+    let upstream = crate::serve::upstream(&up_log, &p.path().join("starts"), "")
+        .replace("approval = \"none\"\n", "");
+    let m = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+    p.write(
+        "tools.toml",
+        &format!("[serve]\nadmin_token = \"${{env:ADMIN}}\"\n\n{m}\n{upstream}"),
+    );
+    let gw = HttpGateway::start(&p, &[], &[("ADMIN", "adm1n")]);
+    let burst = client(
+        &py,
+        &http(&gw.url),
+        &["burst", "logged", "8", r#"{"tag": "c{i}"}"#],
+    );
+    let write = client(
+        &py,
+        &http(&gw.url),
+        &["call", "write", r#"{"ms": 100, "tag": "w1"}"#],
+    );
+    let shot = repo().join("target/status-page.png");
+    let page = format!("{}/", gw.url.trim_end_matches("/mcp"));
+    let out = std::process::Command::new(&py)
+        .arg(repo().join("tests/fixtures/status_page.py"))
+        .args([
+            page.as_str(),
+            "adm1n",
+            shot.to_str().unwrap_or(""),
+            "tool:logged",
+        ])
+        .output()
+        .expect("the browser driver");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    assert!(
+        seen["in_flight_seen"]
+            .as_array()
+            .is_some_and(|v| v.len() >= 2),
+        "the lanes updated live: {seen}"
+    );
+    assert_eq!(seen["without_token"], 403, "{seen}");
+    assert!(
+        seen["answer"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("approved: call"),
+        "{seen}"
+    );
+    let r = finish(write);
+    assert_eq!(r["isError"], false, "{r}");
+    let writes = log_lines(&up_log)
+        .iter()
+        .filter(|l| l.starts_with("start w1"))
+        .count();
+    assert_eq!(writes, 1, "the approved call ran exactly once");
+    finish(burst);
+    assert!(
+        shot.exists(),
+        "the screenshot is kept at {}",
+        shot.display()
+    );
+}

@@ -64,6 +64,8 @@ pub struct Gateway {
     history: Option<Arc<super::record::Sink>>,
     /// What `/metrics` reports.
     metrics: super::metrics::Metrics,
+    /// What the status page shows of the last calls and spend.
+    status: super::status::Log,
 }
 
 /// A session's lane store and plan options for one tenant (and the manifest generation they
@@ -155,6 +157,7 @@ impl Gateway {
                 .map(Arc::new),
             history: history.map(Arc::new),
             metrics: super::metrics::Metrics::default(),
+            status: super::status::Log::default(),
         }
     }
 
@@ -478,6 +481,7 @@ impl Gateway {
         };
         let reached = r.attempts > 0 && !r.cached;
         self.metrics.record(&p.tenant, r, cost);
+        self.status.record((&p.tenant, session.id), r, cost);
         if let (Some(trace), Some(to)) = (p.trace, &self.otlp) {
             let span = Span {
                 trace,
@@ -562,6 +566,28 @@ impl Gateway {
             None => 0,
         };
         self.metrics.render(&self.base().occupancy(), approvals)
+    }
+
+    /// The status page's snapshot: lanes, last calls, spend, waiting approvals.
+    pub async fn snapshot(&self) -> serde_json::Value {
+        let approvals = match &self.parked {
+            Some(p) => p.list().await,
+            None => Vec::new(),
+        };
+        self.status.snapshot(&self.base().occupancy(), &approvals)
+    }
+
+    /// Answer a parked call (the status page), wherever it waits.
+    pub async fn answer_parked(
+        &self,
+        id: &str,
+        hash: &str,
+        d: crate::app::parked::Decision,
+    ) -> Result<crate::app::parked::Waiting, String> {
+        let Some(p) = &self.parked else {
+            return Err("no call waits for approval here".into());
+        };
+        p.answer(id, Some(hash), d).await
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.

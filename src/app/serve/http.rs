@@ -33,6 +33,8 @@ pub fn digest(token: &str) -> [u8; 32] {
 /// What the HTTP face is told.
 pub struct HttpOptions {
     pub tokens: Tokens,
+    /// `[serve] admin_token`'s digest: who may answer approvals on the status page.
+    pub admin: Option<[u8; 32]>,
     pub hosts: Vec<String>,
     pub origins: Vec<String>,
     pub tenant: String,
@@ -51,6 +53,7 @@ struct Route {
     tenant: String,
     service: Service,
     tokens: Tokens,
+    admin: Option<[u8; 32]>,
     hosts: Vec<String>,
 }
 
@@ -100,6 +103,9 @@ impl Route {
     async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
         use tower_service::Service;
         let endpoint = super::ops::Endpoint::of(req.uri().path());
+        if matches!(req.uri().path(), "/" | "/status/events" | "/status/answer") {
+            return self.status(req).await;
+        }
         if endpoint.is_none() && req.uri().path() != "/mcp" {
             return plain(hyper::StatusCode::NOT_FOUND, "not found; MCP is at /mcp");
         }
@@ -181,6 +187,124 @@ impl Route {
                     .unwrap_or_else(|e| match e {})
             }
         }
+    }
+}
+
+impl Route {
+    /// The status page, its stream of snapshots, and its answers to approvals.
+    async fn status(&self, req: Request<hyper::body::Incoming>) -> Response<Body> {
+        let host = req
+            .headers()
+            .get(hyper::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        if !fast::host_allowed(&host, &self.hosts) {
+            return plain(hyper::StatusCode::FORBIDDEN, "forbidden: Host not allowed");
+        }
+        let path = req.uri().path().to_string();
+        match (req.method().clone(), path.as_str()) {
+            (hyper::Method::GET, "/") => {
+                let page = (
+                    hyper::StatusCode::OK,
+                    "text/html; charset=utf-8",
+                    super::status::PAGE.to_string(),
+                );
+                ops_reply(page)
+            }
+            (hyper::Method::GET, "/status/events") => {
+                if tenant_of(&self.tokens, &req).is_err() {
+                    return unauthorized();
+                }
+                self.snapshots()
+            }
+            (hyper::Method::POST, "/status/answer") => self.answer_approval(req, host).await,
+            _ => plain(hyper::StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        }
+    }
+
+    /// A snapshot a second, as an event stream, for as long as the page reads it.
+    fn snapshots(&self) -> Response<Body> {
+        use futures_util::StreamExt;
+        let g = self.gateway.clone();
+        let ticks = futures_util::stream::unfold((g, true), |(g, first)| async move {
+            if !first {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            let event = format!("data: {}\n\n", g.snapshot().await);
+            Some((
+                Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(event))),
+                (g, false),
+            ))
+        });
+        let frames = sync_wrapper::SyncStream::new(ticks.boxed());
+        let mut r = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(frames)));
+        let h = r.headers_mut();
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            hyper::header::CACHE_CONTROL,
+            hyper::header::HeaderValue::from_static("no-cache"),
+        );
+        r
+    }
+
+    /// Approve or deny a parked call from the page: the admin token, from the page itself.
+    async fn answer_approval(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        host: String,
+    ) -> Response<Body> {
+        use hyper::StatusCode;
+        if !super::status::same_site(req.headers(), &host) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: answers come from the status page itself",
+            );
+        }
+        let Some(admin) = self.admin else {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: the manifest has no [serve] admin_token",
+            );
+        };
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(|t| digest(t.trim()));
+        if given != Some(admin) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: approving needs the admin token",
+            );
+        }
+        let Ok(body) = Limited::new(req.into_body(), 64 * 1024).collect().await else {
+            return plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+        };
+        let reply = match super::status::parse_answer(&body.to_bytes()) {
+            Err(e) => (StatusCode::BAD_REQUEST, e),
+            Ok((id, hash, d)) => match self.gateway.answer_parked(&id, &hash, d).await {
+                Ok(w) => (
+                    StatusCode::OK,
+                    format!(
+                        "{}: call {} of {}",
+                        if d == super::super::parked::Decision::Approve {
+                            "approved"
+                        } else {
+                            "denied"
+                        },
+                        w.id,
+                        w.tool
+                    ),
+                ),
+                Err(e) => (StatusCode::CONFLICT, e),
+            },
+        };
+        ops_reply((reply.0, "text/plain; charset=utf-8", reply.1 + "\n"))
     }
 }
 
@@ -268,6 +392,7 @@ pub async fn serve(
         tenant: opts.tenant,
         service,
         tokens: opts.tokens,
+        admin: opts.admin,
         hosts: config.allowed_hosts,
     });
     loop {

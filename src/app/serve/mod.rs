@@ -24,6 +24,7 @@ mod progress;
 mod record;
 mod reload;
 mod spend;
+mod status;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         crate::duration::parse(&s.grace).map_err(|e| Error::Usage(format!("--grace: {e}")))?;
     let manifest = load_manifest(args)?;
     let tokens = tokens(&manifest)?;
+    let admin = admin_token(&manifest)?;
     let has_mcp = manifest
         .tools
         .iter()
@@ -93,6 +95,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         Some(addr) => {
             let http = http::HttpOptions {
                 tokens,
+                admin,
                 hosts: s.allow_host.clone(),
                 origins: s.allow_origin.clone(),
                 tenant,
@@ -102,6 +105,22 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
     };
     engine.close(rt);
     served.map(|()| EXIT_OK)
+}
+
+/// `[serve] admin_token`, rendered, by digest.
+fn admin_token(manifest: &Manifest) -> Result<Option<[u8; 32]>, Error> {
+    let Some(t) = &manifest.serve.admin_token else {
+        return Ok(None);
+    };
+    let token = t
+        .render(&serde_json::Map::new(), &|s| s.to_string())
+        .map_err(|e| Error::Usage(format!("[serve] admin_token: {e}")))?;
+    if token.trim().is_empty() {
+        return Err(Error::Usage(
+            "[serve] admin_token is empty\nhint: set the variable it names".into(),
+        ));
+    }
+    Ok(Some(http::digest(token.trim())))
 }
 
 /// `[serve.tokens]`, rendered (their `${env:…}` read now), by digest.

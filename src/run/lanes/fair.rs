@@ -28,6 +28,7 @@ type Waiter = (u64, oneshot::Sender<()>);
 
 struct FlowQueue {
     tenant: Arc<str>,
+    name: Arc<str>,
     /// Waiters by key (call order).
     waiters: BTreeMap<u64, Waiter>,
 }
@@ -109,6 +110,25 @@ impl OrderedSemaphore {
         s.flows.values().map(|q| q.waiters.len() as u64).sum()
     }
 
+    /// Calls waiting now, per flow: (flow name, tenant, how many).
+    pub fn queue(&self) -> Vec<(String, String, u64)> {
+        let s = self.lock();
+        let mut out: Vec<(String, String, u64)> = s
+            .flows
+            .values()
+            .filter(|q| !q.waiters.is_empty())
+            .map(|q| {
+                (
+                    q.name.to_string(),
+                    q.tenant.to_string(),
+                    q.waiters.len() as u64,
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Permits held now, by every flow.
     pub fn held(&self) -> u64 {
         let s = self.lock();
@@ -126,6 +146,7 @@ impl State {
     fn enqueue(&mut self, flow: &Flow, key: u64, waiter: Waiter) {
         let q = self.flows.entry(flow.id).or_insert_with(|| FlowQueue {
             tenant: flow.tenant.clone(),
+            name: flow.name.clone(),
             waiters: BTreeMap::new(),
         });
         let fresh = q.waiters.is_empty();

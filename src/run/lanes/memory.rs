@@ -232,6 +232,7 @@ impl LaneStore for MemoryLanes {
                 limit: l.spec.limit,
                 held: sem.held(),
                 waiting: sem.waiting(),
+                queue: sem.queue(),
             })
             .collect()
     }

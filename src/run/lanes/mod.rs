@@ -104,6 +104,8 @@ pub struct Occupancy {
     pub limit: Option<u32>,
     pub held: u64,
     pub waiting: u64,
+    /// Who waits: (flow — a gateway session or a run —, tenant, how many calls).
+    pub queue: Vec<(String, String, u64)>,
 }
 
 /// Entries every process sharing a store sees, under ids: the calls `mcp serve` parks for

@@ -1,0 +1,123 @@
+//! The status page at `/` for the person on call: lanes (limit, in flight, who waits by
+//! session and tenant), the last calls, spend per tenant and the calls waiting for approval,
+//! with Approve / Deny. The page (`status.html`: HTML, CSS and a little JavaScript in the
+//! binary, nothing fetched from elsewhere) carries no data; it reads `/status/events`, a
+//! stream of one JSON snapshot a second in the event-stream format, with the bearer token the
+//! person types (when the manifest has `[serve.tokens]`). An answer is a `POST
+//! /status/answer` that needs `[serve] admin_token`, the header `X-Flux-Tools: answer` (a form
+//! another site posts cannot set it, and a cross-site script that sets it is stopped by the
+//! browser's preflight, which the gateway never grants) and, if the browser sends an `Origin`,
+//! this gateway's own.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::app::parked::{Decision, Waiting};
+use crate::events::CallResult;
+use crate::run::lanes::Occupancy;
+
+/// The page itself.
+pub const PAGE: &str = include_str!("status.html");
+
+/// How many of the last calls the page shows.
+const RECENT: usize = 50;
+
+/// One finished call, as the page lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recent {
+    pub at: String,
+    pub tool: String,
+    pub tenant: String,
+    pub session: u64,
+    pub status: &'static str,
+    pub kind: &'static str,
+    pub duration_ms: Option<u64>,
+    pub queued_ms: Option<u64>,
+}
+
+/// What the page is told besides the lanes and approvals.
+#[derive(Default)]
+pub struct Log {
+    recent: Mutex<VecDeque<Recent>>,
+    spent: Mutex<BTreeMap<String, f64>>,
+}
+
+impl Log {
+    pub fn record(&self, (tenant, session): (&str, u64), r: &CallResult, cost: f64) {
+        let entry = Recent {
+            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            tool: r.tool.clone(),
+            tenant: tenant.to_string(),
+            session,
+            status: r.status.as_str(),
+            kind: r.error.as_ref().map_or("", |e| e.kind.as_str()),
+            duration_ms: r.duration_ms,
+            queued_ms: r.queued_ms,
+        };
+        if let Ok(mut q) = self.recent.lock() {
+            q.push_front(entry);
+            q.truncate(RECENT);
+        }
+        if r.attempts > 0 && !r.cached && cost > 0.0 {
+            if let Ok(mut s) = self.spent.lock() {
+                *s.entry(tenant.to_string()).or_default() += cost;
+            }
+        }
+    }
+
+    /// One snapshot for the page.
+    pub fn snapshot(&self, lanes: &[Occupancy], approvals: &[Waiting]) -> Value {
+        let lanes: Vec<Value> = lanes
+            .iter()
+            .map(|l| {
+                let queue: Vec<Value> = l
+                    .queue
+                    .iter()
+                    .map(|(flow, tenant, n)| json!({"session": flow, "tenant": tenant, "waiting": n}))
+                    .collect();
+                json!({"lane": l.lane, "limit": l.limit, "in_flight": l.held, "waiting": l.waiting, "queue": queue})
+            })
+            .collect();
+        let recent: Vec<Recent> = self
+            .recent
+            .lock()
+            .map(|q| q.iter().cloned().collect())
+            .unwrap_or_default();
+        let spent = self.spent.lock().map(|s| s.clone()).unwrap_or_default();
+        json!({"lanes": lanes, "recent": recent, "spent": spent, "approvals": approvals})
+    }
+}
+
+/// What an answer from the page asks: the call, its hash, approve or deny.
+pub fn parse_answer(body: &[u8]) -> Result<(String, String, Decision), String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let text = |k: &str| {
+        v[k].as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("`{k}` is missing"))
+    };
+    let decision = match v["decision"].as_str() {
+        Some("approve") => Decision::Approve,
+        Some("deny") => Decision::Deny,
+        _ => return Err("`decision` is approve or deny".into()),
+    };
+    Ok((text("id")?, text("hash")?, decision))
+}
+
+/// Whether a page request may answer: the header only a script of the page sets, and no
+/// `Origin` other than this gateway's (`host` is the request's `Host`).
+pub fn same_site(headers: &http::HeaderMap, host: &str) -> bool {
+    let marked = headers.get("x-flux-tools").is_some_and(|v| v == "answer");
+    let origin = headers
+        .get(http::header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
+    let ours = origin.is_none_or(|o| {
+        o.strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(host))
+    });
+    marked && ours
+}
