@@ -222,10 +222,9 @@ impl LaneStore for MemoryLanes {
     }
 
     fn occupancy(&self) -> Vec<super::Occupancy> {
-        let limited = self
-            .lanes
-            .iter()
-            .filter_map(|l| l.sem.as_ref().map(|s| (l, s)));
+        // The lanes every run and session shares (a run's own turn lane is its own).
+        let shared = self.lanes.iter().filter(|l| l.spec.key.across_runs());
+        let limited = shared.filter_map(|l| l.sem.as_ref().map(|s| (l, s)));
         limited
             .map(|(l, sem)| super::Occupancy {
                 lane: l.spec.name.clone(),
