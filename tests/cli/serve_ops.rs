@@ -434,3 +434,88 @@ fn the_status_page_in_a_real_browser_shows_lanes_live_and_approves_once_with_the
         shot.display()
     );
 }
+
+#[test]
+fn three_replicas_on_one_redis_hold_one_lane_and_one_killed_loses_nothing_the_others_need() {
+    let Some(py) = python() else { return };
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    // A write that logs its idempotency key, under a lock.
+    let script = p.write(
+        "keyed.sh",
+        &format!(
+            "#!/bin/sh\nexec 9>>'{log}.lock'\nflock 9; echo \"start $1 $FLUX_IDEMPOTENCY_KEY $(date +%s%N)\" >> '{log}'; flock -u 9\nsleep 0.3\nflock 9; echo \"end $1 x $(date +%s%N)\" >> '{log}'; flock -u 9\necho done\n",
+            log = log.display()
+        ),
+    );
+    p.write(
+        "tools.toml",
+        &format!("[concurrency]\nmax_concurrent_tools = 64\nper_tool = {{ keyed = 4 }}\n\n[tools.keyed]\nkind = \"command\"\ncommand = [\"/bin/sh\", \"{}\", \"{{tag}}\"]\neffect = \"write\"\nidempotent = true\nconcurrent_writes = true\n[tools.keyed.args]\ntag = {{ type = \"string\", required = true }}\n", script.display()),
+    );
+    let store = ["--lane-store", redis.url.as_str()];
+    let lease = [("FLUX_TOOLS_LEASE_MS", "1500")];
+    let mut gws: Vec<HttpGateway> = (0..3)
+        .map(|_| HttpGateway::start(&p, &store, &lease))
+        .collect();
+    let urls: Vec<String> = gws.iter().map(|g| g.url.clone()).collect();
+    let spec = serde_json::json!({"urls": urls, "tool": "keyed", "args": {"tag": "c{i}"}, "n": 300, "per_replica": 4});
+    let c = client(&py, &http("-"), &["spread", &spec.to_string()]);
+    // Kill one replica a third of the way through.
+    let until = Instant::now() + Duration::from_secs(60);
+    while log_lines(&log)
+        .iter()
+        .filter(|l| l.starts_with("start "))
+        .count()
+        < 100
+    {
+        assert!(Instant::now() < until, "the calls never got going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = gws[1].child.kill();
+    let _ = gws[1].child.wait();
+    let out = finish(c);
+    let calls = out.as_array().cloned().unwrap_or_default();
+    assert_eq!(calls.len(), 300);
+    let answered: Vec<&Value> = calls
+        .iter()
+        .filter(|c| {
+            c["answers"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x.get("isError").is_some()))
+        })
+        .collect();
+    for c in &calls {
+        let n = c["answers"].as_array().map_or(0, Vec::len);
+        assert!(n <= 1, "a call has one answer at most: {c}");
+    }
+    let ok = answered
+        .iter()
+        .filter(|c| c["answers"][0]["isError"] == false)
+        .count();
+    let lost = calls.len() - answered.len();
+    eprintln!("{ok} calls answered ok, {lost} lost with the killed replica");
+    assert!(
+        lost <= 4 + 4,
+        "only the killed replica's calls in flight are lost: {lost}"
+    );
+    assert!(
+        ok >= 300 - lost,
+        "the others answered every other call: {ok}"
+    );
+    let lines = log_lines(&log);
+    let (peak, _) = crate::serve::peak_in_flight(&lines);
+    assert_eq!(peak, 4, "one lane of four across three replicas");
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("start "))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), all, "no idempotency key ran twice");
+    drop(gws);
+}

@@ -1,7 +1,8 @@
 //! A backend's read/write order across the processes of one machine: the folder
 //! `backends/NAME-HASH/` beside the lanes, with a `gate` and a `lock` file. A call takes the
-//! gate (exclusive), then the lock — shared for a read, exclusive for a write (a concurrent
-//! write too: across processes it is ordered like a plain one) — then lets the gate go. The
+//! gate (exclusive), then the lock — shared for a read or a concurrent write (writes that
+//! commute overlap each other; across processes they may overlap reads too), exclusive for a
+//! plain write — then lets the gate go. The
 //! one holding the gate is the next in line, so a call that comes later queues behind it at
 //! the gate instead of slipping past it to the lock: a write waits for the reads and the write
 //! before it, a read for the write before it, and reads overlap. The kernel drops a dead
@@ -21,8 +22,8 @@ pub(super) async fn hold(root: &Path, backend: &str, claim: Claim) -> Result<Fil
     let gate = open_rw(&dir.join("gate"))?;
     let lock = open_rw(&dir.join("lock"))?;
     let mode = match claim {
-        Claim::Read => libc::LOCK_SH,
-        Claim::Write | Claim::ConcurrentWrite => libc::LOCK_EX,
+        Claim::Read | Claim::ConcurrentWrite => libc::LOCK_SH,
+        Claim::Write => libc::LOCK_EX,
     };
     // Nobody at the gate and the lock free in this mode: no thread needed.
     if flock(&gate, libc::LOCK_EX | libc::LOCK_NB) {

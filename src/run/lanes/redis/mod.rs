@@ -498,9 +498,10 @@ impl LaneStore for RedisLanes {
     ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
         Box::pin(async move {
             let key = format!("flux-tools:{}:backend:{backend}", self.ns);
+            // A concurrent write overlaps its like (and, across processes, reads).
             let weight = match claim {
-                crate::plan::Claim::Read => 1,
-                _ => BACKEND_SLOTS,
+                crate::plan::Claim::Read | crate::plan::Claim::ConcurrentWrite => 1,
+                crate::plan::Claim::Write => BACKEND_SLOTS,
             };
             let (held, _) = self.take_key(&key, BACKEND_SLOTS, weight, ("", 1)).await?;
             Ok(Box::new(held) as Box<dyn Send + Sync>)
