@@ -161,21 +161,7 @@ impl Route {
             }
             Some(Answer::Events(events)) => {
                 use futures_util::StreamExt;
-                // rmcp's body type is `Sync`; the stream is polled by one task only.
-                let frames = sync_wrapper::SyncStream::new(
-                    events.map(|b| Ok::<_, Infallible>(hyper::body::Frame::data(b))),
-                );
-                let mut r = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(frames)));
-                let h = r.headers_mut();
-                h.insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("text/event-stream"),
-                );
-                h.insert(
-                    hyper::header::CACHE_CONTROL,
-                    hyper::header::HeaderValue::from_static("no-cache"),
-                );
-                r
+                event_stream(events.boxed())
             }
             Some(Answer::Accepted) => plain(hyper::StatusCode::ACCEPTED, ""),
             None => {
@@ -232,23 +218,9 @@ impl Route {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
             let event = format!("data: {}\n\n", g.snapshot().await);
-            Some((
-                Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(event))),
-                (g, false),
-            ))
+            Some((Bytes::from(event), (g, false)))
         });
-        let frames = sync_wrapper::SyncStream::new(ticks.boxed());
-        let mut r = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(frames)));
-        let h = r.headers_mut();
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            hyper::header::CACHE_CONTROL,
-            hyper::header::HeaderValue::from_static("no-cache"),
-        );
-        r
+        event_stream(ticks.boxed())
     }
 
     /// Approve or deny a parked call from the page: the admin token, from the page itself.
@@ -306,6 +278,26 @@ impl Route {
         };
         ops_reply((reply.0, "text/plain; charset=utf-8", reply.1 + "\n"))
     }
+}
+
+/// An event stream of `events` (rmcp's body type is `Sync`; the stream is polled by one task
+/// only).
+fn event_stream(events: futures_util::stream::BoxStream<'static, Bytes>) -> Response<Body> {
+    use futures_util::StreamExt;
+    let frames = sync_wrapper::SyncStream::new(
+        events.map(|b| Ok::<_, Infallible>(hyper::body::Frame::data(b))),
+    );
+    let mut r = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(frames)));
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+    r
 }
 
 fn ops_reply((status, kind, text): super::ops::Reply) -> Response<Body> {
