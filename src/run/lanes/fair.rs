@@ -59,6 +59,9 @@ struct State {
 /// A counting semaphore served fairly across flows, in key order within one.
 pub struct OrderedSemaphore {
     state: Mutex<State>,
+    /// Permits whose holders also hold the lane's shared part (a file slot, Redis permits):
+    /// in flight, where the rest of `held` still waits for the shared part.
+    shared_held: std::sync::atomic::AtomicI64,
 }
 
 impl OrderedSemaphore {
@@ -69,6 +72,7 @@ impl OrderedSemaphore {
                 available: permits,
                 ..State::default()
             }),
+            shared_held: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -102,6 +106,17 @@ impl OrderedSemaphore {
         };
         let _ = rx.await;
         guard.armed = false;
+    }
+
+    /// `delta` permits got (or gave back) their shared part.
+    pub fn running(&self, delta: i64) {
+        self.shared_held
+            .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Permits held with their shared part.
+    pub fn shared_held(&self) -> u64 {
+        u64::try_from(self.shared_held.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Calls waiting now, in every flow.

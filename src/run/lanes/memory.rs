@@ -116,6 +116,32 @@ impl MemoryLanes {
 }
 
 impl MemoryLanes {
+    /// Each shared, limited lane's occupancy; `shared`: the store holds a shared part too (a
+    /// lease counts as in flight only once it has it).
+    pub(crate) fn occupancy_of(&self, shared: bool) -> Vec<super::Occupancy> {
+        // The lanes every run and session shares (a run's own turn lane is its own).
+        let across = self.lanes.iter().filter(|l| l.spec.key.across_runs());
+        let limited = across.filter_map(|l| l.sem.as_ref().map(|s| (l, s)));
+        limited
+            .map(|(l, sem)| super::Occupancy {
+                lane: l.spec.name.clone(),
+                limit: l.spec.limit,
+                held: if shared {
+                    sem.shared_held()
+                } else {
+                    sem.held()
+                },
+                waiting: sem.waiting()
+                    + if shared {
+                        sem.held().saturating_sub(sem.shared_held())
+                    } else {
+                        0
+                    },
+                queue: sem.queue(),
+            })
+            .collect()
+    }
+
     /// The same lanes for the next run of this process (a `--turns` turn) with lane table
     /// `specs`: a lane every run shares (tenant, tool, declared) that is declared the same keeps
     /// its permits and its rate bucket — so a partner's limit holds across turns — with fresh
@@ -222,18 +248,7 @@ impl LaneStore for MemoryLanes {
     }
 
     fn occupancy(&self) -> Vec<super::Occupancy> {
-        // The lanes every run and session shares (a run's own turn lane is its own).
-        let shared = self.lanes.iter().filter(|l| l.spec.key.across_runs());
-        let limited = shared.filter_map(|l| l.sem.as_ref().map(|s| (l, s)));
-        limited
-            .map(|(l, sem)| super::Occupancy {
-                lane: l.spec.name.clone(),
-                limit: l.spec.limit,
-                held: sem.held(),
-                waiting: sem.waiting(),
-                queue: sem.queue(),
-            })
-            .collect()
+        self.occupancy_of(false)
     }
 
     fn held_elsewhere(self: Arc<Self>, lane: usize) -> Answer<Option<u64>> {

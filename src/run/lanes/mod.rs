@@ -46,8 +46,12 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Attach what a cross-process store holds, released when the lease drops.
+    /// Attach what a cross-process store holds, released when the lease drops (and counted as
+    /// running in the lane's semaphore until then).
     pub fn with_shared(mut self, guard: Box<dyn Send + Sync>) -> Lease {
+        if let Some(sem) = &self.sem {
+            sem.running(self.weight as i64);
+        }
         self.shared = Some(guard);
         self
     }
@@ -57,7 +61,11 @@ impl Drop for Lease {
     fn drop(&mut self) {
         // The shared hold first: the in-process waiter woken below looks for a shared slot at
         // once, and must find ours free (else it backs off for nothing).
-        drop(self.shared.take());
+        if self.shared.take().is_some() {
+            if let Some(sem) = &self.sem {
+                sem.running(-(self.weight as i64));
+            }
+        }
         self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
         if let Some(sem) = &self.sem {
             sem.release(self.weight);

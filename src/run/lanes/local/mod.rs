@@ -489,7 +489,7 @@ impl LaneStore for LocalLanes {
     }
 
     fn occupancy(&self) -> Vec<super::Occupancy> {
-        self.mem.occupancy()
+        self.mem.occupancy_of(true)
     }
 
     fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {

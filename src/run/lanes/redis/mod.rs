@@ -463,7 +463,7 @@ impl LaneStore for RedisLanes {
     }
 
     fn occupancy(&self) -> Vec<super::Occupancy> {
-        self.mem.occupancy()
+        self.mem.occupancy_of(true)
     }
 
     fn board(&self) -> Option<Arc<dyn super::Board>> {
