@@ -67,9 +67,12 @@ pub(super) fn parked(
         }
         Some(ListFormat::Table) | None => {
             let now = super::parked::unix_now();
-            let left: Vec<std::time::Duration> = waiting
+            let left: Vec<(std::time::Duration, bool)> = waiting
                 .iter()
-                .map(|w| std::time::Duration::from_secs_f64((w.until - now).max(0.0)))
+                .map(|w| {
+                    let left = std::time::Duration::from_secs_f64((w.until - now).max(0.0));
+                    (left, w.orphaned)
+                })
                 .collect();
             let shown: Vec<crate::events::Awaiting> = waiting.iter().map(awaiting).collect();
             report::approvals::parked_to_text(&path.display().to_string(), &shown, &left)

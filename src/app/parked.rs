@@ -6,7 +6,10 @@
 //! terminal or replica, answers one. An approval names the hash of the arguments it was given
 //! for: a wrong hash is refused, and the waiting gateway checks the hash again, so changed
 //! arguments are never run on an old approval. A waiting gateway renews its entry every
-//! second; one not renewed for [`STALE`] (its gateway died) is no longer listed, and removed.
+//! second; one not renewed for [`STALE`] (its gateway died) stays listed, marked orphaned, until
+//! its deadline: it can still be answered, and the client's retry of the same call (same tenant,
+//! tool and arguments) through any gateway takes it over — with its id, deadline and any answer
+//! given meanwhile — instead of parking a new one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +31,12 @@ pub struct Waiting {
     pub hash: String,
     /// The gateway waiting for the answer.
     pub pid: u32,
+    /// The tenant the call came from (a retry is matched on tenant, tool and hash).
+    #[serde(default)]
+    pub tenant: String,
+    /// Listed only: its gateway stopped renewing it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphaned: bool,
     /// Unix seconds: since when, until when it waits, and when its gateway last renewed it.
     pub since: f64,
     pub until: f64,
@@ -96,23 +105,59 @@ impl Parked {
         })
     }
 
-    /// The calls waiting now, oldest first (entries their gateway stopped renewing are removed).
-    pub async fn list(&self) -> Vec<Waiting> {
+    /// The calls waiting now, oldest first, with the text each is stored as; orphaned ones
+    /// (their gateway stopped renewing them) are marked, and removed past their deadline.
+    async fn entries(&self) -> Vec<(Waiting, String)> {
         let entries = self.board.clone().entries().await.unwrap_or_default();
         let now = unix_now();
         let mut out = Vec::new();
         for text in entries {
-            let Ok(w) = serde_json::from_str::<Waiting>(&text) else {
+            let Ok(mut w) = serde_json::from_str::<Waiting>(&text) else {
                 continue;
             };
-            if w.seen + STALE >= now {
-                out.push(w);
+            w.orphaned = w.seen + STALE < now;
+            if !w.orphaned || w.until >= now {
+                out.push((w, text));
             } else {
                 let _ = self.board.clone().remove(w.id).await;
             }
         }
-        out.sort_by(|a, b| a.since.total_cmp(&b.since));
+        out.sort_by(|a, b| a.0.since.total_cmp(&b.0.since));
         out
+    }
+
+    /// The calls waiting now, oldest first.
+    pub async fn list(&self) -> Vec<Waiting> {
+        self.entries().await.into_iter().map(|(w, _)| w).collect()
+    }
+
+    /// Take over the oldest orphaned entry for the same call as `w` (tenant, tool, hash): it
+    /// keeps its id, deadline and answer, and is renewed from here on.
+    pub async fn adopt(&self, w: &Waiting) -> Option<Place> {
+        let now = unix_now();
+        for (old, text) in self.entries().await {
+            if !old.orphaned || (&old.tenant, &old.tool, &old.hash) != (&w.tenant, &w.tool, &w.hash)
+            {
+                continue;
+            }
+            let taken = Waiting {
+                pid: w.pid,
+                seen: now,
+                orphaned: false,
+                ..old
+            };
+            let Ok(entry) = serde_json::to_string(&taken) else {
+                continue;
+            };
+            let claim = self.board.clone().claim(taken.id.clone(), text, entry);
+            if matches!(claim.await, Ok(true)) {
+                return Some(Place {
+                    board: self.board.clone(),
+                    waiting: taken,
+                });
+            }
+        }
+        None
     }
 
     /// Answer the parked call `id`; `hash` (required to approve) must be the hash of its
@@ -152,6 +197,11 @@ impl Parked {
 }
 
 impl Place {
+    /// The entry as it waits.
+    pub fn waiting(&self) -> &Waiting {
+        &self.waiting
+    }
+
     /// The answer given so far, if any. An approval for other arguments counts as none.
     pub async fn decision(&self) -> Option<Decision> {
         let text = self
@@ -238,6 +288,26 @@ impl Board for Files {
         Box::pin(std::future::ready(Ok(text)))
     }
 
+    fn claim(
+        self: Arc<Self>,
+        id: String,
+        old: String,
+        entry: String,
+    ) -> BoxFuture<'static, Result<bool, LaneError>> {
+        let path = self.path(&id, "json");
+        let done = (|| {
+            // The folder's lock makes compare-and-set one step for every gateway.
+            let lock = std::fs::File::open(&self.dir).map_err(|e| LaneError(e.to_string()))?;
+            let _held = Flock::exclusive(&lock)?;
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(old.as_str()) {
+                return Ok(false);
+            }
+            write_whole(&path, entry.as_bytes()).map_err(LaneError)?;
+            Ok(true)
+        })();
+        Box::pin(std::future::ready(done))
+    }
+
     fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>> {
         if !id.is_empty() {
             let _ = std::fs::remove_file(self.path(&id, "json"));
@@ -264,4 +334,26 @@ fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
     f.write_all(bytes)
         .and_then(|_| std::fs::rename(&tmp, path))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// An exclusive `flock` on an open file, let go when dropped.
+struct Flock<'a>(&'a std::fs::File);
+
+impl<'a> Flock<'a> {
+    fn exclusive(file: &'a std::fs::File) -> Result<Flock<'a>, LaneError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; failure is reported by the return value.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(LaneError(std::io::Error::last_os_error().to_string()));
+        }
+        Ok(Flock(file))
+    }
+}
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as above.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }

@@ -37,7 +37,7 @@ pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
 pub fn parked_to_text(
     manifest: &str,
     waiting: &[Awaiting],
-    left: &[std::time::Duration],
+    left: &[(std::time::Duration, bool)],
 ) -> String {
     if waiting.is_empty() {
         return format!("no call of mcp serve awaits approval (manifest {manifest})\n");
@@ -49,7 +49,7 @@ pub fn parked_to_text(
             n => format!("{n} calls await approval"),
         }
     );
-    for (a, left) in waiting.iter().zip(left) {
+    for (a, (left, orphaned)) in waiting.iter().zip(left) {
         out.push_str(&format!(
             "\n  {} → {}\n    arguments: {}\n    approve:   flux-tools approve {}@{}\n    deny:      flux-tools deny {}\n    refused in {} unless approved\n",
             a.id,
@@ -60,6 +60,9 @@ pub fn parked_to_text(
             a.id,
             crate::duration::format(*left)
         ));
+        if *orphaned {
+            out.push_str("    its gateway stopped: the answer goes to the client's retry of this call, through any gateway\n");
+        }
     }
     out
 }

@@ -543,3 +543,109 @@ fn replicas_on_one_redis_list_and_release_each_others_waiting_approvals() {
     assert_eq!(upstream_writes(&log), 1, "the call ran once");
     assert!(listed(&p).is_empty());
 }
+
+/// `approvals --lane-store URL --format json`: the calls waiting on the Redis board.
+fn listed_on(p: &Project, url: &str) -> Vec<Value> {
+    let out = p
+        .cmd()
+        .args(["approvals", "--lane-store", url, "--format", "json"])
+        .output()
+        .expect("approvals");
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Wait until `n` calls are listed and every one satisfies `ok`.
+fn wait_listed(p: &Project, url: &str, n: usize, ok: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        let l = listed_on(p, url);
+        if l.len() == n && l.iter().all(&ok) {
+            return l;
+        }
+        assert!(std::time::Instant::now() < until, "listed: {l:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Park `write` with `tag` through `gw`, SIGKILL `gw` and its client, and wait until the call
+/// is listed orphaned: its `ID@HASH`.
+fn orphan(p: &Project, py: &std::path::Path, gw: &mut HttpGateway, url: &str, tag: &str) -> String {
+    let mut c = client(py, &http(&gw.url), &["call", "write", &write_args(tag)]);
+    wait_listed(p, url, 1, |_| true);
+    for child in [&mut gw.child, &mut c] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let w = wait_listed(p, url, 1, |w| w["orphaned"] == true).remove(0);
+    let table = p
+        .cmd()
+        .args(["approvals", "--lane-store", url])
+        .output()
+        .expect("approvals");
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(table.contains("its gateway stopped"), "{table}");
+    let (id, hash) = (w["id"].as_str(), w["hash"].as_str());
+    format!("{}@{}", id.unwrap_or(""), hash.unwrap_or(""))
+}
+
+fn write_args(tag: &str) -> String {
+    format!(r#"{{"ms": 200, "tag": "{tag}"}}"#)
+}
+
+#[test]
+fn a_dead_replicas_waiting_approvals_are_answered_on_the_clients_retry() {
+    let Some(py) = python() else { return };
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = destructive(&p, "", "");
+    let store = ["--lane-store", redis.url.as_str()];
+    let mut gws: Vec<HttpGateway> = (0..3)
+        .map(|_| HttpGateway::start(&p, &store, &[]))
+        .collect();
+    let answer = |verb: &str, call: &str| {
+        let out = p
+            .cmd()
+            .args([verb, "--lane-store", redis.url.as_str(), call])
+            .output()
+            .expect("answer");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Approved while its gateway is gone: the retry through another replica runs it at once.
+    let a = orphan(&p, &py, &mut gws[0], &redis.url, "wa");
+    answer("approve", &a);
+    assert_eq!(upstream_writes(&log), 0);
+    let r = finish(client(
+        &py,
+        &http(&gws[1].url),
+        &["call", "write", &write_args("wa")],
+    ));
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(upstream_writes(&log), 1, "a ran once: {r}");
+    // Retried before anyone answered: the retry waits on the same entry, and a deny reaches it.
+    let b = orphan(&p, &py, &mut gws[1], &redis.url, "wb");
+    let c = client(
+        &py,
+        &http(&gws[2].url),
+        &["call", "write", &write_args("wb")],
+    );
+    wait_listed(&p, &redis.url, 1, |w| w["orphaned"].is_null());
+    answer("deny", &b);
+    let r = finish(c);
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(r.to_string().contains("approval denied out of band"), "{r}");
+    assert_eq!(upstream_writes(&log), 1, "b never ran");
+    assert!(listed_on(&p, &redis.url).is_empty());
+    for (i, gw) in gws.iter().enumerate().skip(1) {
+        let said = gw.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        assert!(said.contains("is taken over here"), "replica {i}: {said}");
+    }
+}

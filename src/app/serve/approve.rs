@@ -42,6 +42,8 @@ pub struct CallApprover {
     pub parked: Option<Arc<Parked>>,
     /// The parked call's id (`PID-SEQ`) and how long it may wait.
     pub id: String,
+    /// The tenant the call came from.
+    pub tenant: String,
     pub timeout: Duration,
     pub cancel: CancellationToken,
     why: Mutex<String>,
@@ -51,7 +53,7 @@ impl CallApprover {
     pub fn new(
         handle: tokio::runtime::Handle,
         (in_band, parked): (Option<Elicit>, Option<Arc<Parked>>),
-        id: String,
+        (id, tenant): (String, String),
         timeout: Duration,
         cancel: CancellationToken,
     ) -> CallApprover {
@@ -60,6 +62,7 @@ impl CallApprover {
             in_band,
             parked,
             id,
+            tenant,
             timeout,
             cancel,
             why: Mutex::default(),
@@ -106,23 +109,36 @@ impl CallApprover {
             args: req.args.clone(),
             hash: hash.clone(),
             pid: std::process::id(),
+            tenant: self.tenant.clone(),
+            orphaned: false,
             since: now,
             until: now + self.timeout.as_secs_f64(),
             seen: now,
         };
-        let mut place = match parked.park(waiting).await {
-            Ok(p) => p,
-            Err(e) => {
-                return self.refuse(format!(
-                    "approval required, and the call could not be parked: {e}"
-                ))
+        let mut place = match parked.adopt(&waiting).await {
+            Some(p) => {
+                eprintln!(
+                    "flux-tools mcp serve: call `{}` of `{}`, parked by a gateway that stopped, is taken over here by the client's retry",
+                    p.waiting().id, req.tool
+                );
+                p
             }
+            None => match parked.park(waiting).await {
+                Ok(p) => p,
+                Err(e) => {
+                    return self.refuse(format!(
+                        "approval required, and the call could not be parked: {e}"
+                    ))
+                }
+            },
         };
+        let id = place.waiting().id.clone();
         eprintln!(
-            "flux-tools mcp serve: call `{}` of `{}` waits for approval: flux-tools approve {}@{hash}",
-            self.id, req.tool, self.id
+            "flux-tools mcp serve: call `{id}` of `{}` waits for approval: flux-tools approve {id}@{hash}",
+            req.tool
         );
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let left = (place.waiting().until - now).max(0.0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(left);
         let mut renewed = tokio::time::Instant::now();
         loop {
             if renewed.elapsed() >= RENEW {

@@ -412,7 +412,8 @@ impl Gateway {
         // Unique across replicas (in containers every gateway may be pid 1).
         let id = format!("{}-{}", &self.id[self.id.len().saturating_sub(6)..], p.seq);
         let handle = tokio::runtime::Handle::current();
-        let a = super::approve::CallApprover::new(handle, who, id, timeout, cx.cancel.clone());
+        let call = (id, cx.tenant.clone());
+        let a = super::approve::CallApprover::new(handle, who, call, timeout, cx.cancel.clone());
         Some(Arc::new(a))
     }
 

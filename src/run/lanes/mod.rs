@@ -131,6 +131,14 @@ pub trait Board: Send + Sync {
     fn answer(self: Arc<Self>, id: String)
         -> BoxFuture<'static, Result<Option<String>, LaneError>>;
     fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>>;
+    /// Replace entry `id` by `entry` only if it still reads `old` (one replica takes over a
+    /// call another left); whether it did.
+    fn claim(
+        self: Arc<Self>,
+        id: String,
+        old: String,
+        entry: String,
+    ) -> BoxFuture<'static, Result<bool, LaneError>>;
 }
 
 /// Why a lane could not be acquired.

@@ -1,13 +1,23 @@
 //! The board of parked approvals in Redis, so every replica of `mcp serve` on one Redis lists
 //! and answers the calls any of them holds: `flux-tools:NS:approvals` (id → the waiting call)
 //! and `flux-tools:NS:approval-answers` (id → its answer). Entries are renewed by the waiting
-//! replica; the readers drop one that stopped being renewed.
+//! replica; one that stopped being renewed is taken over (by a script that compares and sets)
+//! by the replica the client's retry reaches.
 
 use redis::aio::ConnectionManager;
 
 use super::store_error;
 use crate::run::lanes::{Board, BoxFuture, LaneError};
 use std::sync::Arc;
+
+/// Set entry ARGV[1] to ARGV[3] if it still reads ARGV[2].
+const CLAIM: &str = r#"
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"#;
 
 pub(super) struct RedisBoard {
     pub conn: ConnectionManager,
@@ -72,6 +82,26 @@ impl Board for RedisBoard {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(self.keys().1).arg(id);
         self.run::<Option<String>>(cmd)
+    }
+
+    fn claim(
+        self: Arc<Self>,
+        id: String,
+        old: String,
+        entry: String,
+    ) -> BoxFuture<'static, Result<bool, LaneError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            redis::Script::new(CLAIM)
+                .key(self.keys().0)
+                .arg(id)
+                .arg(old)
+                .arg(entry)
+                .invoke_async::<i64>(&mut conn)
+                .await
+                .map(|n| n == 1)
+                .map_err(|e| store_error(&self.url, e))
+        })
     }
 
     fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>> {
