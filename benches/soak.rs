@@ -3,12 +3,14 @@
 //! `flux-tools mcp serve --http` replicas (the release binary beside the examples) on one
 //! `redis-server` this starts on a free port; the clients — rmcp's Streamable HTTP client, each
 //! its own session, spread round-robin over the replicas — call a mix of tools without pause:
-//! fast reads, writes, slow calls in a lane of 4, and failing calls. Every minute it prints
-//! calls/s, the p50 and p99 latency a call adds over its tool's own time, each limited lane's
-//! peak in flight summed over the replicas (from their `/metrics`, sampled every 100 ms)
-//! against its limit, and each replica's resident memory and open descriptors.
+//! zero-latency reads, writes in a lane of 8, slow calls in a lane of 4, and failing calls.
+//! Every minute it prints calls/s, the p50 and p99 latency the gateway adds to the calls that
+//! wait for no lane (reads and failures: their tool takes no time), the slow lane's p50/p99
+//! answer time, each limited lane's peak in flight as its tool logged it (every call appends
+//! `+` when it starts and `-` when it ends to its lane's log, the whole run's count carried
+//! from minute to minute) against its limit, and each replica's resident memory and open
+//! descriptors.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -18,42 +20,48 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::ServiceExt;
 
-const MANIFEST: &str = r#"[concurrency]
+/// The manifest, with `LOG` the folder of the lanes' logs.
+fn manifest(log: &std::path::Path) -> String {
+    let logged = |lane: &str, secs: &str| {
+        let file = log.join(lane);
+        format!(
+            "kind = \"command\"\nstdin = \"none\"\ncommand = [\"/bin/sh\", \"-c\", \"echo + >> \\\"$0\\\"; sleep {secs}; echo - >> \\\"$0\\\"\", \"{}\"]\n",
+            file.display()
+        )
+    };
+    format!(
+        r#"[concurrency]
 max_concurrent_tools = 64
-per_tool = { slow = 4, write = 8 }
+per_tool = {{ slow = 4, write = 8 }}
 
 [tools.read]
 kind = "scripted"
 effect = "read"
-output = { ok = true }
+output = {{ ok = true }}
 
 [tools.write]
-kind = "scripted"
 effect = "write"
 idempotent = true
 concurrent_writes = true
-latency = "5ms"
-output = { written = true }
-
+{write}
 [tools.slow]
-kind = "scripted"
 effect = "read"
-latency = "200ms"
-output = "slow"
-
+{slow}
 [tools.fail]
 kind = "scripted"
 effect = "read"
 fail = "boom"
-"#;
+"#,
+        write = logged("write", "0"),
+        slow = logged("slow", "0.2"),
+    )
+}
 
-/// Each tool's own latency, and how often the clients call it (of 10).
-const MIX: [(&str, Duration, u32); 4] = [
-    ("read", Duration::ZERO, 6),
-    ("write", Duration::from_millis(5), 2),
-    ("slow", Duration::from_millis(200), 1),
-    ("fail", Duration::ZERO, 1),
-];
+/// The tools the clients call, and how often (of 10).
+const MIX: [(&str, u32); 4] = [("read", 6), ("write", 2), ("slow", 1), ("fail", 1)];
+
+/// The limited lanes (their tool's log) and their limits.
+const LIMITED: [(&str, u64); 2] = [("slow", 4), ("write", 8)];
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -122,61 +130,68 @@ fn start_replica(bin: &std::path::Path, manifest: &std::path::Path, redis: &str)
 /// One minute's figures.
 #[derive(Default)]
 struct Window {
+    /// What the gateway added to calls that wait for no lane (their tool takes no time).
     added: Vec<Duration>,
+    /// The slow lane's answer times (200 ms of tool, the rest is the lane's queue).
+    slow: Vec<Duration>,
     calls: u64,
-    peaks: BTreeMap<String, (u64, u64)>,
 }
 
 async fn client(url: String, deadline: Instant, window: Arc<Mutex<Window>>, seed: usize) {
     let transport = StreamableHttpClientTransport::from_uri(url.as_str());
     let c = ().serve(transport).await.expect("initialize");
-    let order: Vec<&(&str, Duration, u32)> = MIX
+    let order: Vec<&str> = MIX
         .iter()
-        .flat_map(|m| std::iter::repeat_n(m, m.2 as usize))
+        .flat_map(|(tool, n)| std::iter::repeat_n(*tool, *n as usize))
         .collect();
     let mut j = seed;
     while Instant::now() < deadline {
-        let (tool, own, _) = order[j % order.len()];
+        let tool = order[j % order.len()];
         j += 1;
         let mut p = CallToolRequestParams::new(tool.to_string());
-        p.arguments = serde_json::json!({"n": j}).as_object().cloned();
+        if tool != "slow" && tool != "write" {
+            p.arguments = serde_json::json!({"n": j}).as_object().cloned();
+        }
         let t = Instant::now();
         let r = c.peer().call_tool(p).await;
         let took = t.elapsed();
-        let ok = r.is_ok_and(|r| (r.is_error == Some(true)) == (*tool == "fail"));
+        let ok = r.is_ok_and(|r| (r.is_error == Some(true)) == (tool == "fail"));
         assert!(ok, "call of {tool} was not answered as its tool answers");
         if let Ok(mut w) = window.lock() {
-            w.added.push(took.saturating_sub(*own));
+            match tool {
+                "read" | "fail" => w.added.push(took),
+                "slow" => w.slow.push(took),
+                _ => {}
+            }
             w.calls += 1;
         }
     }
     let _ = c.cancel().await;
 }
 
-/// Each limited lane's (in flight, limit) on one replica's `/metrics`.
-async fn lanes(http: &reqwest::Client, url: &str) -> BTreeMap<String, (u64, u64)> {
-    let mut out = BTreeMap::new();
-    let Ok(r) = http.get(url.replace("/mcp", "/metrics")).send().await else {
-        return out;
-    };
-    let text = r.text().await.unwrap_or_default();
-    for line in text.lines() {
-        let (metric, value) = line.rsplit_once(' ').unwrap_or(("", ""));
-        let lane = metric
-            .split("lane=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next());
-        let (Some(lane), Ok(v)) = (lane, value.parse::<f64>()) else {
-            continue;
-        };
-        let e = out.entry(lane.to_string()).or_insert((0, 0));
-        if metric.starts_with("flux_tools_lane_in_flight") {
-            e.0 = v as u64;
-        } else if metric.starts_with("flux_tools_lane_limit") {
-            e.1 = v as u64;
+/// A limited lane's log as its tool writes it: `+` when a call starts, `-` when it ends.
+struct LaneLog {
+    path: std::path::PathBuf,
+    read: usize,
+    running: i64,
+}
+
+impl LaneLog {
+    /// The most calls in flight at once in what was logged since the last look.
+    fn peak(&mut self) -> i64 {
+        let text = std::fs::read(&self.path).unwrap_or_default();
+        let mut peak = self.running;
+        for b in text.get(self.read..).unwrap_or_default() {
+            match b {
+                b'+' => self.running += 1,
+                b'-' => self.running -= 1,
+                _ => {}
+            }
+            peak = peak.max(self.running);
         }
+        self.read = text.len();
+        peak
     }
-    out
 }
 
 /// Resident memory (MiB) and open descriptors of `pid`.
@@ -200,8 +215,9 @@ fn percentile(sorted: &[Duration], q: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-fn report(minute: u64, w: &mut Window, replicas: &[Replica]) {
+fn report(minute: u64, w: &mut Window, logs: &mut [LaneLog], replicas: &[Replica]) {
     w.added.sort();
+    w.slow.sort();
     let feet: Vec<String> = replicas
         .iter()
         .map(|r| {
@@ -209,17 +225,18 @@ fn report(minute: u64, w: &mut Window, replicas: &[Replica]) {
             format!("{mib:.1} MiB/{fds} fd")
         })
         .collect();
-    let peaks: Vec<String> = w
-        .peaks
-        .iter()
-        .filter(|(_, (_, limit))| *limit > 0)
-        .map(|(lane, (peak, limit))| format!("{lane} {peak}/{limit}"))
+    let peaks: Vec<String> = logs
+        .iter_mut()
+        .zip(LIMITED)
+        .map(|(log, (lane, limit))| format!("{lane} {}/{limit}", log.peak()))
         .collect();
     println!(
-        "| {minute} | {:.0} | {:.2} | {:.2} | {} | {} |",
+        "| {minute} | {:.0} | {:.2} | {:.2} | {:.0} / {:.0} | {} | {} |",
         w.calls as f64 / 60.0,
         percentile(&w.added, 0.5),
         percentile(&w.added, 0.99),
+        percentile(&w.slow, 0.5),
+        percentile(&w.slow, 0.99),
         peaks.join(", "),
         feet.join("; ")
     );
@@ -237,7 +254,15 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("flux-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a folder");
     let manifest = dir.join("tools.toml");
-    std::fs::write(&manifest, MANIFEST).expect("the manifest");
+    std::fs::write(&manifest, self::manifest(&dir)).expect("the manifest");
+    let mut logs: Vec<LaneLog> = LIMITED
+        .iter()
+        .map(|(lane, _)| LaneLog {
+            path: dir.join(lane),
+            read: 0,
+            running: 0,
+        })
+        .collect();
     let port = free_port();
     let mut redis = Command::new("redis-server")
         .args([
@@ -260,8 +285,8 @@ fn main() {
     let deadline = Instant::now() + Duration::from_secs(minutes * 60);
     let window = Arc::new(Mutex::new(Window::default()));
     println!("{clients} clients over 3 replicas on one Redis, {minutes} min\n");
-    println!("| minute | calls/s | added p50 ms | added p99 ms | peak/limit per lane | RSS/fds per replica |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| minute | calls/s | added p50 ms | added p99 ms | slow lane p50 / p99 ms | peak/limit per lane (tool log) | RSS/fds per replica |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     rt.block_on(async {
         let urls: Vec<String> = replicas.iter().map(|r| r.url.clone()).collect();
         let tasks: Vec<_> = (0..clients)
@@ -274,30 +299,11 @@ fn main() {
                 ))
             })
             .collect();
-        let http = reqwest::Client::new();
-        let mut minute_ends = Instant::now() + Duration::from_secs(60);
-        let mut minute = 1;
-        while Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let mut sum: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-            for u in &urls {
-                for (lane, (held, limit)) in lanes(&http, u).await {
-                    let e = sum.entry(lane).or_insert((0, 0));
-                    e.0 += held;
-                    e.1 = limit;
-                }
-            }
+        for minute in 1..=minutes {
+            tokio::time::sleep(Duration::from_secs(60)).await;
             if let Ok(mut w) = window.lock() {
-                for (lane, (held, limit)) in sum {
-                    let e = w.peaks.entry(lane).or_insert((0, limit));
-                    e.0 = e.0.max(held);
-                }
-                if Instant::now() >= minute_ends {
-                    report(minute, &mut w, &replicas);
-                    *w = Window::default();
-                    minute += 1;
-                    minute_ends += Duration::from_secs(60);
-                }
+                report(minute, &mut w, &mut logs, &replicas);
+                *w = Window::default();
             }
         }
         for t in tasks {
