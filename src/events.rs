@@ -185,6 +185,9 @@ pub enum Outcome {
     DeadlineExceeded,
     BudgetExhausted,
     Interrupted,
+    /// Nobody read the results any more (stdout closed, `| head -1`): nothing more was
+    /// dispatched and the calls in flight finished (exit 0, as a closed pipe is no failure).
+    Drained,
     /// Every call ran that could; some wait for an approval (exit 4; resume the journal).
     Paused,
 }
@@ -197,6 +200,7 @@ impl Outcome {
             Outcome::DeadlineExceeded => "deadline_exceeded",
             Outcome::BudgetExhausted => "budget_exhausted",
             Outcome::Interrupted => "interrupted",
+            Outcome::Drained => "drained",
             Outcome::Paused => "paused",
         }
     }

@@ -127,6 +127,7 @@ pub(crate) fn exit_code(outcome: Outcome, failed: usize) -> u8 {
     match outcome {
         Outcome::Completed if failed == 0 => error::EXIT_OK,
         Outcome::Completed => error::EXIT_CALLS_FAILED,
+        Outcome::Drained => error::EXIT_OK,
         Outcome::Interrupted => error::EXIT_INTERRUPTED,
         Outcome::Paused => error::EXIT_PAUSED,
         Outcome::Failed | Outcome::DeadlineExceeded | Outcome::BudgetExhausted => {

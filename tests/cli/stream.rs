@@ -393,4 +393,9 @@ fn a_reader_that_goes_away_stops_new_calls_and_the_run_ends_with_its_calls_in_fl
         "c ran after the reader left"
     );
     drop(stdin);
+    // The summary says what happened: drained, not interrupted (nobody pressed Ctrl-C).
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("outcome drained"), "{err}");
+    assert!(!err.contains("interrupted"), "{err}");
 }

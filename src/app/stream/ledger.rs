@@ -146,7 +146,13 @@ impl Ledger {
                 self.outcome = ended
             }
             // The run had ended already: the first reason stands.
-            (Outcome::Failed | Outcome::DeadlineExceeded | Outcome::Interrupted, _) => {}
+            (
+                Outcome::Failed
+                | Outcome::DeadlineExceeded
+                | Outcome::Interrupted
+                | Outcome::Drained,
+                _,
+            ) => {}
         }
     }
 

@@ -82,7 +82,7 @@ impl Coordinator {
     fn drain(&mut self) {
         if self.ending.is_none() {
             let why = "nobody reads the results any more (stdout closed)".to_string();
-            self.ending = Some((Outcome::Interrupted, why));
+            self.ending = Some((Outcome::Drained, why));
         }
     }
 
