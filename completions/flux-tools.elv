@@ -58,7 +58,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --trace 'Write a Chrome trace-event file of the run (open it in Perfetto)'
             cand --record 'Write a cassette of every call''s fingerprint and result to FILE'
             cand --replay 'Answer calls from the cassette FILE without invoking any tool'
-            cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)'
+            cand --approve 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools or of calls as ID@HASH (that call, only for the arguments with that hash, as `approvals` shows them); others are asked on the terminal, or refused when there is none. With --resume it answers the calls a paused run waits on'
             cand --emit 'Write the results as the messages to send back to the model: openai (tool messages), openai-responses (function_call_output items), anthropic (one user message of tool_result blocks), gemini (one content of functionResponse parts); one per line with --stream'
             cand --max-processes 'The most command calls in flight at once [default: derived from ulimit -n and -u]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'

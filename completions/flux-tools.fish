@@ -71,7 +71,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l trace -d 'Write a Chrome trace-event file of the run (open it in Perfetto)' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve (others are asked on the terminal, or refused when there is none)' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l approve -d 'Answer approvals in advance: `all`, `none`, or a comma-separated list of tools or of calls as ID@HASH (that call, only for the arguments with that hash, as `approvals` shows them); others are asked on the terminal, or refused when there is none. With --resume it answers the calls a paused run waits on' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l emit -d 'Write the results as the messages to send back to the model: openai (tool messages), openai-responses (function_call_output items), anthropic (one user message of tool_result blocks), gemini (one content of functionResponse parts); one per line with --stream' -r -f -a "openai\t'OpenAI chat completions: tool messages'
 openai-responses\t'OpenAI Responses API: `function_call_output` items'
 anthropic\t'Anthropic Messages: `tool_result` blocks in a user message'
@@ -147,10 +147,10 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand deny" -s h -l help
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l format -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 jsonl\t'The same JSON (one line)'"
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l emit -d 'Print the tools as PROVIDER\'s request takes them (a JSON Schema per tool)' -r -f -a "openai\t'OpenAI chat completions: tool messages'
-openai-responses\t'OpenAI Responses API: `function_call_output` items'
-anthropic\t'Anthropic Messages: `tool_result` blocks in a user message'
-gemini\t'Google Gemini: `functionResponse` parts in a user content'"
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l emit -d 'Print the tools as PROVIDER\'s request takes them (a JSON Schema per tool)' -r -f -a "openai\t'OpenAI chat completions: `{"type": "function", "function": {name, description, parameters}}`'
+openai-responses\t'OpenAI Responses API: `{"type": "function", name, description, parameters, strict}`'
+anthropic\t'Anthropic Messages: `{name, description, input_schema}`'
+gemini\t'Google Gemini: one `{"function_declarations": [...]}` with `parameters_json_schema`'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l tools -d 'Only these tools (comma-separated; manifest or exported names)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand tools" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''

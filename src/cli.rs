@@ -72,6 +72,20 @@ face_enum! {
 }
 
 face_enum! {
+    /// `tools --emit`: the `tools` of a provider's request.
+    Offer => crate::report::emit::Emit {
+        /// OpenAI chat completions: `{"type": "function", "function": {name, description, parameters}}`.
+        Openai,
+        /// OpenAI Responses API: `{"type": "function", name, description, parameters, strict}`.
+        OpenaiResponses,
+        /// Anthropic Messages: `{name, description, input_schema}`.
+        Anthropic,
+        /// Google Gemini: one `{"function_declarations": [...]}` with `parameters_json_schema`.
+        Gemini,
+    }
+}
+
+face_enum! {
     /// `report --by`.
     Period => crate::history::analysis::Period {
         Hour,
@@ -150,7 +164,7 @@ pub enum Command {
         format: Option<ListFormat>,
         /// Print the tools as PROVIDER's request takes them (a JSON Schema per tool)
         #[arg(long, value_enum, value_name = "PROVIDER")]
-        emit: Option<Emit>,
+        emit: Option<Offer>,
         /// Only these tools (comma-separated; manifest or exported names)
         #[arg(long, value_name = "NAMES", value_delimiter = ',', requires = "emit")]
         tools: Option<Vec<String>>,
@@ -353,8 +367,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
 
-    /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools to approve
-    /// (others are asked on the terminal, or refused when there is none)
+    /// Answer approvals in advance: `all`, `none`, or a comma-separated list of tools or of
+    /// calls as ID@HASH (that call, only for the arguments with that hash, as `approvals`
+    /// shows them); others are asked on the terminal, or refused when there is none. With
+    /// --resume it answers the calls a paused run waits on
     #[arg(long, value_name = "ANSWER", value_parser = Approvals::parse)]
     pub approve: Option<Approvals>,
 

@@ -17,6 +17,7 @@ mod journal;
 mod lanes;
 mod limits;
 mod mcp;
+mod newcomer;
 mod otlp;
 mod outputs;
 mod plan;
