@@ -544,6 +544,75 @@ fn make_certs(dir: &Path) -> bool {
     ])
 }
 
+/// A redis-server with a TLS port serving `cert`/`key`, password `tls-pw`: it and the port.
+fn tls_redis(cert: &str, key: &str, ca: &str) -> Option<(Redis, u16)> {
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let port = tls_port.to_string();
+    let redis = Redis::start_with(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        ca,
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        "tls-pw",
+    ])?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not open its TLS port"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some((redis, tls_port))
+}
+
+#[test]
+fn a_self_signed_server_certificate_is_named_as_such_with_the_fix() {
+    let certs = tempfile::tempdir().unwrap();
+    if !make_certs(certs.path()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "openssl could not make a certificate"
+        );
+        eprintln!("NOTICE: skipped: openssl could not make a certificate");
+        return;
+    }
+    // The server presents the CA's own certificate: self-signed, trusted, and still refused.
+    let file = |n: &str| certs.path().join(n).display().to_string();
+    let ca = file("ca.pem");
+    let Some((_redis, tls_port)) = tls_redis(&ca, &file("ca.key"), &ca) else {
+        return;
+    };
+    let p = Project::new("[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let b = p.write("b.yaml", "- tool: z\n");
+    let url = format!("rediss://:tls-pw@127.0.0.1:{tls_port}");
+    let out = p
+        .cmd()
+        .args(["run", b.to_str().unwrap(), "--lane-store", &url])
+        .env("SSL_CERT_FILE", &ca)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("self-signed certificate"), "{stderr}");
+    assert!(
+        stderr.contains("hint: make a CA, sign the server's certificate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tls-pw"), "{stderr}");
+}
+
 #[test]
 fn rediss_with_tls_and_a_password_shares_a_lane() {
     let certs = tempfile::tempdir().unwrap();
@@ -555,38 +624,11 @@ fn rediss_with_tls_and_a_password_shares_a_lane() {
         eprintln!("NOTICE: skipped: openssl could not make a certificate");
         return;
     }
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let file = |n: &str| certs.path().join(n).display().to_string();
-    let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
-    let port = tls_port.to_string();
-    let Some(_redis) = Redis::start_with(&[
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-        "--requirepass",
-        "tls-pw",
-    ]) else {
+    let ca = file("ca.pem");
+    let Some((_redis, tls_port)) = tls_redis(&file("server.pem"), &file("server.key"), &ca) else {
         return;
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "redis-server did not open its TLS port"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let p = Project::new(
         "[concurrency.per_tool]\nz = 1\n[tools.z]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\n",
     );

@@ -94,7 +94,26 @@ fn redis_lanes(specs: &[LaneSpec], ns: &str) -> Vec<Option<RedisLane>> {
 }
 
 fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
-    LaneError(format!("lane store {url} is unreachable: {e}"))
+    let e = e.to_string();
+    match tls_cause(&e) {
+        Some(why) => LaneError(format!(
+            "{url} is unreachable: {why} ({e})\nhint: make a CA, sign the server's certificate with it (its subjectAltName naming the host of the URL), and trust the CA: SSL_CERT_FILE=ca.pem (README: \"Redis over TLS\")"
+        )),
+        None => LaneError(format!("{url} is unreachable: {e}")),
+    }
+}
+
+/// A TLS certificate refusal, in rustls' words, said in ours.
+fn tls_cause(e: &str) -> Option<&'static str> {
+    [
+        ("CaUsedAsEndEntity", "the server presents a CA certificate as its own (a self-signed certificate, as `openssl req -x509` makes one), which TLS refuses even when it is trusted"),
+        ("UnknownIssuer", "the server's certificate is signed by a CA this machine does not trust"),
+        ("NotValidForName", "the server's certificate does not name the host of the URL"),
+        ("Expired", "the server's certificate has expired"),
+    ]
+    .into_iter()
+    .find(|(word, _)| e.contains(word))
+    .map(|(_, why)| why)
 }
 
 /// The URL as shown in any message: a password (`redis://user:secret@host`) as `***`.
