@@ -18,7 +18,7 @@ impl Approver for TerminalApprover {
             request.tool,
             Value::to_string(&request.args)
         );
-        let answer = ask_terminal(&question)?;
+        let answer = crate::report::progress::suspend(|| ask_terminal(&question))?;
         Some(matches!(
             answer.trim().to_ascii_lowercase().as_str(),
             "y" | "yes"

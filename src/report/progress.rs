@@ -23,6 +23,19 @@ struct LaneLine {
     bar: Option<ProgressBar>,
 }
 
+/// The display on screen now, for [`suspend`]: stderr's terminal is one per process.
+static ON_SCREEN: std::sync::Mutex<Option<MultiProgress>> = std::sync::Mutex::new(None);
+
+/// Run `f` (a question on the terminal) with the live display taken off the screen, and put
+/// it back after: nothing redraws over the question while it waits for its answer.
+pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
+    let shown = ON_SCREEN.lock().ok().and_then(|m| m.clone());
+    match shown {
+        Some(multi) => multi.suspend(f),
+        None => f(),
+    }
+}
+
 /// The live display.
 pub struct Progress {
     multi: MultiProgress,
@@ -95,6 +108,9 @@ impl Progress {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         overall.enable_steady_tick(Duration::from_millis(100));
+        if let Ok(mut m) = ON_SCREEN.lock() {
+            *m = Some(multi.clone());
+        }
         Progress {
             multi,
             overall,
@@ -221,6 +237,9 @@ impl Reporter for Progress {
                     }
                 }
                 let _ = self.multi.clear();
+                if let Ok(mut m) = ON_SCREEN.lock() {
+                    *m = None;
+                }
             }
         }
     }

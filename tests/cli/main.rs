@@ -20,6 +20,7 @@ mod mcp;
 mod newcomer;
 mod otlp;
 mod outputs;
+mod pane;
 mod plan;
 mod processes;
 mod run;
