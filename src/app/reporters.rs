@@ -21,8 +21,7 @@ pub(super) fn live(
     let mut reporters: Vec<Box<dyn Reporter>> = Vec::new();
     match opts.live {
         Live::Off => {}
-        Live::Auto => reporters.push(Box::new(Progress::new(false))),
-        Live::Always => reporters.push(Box::new(Progress::new(true))),
+        Live::Auto | Live::Always => reporters.push(Box::new(Progress::new())),
     }
     if opts.streaming {
         let render: Option<output::RenderFn> = match opts.stdout {

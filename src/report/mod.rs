@@ -12,6 +12,7 @@ pub mod output;
 pub mod plan;
 pub mod progress;
 pub mod summary;
+pub mod term;
 pub mod timeline;
 pub mod tools;
 

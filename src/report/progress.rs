@@ -1,9 +1,12 @@
 //! The live display on stderr (indicatif): an overall line (done/total, ok, failed, elapsed)
-//! and one line per lane in use with permits held / limit and calls queued behind it.
+//! one line of totals (calls running now, calls waiting for a lane, the lanes in use that have
+//! no limit), and one line per limited (or rate-limited) lane in use with permits held /
+//! limit and calls queued behind it.
 //!
 //! It is one [`Reporter`] among others: it learns everything from events and knows nothing of
 //! scheduling. Lane lines appear the first time a lane is waited on or held.
 
+use std::collections::{BTreeSet, HashSet};
 use std::io::{self, Write};
 use std::time::Duration;
 
@@ -41,17 +44,30 @@ pub struct Progress {
     multi: MultiProgress,
     overall: ProgressBar,
     lanes: Vec<LaneLine>,
+    /// The totals line: calls invoked and not finished, calls waiting for a lane, and the
+    /// lanes without a limit in use (not drawn one by one).
+    totals: ProgressBar,
+    running: HashSet<usize>,
+    waiting: HashSet<usize>,
+    unlimited: BTreeSet<String>,
     ok: u64,
     failed: u64,
 }
 
-/// Writes ANSI to stderr even when it is not a terminal (`--progress always`).
+/// Writes ANSI to stderr, drawn to the terminal's width less two columns (100 when stderr is
+/// not a terminal: `--progress always`). indicatif pads each line to the width it is given
+/// and leaves the cursor at its end; at the terminal's full width the `^C` a terminal echoes
+/// would wrap onto a new line, indicatif would count one line too few, and the last redraw
+/// would leave a stale line above the summary.
 #[derive(Debug)]
 struct RawStderr;
 
 impl TermLike for RawStderr {
     fn width(&self) -> u16 {
-        100
+        super::term::size(2).map_or(100, |(cols, _)| cols.saturating_sub(2).max(20))
+    }
+    fn height(&self) -> u16 {
+        super::term::size(2).map_or(20, |(_, rows)| rows)
     }
     fn move_cursor_up(&self, n: usize) -> io::Result<()> {
         if n > 0 {
@@ -91,14 +107,16 @@ impl TermLike for RawStderr {
     }
 }
 
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::new()
+    }
+}
+
 impl Progress {
-    /// `force`: draw even when stderr is not a terminal.
-    pub fn new(force: bool) -> Progress {
-        let target = if force {
-            ProgressDrawTarget::term_like_with_hz(Box::new(RawStderr), 10)
-        } else {
-            ProgressDrawTarget::stderr_with_hz(10)
-        };
+    /// Drawn on stderr, terminal or not (`--progress auto` chooses it only for a terminal).
+    pub fn new() -> Progress {
+        let target = ProgressDrawTarget::term_like_with_hz(Box::new(RawStderr), 10);
         let multi = MultiProgress::with_draw_target(target);
         let overall = multi.add(ProgressBar::new(0));
         overall.set_style(
@@ -111,10 +129,19 @@ impl Progress {
         if let Ok(mut m) = ON_SCREEN.lock() {
             *m = Some(multi.clone());
         }
+        let totals = multi.add(ProgressBar::new(0));
+        totals.set_style(
+            ProgressStyle::with_template("  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
         Progress {
             multi,
             overall,
             lanes: Vec::new(),
+            totals,
+            running: HashSet::new(),
+            waiting: HashSet::new(),
+            unlimited: BTreeSet::new(),
             ok: 0,
             failed: 0,
         }
@@ -125,6 +152,13 @@ impl Progress {
         let Some(l) = self.lanes.get_mut(lane) else {
             return;
         };
+        if l.info.limit.is_none() && l.info.rate.is_none() {
+            // Counted in the totals line, not drawn.
+            if self.unlimited.insert(l.info.name.clone()) {
+                self.refresh_totals();
+            }
+            return;
+        }
         let bar = l.bar.get_or_insert_with(|| {
             let b = multi.add(ProgressBar::new(0));
             b.set_style(
@@ -153,6 +187,20 @@ impl Progress {
         ));
     }
 
+    fn refresh_totals(&self) {
+        let free = if self.unlimited.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = self.unlimited.iter().map(String::as_str).collect();
+            format!(" · no limit on {}", names.join(", "))
+        };
+        self.totals.set_message(format!(
+            "{} running · {} waiting for a lane{free}",
+            self.running.len(),
+            self.waiting.len()
+        ));
+    }
+
     fn refresh_overall(&self) {
         self.overall
             .set_message(format!("{} ok · {} failed", self.ok, self.failed));
@@ -177,22 +225,35 @@ impl Reporter for Progress {
                     .collect();
                 self.refresh_overall();
             }
-            Event::LaneWaiting { lane, .. } => {
+            Event::LaneWaiting { lane, call, .. } => {
                 if let Some(l) = self.lanes.get_mut(*lane) {
                     l.queued += 1;
                 }
+                self.waiting.insert(*call);
                 self.refresh_lane(*lane);
+                self.refresh_totals();
             }
-            Event::LaneAcquired { lane, weight, .. } => {
+            Event::LaneAcquired {
+                lane, weight, call, ..
+            } => {
                 if let Some(l) = self.lanes.get_mut(*lane) {
                     l.queued = l.queued.saturating_sub(1);
                     l.held += u64::from(*weight);
                 }
+                self.waiting.remove(call);
                 self.refresh_lane(*lane);
+                self.refresh_totals();
             }
             Event::LaneReleased {
-                lane, weight, held, ..
+                lane,
+                weight,
+                held,
+                call,
             } => {
+                if !*held {
+                    self.waiting.remove(call);
+                    self.refresh_totals();
+                }
                 if let Some(l) = self.lanes.get_mut(*lane) {
                     if *held {
                         l.held = l.held.saturating_sub(u64::from(*weight));
@@ -219,8 +280,14 @@ impl Reporter for Progress {
                 self.refresh_lane(*lane);
             }
             Event::RunExtended { total } => self.overall.set_length(*total as u64),
-            Event::CallStarted { .. } => {}
+            Event::CallStarted { call, .. } => {
+                self.running.insert(*call);
+                self.refresh_totals();
+            }
             Event::CallFinished { result } => {
+                self.running.remove(&result.index);
+                self.waiting.remove(&result.index);
+                self.refresh_totals();
                 if result.status == Status::Ok {
                     self.ok += 1;
                 } else {
@@ -230,10 +297,11 @@ impl Reporter for Progress {
                 self.refresh_overall();
             }
             Event::RunFinished { .. } => {
-                self.overall.finish();
+                self.overall.finish_and_clear();
+                self.totals.finish_and_clear();
                 for l in &self.lanes {
                     if let Some(b) = &l.bar {
-                        b.finish();
+                        b.finish_and_clear();
                     }
                 }
                 let _ = self.multi.clear();

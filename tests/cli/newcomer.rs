@@ -66,3 +66,71 @@ fn the_approval_question_shows_over_the_live_display_and_the_display_comes_back(
         "{out}\n{screen}"
     );
 }
+
+const WIDE: &str = r#"[concurrency]
+max_concurrent_tools = 12
+per_tool = { limited = 2 }
+
+[tools.slow]
+kind = "scripted"
+effect = "read"
+latency = "3s"
+
+[tools.limited]
+kind = "scripted"
+effect = "read"
+latency = "3s"
+"#;
+
+fn wide_batch(p: &Project) {
+    let mut b = "- tool: slow\n".repeat(30);
+    b.push_str(&"- tool: limited\n".repeat(4));
+    p.write("b.yaml", &b);
+}
+
+#[test]
+fn the_live_display_counts_what_runs_and_shows_only_lanes_with_a_limit() {
+    let p = Project::new(WIDE);
+    wide_batch(&p);
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let cmd = format!("{} run b.yaml --format jsonl > out.jsonl", bin.display());
+    let Some(pane) = Pane::start(p.path(), 100, &cmd) else {
+        return;
+    };
+    let screen = pane.wait_for("12 running", 20);
+    assert!(
+        screen.contains("no limit on tenant:default, tool:slow"),
+        "{screen}"
+    );
+    assert!(screen.contains("12/12"), "the turn lane of 12: {screen}");
+    assert!(
+        !screen.contains('∞'),
+        "unbounded lanes are not drawn: {screen}"
+    );
+    for line in screen.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
+    }
+}
+
+#[test]
+fn ctrl_c_leaves_the_summary_and_no_stale_progress_line() {
+    let p = Project::new(WIDE);
+    wide_batch(&p);
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let cmd = format!("{} run b.yaml --format jsonl > out.jsonl", bin.display());
+    let Some(pane) = Pane::start(p.path(), 100, &cmd) else {
+        return;
+    };
+    pane.wait_for("12 running", 20);
+    pane.ctrl_c();
+    let screen = pane.wait_for("EXIT=130", 20);
+    assert!(screen.contains("outcome interrupted"), "{screen}");
+    assert!(
+        !screen.contains("/34 calls"),
+        "a stale progress line: {screen}"
+    );
+    assert!(
+        !screen.contains("running ·"),
+        "a stale progress line: {screen}"
+    );
+}
