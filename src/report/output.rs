@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
+use comfy_table::{presets, Cell, Color, Table};
 use serde_json::Value;
 
 use super::Reporter;
@@ -59,22 +59,22 @@ fn status_color(s: Status) -> Color {
     }
 }
 
-/// Narrower than this, a terminal's reported width is not believed.
-const MIN_TERMINAL_WIDTH: u16 = 20;
-
 pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io::Result<()> {
     let mut t = Table::new();
-    t.load_preset(presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(["#", "id", "tool", "status", "time", "output / error"]);
+    t.load_preset(presets::UTF8_FULL_CONDENSED).set_header([
+        "#",
+        "id",
+        "tool",
+        "status",
+        "time",
+        "output / error",
+    ]);
     if !color {
         t.force_no_tty();
     }
     // A terminal that reports no width (`script` without a size, some CI consoles) would
-    // squeeze every column to one character: use the table's natural width instead.
-    if t.width().is_some_and(|w| w < MIN_TERMINAL_WIDTH) {
-        t.set_content_arrangement(ContentArrangement::Disabled);
-    }
+    // squeeze every column to one character: `fit` keeps the table's natural width then.
+    super::term::fit(&mut t);
     for r in doc.results {
         let time = r.duration_ms.map_or_else(
             || "—".to_string(),

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 use std::io::Write as _;
 
@@ -290,11 +289,7 @@ pub fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
             ""
         };
         let _ = writeln!(out, "phase {i}{what}: {} wave(s)", waves[i].len());
-        let mut t = Table::new();
-        t.load_preset(presets::UTF8_FULL_CONDENSED)
-            .set_content_arrangement(ContentArrangement::Dynamic)
-            .force_no_tty()
-            .set_header(["#", "id", "tool", "lanes", "waits for", "est. start → end"]);
+        let mut rows = Vec::new();
         for (p, c) in plan.calls.iter().enumerate().filter(|(_, c)| c.phase == i) {
             let edges: Vec<String> = c
                 .edges
@@ -313,7 +308,7 @@ pub fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
                 })
                 .collect();
             let assumed = if c.estimate_known { "" } else { " ?" };
-            t.add_row(vec![
+            rows.push(vec![
                 c.index.to_string(),
                 c.id.clone(),
                 if cached.get(p).copied().unwrap_or(false) {
@@ -330,6 +325,8 @@ pub fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
                 format!("{} → {}{assumed}", format(est.start[p]), format(est.end[p])),
             ]);
         }
+        let header = ["#", "id", "tool", "lanes", "waits for", "est. start → end"];
+        let t = super::term::table(&header, &rows, &["lanes"]);
         let _ = writeln!(out, "{t}");
     }
     let path: Vec<&str> = est

@@ -54,17 +54,14 @@ pub struct Progress {
     failed: u64,
 }
 
-/// Writes ANSI to stderr, drawn to the terminal's width less two columns (100 when stderr is
-/// not a terminal: `--progress always`). indicatif pads each line to the width it is given
-/// and leaves the cursor at its end; at the terminal's full width the `^C` a terminal echoes
-/// would wrap onto a new line, indicatif would count one line too few, and the last redraw
-/// would leave a stale line above the summary.
+/// Writes ANSI to stderr at the terminal's width (100 when stderr is not a terminal:
+/// `--progress always`).
 #[derive(Debug)]
 struct RawStderr;
 
 impl TermLike for RawStderr {
     fn width(&self) -> u16 {
-        super::term::size(2).map_or(100, |(cols, _)| cols.saturating_sub(2).max(20))
+        super::term::size(2).map_or(100, |(cols, _)| cols)
     }
     fn height(&self) -> u16 {
         super::term::size(2).map_or(20, |(_, rows)| rows)
@@ -296,7 +293,7 @@ impl Reporter for Progress {
                 self.overall.inc(1);
                 self.refresh_overall();
             }
-            Event::RunFinished { .. } => {
+            Event::RunFinished { outcome, .. } => {
                 self.overall.finish_and_clear();
                 self.totals.finish_and_clear();
                 for l in &self.lanes {
@@ -305,6 +302,13 @@ impl Reporter for Progress {
                     }
                 }
                 let _ = self.multi.clear();
+                // indicatif leaves the cursor at the end of its last line, which fills the
+                // terminal's width; the `^C` a terminal echoes wrapped it onto a new line, so
+                // the clear above began one line low and left the top line standing.
+                if *outcome == crate::events::Outcome::Interrupted && super::term::echoes_ctrl_c(2)
+                {
+                    let _ = write!(io::stderr(), "\x1b[1A\r\x1b[2K");
+                }
                 if let Ok(mut m) = ON_SCREEN.lock() {
                     *m = None;
                 }

@@ -1,7 +1,6 @@
 //! `flux-tools tools`: the manifest's tools and their declarations, as a table or JSON.
 //! Every `${env:…}` secret is shown as `***`.
 
-use comfy_table::{presets, ContentArrangement, Table};
 use serde_json::{json, Value};
 
 use crate::manifest::{Manifest, Origin, Tool};
@@ -73,23 +72,18 @@ pub fn to_json(m: &Manifest) -> Value {
     })
 }
 
+/// The columns a narrow terminal loses first, in order.
+const DROPPED_FIRST: [&str; 6] = [
+    "parallel",
+    "timeout",
+    "lanes",
+    "backends",
+    "kind",
+    "idempotent",
+];
+
 pub fn to_table(m: &Manifest) -> String {
-    let mut t = Table::new();
-    t.load_preset(presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .force_no_tty()
-        .set_header([
-            "tool",
-            "kind",
-            "effect",
-            "idempotent",
-            "parallel",
-            "limit",
-            "lanes",
-            "backends",
-            "timeout",
-            "invokes",
-        ]);
+    let mut rows = Vec::new();
     for tool in &m.tools {
         let effect = match tool.effect_origin {
             // Its server's annotations decide (`plan` and `run` ask it).
@@ -104,7 +98,7 @@ pub fn to_table(m: &Manifest) -> String {
                 format!("{:?} (annotation)", tool.effect).to_lowercase()
             }
         };
-        t.add_row(vec![
+        rows.push(vec![
             tool.name.clone(),
             tool.kind_name().to_string(),
             effect,
@@ -134,5 +128,18 @@ pub fn to_table(m: &Manifest) -> String {
             super::output::shorten(&target(tool), 50),
         ]);
     }
+    let header = [
+        "tool",
+        "kind",
+        "effect",
+        "idempotent",
+        "parallel",
+        "limit",
+        "lanes",
+        "backends",
+        "timeout",
+        "invokes",
+    ];
+    let t = super::term::table(&header, &rows, &DROPPED_FIRST);
     format!("{t}\n")
 }

@@ -51,9 +51,19 @@ impl Pane {
 
     /// The screen now, as a person sees it.
     pub fn screen(&self) -> String {
+        self.capture(&[])
+    }
+
+    /// The screen with the lines the terminal wrapped joined again (how wide they were).
+    pub fn joined(&self) -> String {
+        self.capture(&["-J"])
+    }
+
+    fn capture(&self, extra: &[&str]) -> String {
         let out = self
             .tmux()
             .args(["capture-pane", "-p"])
+            .args(extra)
             .output()
             .expect("capture-pane");
         String::from_utf8_lossy(&out.stdout).to_string()
