@@ -156,3 +156,34 @@ def test_a_bad_turn_raises_and_the_session_goes_on(manifest):
         doc = session.turn([{"tool": "add", "args": {"a": 2, "b": 2}}])
         assert doc["results"][0]["output"] == {"sum": "2+2"}
     assert session.close() == 2
+
+
+def test_run_raises_with_the_diagnostics_parsed(manifest):
+    with pytest.raises(flux_tools.FluxToolsError) as e:
+        flux_tools.run("calls: [{ tool: nope }]", manifest=manifest)
+    first = e.value.diagnostics[0]
+    assert first["severity"] == "error" and "unknown tool" in first["message"], e.value.diagnostics
+    assert (first["file"], first["line"], first["column"]) == ("<stdin>", 1, 17), first
+
+
+def test_a_session_on_a_bad_manifest_raises_from_its_constructor(tmp_path):
+    bad = tmp_path / "tools.toml"
+    bad.write_text("[tools.x]\nkind = \"scripted\"\neffect = \"sideways\"\n")
+    with pytest.raises(flux_tools.FluxToolsError) as e:
+        flux_tools.Session(manifest=str(bad))
+    assert e.value.status == 2, e.value
+    first = e.value.diagnostics[0]
+    assert first["file"].endswith("tools.toml") and first["line"] == 3, e.value.diagnostics
+    assert "sideways" in str(e.value)
+
+
+def test_a_session_whose_process_died_raises_its_status_from_the_next_turn(manifest):
+    import signal
+
+    with flux_tools.Session(manifest=manifest) as session:
+        assert session.turn([{"tool": "add", "args": {"a": 1, "b": 1}}])["outcome"] == "completed"
+        os.kill(session.pid, signal.SIGKILL)
+        with pytest.raises(flux_tools.FluxToolsError) as e:
+            session.turn([{"tool": "add", "args": {"a": 1, "b": 1}}])
+        assert e.value.status == -signal.SIGKILL, e.value
+    # Leaving the block raised nothing more.

@@ -21,10 +21,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from typing import Any, Iterable, Optional, Sequence, Union
 
 __all__ = [
     "FluxToolsError",
+    "diagnostics",
     "Session",
     "arun",
     "binary",
@@ -41,7 +43,9 @@ ANSWERS = (0, 1, 3)
 
 
 class FluxToolsError(RuntimeError):
-    """flux-tools refused the input (exit status 2) or could not run; `diagnostics` says why."""
+    """flux-tools refused the input (exit status 2) or could not run. `status` is its exit
+    status; `diagnostics` a list of `{severity, message, file, line, column, hint}` (the
+    diagnostics flux-tools printed; for a turn that could not be read, the turn's own)."""
 
     def __init__(self, message: str, status: Optional[int] = None, diagnostics: Any = None):
         super().__init__(message)
@@ -77,11 +81,43 @@ def _command(args: Sequence[str], manifest: Optional[str]) -> list:
     return cmd + list(args)
 
 
+def diagnostics(stderr: str) -> list:
+    """The diagnostics in what flux-tools wrote on stderr: one dict per `error:` or
+    `warning:` block, with its message, where it points (`——▶ FILE:LINE:COL`) and its hint."""
+    out: list = []
+    for raw in stderr.splitlines():
+        line = raw.rstrip()
+        for severity in ("error", "warning"):
+            if line.startswith(severity + ": "):
+                out.append({"severity": severity, "message": line[len(severity) + 2 :],
+                            "file": None, "line": None, "column": None, "hint": None})
+                break
+        else:
+            if not out or not line.strip():
+                continue
+            d = out[-1]
+            text = line.strip()
+            if text.startswith("——▶ "):
+                where = text[len("——▶ "):].rsplit(":", 2)
+                if len(where) == 3 and where[1].isdigit() and where[2].isdigit():
+                    d["file"], d["line"], d["column"] = where[0], int(where[1]), int(where[2])
+                else:
+                    d["file"] = text[len("——▶ "):]
+            elif "│" not in line and not text.startswith("^"):
+                d["hint"] = text if d["hint"] is None else d["hint"] + "\n" + text
+    return out
+
+
+def _error(status: Optional[int], stderr: str) -> "FluxToolsError":
+    text = stderr.strip() or f"flux-tools exited {status}"
+    return FluxToolsError(text, status=status, diagnostics=diagnostics(stderr))
+
+
 def _answer(status: int, stdout: str, stderr: str) -> Any:
     if status in ANSWERS:
         text = stdout.strip()
         return json.loads(text) if text else None
-    raise FluxToolsError(stderr.strip() or f"flux-tools exited {status}", status=status)
+    raise _error(status, stderr)
 
 
 def tools(
@@ -100,7 +136,7 @@ def tools(
         args.append("--strict")
     p = subprocess.run(_command(args, manifest), capture_output=True, text=True)
     if p.returncode != 0:
-        raise FluxToolsError(p.stderr.strip(), status=p.returncode)
+        raise _error(p.returncode, p.stderr)
     return json.loads(p.stdout)
 
 
@@ -146,9 +182,32 @@ async def arun(
     return _answer(proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode())
 
 
+class _Stderr(threading.Thread):
+    """Reads a process's stderr as it comes: passes it on to ours (the summary of each turn,
+    warnings) and keeps the last 64 KiB, for the error when the process dies."""
+
+    def __init__(self, stream: Any):
+        super().__init__(daemon=True)
+        self._stream = stream
+        self.text = ""
+
+    def run(self) -> None:
+        for line in iter(self._stream.readline, ""):
+            self.text = (self.text + line)[-65536:]
+            try:
+                sys.stderr.write(line)
+            except (OSError, ValueError):
+                pass
+
+
 class Session:
     """One `flux-tools run --turns` process for a conversation: each `turn(reply)` writes the
-    reply as one line and reads its one-line answer. Use it as a context manager (or `close()`)."""
+    reply as one line and reads its one-line answer. Use it as a context manager (or `close()`).
+
+    A process that cannot start (a bad manifest, a lane store that does not answer) raises
+    `FluxToolsError` with its diagnostics and exit status from the constructor, which waits up
+    to `start_timeout` seconds (0.3) for such a death; one that dies later raises it from the
+    next `turn`."""
 
     def __init__(
         self,
@@ -156,6 +215,7 @@ class Session:
         emit: Optional[str] = None,
         manifest: Optional[str] = None,
         args: Sequence[str] = (),
+        start_timeout: float = 0.3,
     ):
         turn_args = ["run", "--turns", "-q"]
         turn_args += ["--emit", emit] if emit else []
@@ -163,20 +223,37 @@ class Session:
             _command(turn_args + list(args), manifest),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             bufsize=1,
         )
+        self._stderr = _Stderr(self._proc.stderr)
+        self._stderr.start()
         self.turns = 0
+        try:
+            self._proc.wait(timeout=start_timeout)
+        except subprocess.TimeoutExpired:
+            return
+        raise self._died()
+
+    def _died(self) -> "FluxToolsError":
+        status = self._proc.wait()
+        self._stderr.join(timeout=5)
+        return _error(status, self._stderr.text)
 
     def turn(self, reply: Reply) -> Any:
-        """Run one turn; returns its answer, or raises `FluxToolsError` if it could not be read."""
+        """Run one turn; returns its answer, or raises `FluxToolsError` if it could not be read
+        (the session goes on) or the process has died (with its exit status and diagnostics)."""
         line = _text(reply).replace("\n", " ")
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(line + "\n")
-        self._proc.stdin.flush()
-        answer = self._proc.stdout.readline()
+        try:
+            self._proc.stdin.write(line + "\n")
+            self._proc.stdin.flush()
+            answer = self._proc.stdout.readline()
+        except (BrokenPipeError, ValueError):
+            raise self._died() from None
         if not answer:
-            raise FluxToolsError(f"flux-tools ended (status {self._proc.poll()})", self._proc.poll())
+            raise self._died()
         self.turns += 1
         value = json.loads(answer)
         if isinstance(value, dict) and "error" in value and "turn" in value:
@@ -191,8 +268,13 @@ class Session:
     def close(self) -> int:
         """End the process; returns its exit status (the worst of its turns')."""
         if self._proc.stdin and not self._proc.stdin.closed:
-            self._proc.stdin.close()
-        return self._proc.wait()
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        status = self._proc.wait()
+        self._stderr.join(timeout=5)
+        return status
 
     def __enter__(self) -> "Session":
         return self
