@@ -164,9 +164,19 @@ pub struct Session {
     tools: OnceCell<Result<Vec<Value>, String>>,
     /// Set when a call saw the transport close: later calls fail at once, unsent.
     dead: std::sync::atomic::AtomicBool,
+    /// A stdio server's process id: its exit is seen as soon as it happens.
+    pid: Option<u32>,
 }
 
 impl Session {
+    /// Whether the server is gone: a call saw its transport close, the transport says so, or
+    /// (a stdio server) its process has exited — seen at once, before its pipes are noticed.
+    fn gone(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::Acquire)
+            || self.peer.is_transport_closed()
+            || self.pid.is_some_and(exited)
+    }
+
     /// End the session (a stdio server sees its stdin close and exits).
     async fn close(&self) {
         if let Some(service) = self.service.lock().await.take() {
@@ -289,10 +299,7 @@ impl McpHub {
             let gone = match cell.get() {
                 None => false,
                 Some(Err(_)) => true,
-                Some(Ok(s)) => {
-                    s.dead.load(std::sync::atomic::Ordering::Acquire)
-                        || s.peer.is_transport_closed()
-                }
+                Some(Ok(s)) => s.gone(),
             };
             if !gone {
                 continue;
@@ -320,6 +327,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
     // Closed when the server's stderr ends (or at once for a server without one).
     let (eof_tx, stderr_eof) = tokio::sync::watch::channel(());
     let upstream = Upstream::default();
+    let mut pid = None;
     let service: Service = if let Some(argv) = &decl.command {
         let mut parts = Vec::with_capacity(argv.len());
         for t in argv {
@@ -342,6 +350,7 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
                     argv[0].redacted()
                 )
             })?;
+        pid = transport.id();
         if let Some(err) = err {
             keep_tail(err, stderr.clone(), eof_tx);
         }
@@ -392,7 +401,23 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         stderr_eof,
         tools: OnceCell::new(),
         dead: std::sync::atomic::AtomicBool::new(false),
+        pid,
     })
+}
+
+/// Whether our child `pid` has exited: `waitid` with `WNOWAIT` looks without reaping it (the
+/// transport still waits for it); a child already reaped is gone too.
+fn exited(pid: u32) -> bool {
+    let id: libc::id_t = pid;
+    // SAFETY: waitid fills the siginfo we own; WNOHANG never blocks, WNOWAIT reaps nothing.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        match libc::waitid(libc::P_PID, id, &mut info, flags) {
+            0 => info.si_pid() != 0,
+            _ => std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD),
+        }
+    }
 }
 
 /// Pass the server's progress on this request's token to `to`, until the task is aborted.
@@ -439,9 +464,7 @@ impl McpTool {
             s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),
         };
-        if session.dead.load(std::sync::atomic::Ordering::Acquire)
-            || session.peer.is_transport_closed()
-        {
+        if session.gone() {
             let tail = session.last_words().await;
             let mut why = format!("MCP server `{}` has exited", self.server);
             if !tail.is_empty() {

@@ -220,3 +220,42 @@ fn each_turn_appends_its_own_history_line() {
         assert_eq!(line["calls"], 1);
     }
 }
+
+/// Whether `pid` has exited: a zombie not yet reaped by its parent, or gone. A process's
+/// first thread is a zombie while its other threads are still dying: wait for them too.
+fn has_exited(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    zombie && threads <= 1
+}
+
+#[test]
+fn a_server_killed_between_turns_is_restarted_for_a_turn_that_comes_at_once() {
+    // Before: the death went unnoticed until a call was sent to it, and that call was
+    // `cancelled` (`connection_lost`) instead of going to a restarted server.
+    let dir = tempfile::tempdir().unwrap();
+    let (log, start_log) = (dir.path().join("server.log"), dir.path().join("starts.log"));
+    let p = Project::new(&manifest(&log, &start_log));
+    let mut co = Coprocess::start(&p, &[]);
+    for round in 0..3 {
+        let before = co.turn(&two_sleeps(2 * round + 1));
+        assert_eq!(before["outcome"], "completed", "{before}");
+        let pid = *starts(&start_log).last().unwrap();
+        // SAFETY: kill(2) on the test server's own process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_exited(pid) {
+            assert!(std::time::Instant::now() < until, "the server did not die");
+            std::thread::yield_now();
+        }
+        let after = co.turn(&two_sleeps(2 * round + 2));
+        assert_eq!(after["outcome"], "completed", "round {round}: {after}");
+        assert_eq!(starts(&start_log).len(), round + 2, "restarted: {after}");
+    }
+    assert_eq!(co.finish(), 0);
+}
