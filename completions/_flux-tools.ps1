@@ -162,6 +162,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;mcp;import' {
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Name each tool PREFIX.name (with `tool = "name"`), so two servers'' tools of the same name fit in one manifest')
+            [CompletionResult]::new('--reads', '--reads', [CompletionResultType]::ParameterName, 'Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as reads (effect = "read", idempotent), whatever their server declares')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')

@@ -513,13 +513,17 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__import)
-            opts="-q -h --prefix --manifest --quiet --color --help"
+            opts="-q -h --prefix --reads --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

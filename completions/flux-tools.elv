@@ -150,6 +150,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;mcp;import'= {
             cand --prefix 'Name each tool PREFIX.name (with `tool = "name"`), so two servers'' tools of the same name fit in one manifest'
+            cand --reads 'Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as reads (effect = "read", idempotent), whatever their server declares'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'

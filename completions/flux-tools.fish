@@ -169,6 +169,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fis
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -f -a "serve" -d 'Serve the manifest\'s tools as an MCP server (stdio, or Streamable HTTP with --http): every client\'s calls share the lanes, the cache and the upstream servers'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and not __fish_seen_subcommand_from import serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l prefix -d 'Name each tool PREFIX.name (with `tool = "name"`), so two servers\' tools of the same name fit in one manifest' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l reads -d 'Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as reads (effect = "read", idempotent), whatever their server declares' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l manifest -d 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand mcp; and __fish_seen_subcommand_from import" -l color -d 'When to use color (NO_COLOR is honoured)' -r -f -a "auto\t''
 always\t''

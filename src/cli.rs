@@ -219,6 +219,10 @@ pub enum McpCommand {
         /// name fit in one manifest
         #[arg(long, value_name = "PREFIX")]
         prefix: Option<String>,
+        /// Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as
+        /// reads (effect = "read", idempotent), whatever their server declares
+        #[arg(long, value_name = "GLOB", value_delimiter = ',')]
+        reads: Vec<String>,
     },
     /// Serve the manifest's tools as an MCP server (stdio, or Streamable HTTP with --http):
     /// every client's calls share the lanes, the cache and the upstream servers

@@ -5,7 +5,12 @@ use crate::cli::Args;
 use crate::error::{self, Error};
 use crate::tools::mcp::McpHub;
 
-pub(super) fn import(args: &Args, server: &str, prefix: Option<&str>) -> Result<u8, Error> {
+pub(super) fn import(
+    args: &Args,
+    server: &str,
+    prefix: Option<&str>,
+    reads: &[String],
+) -> Result<u8, Error> {
     let manifest = load_manifest(args)?;
     if !manifest.mcp_servers.contains_key(server) {
         let declared: Vec<&str> = manifest.mcp_servers.keys().map(String::as_str).collect();
@@ -26,6 +31,6 @@ pub(super) fn import(args: &Args, server: &str, prefix: Option<&str>) -> Result<
     let tools = rt.block_on(hub.tools(server));
     rt.block_on(hub.shutdown());
     let tools = tools.map_err(Error::Usage)?;
-    stdout_write(crate::report::mcp_import::import_toml(server, &tools, prefix).as_bytes())?;
+    stdout_write(crate::report::mcp_import::import_toml(server, &tools, prefix, reads).as_bytes())?;
     Ok(error::EXIT_OK)
 }

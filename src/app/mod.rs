@@ -95,8 +95,13 @@ fn dispatch(args: Args) -> Result<u8, Error> {
             )),
         },
         Command::Mcp {
-            command: McpCommand::Import { server, prefix },
-        } => mcp::import(&args, server, prefix.as_deref()),
+            command:
+                McpCommand::Import {
+                    server,
+                    prefix,
+                    reads,
+                },
+        } => mcp::import(&args, server, prefix.as_deref(), reads),
         Command::Mcp {
             command: McpCommand::Serve(s),
         } => serve::serve(&args, s, terminal),

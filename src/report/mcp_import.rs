@@ -7,8 +7,15 @@ use serde_json::Value;
 /// `idempotent` from their annotations and an `[args]` schema from each input schema.
 ///
 /// With `prefix`, each tool is `[tools."PREFIX.name"]` with `tool = "name"`, so two servers
-/// that expose the same names fit in one manifest.
-pub fn import_toml(server: &str, tools: &[Value], prefix: Option<&str>) -> String {
+/// that expose the same names fit in one manifest. A tool whose name matches one of `reads`
+/// (`*` any run of characters, `?` one) is imported as a read, whatever it declares. A tool
+/// whose server declared nothing gets a comment saying so and what the default means.
+pub fn import_toml(
+    server: &str,
+    tools: &[Value],
+    prefix: Option<&str>,
+    reads: &[String],
+) -> String {
     use std::fmt::Write as _;
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut out = format!(
@@ -31,12 +38,21 @@ pub fn import_toml(server: &str, tools: &[Value], prefix: Option<&str>) -> Strin
             q(name)
         );
         if let Some(d) = t["description"].as_str() {
-            let one_line: String = d.split_whitespace().collect::<Vec<_>>().join(" ");
-            let _ = writeln!(out, "description = {}", q(&one_line));
+            let _ = writeln!(out, "description = {}", text_toml(d));
         }
         let hints = &t["annotations"];
-        let read_only = hints["readOnlyHint"].as_bool().unwrap_or(false);
-        let idempotent = hints["idempotentHint"].as_bool().unwrap_or(read_only);
+        let marked = reads.iter().any(|g| glob_match(g, name));
+        let declared = hints["readOnlyHint"].as_bool();
+        if marked {
+            let _ = writeln!(out, "# marked read-only at import (--reads)");
+        } else if declared.is_none() {
+            let _ = writeln!(
+                out,
+                "# `{server}` declares no readOnlyHint for `{name}`, so it is taken as a write that is not\n# idempotent: it runs alone on its backend, is never cached, and is not retried once sent.\n# If it only reads, say effect = \"read\" (or import with --reads '{name}')."
+            );
+        }
+        let read_only = marked || declared.unwrap_or(false);
+        let idempotent = hints["idempotentHint"].as_bool().unwrap_or(read_only) || marked;
         let _ = writeln!(
             out,
             "effect = \"{}\"",
@@ -62,6 +78,44 @@ pub fn import_toml(server: &str, tools: &[Value], prefix: Option<&str>) -> Strin
         }
     }
     out
+}
+
+/// A description as TOML: one line as a basic string; several as a multi-line basic string,
+/// its lines kept.
+fn text_toml(d: &str) -> String {
+    if !d.trim().contains('\n') {
+        return toml::Value::String(d.trim().to_string()).to_string();
+    }
+    let mut body = String::new();
+    for c in d.trim().chars() {
+        match c {
+            '\\' => body.push_str("\\\\"),
+            '"' => body.push_str("\\\""),
+            '\n' => body.push('\n'),
+            c if c.is_control() => body.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => body.push(c),
+        }
+    }
+    format!("\"\"\"\n{body}\"\"\"")
+}
+
+/// `pattern` matches all of `name`: `*` any run of characters, `?` one.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The classic two-pointer match, going back to the last `*` on a mismatch.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            (i, j) = (i + 1, j + 1);
+        } else if i < p.len() && p[i] == '*' {
+            (star, mark, i) = (Some(i), j, i + 1);
+        } else if let Some(s) = star {
+            (i, mark, j) = (s + 1, mark + 1, mark + 1);
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
 }
 
 /// One argument of an input schema as an inline `[args]` table, with its array `items` and
@@ -168,7 +222,7 @@ mod import_tests {
         })];
         let text = format!(
             "[mcp_servers.s]\ncommand = [\"true\"]\n{}",
-            super::import_toml("s", &tools, None)
+            super::import_toml("s", &tools, None, &[])
         );
         let m = crate::manifest::Manifest::parse(
             crate::error::SourceFile::new("t.toml", text.clone()),
@@ -184,5 +238,57 @@ mod import_tests {
         assert_eq!(schema["properties"]["tags"]["items"]["maxLength"], 9);
         let bad = json!({"lines": [{"qty": 0}]});
         assert_eq!(args.check(bad.as_object().unwrap(), &[]).len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod declared_tests {
+    use serde_json::json;
+
+    fn parse(text: &str) -> crate::manifest::Manifest {
+        let text = format!("[mcp_servers.s]\ncommand = [\"true\"]\n{text}");
+        crate::manifest::Manifest::parse(
+            crate::error::SourceFile::new("t.toml", text.clone()),
+            std::path::PathBuf::from("/t/tools.toml"),
+        )
+        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+    }
+
+    #[test]
+    fn a_tool_without_annotations_says_why_it_is_a_write_and_reads_can_be_marked() {
+        let tools = vec![
+            json!({"name": "read_query", "description": "Run a SELECT.\n\nReturns rows as \"JSON\" \\ text."}),
+            json!({"name": "write_query"}),
+            json!({"name": "list_tables", "annotations": {"readOnlyHint": true}}),
+        ];
+        let text = super::import_toml("s", &tools, None, &["read_*".into()]);
+        let m = parse(&text);
+        let effect = |i: usize| m.tools[i].effect;
+        assert_eq!(effect(0), crate::manifest::Effect::Read, "{text}");
+        assert!(m.tools[0].idempotent);
+        assert_eq!(effect(1), crate::manifest::Effect::Write);
+        assert_eq!(effect(2), crate::manifest::Effect::Read);
+        assert_eq!(
+            text.matches("declares no readOnlyHint").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("declares no readOnlyHint for `write_query`"),
+            "{text}"
+        );
+        assert!(text.contains("\"\"\"\nRun a SELECT.\n\nReturns"), "{text}");
+        assert_eq!(
+            m.tools[0].description.as_deref(),
+            Some("Run a SELECT.\n\nReturns rows as \"JSON\" \\ text.")
+        );
+    }
+
+    #[test]
+    fn globs_match_whole_names() {
+        use super::glob_match as g;
+        assert!(g("read_*", "read_query") && g("*", "") && g("l?st_*", "list_tables"));
+        assert!(g("*_query", "read_query") && g("a*b*c", "aXbYc"));
+        assert!(!g("read_*", "xread_query") && !g("a*b", "ab_") && !g("?", ""));
     }
 }

@@ -116,3 +116,53 @@ fn a_select_after_an_insert_paused_for_approval_waits_and_runs_after_it() {
     assert_eq!(code, 0, "{doc}");
     assert!(count_of(&results(&doc)[2]).contains("'n': 1"), "{doc}");
 }
+
+/// `mcp import` of a server that declares nothing: each write it assumes says why, `--reads`
+/// marks the reads, multi-line descriptions stay multi-line, and the result validates with
+/// a warning only for the writes that remain.
+#[test]
+fn importing_a_server_without_annotations_explains_the_default_and_marks_reads() {
+    let Some(server) = sqlite_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "[concurrency]\nmax_concurrent_tools = 4\n\n[mcp_servers.sqlite]\ncommand = [\"{}\", \"--db-path\", \"{}\"]\n",
+        server.display(),
+        dir.path().join("db.sqlite").display()
+    );
+    let p = Project::new(&head);
+    let import = |extra: &[&str]| {
+        let out = p
+            .cmd()
+            .args(["mcp", "import", "sqlite"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let plain = import(&[]);
+    let tools = plain.matches("kind = \"mcp\"").count();
+    assert!(tools >= 5, "{plain}");
+    assert_eq!(plain.matches("declares no readOnlyHint").count(), tools, "{plain}");
+    let marked = import(&["--reads", "read_*,list_tables,describe_table"]);
+    assert_eq!(marked.matches("marked read-only at import").count(), 3, "{marked}");
+    let assumed = marked.matches("declares no readOnlyHint").count();
+    assert_eq!(assumed, tools - 3, "{marked}");
+    p.write("tools.toml", &format!("{head}{marked}"));
+    let out = p.cmd().args(["validate"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("has no idempotency protection").count(), assumed, "{err}");
+    let listed = p.cmd().args(["tools", "--format", "json"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let read = doc["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "read_query")
+        .cloned()
+        .unwrap();
+    assert_eq!(read["effect"], "read", "{read}");
+}
