@@ -209,9 +209,9 @@ fn trace_and_svg_timeline_draw_every_dispatched_call() {
                 bytes.len()
             );
         }
-        Err(_) => assert!(
-            std::env::var_os("CI").is_none(),
-            "rsvg-convert is not installed (.ci/run installs librsvg2-bin)"
+        Err(_) => crate::common::skip(
+            "rsvg-convert is not installed",
+            "apt-get install librsvg2-bin",
         ),
     }
 }

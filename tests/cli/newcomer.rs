@@ -185,3 +185,43 @@ fn plan_and_tools_tables_fit_the_terminal_and_keep_their_width_in_a_pipe() {
         );
     }
 }
+
+/// A test that skips for want of a dependency says so in `cargo test`'s own output (not only
+/// under `--nocapture`), and fails under CI.
+#[test]
+fn a_skipped_test_says_so_without_nocapture_and_fails_under_ci() {
+    let exe = std::env::current_exe().expect("this test binary");
+    let dir = tempfile::tempdir().expect("a folder");
+    let log = dir.path().join("skips.log");
+    let run = |ci: bool| {
+        let mut c = std::process::Command::new(&exe);
+        c.args([
+            "--exact",
+            "sdk::tool_definitions_are_what_each_providers_sdk_types_take",
+            "--test-threads",
+            "1",
+        ])
+        .env("FLUX_TEST_SDK_PYTHON", "/nonexistent/python")
+        .env("FLUX_TEST_SKIP_LOG", &log);
+        if ci {
+            c.env("CI", "true");
+        } else {
+            c.env_remove("CI");
+        }
+        let out = c.output().expect("the test binary");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = run(false);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("NOTICE: skipped sdk::tool_definitions_are_what_each_providers_sdk_types_take: no SDK virtualenv"),
+        "{text}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(logged.lines().count(), 1, "{logged}");
+    let (ok, text) = run(true);
+    assert!(!ok, "under CI a missing dependency fails: {text}");
+    assert!(text.contains("under CI every test runs"), "{text}");
+}

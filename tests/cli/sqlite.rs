@@ -10,22 +10,16 @@ use crate::common::{repo, results, Project};
 
 /// The server's launcher, or `None` (then the test is skipped, except in CI).
 fn sqlite_server() -> Option<PathBuf> {
-    if let Ok(why) = std::env::var("FLUX_TEST_SQLITE_UNAVAILABLE") {
-        eprintln!("NOTICE: the SQLite MCP server tests are skipped: {why}");
-        return None;
-    }
     let path = std::env::var_os("FLUX_TEST_MCP_SQLITE")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target/sqlite-venv/bin/mcp-server-sqlite"));
     if path.exists() {
         return Some(path);
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "mcp-server-sqlite is not installed at {} (.ci/run installs it with pip)",
-        path.display()
+    crate::common::skip(
+        &format!("mcp-server-sqlite is not installed at {}", path.display()),
+        "python3 -m venv target/sqlite-venv && target/sqlite-venv/bin/pip install 'mcp<2' mcp-server-sqlite",
     );
-    eprintln!("skipping: python3 -m venv target/sqlite-venv && target/sqlite-venv/bin/pip install 'mcp<2' mcp-server-sqlite");
     None
 }
 
@@ -139,23 +133,43 @@ fn importing_a_server_without_annotations_explains_the_default_and_marks_reads()
             .args(extra)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let plain = import(&[]);
     let tools = plain.matches("kind = \"mcp\"").count();
     assert!(tools >= 5, "{plain}");
-    assert_eq!(plain.matches("declares no readOnlyHint").count(), tools, "{plain}");
+    assert_eq!(
+        plain.matches("declares no readOnlyHint").count(),
+        tools,
+        "{plain}"
+    );
     let marked = import(&["--reads", "read_*,list_tables,describe_table"]);
-    assert_eq!(marked.matches("marked read-only at import").count(), 3, "{marked}");
+    assert_eq!(
+        marked.matches("marked read-only at import").count(),
+        3,
+        "{marked}"
+    );
     let assumed = marked.matches("declares no readOnlyHint").count();
     assert_eq!(assumed, tools - 3, "{marked}");
     p.write("tools.toml", &format!("{head}{marked}"));
     let out = p.cmd().args(["validate"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert_eq!(err.matches("has no idempotency protection").count(), assumed, "{err}");
-    let listed = p.cmd().args(["tools", "--format", "json"]).output().unwrap();
+    assert_eq!(
+        err.matches("has no idempotency protection").count(),
+        assumed,
+        "{err}"
+    );
+    let listed = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .unwrap();
     let doc: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let read = doc["tools"]
         .as_array()
