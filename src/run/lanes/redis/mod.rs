@@ -97,7 +97,7 @@ fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
     let e = e.to_string();
     match tls_cause(&e) {
         Some(why) => LaneError(format!(
-            "{url} is unreachable: {why} ({e})\nhint: make a CA, sign the server's certificate with it (its subjectAltName naming the host of the URL), and trust the CA: SSL_CERT_FILE=ca.pem (README: \"Redis over TLS\")"
+            "{url} is unreachable: {why} ({e})\nhint: make a CA, sign the server's certificate with it (its subjectAltName naming the host of the URL), and trust the CA: SSL_CERT_FILE=ca.pem (docs/src/semantics.md, \"Redis over TLS\")"
         )),
         None => LaneError(format!("{url} is unreachable: {e}")),
     }
