@@ -5,7 +5,10 @@
 #[test]
 fn the_books_examples_print_what_the_pages_show() {
     trycmd::TestCases::new()
-        .register_bin("flux-tools", trycmd::cargo::cargo_bin("flux-tools"))
+        .register_bin(
+            "flux-tools",
+            std::path::Path::new(env!("CARGO_BIN_EXE_flux-tools")),
+        )
         .env("NO_COLOR", "1")
         .env("CI", "true")
         .env("FLUX_TOOLS_MANIFEST", "tools.toml")

@@ -198,6 +198,27 @@ impl Progress {
         ));
     }
 
+    /// The run is over: take the display off the screen.
+    fn finished(&mut self, outcome: crate::events::Outcome) {
+        self.overall.finish_and_clear();
+        self.totals.finish_and_clear();
+        for l in &self.lanes {
+            if let Some(b) = &l.bar {
+                b.finish_and_clear();
+            }
+        }
+        let _ = self.multi.clear();
+        // indicatif leaves the cursor at the end of its last line, which fills the terminal's
+        // width; the `^C` a terminal echoes wrapped it onto a new line, so the clear above
+        // began one line low and left the top line standing.
+        if outcome == crate::events::Outcome::Interrupted && super::term::echoes_ctrl_c(2) {
+            let _ = write!(io::stderr(), "\x1b[1A\r\x1b[2K");
+        }
+        if let Ok(mut m) = ON_SCREEN.lock() {
+            *m = None;
+        }
+    }
+
     fn refresh_overall(&self) {
         self.overall
             .set_message(format!("{} ok · {} failed", self.ok, self.failed));
@@ -293,26 +314,7 @@ impl Reporter for Progress {
                 self.overall.inc(1);
                 self.refresh_overall();
             }
-            Event::RunFinished { outcome, .. } => {
-                self.overall.finish_and_clear();
-                self.totals.finish_and_clear();
-                for l in &self.lanes {
-                    if let Some(b) = &l.bar {
-                        b.finish_and_clear();
-                    }
-                }
-                let _ = self.multi.clear();
-                // indicatif leaves the cursor at the end of its last line, which fills the
-                // terminal's width; the `^C` a terminal echoes wrapped it onto a new line, so
-                // the clear above began one line low and left the top line standing.
-                if *outcome == crate::events::Outcome::Interrupted && super::term::echoes_ctrl_c(2)
-                {
-                    let _ = write!(io::stderr(), "\x1b[1A\r\x1b[2K");
-                }
-                if let Ok(mut m) = ON_SCREEN.lock() {
-                    *m = None;
-                }
-            }
+            Event::RunFinished { outcome, .. } => self.finished(*outcome),
         }
     }
 }
