@@ -51,7 +51,7 @@ openai-responses\t'The OpenAI Responses API'
 anthropic\t'Anthropic Messages'
 gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://[USER:PASSWORD@]HOST:PORT[/DB]` (shared by every machine using that Redis; `rediss://…` over TLS, checked against the system\'s CAs or SSL_CERT_FILE; a password is shown as ***) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l format -d 'Output format [default: table on a terminal, jsonl otherwise]' -r -f -a "table\t''
 json\t''
 jsonl\t''"
@@ -63,7 +63,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l max-calls 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l history -d 'Append one line about this run to the history FILE [default: $FLUX_TOOLS_HISTORY, else the manifest\'s [history] path]' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l otlp -d 'Export the run\'s spans (one per run, one per call) over OTLP/HTTP to this collector [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none when unset]' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l output -d 'Also write the results document (json) to FILE, atomically' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal)' -r -f -a "auto\t''
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal and CI is unset)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from' -r -F
@@ -98,7 +98,7 @@ openai-responses\t'The OpenAI Responses API'
 anthropic\t'Anthropic Messages'
 gemini\t'Google Gemini (generateContent)'"
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l max-concurrent-tools -d 'Narrow the turn lane (never widens the manifest\'s)' -r
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by every machine using that Redis) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l lane-store -d 'Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every process on this machine using the same manifest), `redis://[USER:PASSWORD@]HOST:PORT[/DB]` (shared by every machine using that Redis; `rediss://…` over TLS, checked against the system\'s CAs or SSL_CERT_FILE; a password is shown as ***) or `memory` (this run only); `plan` looks there for the calls the cache would answer now' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l format -d 'Output format [default: table on a terminal, json otherwise]' -r -f -a "table\t''
 json\t'Pretty JSON'
 jsonl\t'The same JSON on one line'

@@ -332,7 +332,7 @@ pub struct RunArgs {
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Live lane display on stderr (auto: only when stderr is a terminal)
+    /// Live lane display on stderr (auto: only when stderr is a terminal and CI is unset)
     #[arg(long, value_enum, default_value_t = ProgressChoice::Auto)]
     pub progress: ProgressChoice,
 
@@ -415,9 +415,10 @@ pub struct BatchArgs {
     pub max_concurrent_tools: Option<u32>,
 
     /// Where the tenant, tool and shared lanes and the read cache live: `local` (shared by every
-    /// process on this machine using the same manifest), `redis://HOST:PORT[/DB]` (shared by
-    /// every machine using that Redis) or `memory` (this run only); `plan` looks there for the
-    /// calls the cache would answer now
+    /// process on this machine using the same manifest), `redis://[USER:PASSWORD@]HOST:PORT[/DB]`
+    /// (shared by every machine using that Redis; `rediss://…` over TLS, checked against the
+    /// system's CAs or SSL_CERT_FILE; a password is shown as ***) or `memory` (this run only);
+    /// `plan` looks there for the calls the cache would answer now
     #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
     pub lane_store: LaneStoreChoice,
 }

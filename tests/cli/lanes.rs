@@ -544,6 +544,19 @@ fn make_certs(dir: &Path) -> bool {
     ])
 }
 
+/// A folder with a test CA and a server certificate it signed, or `None` (skipped: no openssl).
+fn certs() -> Option<tempfile::TempDir> {
+    let certs = tempfile::tempdir().unwrap();
+    if make_certs(certs.path()) {
+        return Some(certs);
+    }
+    crate::common::skip(
+        "openssl could not make a certificate",
+        "apt-get install openssl",
+    );
+    None
+}
+
 /// A redis-server with a TLS port serving `cert`/`key`, password `tls-pw`: it and the port.
 fn tls_redis(cert: &str, key: &str, ca: &str) -> Option<(Redis, u16)> {
     let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -579,14 +592,7 @@ fn tls_redis(cert: &str, key: &str, ca: &str) -> Option<(Redis, u16)> {
 
 #[test]
 fn a_self_signed_server_certificate_is_named_as_such_with_the_fix() {
-    let certs = tempfile::tempdir().unwrap();
-    if !make_certs(certs.path()) {
-        crate::common::skip(
-            "openssl could not make a certificate",
-            "apt-get install openssl",
-        );
-        return;
-    }
+    let Some(certs) = certs() else { return };
     // The server presents the CA's own certificate: self-signed, trusted, and still refused.
     let file = |n: &str| certs.path().join(n).display().to_string();
     let ca = file("ca.pem");
@@ -614,14 +620,7 @@ fn a_self_signed_server_certificate_is_named_as_such_with_the_fix() {
 
 #[test]
 fn rediss_with_tls_and_a_password_shares_a_lane() {
-    let certs = tempfile::tempdir().unwrap();
-    if !make_certs(certs.path()) {
-        crate::common::skip(
-            "openssl could not make a certificate",
-            "apt-get install openssl",
-        );
-        return;
-    }
+    let Some(certs) = certs() else { return };
     let file = |n: &str| certs.path().join(n).display().to_string();
     let ca = file("ca.pem");
     let Some((_redis, tls_port)) = tls_redis(&file("server.pem"), &file("server.key"), &ca) else {

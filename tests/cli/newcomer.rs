@@ -82,21 +82,20 @@ effect = "read"
 latency = "3s"
 "#;
 
-fn wide_batch(p: &Project) {
+/// 30 slow calls and 4 in a lane of 2, run in a 100-column pane.
+fn wide_run(p: &Project) -> Option<Pane> {
     let mut b = "- tool: slow\n".repeat(30);
     b.push_str(&"- tool: limited\n".repeat(4));
     p.write("b.yaml", &b);
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    let cmd = format!("{} run b.yaml --format jsonl > out.jsonl", bin.display());
+    Pane::start(p.path(), 100, &cmd)
 }
 
 #[test]
 fn the_live_display_counts_what_runs_and_shows_only_lanes_with_a_limit() {
     let p = Project::new(WIDE);
-    wide_batch(&p);
-    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
-    let cmd = format!("{} run b.yaml --format jsonl > out.jsonl", bin.display());
-    let Some(pane) = Pane::start(p.path(), 100, &cmd) else {
-        return;
-    };
+    let Some(pane) = wide_run(&p) else { return };
     let screen = pane.wait_for("12 running", 20);
     assert!(
         screen.contains("no limit on tenant:default, tool:slow"),
@@ -112,12 +111,7 @@ fn the_live_display_counts_what_runs_and_shows_only_lanes_with_a_limit() {
 #[test]
 fn ctrl_c_leaves_the_summary_and_no_stale_progress_line() {
     let p = Project::new(WIDE);
-    wide_batch(&p);
-    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
-    let cmd = format!("{} run b.yaml --format jsonl > out.jsonl", bin.display());
-    let Some(pane) = Pane::start(p.path(), 100, &cmd) else {
-        return;
-    };
+    let Some(pane) = wide_run(&p) else { return };
     pane.wait_for("12 running", 20);
     pane.ctrl_c();
     let screen = pane.wait_for("EXIT=130", 20);

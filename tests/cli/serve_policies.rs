@@ -487,34 +487,7 @@ fn replicas_on_one_redis_list_and_release_each_others_waiting_approvals() {
         &http(&one.url),
         &["call", "write", r#"{"ms": 200, "tag": "w1"}"#],
     );
-    let listed = |p: &Project| -> Vec<Value> {
-        let out = p
-            .cmd()
-            .args([
-                "approvals",
-                "--lane-store",
-                redis.url.as_str(),
-                "--format",
-                "json",
-            ])
-            .output()
-            .expect("approvals");
-        serde_json::from_slice::<Value>(&out.stdout)
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-    };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let w = loop {
-        if let Some(w) = listed(&p).into_iter().next() {
-            break w;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "nothing parked on the Redis board"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let w = wait_listed(&p, &redis.url, 1, |_| true).remove(0);
     // The other replica sees it too (its metrics count it).
     let metrics = crate::serve_ops::get(&two, "/metrics", None).1;
     assert!(
@@ -541,7 +514,7 @@ fn replicas_on_one_redis_list_and_release_each_others_waiting_approvals() {
     let r = finish(c);
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(upstream_writes(&log), 1, "the call ran once");
-    assert!(listed(&p).is_empty());
+    assert!(listed_on(&p, &redis.url).is_empty());
 }
 
 /// `approvals --lane-store URL --format json`: the calls waiting on the Redis board.
