@@ -200,7 +200,7 @@ fn not_ready_while_redis_is_away_and_ready_again_after() {
     redis.stop();
     let (code, body) = get(&gw, "/readyz", None);
     assert_eq!(code, 503, "{body}");
-    assert!(body.starts_with("not ready: lane store redis://"), "{body}");
+    assert!(body.starts_with("not ready: redis://"), "{body}");
     assert_eq!(get(&gw, "/healthz", None).0, 200, "alive all the same");
     redis.start_again();
     let until = Instant::now() + Duration::from_secs(15);

@@ -319,11 +319,18 @@ pub struct LocalLanes {
     files: Vec<Option<FileLane>>,
     /// This manifest's folder (lanes, and `keys/` for parallel_safe = false calls).
     root: PathBuf,
+    /// This process's shared holds of backends, for every run it makes.
+    backends: Arc<backend::Backends>,
 }
 
 impl LocalLanes {
     /// The file lanes of `specs` in `root`, beside `mem`.
-    fn with(root: PathBuf, mem: MemoryLanes, specs: &[LaneSpec]) -> Result<LocalLanes, LaneError> {
+    fn with(
+        root: PathBuf,
+        mem: MemoryLanes,
+        specs: &[LaneSpec],
+        backends: Arc<backend::Backends>,
+    ) -> Result<LocalLanes, LaneError> {
         let mut files = Vec::with_capacity(specs.len());
         for s in specs {
             let shared =
@@ -344,6 +351,7 @@ impl LocalLanes {
             mem: Arc::new(mem),
             files,
             root,
+            backends,
         })
     }
 }
@@ -355,7 +363,7 @@ impl LocalLanes {
             "{:016x}",
             crate::hash::fnv(manifest.as_os_str().as_encoded_bytes())
         ));
-        LocalLanes::with(root, MemoryLanes::new(specs), specs)
+        LocalLanes::with(root, MemoryLanes::new(specs), specs, Arc::default())
     }
 
     /// How many permits of `lane` other processes hold, found with non-blocking lock attempts.
@@ -388,7 +396,8 @@ impl LocalLanes {
 
 impl LaneStore for LocalLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
-        let store = LocalLanes::with(self.root.clone(), self.mem.renewed(specs, flow), specs)?;
+        let mem = self.mem.renewed(specs, flow);
+        let store = LocalLanes::with(self.root.clone(), mem, specs, self.backends.clone())?;
         Ok(Arc::new(store))
     }
 
@@ -509,7 +518,7 @@ impl LaneStore for LocalLanes {
         claim: crate::plan::Claim,
     ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
         Box::pin(async move {
-            let held = backend::hold(&self.root, &backend, claim).await?;
+            let held = self.backends.hold(&self.root, &backend, claim).await?;
             Ok(Box::new(held) as Box<dyn Send + Sync>)
         })
     }
