@@ -357,3 +357,58 @@ impl Drop for Flock<'_> {
         unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(id: &str, seen: f64) -> Waiting {
+        Waiting {
+            id: id.into(),
+            tool: "write".into(),
+            args: serde_json::json!({"x": 1}),
+            hash: "h".into(),
+            pid: 1,
+            tenant: "t".into(),
+            orphaned: false,
+            since: seen,
+            until: unix_now() + 60.0,
+            seen,
+        }
+    }
+
+    /// The file board: an entry its gateway stopped renewing is listed orphaned, taken over
+    /// once (compare-and-set), and keeps its id and answer.
+    #[tokio::test]
+    async fn an_orphaned_file_entry_is_taken_over_once_with_its_answer() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let board = Arc::new(Files {
+            dir: dir.path().to_path_buf(),
+        });
+        let parked = Parked {
+            board: board.clone(),
+        };
+        let old = waiting("gw1-1", unix_now() - 2.0 * STALE);
+        let text = serde_json::to_string(&old).expect("json");
+        board.clone().put(old.id.clone(), text).await.expect("put");
+        let listed = parked.list().await;
+        assert!(listed.len() == 1 && listed[0].orphaned, "{listed:?}");
+        parked
+            .answer("gw1-1", Some("h"), Decision::Approve)
+            .await
+            .expect("answer");
+        let retry = waiting("gw2-7", unix_now());
+        let place = parked.adopt(&retry).await.expect("taken over");
+        assert_eq!(place.waiting().id, "gw1-1");
+        assert_eq!(place.decision().await, Some(Decision::Approve));
+        assert!(parked.adopt(&retry).await.is_none(), "taken over once");
+        let other = Waiting {
+            tenant: "u".into(),
+            ..waiting("gw2-8", unix_now())
+        };
+        assert!(
+            parked.adopt(&other).await.is_none(),
+            "another tenant's call"
+        );
+    }
+}
