@@ -44,7 +44,13 @@ latency = "1ms"
                         .env("FLUX_TOOLS_HISTORY", &h)
                         .output()
                         .unwrap();
-                    assert!(out.status.success());
+                    assert!(
+                        out.status.success(),
+                        "{:?}\n{}\n{}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                 }
             })
         })
@@ -53,7 +59,7 @@ latency = "1ms"
         w.join().unwrap();
     }
     let records = lines(&history);
-    assert_eq!(records.len(), 30);
+    assert_eq!(records.len(), 30, "{records:?}");
     let mut ids: Vec<&str> = records
         .iter()
         .map(|r| r["run_id"].as_str().unwrap())
@@ -63,18 +69,15 @@ latency = "1ms"
     assert_eq!(ids.len(), 30, "every run once");
     for r in &records {
         assert!(r["time"].as_str().unwrap().ends_with('Z'), "{r}");
-        assert_eq!(r["input_format"], "batch");
-        assert_eq!(r["outcome"], "completed");
-        assert_eq!(r["calls"], 6);
-        assert_eq!(r["width"], 4, "the turn lane holds 4");
+        assert_eq!(r["input_format"], "batch", "{r}");
+        assert_eq!(r["outcome"], "completed", "{r}");
+        assert_eq!(r["calls"], 6, "{r}");
+        assert_eq!(r["width"], 4, "the turn lane holds 4: {r}");
         let peak = r["peak_in_flight"].as_u64().unwrap();
         assert!((1..=4).contains(&peak), "{r}");
-        assert!(r["lanes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l["lane"] == "turn"));
-        assert!(r["model"].is_null());
+        let lanes = r["lanes"].as_array().unwrap();
+        assert!(lanes.iter().any(|l| l["lane"] == "turn"), "{r}");
+        assert!(r["model"].is_null(), "{r}");
     }
 }
 

@@ -315,6 +315,29 @@ fn a_tenants_window_is_counted_by_every_run_of_the_machine() {
 }
 
 #[test]
+fn a_tenants_window_admits_calls_ready_together_in_call_order() {
+    let p = Project::new(
+        "[concurrency]\nmax_concurrent_tools = 16\n[budget]\nper_tenant = { max_cost = 1.00, window = \"1h\" }\n\n[tools.read]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\ncost = 0.10\n",
+    );
+    // Twelve calls ready at once, ten fit: the first ten in call order, whichever of them
+    // reaches the store first.
+    let calls: String = (0..12)
+        .map(|i| format!("- {{ id: c{i}, tool: read, args: {{ n: {i} }} }}\n"))
+        .collect();
+    for store in ["local", "memory"] {
+        let (doc, _) = p.run_json(&calls, &["--lane-store", store, "--tenant", store]);
+        let got = statuses(&doc);
+        let mut want = vec![("ok".to_string(), String::new()); 10];
+        let refused = (
+            "never_dispatched".to_string(),
+            "budget_exhausted".to_string(),
+        );
+        want.extend(vec![refused; 2]);
+        assert_eq!(got, want, "{store}: {doc}");
+    }
+}
+
+#[test]
 fn a_tenants_window_needs_both_its_limit_and_its_length() {
     let p = Project::new(
         "[budget]\nper_tenant = { max_cost = 1.00 }\n\n[tools.read]\nkind = \"scripted\"\n",

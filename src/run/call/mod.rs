@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 mod acquire;
 mod attempts;
+mod charge;
 
 use super::lanes::{LaneStore, Lease};
 use crate::duration::millis;
@@ -24,6 +25,7 @@ use crate::events::{CallResult, ErrorInfo, Event, Status};
 use crate::plan::Plan;
 use crate::tools::{Invocation, StopLevel, ToolImpl};
 pub(super) use acquire::{begin_acquire, Acquisition};
+pub(super) use charge::{Charger, Ticket};
 
 /// Sends events, if anybody listens.
 #[derive(Clone)]
@@ -136,9 +138,10 @@ pub(super) struct Job {
     /// The backends this call holds in a lane store other processes share, by name, after
     /// its lanes (every call takes them in that order, so no two wait for each other).
     pub(super) backends: Option<Arc<[(String, crate::plan::Claim)]>>,
-    /// `[budget] per_tenant` and the run's tenant: the call's cost is reserved in the lane
-    /// store's window just before dispatch, given back if it never reached its tool.
-    pub(super) window: Option<(Arc<crate::manifest::TenantWindow>, Arc<str>)>,
+    /// `[budget] per_tenant`: the call's place in line for its reservation in the lane
+    /// store's window (asked in call order), awaited just before dispatch and given back if
+    /// the call never reached its tool.
+    pub(super) window: Option<Ticket>,
 }
 
 impl Job {
@@ -185,8 +188,8 @@ impl Job {
             }
         }
         let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
-        if let (Some(id), Some((_, tenant)), 0) = (reserved, &self.window, result.attempts) {
-            self.lanes.clone().refund(tenant.to_string(), id);
+        if let (Some(id), Some(ticket), 0) = (reserved, &self.window, result.attempts) {
+            ticket.refund(id);
         }
         if let Some((cache, backends)) = self.marks.take() {
             cache.wrote(backends).await;
@@ -234,24 +237,12 @@ impl Job {
         }
     }
 
-    /// Reserve the call's cost in its tenant's window (`[budget] per_tenant`): the id to give
-    /// it back under, `None` when there is no window or the call costs nothing.
+    /// Wait for the call's reservation in its tenant's window (`[budget] per_tenant`): the
+    /// id to give it back under, `None` when there is no window or the call costs nothing.
     async fn reserve_window(&mut self) -> Result<Option<String>, (ErrorKind, String)> {
-        let cost = self.plan.calls[self.pos].cost;
-        let Some((w, tenant)) = self.window.clone().filter(|_| cost > 0.0) else {
-            return Ok(None);
-        };
-        let charge = self
-            .lanes
-            .clone()
-            .charge(tenant.to_string(), (*w).clone(), cost);
-        match charge.await {
-            Ok(crate::run::lanes::Charge::Granted(id)) => Ok(Some(id)),
-            Ok(crate::run::lanes::Charge::Refused { spent, frees_in }) => Err((
-                ErrorKind::BudgetExhausted,
-                crate::run::lanes::refusal(&tenant, spent, frees_in, cost, &w),
-            )),
-            Err(e) => Err((ErrorKind::LaneStore, e.to_string())),
+        match &mut self.window {
+            Some(ticket) => ticket.granted().await.map(Some),
+            None => Ok(None),
         }
     }
 

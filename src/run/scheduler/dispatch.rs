@@ -9,7 +9,7 @@ use super::idempotency_key;
 use super::state::Coordinator;
 use crate::batch::OnToolError;
 use crate::events::ErrorKind;
-use crate::run::call::{begin_acquire, never_dispatched, Job};
+use crate::run::call::{begin_acquire, never_dispatched, Charger, Job, Ticket};
 use crate::run::gate::GateJob;
 use crate::tools::Invocation;
 
@@ -57,8 +57,7 @@ impl Coordinator {
             self.parked_n += 1;
             return;
         }
-        let call = &self.plan.calls[p];
-        let Some(t) = call.tool else {
+        let Some(t) = self.plan.calls[p].tool else {
             return self.refuse_invalid(p);
         };
         let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
@@ -69,6 +68,8 @@ impl Coordinator {
                 return;
             }
         };
+        let window = self.ticket(p);
+        let call = &self.plan.calls[p];
         let tool = &self.manifest.tools[t];
         let inv = Invocation {
             plan: self.plan.clone(),
@@ -100,7 +101,7 @@ impl Coordinator {
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
             cache: self.leads.remove(&p).zip(tool.cache),
             backends: self.claims.get(t).cloned().flatten(),
-            window: self.window.clone(),
+            window,
             marks: if call.write {
                 self.cache
                     .clone()
@@ -135,6 +136,17 @@ impl Coordinator {
             let _ = done.send(c);
             drop(held);
         });
+    }
+
+    /// A call that costs, under `[budget] per_tenant`: its place in line for its reservation.
+    fn ticket(&mut self, p: usize) -> Option<Ticket> {
+        let cost = self.plan.calls[p].cost;
+        let (w, tenant) = self.window.as_ref().filter(|_| cost > 0.0)?;
+        let lanes = &self.lanes;
+        let charger = self
+            .charger
+            .get_or_insert_with(|| Charger::start(lanes.clone(), w.clone(), tenant.clone()));
+        Some(charger.ask(cost))
     }
 
     /// A call with no tool to invoke (pre-dispatch answers those first; this is the guard).

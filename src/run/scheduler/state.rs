@@ -94,6 +94,8 @@ pub(super) struct Coordinator {
     pub(super) claims: Vec<Option<Claims>>,
     /// `[budget] per_tenant`, with the run's tenant.
     pub(super) window: Option<(Arc<TenantWindow>, Arc<str>)>,
+    /// Its reservations, asked in call order (started by the first call that costs).
+    pub(super) charger: Option<crate::run::call::Charger>,
     /// Calls counted against `max_calls` (this batch and before), and which of ours are.
     pub(super) calls_made: u64,
     pub(super) call_reserved: Vec<bool>,
@@ -137,6 +139,7 @@ impl Coordinator {
         Coordinator {
             claims,
             window: tenant_window(&manifest, &plan),
+            charger: None,
             tools: match &config.tools {
                 Some(t) => t.to_vec(),
                 None => super::tool_impls(&manifest, &plan, config.mcp.clone()),

@@ -90,9 +90,17 @@ fn private_dir(dir: &Path) -> Result<(), LaneError> {
         .map_err(|e| LaneError(format!("cannot create {}: {e}", dir.display())))
 }
 
+/// `flock`, taken again when a signal interrupts the wait.
 fn flock(file: &File, op: i32) -> bool {
-    // SAFETY: flock on a file descriptor we own; failure is reported by the return value.
-    unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
+    loop {
+        // SAFETY: flock on a file descriptor we own; failure is reported by the return value.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return true;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
 }
 
 fn open_rw(path: &Path) -> Result<File, LaneError> {
