@@ -41,6 +41,31 @@ def build():
                    cwd=ROOT, check=True)
 
 
+BASELINE = "6f388f9"
+
+
+def build_baseline(rev):
+    """The binary of commit `rev`, built from git in a scratch folder (kept, so a second run
+    reuses it): target/bench-baseline/REV/{src,target}. `None` when git or the build fails."""
+    scratch = os.path.join(ROOT, "target", "bench-baseline", rev)
+    binary = os.path.join(scratch, "target", "release", "flux-tools")
+    if os.path.exists(binary):
+        return binary
+    src = os.path.join(scratch, "src")
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    try:
+        archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        print(f"building {rev} in {scratch} (once; a few minutes)", file=sys.stderr)
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools"], cwd=src, check=True,
+                       env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(scratch, "target")))
+    except (subprocess.CalledProcessError, OSError) as e:
+        print(f"cannot build {rev}: {e}; its column is left out", file=sys.stderr)
+        return None
+    return binary
+
+
 GNU_TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
 
 
