@@ -4,18 +4,22 @@
   python3 benches/compare.py            # everything (a few minutes on 2 cores)
   python3 benches/compare.py --quick    # fewer repetitions
 
-Builds the release binary and the raw tokio floor (benches/spawn_floor.rs), then prints medians
-of several runs:
-  * N /bin/true command calls at concurrency 1, 8, 64: flux-tools vs a raw tokio spawn loop
-    (the floor), xargs -P, GNU parallel and rust-parallel -k (each when installed);
+Builds the release binary, the raw floors (benches/spawn_floor.rs) and the binary of a baseline
+commit (--baseline, default 6f388f9: built once from git in target/bench-baseline/REV/), then
+prints medians of several runs:
+  * N /bin/true command calls at concurrency 1, 8, 64: flux-tools and the baseline vs the raw
+    floors (a tokio spawn loop and J threads; the ratio is to the better of the two), xargs -P,
+    GNU parallel and rust-parallel -k (each when installed);
   * sleep batches (200 x 50 ms at concurrency 8 and 64): makespan against ceil(200/J) x 50 ms;
-  * 100,000 zero-latency scripted calls: calls per second and peak RSS;
+  * 100,000 zero-latency scripted calls at J = 64, beside the baseline: calls per second and
+    peak RSS;
   * plan of a 100,000-call batch with references: time and peak RSS;
   * HTTP GETs on a loopback keep-alive server (benches/http_server.rs) at concurrency 1, 8, 64:
     flux-tools calls/s beside a load generator's (oha or wrk) on the same endpoint;
   * 100,000 zero-latency scripted calls through a tool lane of 8 per lane store (memory, local,
     redis when redis-server is installed): calls per second and peak RSS;
-  * 1,000,000 calls streamed as JSON Lines through stdin: time and peak RSS.
+  * 1,000,000 calls streamed as JSON Lines through stdin: time and peak RSS;
+  * the cost of one call in a long-lived engine (benches/call_overhead.rs): p50 and p99.
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
 import argparse
@@ -37,11 +41,13 @@ HTTP_SERVER = os.path.join(ROOT, "target", "release", "examples", "http_server")
 
 def build():
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools", "--example", "spawn_floor", "--example", "http_server",
-                    "--example", "mcp_test_server"],
+                    "--example", "mcp_test_server", "--example", "call_overhead"],
                    cwd=ROOT, check=True)
 
 
 BASELINE = "6f388f9"
+# The label of the baseline's rows (set from --baseline).
+BASELINE_NAME = [BASELINE]
 
 
 def build_baseline(rev):
@@ -105,22 +111,26 @@ def write(path, text):
         f.write(text)
 
 
-def command_throughput(work, n, reps):
+def command_throughput(work, n, reps, baseline=None):
     manifest = os.path.join(work, "cmd.toml")
     write(manifest, '[tools.t]\nkind = "command"\neffect = "read"\ncommand = ["/bin/true"]\nstdin = "none"\n')
     batch = os.path.join(work, "true.jsonl")
     write(batch, "".join('{"tool":"t"}\n' for _ in range(n)))
     inputs = os.path.join(work, "inputs.txt")
     write(inputs, "".join(f"{i}\n" for i in range(n)))
-    print(f"\n## {n} /bin/true command calls (median of {reps}; calls/s, ratio to the raw tokio floor)")
+    print(f"\n## {n} /bin/true command calls (median of {reps}, interleaved; calls/s, ratio to the better "
+          f"raw floor: target 0.95)")
     print(f"{'J':>4}  {'tool':<16} {'calls/s':>10} {'x floor':>8}")
     for j in (1, 8, 64):
+        run = ["run", batch, "--format", "jsonl", "-q", "--max-concurrent-tools", str(j), "--progress", "never"]
         cmds = [
             ("tokio floor", [FLOOR, str(n), str(j), "/bin/true"]),
-            ("flux-tools", [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q",
-                            "--max-concurrent-tools", str(j), "--progress", "never"]),
-            ("xargs -P", ["sh", "-c", f"xargs -P {j} -n 1 /bin/true < {inputs}"]),
+            ("threads floor", [FLOOR, "--threads", str(n), str(j), "/bin/true"]),
+            ("flux-tools", [FLUX, "--manifest", manifest] + run),
         ]
+        if baseline:
+            cmds.append((BASELINE_NAME[0], [baseline, "--manifest", manifest] + run))
+        cmds.append(("xargs -P", ["sh", "-c", f"xargs -P {j} -n 1 /bin/true < {inputs}"]))
         if shutil.which("parallel"):
             cmds.append(("parallel", ["sh", "-c", f"parallel -j {j} /bin/true < {inputs}"]))
         if shutil.which("rust-parallel"):
@@ -131,7 +141,7 @@ def command_throughput(work, n, reps):
         for _ in range(reps):
             for name, cmd in cmds:
                 walls[name].append(timed(cmd)[0])
-        floor = statistics.median(walls["tokio floor"])
+        floor = min(statistics.median(walls["tokio floor"]), statistics.median(walls["threads floor"]))
         for name, _ in cmds:
             wall = statistics.median(walls[name])
             print(f"{j:>4}  {name:<16} {n / wall:>10.0f} {floor / wall:>8.2f}")
@@ -156,28 +166,44 @@ def sleep_makespan(work, reps):
         print(f"{j:>4}  {bound:>7.2f}s {floor:>7.2f}s {flux:>7.2f}s {flux / floor:>10.3f}")
 
 
-def scripted_throughput(work, reps):
+def scripted_throughput(work, reps, baseline=None):
+    """100,000 zero-latency scripted calls at J = 64, interleaved with the baseline's binary."""
+    import json
     n = 100_000
     manifest = os.path.join(work, "scripted.toml")
     write(manifest, '[tools.z]\nkind = "scripted"\neffect = "read"\n')
     batch = os.path.join(work, "zero.jsonl")
     write(batch, "".join('{"tool":"z"}\n' for _ in range(n)))
     results = os.path.join(work, "zero.json")
-    cmd = [FLUX, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q", "--progress", "never",
-           "--output", results]
-    walls, rss, sched = [], [], []
+    binaries = [("flux-tools", FLUX)] + ([(BASELINE_NAME[0], baseline)] if baseline else [])
+    walls = {name: [] for name, _ in binaries}
+    rss, sched = {name: [] for name, _ in binaries}, {name: [] for name, _ in binaries}
     for _ in range(reps):
-        w, r = timed(cmd)
-        walls.append(w)
-        rss.append(r)
-        import json
-        with open(results) as f:
-            sched.append(json.load(f)["stats"]["wall_ms"] / 1000)
-    wall, run = statistics.median(walls), statistics.median(sched)
-    print(f"\n## {n} zero-latency scripted calls (median of {reps})")
-    print(f"  end to end (read, parse, plan, run, print each line, write --output): {n / wall:,.0f} calls/s, "
-          f"{wall * 1e6 / n:.2f} µs per call; peak RSS {max(rss):.0f} MB")
-    print(f"  the run itself (stats.wall_ms: dispatch to last result): {n / run:,.0f} calls/s")
+        for name, binary in binaries:
+            cmd = [binary, "--manifest", manifest, "run", batch, "--format", "jsonl", "-q", "--progress", "never",
+                   "--max-concurrent-tools", "64", "--output", results]
+            w, r = timed(cmd)
+            walls[name].append(w)
+            rss[name].append(r)
+            with open(results) as f:
+                sched[name].append(json.load(f)["stats"]["wall_ms"] / 1000)
+    print(f"\n## {n:,} zero-latency scripted calls at J = 64 (median of {reps}, interleaved; target 250,000 calls/s)")
+    print("  end to end: read, parse, plan, run, print each line, write --output; the run: stats.wall_ms")
+    print(f"  {'binary':<18} {'end to end':>12} {'µs a call':>10} {'the run':>12} {'peak RSS':>9}  walls")
+    for name, _ in binaries:
+        wall, run = statistics.median(walls[name]), statistics.median(sched[name])
+        spread = "–".join(f"{w:.2f}" for w in (min(walls[name]), max(walls[name])))
+        print(f"  {name:<18} {n / wall:>10,.0f}/s {wall * 1e6 / n:>10.2f} {n / run:>10,.0f}/s {max(rss[name]):>7.0f}MB"
+              f"  {spread} s")
+    if baseline:
+        now, then = statistics.median(walls["flux-tools"]), statistics.median(walls[BASELINE_NAME[0]])
+        print(f"  flux-tools takes {now / then:.2f}× the time of {BASELINE_NAME[0]}")
+
+
+def call_overhead(reps):
+    """One call's p50/p99 through a long-lived engine and through run --turns (call_overhead.rs)."""
+    print("\n## the cost of one call (benches/call_overhead.rs)")
+    subprocess.run([os.path.join(ROOT, "target", "release", "examples", "call_overhead"), str(4000 * reps)], check=True)
 
 
 def plan_time(work, reps):
@@ -364,19 +390,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history,turns", help="comma-separated sections")
+    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history,turns,overhead",
+                    help="comma-separated sections")
+    ap.add_argument("--baseline", default=BASELINE,
+                    help=f"a commit whose binary runs beside this one in the command and scripted sections "
+                         f"(built from git in target/bench-baseline/; default {BASELINE}; '' for none)")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
     build()
+    baseline = build_baseline(args.baseline) if args.baseline else None
+    BASELINE_NAME[0] = args.baseline
     with tempfile.TemporaryDirectory() as work:
         print(f"flux-tools benchmarks on {os.cpu_count()} cores")
         only = set(args.only.split(","))
         if "command" in only:
-            command_throughput(work, args.calls, reps)
+            command_throughput(work, args.calls, reps, baseline)
         if "sleep" in only:
             sleep_makespan(work, reps)
         if "scripted" in only or "plan" in only:
-            scripted_throughput(work, reps)
+            scripted_throughput(work, reps, baseline)
         if "plan" in only:
             plan_time(work, reps)
         if "http" in only:
@@ -389,6 +421,8 @@ def main():
             history_report(work, reps)
         if "turns" in only:
             turns(work, reps)
+        if "overhead" in only:
+            call_overhead(reps)
 
 
 if __name__ == "__main__":

@@ -286,7 +286,8 @@ impl Coordinator {
         {
             self.budget_hit = true;
         }
-        let id = r.id.clone();
+        let fail_run = failed && self.plan.settings.on_tool_error == OnToolError::FailRun;
+        let id = fail_run.then(|| r.id.clone());
         self.emitter.emit_finished(&r);
         self.results[p] = Some(r);
         self.feed_after_hook();
@@ -301,7 +302,7 @@ impl Coordinator {
                 self.ready_at[d] = Some(Instant::now());
             }
         }
-        if failed && self.plan.settings.on_tool_error == OnToolError::FailRun {
+        if let Some(id) = id {
             self.end_run(
                 Outcome::Failed,
                 format!("call `{id}` failed (on_tool_error = fail_run)"),
@@ -316,9 +317,9 @@ impl Coordinator {
         }
         self.recheck |= self.parked_n > 0;
         self.http_429 += u64::from(c.rejections);
-        let id = c.result.id.clone();
+        let id = c.ceiling_hit.then(|| c.result.id.clone());
         self.finish(c.pos, c.result);
-        if c.ceiling_hit {
+        if let Some(id) = id {
             self.end_run(
                 Outcome::DeadlineExceeded,
                 format!("call `{id}` reached deadline.tool_call_seconds"),

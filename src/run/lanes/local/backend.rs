@@ -9,31 +9,61 @@
 //! process's locks at once. Waits happen on a blocking thread, never a runtime thread.
 //!
 //! A process holds each backend shared through one lock file while any of its calls reads it
-//! ([`Backends`]): a read that finds the gate free joins that hold — two `flock`s on files kept
-//! open, where taking its own would cost a `mkdir`, two `open`s and five locks. One that finds
-//! someone at the gate queues there as before, so a write waiting in another process is never
-//! overtaken.
+//! ([`Backends`]): a read that finds the gate free joins that hold — on files kept open, where
+//! taking its own would cost a `mkdir`, two `open`s and five locks. One that finds someone at
+//! the gate queues there as before, so a write waiting in another process is never overtaken
+//! for long. Two things make a read's share nearly free when reads come one after another:
+//! the gate is looked at once every [`FRESH`] (a read joining a hold held that recently joins
+//! without a lock call: a write that came to the gate since is one the read is concurrent
+//! with, and the next look lets it in), and a hold whose last read ended is kept [`LINGER`]
+//! longer for the next (a task gives it up then, or at once when a write — here or in another
+//! process, found at the gate — wants the backend).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::{flock, lane_folder, open_rw};
 use crate::plan::Claim;
 use crate::run::lanes::LaneError;
 
-/// This process's shared holds, by backend: the gate and the lock files kept open, the lock
-/// held shared while `readers` > 0.
+/// How long a look at the gate holds for the reads that join after it.
+const FRESH: Duration = Duration::from_millis(1);
+/// How long a shared hold outlives its last read, for the next one.
+const LINGER: Duration = Duration::from_millis(1);
+
+/// This process's shared holds, by backend: the gate and the lock files kept open.
 #[derive(Default)]
 pub(super) struct Backends {
     held: Mutex<HashMap<String, Shared>>,
+    /// A task is due to give up lingering holds.
+    reaping: std::sync::atomic::AtomicBool,
 }
 
 struct Shared {
     gate: File,
     lock: File,
+    /// Reads of this process holding the backend now.
     readers: usize,
+    /// Writes of this process waiting for it.
+    writes: usize,
+    /// The lock is held shared (by `readers`, or lingering after the last of them).
+    locked: bool,
+    /// When the gate was last seen free, while locked.
+    looked: Instant,
+    /// When the last read left (`readers` == 0 while `locked`).
+    idle: Instant,
+}
+
+impl Shared {
+    fn unlock(&mut self) {
+        if self.locked {
+            flock(&self.lock, libc::LOCK_UN);
+            self.locked = false;
+        }
+    }
 }
 
 /// A hold of a backend: a lock of its own, or a place in the process's shared hold.
@@ -45,14 +75,32 @@ pub(super) enum Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Held::Joined(backends, name) = self {
+        let Held::Joined(backends, name) = self else {
+            return;
+        };
+        let linger = {
             let mut held = backends.held.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(s) = held.get_mut(name.as_str()) {
-                s.readers = s.readers.saturating_sub(1);
-                if s.readers == 0 {
-                    flock(&s.lock, libc::LOCK_UN);
+            let Some(s) = held.get_mut(name.as_str()) else {
+                return;
+            };
+            s.readers = s.readers.saturating_sub(1);
+            if s.readers > 0 {
+                return;
+            }
+            if s.writes > 0 {
+                return s.unlock();
+            }
+            s.idle = Instant::now();
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => Some(rt),
+                Err(_) => {
+                    s.unlock();
+                    None
                 }
             }
+        };
+        if let Some(rt) = linger {
+            backends.clone().reap_later(&rt);
         }
     }
 }
@@ -68,7 +116,53 @@ impl Backends {
         if claim != Claim::Write && self.join(root, backend)? {
             return Ok(Held::Joined(self.clone(), backend.to_string()));
         }
-        Ok(Held::Own(hold(root, backend, claim).await?))
+        let write = claim == Claim::Write;
+        self.writing(backend, write, 1);
+        let got = hold(root, backend, claim).await;
+        self.writing(backend, write, -1);
+        Ok(Held::Own(got?))
+    }
+
+    /// A write of this process wants `backend` (`by` 1) or has it (-1): while one waits, a
+    /// hold whose reads have all left is given up at once rather than lingering.
+    fn writing(&self, backend: &str, write: bool, by: isize) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = held.get_mut(backend) {
+            if write {
+                s.writes = s.writes.saturating_add_signed(by);
+            }
+            if s.readers == 0 {
+                s.unlock();
+            }
+        }
+    }
+
+    /// Give up, after [`LINGER`], the holds whose last read has left by then (one task for
+    /// all of them, running while any lingers).
+    fn reap_later(self: Arc<Self>, rt: &tokio::runtime::Handle) {
+        use std::sync::atomic::Ordering;
+        if self.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(LINGER).await;
+                let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                let now = Instant::now();
+                let mut lingering = false;
+                for s in held.values_mut().filter(|s| s.readers == 0 && s.locked) {
+                    if now.duration_since(s.idle) >= LINGER {
+                        s.unlock();
+                    } else {
+                        lingering = true;
+                    }
+                }
+                if !lingering {
+                    self.reaping.store(false, Ordering::Release);
+                    return;
+                }
+            }
+        });
     }
 
     /// Join (or begin) this process's shared hold of `backend` when nobody waits at its gate
@@ -79,25 +173,42 @@ impl Backends {
             let dir = lane_folder(&root.join("backends"), backend);
             super::private_dir(&dir)?;
             let (gate, lock) = (open_rw(&dir.join("gate"))?, open_rw(&dir.join("lock"))?);
+            let now = Instant::now();
             let s = Shared {
                 gate,
                 lock,
                 readers: 0,
+                writes: 0,
+                locked: false,
+                looked: now,
+                idle: now,
             };
             held.insert(backend.to_string(), s);
         }
         let Some(s) = held.get_mut(backend) else {
             return Ok(false);
         };
+        let now = Instant::now();
+        if s.locked && now.duration_since(s.looked) < FRESH {
+            s.readers += 1;
+            return Ok(true);
+        }
         if !flock(&s.gate, libc::LOCK_EX | libc::LOCK_NB) {
+            // Someone is next in line: a hold nobody of ours uses lets them in.
+            if s.readers == 0 {
+                s.unlock();
+            }
             return Ok(false);
         }
-        let holds = s.readers > 0 || flock(&s.lock, libc::LOCK_SH | libc::LOCK_NB);
-        flock(&s.gate, libc::LOCK_UN);
-        if holds {
-            s.readers += 1;
+        if !s.locked {
+            s.locked = flock(&s.lock, libc::LOCK_SH | libc::LOCK_NB);
         }
-        Ok(holds)
+        flock(&s.gate, libc::LOCK_UN);
+        if s.locked {
+            s.readers += 1;
+            s.looked = now;
+        }
+        Ok(s.locked)
     }
 }
 
@@ -178,5 +289,21 @@ mod tests {
         // With nobody else about, a read joins again.
         let r3 = a.hold(root.path(), "db", Claim::Read).await.expect("r3");
         assert!(matches!(r3, Held::Joined(..)));
+        // The hold lingers after its last read, then lets a write elsewhere in by itself…
+        drop(r3);
+        let w2 = tokio::time::timeout(
+            Duration::from_secs(5),
+            b.hold(root.path(), "db", Claim::Write),
+        );
+        let w2 = w2.await.expect("a lingering hold is given up").expect("w2");
+        drop(w2);
+        // …and a write of this process at once.
+        let r4 = a.hold(root.path(), "db", Claim::Read).await.expect("r4");
+        drop(r4);
+        let w3 = tokio::time::timeout(
+            Duration::from_millis(500),
+            a.hold(root.path(), "db", Claim::Write),
+        );
+        assert!(matches!(w3.await, Ok(Ok(Held::Own(_)))));
     }
 }
