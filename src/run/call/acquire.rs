@@ -71,11 +71,17 @@ pub(in crate::run) fn begin_acquire(
         let lane = call.lanes[acq.next];
         acq.next += 1;
         let since = Instant::now();
-        // Waiters queue in call order across the whole run (a stream's segments included).
-        let mut fut = store
-            .clone()
-            .acquire(lane, call.weight, (emitter.base + pos) as u64);
-        match fut.as_mut().poll(&mut cx) {
+        // Free at once (no future), else queued: waiters queue in call order across the
+        // whole run (a stream's segments included).
+        let (polled, mut fut) = match store.try_acquire(lane, call.weight) {
+            Some(lease) => (std::task::Poll::Ready(Ok(lease)), None),
+            None => {
+                let order = (emitter.base + pos) as u64;
+                let mut fut = store.clone().acquire(lane, call.weight, order);
+                (fut.as_mut().poll(&mut cx), Some(fut))
+            }
+        };
+        match polled {
             std::task::Poll::Ready(Ok(lease)) => {
                 emitter.lane(|| Event::LaneAcquired {
                     call: pos,
@@ -123,7 +129,7 @@ pub(in crate::run) fn begin_acquire(
                     lane,
                     weight: call.weight,
                 });
-                acq.pending = Some((lane, since, fut));
+                acq.pending = fut.take().map(|f| (lane, since, f));
                 break;
             }
         }

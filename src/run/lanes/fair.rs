@@ -81,6 +81,17 @@ impl OrderedSemaphore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `weight` permits now if nobody waits and they are free (`false`: queue with
+    /// [`acquire`](Self::acquire)).
+    pub fn try_acquire(&self, weight: u64) -> bool {
+        let mut s = self.lock();
+        let free = s.flows.is_empty() && s.available >= weight;
+        if free {
+            s.available -= weight;
+        }
+        free
+    }
+
     /// Wait for `weight` permits; `key` orders the flow's own waiters (smaller first).
     pub async fn acquire(self: &Arc<Self>, flow: &Flow, key: u64, weight: u64) {
         let mut rx = {

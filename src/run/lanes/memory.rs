@@ -199,6 +199,24 @@ impl LaneStore for MemoryLanes {
         self.cache.clone()
     }
 
+    fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
+        let l = self.lanes.get(lane)?;
+        let w = u64::from(weight);
+        if let Some(sem) = &l.sem {
+            if !sem.try_acquire(w) {
+                return None;
+            }
+        }
+        let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
+        l.counters.peak.fetch_max(now, Ordering::Relaxed);
+        Some(Lease {
+            sem: l.sem.clone(),
+            counters: l.counters.clone(),
+            weight: w,
+            shared: None,
+        })
+    }
+
     fn acquire(
         self: Arc<Self>,
         lane: usize,

@@ -155,6 +155,13 @@ pub trait LaneStore: Send + Sync {
     /// `flow` (each turn of `run --turns` plans its own lanes; each session of `mcp serve` is
     /// a flow of its own, served fairly beside the others).
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError>;
+    /// `weight` permits of `lane` at once, when that needs no I/O and nobody waits for the
+    /// lane (`None`: ask [`acquire`](Self::acquire), which queues in call order). What a call
+    /// on a lane without a limit, or with room, pays: no future, no allocation.
+    fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
+        let _ = (lane, weight);
+        None
+    }
     /// Wait for `weight` permits of `lane`; `order` is the call's position (earlier first).
     /// The returned future is polled once by the coordinator as soon as the call is ready, so
     /// waiters register in call order; the call's own task then awaits it.

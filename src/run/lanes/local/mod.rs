@@ -413,6 +413,13 @@ impl LaneStore for LocalLanes {
         Arc::new(crate::run::cache::FileCache::new(&self.root))
     }
 
+    fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
+        match self.file(lane) {
+            Some(f) if f.slots > 0 => None,
+            _ => self.mem.try_acquire(lane, weight),
+        }
+    }
+
     fn acquire(
         self: Arc<Self>,
         lane: usize,
