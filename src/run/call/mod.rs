@@ -253,6 +253,10 @@ impl Job {
         };
         let mut held = Vec::with_capacity(claims.len());
         for (backend, claim) in claims.iter() {
+            if let Some(guard) = self.lanes.try_backend(backend, *claim) {
+                held.push(guard);
+                continue;
+            }
             let mut stop = self.stop_rx.clone();
             let got = tokio::select! {
                 biased;

@@ -217,6 +217,16 @@ pub trait LaneStore: Send + Sync {
     fn orders_backends(&self) -> bool {
         false
     }
+    /// [`backend`](Self::backend) at once, when that needs no waiting and no I/O (a read
+    /// joining its process's hold): `None`, ask `backend`.
+    fn try_backend(
+        &self,
+        backend: &str,
+        claim: crate::plan::Claim,
+    ) -> Option<Box<dyn Send + Sync>> {
+        let _ = (backend, claim);
+        None
+    }
     /// Hold `backend` as `claim` against every run and gateway sharing the store, in the order
     /// they asked: a write waits for the reads and the write before it, a read for the write
     /// before it; reads overlap. Held until the returned guard drops.

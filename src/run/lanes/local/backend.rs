@@ -37,12 +37,15 @@ const LINGER: Duration = Duration::from_millis(1);
 /// This process's shared holds, by backend: the gate and the lock files kept open.
 #[derive(Default)]
 pub(super) struct Backends {
-    held: Mutex<HashMap<String, Shared>>,
+    held: Mutex<HashMap<String, Arc<Cell>>>,
     /// A task is due to give up lingering holds.
     reaping: std::sync::atomic::AtomicBool,
 }
 
-struct Shared {
+/// One backend's shared hold.
+type Cell = Mutex<Shared>;
+
+pub(super) struct Shared {
     gate: File,
     lock: File,
     /// Reads of this process holding the backend now.
@@ -66,23 +69,25 @@ impl Shared {
     }
 }
 
+fn lock(cell: &Cell) -> std::sync::MutexGuard<'_, Shared> {
+    // Every update is one step: the state stays consistent if a holder panicked.
+    cell.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A hold of a backend: a lock of its own, or a place in the process's shared hold.
 pub(super) enum Held {
     /// Its own open lock file: closing it lets the lock go.
     Own(#[allow(dead_code)] File),
-    Joined(Arc<Backends>, String),
+    Joined(Arc<Backends>, Arc<Cell>),
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let Held::Joined(backends, name) = self else {
+        let Held::Joined(backends, cell) = self else {
             return;
         };
         let linger = {
-            let mut held = backends.held.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(s) = held.get_mut(name.as_str()) else {
-                return;
-            };
+            let mut s = lock(cell);
             s.readers = s.readers.saturating_sub(1);
             if s.readers > 0 {
                 return;
@@ -113,8 +118,8 @@ impl Backends {
         backend: &str,
         claim: Claim,
     ) -> Result<Held, LaneError> {
-        if claim != Claim::Write && self.join(root, backend)? {
-            return Ok(Held::Joined(self.clone(), backend.to_string()));
+        if let Some(joined) = self.try_join(root, backend, claim)? {
+            return Ok(joined);
         }
         let write = claim == Claim::Write;
         self.writing(backend, write, 1);
@@ -123,11 +128,54 @@ impl Backends {
         Ok(Held::Own(got?))
     }
 
+    /// A read's place in the process's shared hold of `backend`, at once, when it may join
+    /// (`None`: it queues as a call of its own, [`hold`](Self::hold)).
+    pub(super) fn try_join(
+        self: &Arc<Self>,
+        root: &Path,
+        backend: &str,
+        claim: Claim,
+    ) -> Result<Option<Held>, LaneError> {
+        if claim == Claim::Write {
+            return Ok(None);
+        }
+        let cell = self.cell(root, backend)?;
+        let joined = join(&mut lock(&cell));
+        Ok(joined.then(|| Held::Joined(self.clone(), cell)))
+    }
+
+    /// The shared hold of `backend`, its files opened the first time.
+    fn cell(&self, root: &Path, backend: &str) -> Result<Arc<Cell>, LaneError> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = held.get(backend) {
+            return Ok(c.clone());
+        }
+        let dir = lane_folder(&root.join("backends"), backend);
+        super::private_dir(&dir)?;
+        let (gate, lock) = (open_rw(&dir.join("gate"))?, open_rw(&dir.join("lock"))?);
+        let now = Instant::now();
+        let cell = Arc::new(Mutex::new(Shared {
+            gate,
+            lock,
+            readers: 0,
+            writes: 0,
+            locked: false,
+            looked: now,
+            idle: now,
+        }));
+        held.insert(backend.to_string(), cell.clone());
+        Ok(cell)
+    }
+
     /// A write of this process wants `backend` (`by` 1) or has it (-1): while one waits, a
     /// hold whose reads have all left is given up at once rather than lingering.
     fn writing(&self, backend: &str, write: bool, by: isize) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = held.get_mut(backend) {
+        let cell = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.get(backend).cloned()
+        };
+        if let Some(cell) = cell {
+            let mut s = lock(&cell);
             if write {
                 s.writes = s.writes.saturating_add_signed(by);
             }
@@ -147,10 +195,17 @@ impl Backends {
         rt.spawn(async move {
             loop {
                 tokio::time::sleep(LINGER).await;
-                let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                let cells: Vec<Arc<Cell>> = {
+                    let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                    held.values().cloned().collect()
+                };
                 let now = Instant::now();
                 let mut lingering = false;
-                for s in held.values_mut().filter(|s| s.readers == 0 && s.locked) {
+                for cell in &cells {
+                    let mut s = lock(cell);
+                    if s.readers > 0 || !s.locked {
+                        continue;
+                    }
                     if now.duration_since(s.idle) >= LINGER {
                         s.unlock();
                     } else {
@@ -164,52 +219,32 @@ impl Backends {
             }
         });
     }
+}
 
-    /// Join (or begin) this process's shared hold of `backend` when nobody waits at its gate
-    /// and no other process writes to it; `false`: queue as a call of its own.
-    fn join(&self, root: &Path, backend: &str) -> Result<bool, LaneError> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if !held.contains_key(backend) {
-            let dir = lane_folder(&root.join("backends"), backend);
-            super::private_dir(&dir)?;
-            let (gate, lock) = (open_rw(&dir.join("gate"))?, open_rw(&dir.join("lock"))?);
-            let now = Instant::now();
-            let s = Shared {
-                gate,
-                lock,
-                readers: 0,
-                writes: 0,
-                locked: false,
-                looked: now,
-                idle: now,
-            };
-            held.insert(backend.to_string(), s);
-        }
-        let Some(s) = held.get_mut(backend) else {
-            return Ok(false);
-        };
-        let now = Instant::now();
-        if s.locked && now.duration_since(s.looked) < FRESH {
-            s.readers += 1;
-            return Ok(true);
-        }
-        if !flock(&s.gate, libc::LOCK_EX | libc::LOCK_NB) {
-            // Someone is next in line: a hold nobody of ours uses lets them in.
-            if s.readers == 0 {
-                s.unlock();
-            }
-            return Ok(false);
-        }
-        if !s.locked {
-            s.locked = flock(&s.lock, libc::LOCK_SH | libc::LOCK_NB);
-        }
-        flock(&s.gate, libc::LOCK_UN);
-        if s.locked {
-            s.readers += 1;
-            s.looked = now;
-        }
-        Ok(s.locked)
+/// Join (or begin) a shared hold when nobody waits at its gate and no other process writes
+/// to the backend: `false`, queue as a call of its own.
+fn join(s: &mut Shared) -> bool {
+    let now = Instant::now();
+    if s.locked && now.duration_since(s.looked) < FRESH {
+        s.readers += 1;
+        return true;
     }
+    if !flock(&s.gate, libc::LOCK_EX | libc::LOCK_NB) {
+        // Someone is next in line: a hold nobody of ours uses lets them in.
+        if s.readers == 0 {
+            s.unlock();
+        }
+        return false;
+    }
+    if !s.locked {
+        s.locked = flock(&s.lock, libc::LOCK_SH | libc::LOCK_NB);
+    }
+    flock(&s.gate, libc::LOCK_UN);
+    if s.locked {
+        s.readers += 1;
+        s.looked = now;
+    }
+    s.locked
 }
 
 /// Hold `backend` as `claim`; the returned file holds the lock until dropped.

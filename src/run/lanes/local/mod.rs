@@ -527,6 +527,15 @@ impl LaneStore for LocalLanes {
         true
     }
 
+    fn try_backend(
+        &self,
+        backend: &str,
+        claim: crate::plan::Claim,
+    ) -> Option<Box<dyn Send + Sync>> {
+        let joined = self.backends.try_join(&self.root, backend, claim).ok()??;
+        Some(Box::new(joined))
+    }
+
     fn backend(
         self: Arc<Self>,
         backend: String,
