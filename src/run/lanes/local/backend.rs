@@ -9,15 +9,13 @@
 //! process's locks at once. Waits happen on a blocking thread, never a runtime thread.
 //!
 //! A process holds each backend shared through one lock file while any of its calls reads it
-//! ([`Backends`]): a read that finds the gate free joins that hold — on files kept open, where
-//! taking its own would cost a `mkdir`, two `open`s and five locks. One that finds someone at
-//! the gate queues there as before, so a write waiting in another process is never overtaken
-//! for long. Two things make a read's share nearly free when reads come one after another:
-//! the gate is looked at once every [`FRESH`] (a read joining a hold held that recently joins
-//! without a lock call: a write that came to the gate since is one the read is concurrent
-//! with, and the next look lets it in), and a hold whose last read ended is kept [`LINGER`]
-//! longer for the next (a task gives it up then, or at once when a write — here or in another
-//! process, found at the gate — wants the backend).
+//! ([`Backends`]): a read that finds the gate free (and no write of this process waiting) joins
+//! that hold — two `flock`s on files kept open, where taking its own would cost a `mkdir`, two
+//! `open`s and five locks. One that finds someone at the gate queues there as before, so a
+//! write waiting here or in another process is never overtaken. A hold whose last read ended
+//! is kept [`LINGER`] longer for the next read, so reads that come one after another share
+//! one lock instead of taking and leaving it each; a task gives it up then, or at once when a
+//! write wants the backend (one of this process, or one the next read finds at the gate).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -29,8 +27,6 @@ use super::{flock, lane_folder, open_rw};
 use crate::plan::Claim;
 use crate::run::lanes::LaneError;
 
-/// How long a look at the gate holds for the reads that join after it.
-const FRESH: Duration = Duration::from_millis(1);
 /// How long a shared hold outlives its last read, for the next one.
 const LINGER: Duration = Duration::from_millis(1);
 
@@ -54,8 +50,6 @@ pub(super) struct Shared {
     writes: usize,
     /// The lock is held shared (by `readers`, or lingering after the last of them).
     locked: bool,
-    /// When the gate was last seen free, while locked.
-    looked: Instant,
     /// When the last read left (`readers` == 0 while `locked`).
     idle: Instant,
 }
@@ -160,7 +154,6 @@ impl Backends {
             readers: 0,
             writes: 0,
             locked: false,
-            looked: now,
             idle: now,
         }));
         held.insert(backend.to_string(), cell.clone());
@@ -224,10 +217,9 @@ impl Backends {
 /// Join (or begin) a shared hold when nobody waits at its gate and no other process writes
 /// to the backend: `false`, queue as a call of its own.
 fn join(s: &mut Shared) -> bool {
-    let now = Instant::now();
-    if s.locked && now.duration_since(s.looked) < FRESH {
-        s.readers += 1;
-        return true;
+    if s.writes > 0 {
+        // A write of this process waits: this read comes after it.
+        return false;
     }
     if !flock(&s.gate, libc::LOCK_EX | libc::LOCK_NB) {
         // Someone is next in line: a hold nobody of ours uses lets them in.
@@ -242,7 +234,6 @@ fn join(s: &mut Shared) -> bool {
     flock(&s.gate, libc::LOCK_UN);
     if s.locked {
         s.readers += 1;
-        s.looked = now;
     }
     s.locked
 }
@@ -292,6 +283,31 @@ async fn wait(gate: File, lock: File, mode: i32, gated: bool) -> Result<File, La
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The gateway's case: sessions of one process read and write one backend.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_never_overtakes_a_write_of_its_own_process_waiting_for_earlier_reads() {
+        let root = tempfile::tempdir().expect("a folder");
+        let a = Arc::new(Backends::default());
+        let r1 = a.hold(root.path(), "db", Claim::Read).await.expect("r1");
+        let (a2, path) = (a.clone(), root.path().to_path_buf());
+        let w = tokio::spawn(async move { a2.hold(&path, "db", Claim::Write).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!w.is_finished(), "the write waits for the read before it");
+        let (a3, path) = (a.clone(), root.path().to_path_buf());
+        let r2 = tokio::spawn(async move { a3.hold(&path, "db", Claim::Read).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!r2.is_finished(), "the later read waits for the write");
+        drop(r1);
+        let w = w.await.expect("task").expect("the write");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !r2.is_finished(),
+            "the later read waits for the write to end"
+        );
+        drop(w);
+        r2.await.expect("task").expect("r2");
+    }
 
     /// Two `Backends` are two processes: `flock` locks belong to open files, not to processes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
