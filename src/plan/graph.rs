@@ -81,14 +81,13 @@ pub fn build(
     let mut warnings = b.warnings;
     warnings.extend(b.diags);
     debug_assert!(calls.iter().enumerate().all(|(p, c)| c.index == p));
-    let ids = calls.iter().map(|c| (c.id.clone(), c.index)).collect();
     Ok(Plan {
         settings,
         calls,
         phases,
         lanes,
         warnings,
-        ids,
+        ids: std::sync::OnceLock::new(),
         external: opts.external.clone(),
         backends,
         input_format: batch.input_format,

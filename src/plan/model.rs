@@ -205,9 +205,10 @@ pub struct Plan {
     pub phases: Vec<Phase>,
     pub lanes: Vec<LaneSpec>,
     pub warnings: Vec<Diagnostic>,
-    /// Call id → position. A built plan holds every call of its batch, so a call's position
-    /// in `calls` is its `index` and an edge's `from` indexes `calls` directly.
-    pub ids: HashMap<String, usize>,
+    /// Call id → position, made the first time a reference is resolved (a batch without
+    /// references never pays for it). A built plan holds every call of its batch, so a
+    /// call's position in `calls` is its `index` and an edge's `from` indexes `calls` directly.
+    pub ids: std::sync::OnceLock<HashMap<String, usize>>,
     /// Calls settled before this batch that its calls may reference (see [`PlanOptions`]).
     pub external: Option<Arc<External>>,
     /// The backends read/write hazard edges name.
@@ -215,6 +216,16 @@ pub struct Plan {
     /// What the batch was read as, and a model reply's token usage (for the run history).
     pub input_format: crate::model_formats::InputFormat,
     pub usage: Option<crate::model_formats::Usage>,
+}
+
+impl Plan {
+    /// The position of the call named `id`.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        let ids = self
+            .ids
+            .get_or_init(|| self.calls.iter().map(|c| (c.id.clone(), c.index)).collect());
+        ids.get(id).copied()
+    }
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.

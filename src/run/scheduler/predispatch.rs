@@ -146,8 +146,8 @@ impl Coordinator {
     ) -> Result<Cow<'p, Map<String, Value>>, Refusal> {
         let results = &self.results;
         let lookup = |id: &str| -> Option<&Value> {
-            match plan.ids.get(id) {
-                Some(&i) => results[i].as_ref().filter(|r| r.is_ok()).map(|r| &r.output),
+            match plan.position(id) {
+                Some(i) => results[i].as_ref().filter(|r| r.is_ok()).map(|r| &r.output),
                 None => plan
                     .external
                     .as_ref()
