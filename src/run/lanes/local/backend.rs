@@ -16,6 +16,10 @@
 //! is kept [`LINGER`] longer for the next read, so reads that come one after another share
 //! one lock instead of taking and leaving it each; a task gives it up then, or at once when a
 //! write wants the backend (one of this process, or one the next read finds at the gate).
+//!
+//! A write announces itself in the backend's `writers` word ([`Word`]) before it queues, so a
+//! read of a process that holds the backend already joins with no system call while the word
+//! reads zero, and looks at the gate as above only when some write is about.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -23,6 +27,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::word::{Announced, Word};
 use super::{flock, lane_folder, open_rw};
 use crate::plan::Claim;
 use crate::run::lanes::LaneError;
@@ -44,6 +49,8 @@ type Cell = Mutex<Shared>;
 pub(super) struct Shared {
     gate: File,
     lock: File,
+    /// Writes announced on the backend, by every process.
+    writers: Arc<Word>,
     /// Reads of this process holding the backend now.
     readers: usize,
     /// Writes of this process waiting for it.
@@ -70,8 +77,11 @@ fn lock(cell: &Cell) -> std::sync::MutexGuard<'_, Shared> {
 
 /// A hold of a backend: a lock of its own, or a place in the process's shared hold.
 pub(super) enum Held {
-    /// Its own open lock file: closing it lets the lock go.
-    Own(#[allow(dead_code)] File),
+    /// Its own open lock file (closing it lets the lock go), and a write's announcement.
+    Own(
+        #[allow(dead_code)] File,
+        #[allow(dead_code)] Option<Announced>,
+    ),
     Joined(Arc<Backends>, Arc<Cell>),
 }
 
@@ -116,10 +126,14 @@ impl Backends {
             return Ok(joined);
         }
         let write = claim == Claim::Write;
+        let announced = match write {
+            true => Some(lock(&*self.cell(root, backend)?).writers.announce()),
+            false => None,
+        };
         self.writing(backend, write, 1);
         let got = hold(root, backend, claim).await;
         self.writing(backend, write, -1);
-        Ok(Held::Own(got?))
+        Ok(Held::Own(got?, announced))
     }
 
     /// A read's place in the process's shared hold of `backend`, at once, when it may join
@@ -147,10 +161,12 @@ impl Backends {
         let dir = lane_folder(&root.join("backends"), backend);
         super::private_dir(&dir)?;
         let (gate, lock) = (open_rw(&dir.join("gate"))?, open_rw(&dir.join("lock"))?);
+        let writers = Arc::new(Word::open(&dir.join("writers"))?);
         let now = Instant::now();
         let cell = Arc::new(Mutex::new(Shared {
             gate,
             lock,
+            writers,
             readers: 0,
             writes: 0,
             locked: false,
@@ -220,6 +236,11 @@ fn join(s: &mut Shared) -> bool {
     if s.writes > 0 {
         // A write of this process waits: this read comes after it.
         return false;
+    }
+    if s.locked && s.writers.get() == 0 {
+        // Held here, and no write announced anywhere: nobody can be waiting at the gate.
+        s.readers += 1;
+        return true;
     }
     if !flock(&s.gate, libc::LOCK_EX | libc::LOCK_NB) {
         // Someone is next in line: a hold nobody of ours uses lets them in.
@@ -309,6 +330,30 @@ mod tests {
         r2.await.expect("task").expect("r2");
     }
 
+    /// A write waiting in another process is announced in the shared word, so reads of a
+    /// process holding the backend stop joining; a write given up takes that back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_elsewhere_lets_reads_join_again_with_no_gate_look() {
+        let root = tempfile::tempdir().expect("a folder");
+        let (a, b) = (Arc::new(Backends::default()), Arc::new(Backends::default()));
+        let r1 = a.hold(root.path(), "db", Claim::Read).await.expect("r1");
+        let (b2, path) = (b.clone(), root.path().to_path_buf());
+        let w = tokio::spawn(async move { b2.hold(&path, "db", Claim::Write).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let word = lock(&a.cell(root.path(), "db").expect("cell")).writers.clone();
+        assert_eq!(word.get(), 1, "the waiting write is announced");
+        let r2 = a.try_join(root.path(), "db", Claim::Read).expect("look");
+        assert!(r2.is_none(), "a read does not join past an announced write");
+        w.abort();
+        let _ = w.await;
+        // The aborted wait's blocking thread still holds the gate until it gets the lock;
+        // the announcement is gone at once.
+        assert_eq!(word.get(), 0, "the write given up is no longer announced");
+        let r3 = a.try_join(root.path(), "db", Claim::Read).expect("look");
+        assert!(matches!(r3, Some(Held::Joined(..))), "reads join again");
+        drop((r1, r3));
+    }
+
     /// Two `Backends` are two processes: `flock` locks belong to open files, not to processes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reads_join_one_hold_but_never_overtake_a_write_waiting_elsewhere() {
@@ -355,6 +400,6 @@ mod tests {
             Duration::from_millis(500),
             a.hold(root.path(), "db", Claim::Write),
         );
-        assert!(matches!(w3.await, Ok(Ok(Held::Own(_)))));
+        assert!(matches!(w3.await, Ok(Ok(Held::Own(..)))));
     }
 }

@@ -9,8 +9,9 @@
 //! within a flow, round robin across sessions — so at most N of them look for a slot; across
 //! processes the head waiter holds the gate while it waits, so newcomers queue behind it instead
 //! of overtaking it, and processes take turns. `backend.rs` keeps a backend's read/write order
-//! across processes; `spend.rs` a tenant's window. Waiting on the
-//! gate blocks a thread, not a core; waiting for a slot polls with a back-off from 2 to 50 ms.
+//! across processes (with `word.rs`, a counter mapped shared); `spend.rs` a tenant's window.
+//! Waiting on the gate blocks a thread, not a core; waiting for a slot polls with a back-off
+//! from 2 to 50 ms.
 //! Per-run lanes (the turn, the batch's narrowed copies) and lanes borrowed from a parent run
 //! (`FLUX_TOOLS_LEASE`) stay in memory.
 
@@ -31,6 +32,7 @@ use super::{
 mod backend;
 mod bell;
 mod spend;
+mod word;
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
