@@ -50,16 +50,17 @@ pub(super) fn load_plan(
     let mut manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
-    // By the manifest's names (a model may call a tool by its exported name).
-    let used: Vec<String> = batch
+    // By the manifest's names (a model may call a tool by its exported name); only the MCP
+    // tools matter, and a manifest without any needs none.
+    let mut used: Vec<String> = batch
         .calls
         .iter()
-        .map(|c| {
-            manifest
-                .tool(&c.tool)
-                .map_or_else(|| c.tool.clone(), |t| t.name.clone())
-        })
+        .filter_map(|c| manifest.tool(&c.tool))
+        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .map(|t| t.name.clone())
         .collect();
+    used.sort_unstable();
+    used.dedup();
     let hub = start_mcp(args, &mut manifest, &used, rt)?;
     let plan = match plan::build(&manifest, &batch, opts) {
         Ok(p) => p,
