@@ -214,12 +214,13 @@ impl Batch {
             }
         };
         p.locator = Locator::new(&text, calls.len(), jsonl);
+        batch.calls.reserve_exact(calls.len());
         for (i, c) in calls.into_iter().enumerate() {
             if let Some(call) = p.call(i, c) {
                 batch.calls.push(call);
             }
         }
-        batch.locator = p.locator.clone();
+        batch.locator = std::mem::take(&mut p.locator);
         let diags = p.diags;
         if diags.iter().any(Diagnostic::is_error) {
             return Err(diags);
@@ -360,13 +361,42 @@ fn read_input(file: &SourceFile, format: InputFormat) -> Result<Input, Vec<Diagn
 
 /// JSON Lines as asked for (`--input-format jsonl`): every non-empty line one JSON value.
 fn parse_jsonl_lines(text: &str) -> Result<Vec<Value>, (usize, String)> {
-    let mut out = Vec::new();
-    for (n, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    parse_lines(&lines)
+}
+
+/// Lines at which parsing them is shared with a second thread.
+const SPLIT_AT: usize = 8192;
+
+/// Each `(index, line)` as a JSON value, in order; the first bad line's number and error. A
+/// long input is parsed in two halves at once (lines are independent; the first half's
+/// error still comes first).
+fn parse_lines(lines: &[(usize, &str)]) -> Result<Vec<Value>, (usize, String)> {
+    let one = |part: &[(usize, &str)]| -> Result<Vec<Value>, (usize, String)> {
+        let mut out = Vec::with_capacity(part.len());
+        for &(n, l) in part {
+            out.push(serde_json::from_str::<Value>(l).map_err(|e| (n + 1, e.to_string()))?);
         }
-        out.push(serde_json::from_str::<Value>(l).map_err(|e| (n + 1, e.to_string()))?);
+        Ok(out)
+    };
+    if lines.len() < SPLIT_AT {
+        return one(lines);
     }
+    let (front, back) = lines.split_at(lines.len() / 2);
+    let (front, back) = std::thread::scope(|s| {
+        let back = s.spawn(|| one(back));
+        let front = one(front);
+        (
+            front,
+            back.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    let mut out = front?;
+    out.extend(back?);
     Ok(out)
 }
 
@@ -393,14 +423,7 @@ fn parse_jsonl(text: &str) -> Option<Result<Vec<Value>, (usize, String)>> {
     // A pretty-printed JSON document also has several lines starting with `{`; only treat
     // the text as JSON Lines when the first line is a whole object by itself.
     serde_json::from_str::<Value>(lines[0].1).ok()?;
-    let mut out = Vec::with_capacity(lines.len());
-    for (n, l) in lines {
-        match serde_json::from_str::<Value>(l) {
-            Ok(v) => out.push(v),
-            Err(e) => return Some(Err((n + 1, e.to_string()))),
-        }
-    }
-    Some(Ok(out))
+    Some(parse_lines(&lines))
 }
 
 /// Apply the batch's narrowing to a manifest limit: the smaller wins; a larger batch value
@@ -432,6 +455,29 @@ mod tests {
 
     fn parse(text: &str) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         Batch::parse(SourceFile::new("b.yaml", text))
+    }
+
+    /// A long JSON Lines input is parsed in two halves at once: the calls keep their order
+    /// and ids, and a bad line is named by its number in either half (the first one wins).
+    #[test]
+    fn long_json_lines_keep_call_order_and_name_the_first_bad_line() {
+        let n = 2 * SPLIT_AT + 3;
+        let mut lines: Vec<String> = (0..n).map(|i| format!("{{\"tool\": \"t{i}\"}}")).collect();
+        let batch = parse(&lines.join("\n")).expect("valid").0;
+        assert_eq!(batch.calls.len(), n);
+        assert!(batch
+            .calls
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.tool == format!("t{i}")));
+        assert_eq!(batch.calls[n - 1].id, format!("c{n}"));
+        lines[n - 2] = "{\"tool\": ".into();
+        let back = parse(&lines.join("\n")).expect_err("a bad line in the back half");
+        assert_eq!(back[0].location.as_ref().map(|l| l.line), Some(n - 1));
+        lines[5] = "{oops".into();
+        let front = parse(&lines.join("\n")).expect_err("bad lines in both halves");
+        assert_eq!(front.len(), 1);
+        assert_eq!(front[0].location.as_ref().map(|l| l.line), Some(6));
     }
 
     #[test]

@@ -143,8 +143,15 @@ impl<'a> Builder<'a> {
     }
 
     /// Ids are unique: call id → position of its first use.
+    /// (Empty when no call names an id or a call: the ids given by position are unique.)
     fn check_ids(&mut self) -> HashMap<&'a str, usize> {
         let batch = self.batch;
+        let named = |c: &crate::batch::Call| {
+            c.explicit_id || !c.after.is_empty() || c.args.refs().next().is_some()
+        };
+        if !batch.calls.iter().any(named) {
+            return HashMap::new();
+        }
         let mut ids: HashMap<&str, usize> = HashMap::with_capacity(batch.calls.len());
         for (i, c) in batch.calls.iter().enumerate() {
             if let Some(&first) = ids.get(c.id.as_str()) {

@@ -340,7 +340,9 @@ mod tests {
         let (b2, path) = (b.clone(), root.path().to_path_buf());
         let w = tokio::spawn(async move { b2.hold(&path, "db", Claim::Write).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let word = lock(&a.cell(root.path(), "db").expect("cell")).writers.clone();
+        let word = lock(&a.cell(root.path(), "db").expect("cell"))
+            .writers
+            .clone();
         assert_eq!(word.get(), 1, "the waiting write is announced");
         let r2 = a.try_join(root.path(), "db", Claim::Read).expect("look");
         assert!(r2.is_none(), "a read does not join past an announced write");
