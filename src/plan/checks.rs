@@ -2,8 +2,6 @@
 //! anything runs), placeholders the tool needs, weights against every lane, and warnings for a
 //! phase that fans out wider than a lane.
 
-use std::collections::HashMap;
-
 use super::graph::Builder;
 use super::model::{CallPlan, LaneKey, LaneSpec, Phase};
 use crate::error::Diagnostic;
@@ -95,20 +93,16 @@ impl Builder<'_> {
         lanes: &[LaneSpec],
     ) {
         for (pi, p) in phases.iter().enumerate() {
-            let mut per_lane: HashMap<usize, u64> = HashMap::new();
+            let mut per_lane = vec![0u64; lanes.len()];
             for c in &calls[p.start..p.end] {
                 for &l in &c.lanes {
-                    *per_lane.entry(l).or_default() += u64::from(c.weight);
+                    per_lane[l] += u64::from(c.weight);
                 }
             }
-            let mut wide: Vec<(usize, u64)> = per_lane
-                .into_iter()
-                .filter(|(l, w)| {
-                    lanes[*l].limit.is_some_and(|lim| *w > u64::from(lim))
-                        && !matches!(lanes[*l].key, LaneKey::Turn)
-                })
-                .collect();
-            wide.sort();
+            let wide = per_lane.into_iter().enumerate().filter(|&(l, w)| {
+                lanes[l].limit.is_some_and(|lim| w > u64::from(lim))
+                    && !matches!(lanes[l].key, LaneKey::Turn)
+            });
             for (l, w) in wide {
                 self.warnings.push(
                     Diagnostic::warning(format!(

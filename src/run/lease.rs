@@ -11,6 +11,22 @@ use crate::plan::LaneSpec;
 /// The environment variable carrying a call's lease.
 pub const LEASE_ENV: &str = "FLUX_TOOLS_LEASE";
 
+/// What [`LEASE_ENV`] says: written for each command call, so straight from borrowed text.
+#[derive(serde::Serialize)]
+pub struct Lease<'a> {
+    pub run_id: &'a str,
+    pub manifest: &'a str,
+    pub call: &'a str,
+    pub lanes: Vec<HeldLane<'a>>,
+}
+
+/// One lane a call holds, and its weight there.
+#[derive(serde::Serialize)]
+pub struct HeldLane<'a> {
+    pub lane: &'a str,
+    pub weight: u32,
+}
+
 /// Apply the lease in the environment, if any, to a run's lanes. Returns the lanes borrowed.
 pub fn borrow(lanes: &mut [LaneSpec], manifest: &Manifest) -> Vec<String> {
     let Some(text) = std::env::var_os(LEASE_ENV) else {

@@ -200,13 +200,19 @@ impl Invocation {
 
     /// `FLUX_TOOLS_LEASE`: the permits this call holds, for nested runs.
     pub fn lease(&self) -> String {
+        use crate::run::lease::{HeldLane, Lease};
         let call = &self.plan.calls[self.pos];
-        let lanes: Vec<Value> = call
-            .lanes
-            .iter()
-            .map(|&l| serde_json::json!({"lane": self.plan.lanes[l].name, "weight": call.weight}))
-            .collect();
-        serde_json::json!({"run_id": self.run.run_id, "manifest": self.run.manifest, "call": call.id, "lanes": lanes}).to_string()
+        let lanes = call.lanes.iter().map(|&l| HeldLane {
+            lane: &self.plan.lanes[l].name,
+            weight: call.weight,
+        });
+        let lease = Lease {
+            run_id: &self.run.run_id,
+            manifest: &self.run.manifest,
+            call: &call.id,
+            lanes: lanes.collect(),
+        };
+        serde_json::to_string(&lease).unwrap_or_default()
     }
 }
 
