@@ -22,7 +22,7 @@ use flux_tools::error::SourceFile;
 use flux_tools::manifest::Manifest;
 use flux_tools::plan::{self, PlanOptions};
 use flux_tools::reference::Args;
-use flux_tools::run::{self, gate::NoApprover, Approvals, LaneStore, RunConfig};
+use flux_tools::run::{self, LaneStore, RunConfig};
 
 const MANIFEST: &str = "[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n";
 const WARM: usize = 1_000;
@@ -48,26 +48,8 @@ fn config(
     tools: &Arc<Vec<Arc<flux_tools::tools::ToolImpl>>>,
 ) -> RunConfig {
     RunConfig {
-        run_id: "run-bench".into(),
-        lanes,
-        events: None,
-        lane_events: false,
-        mcp: None,
-        approvals: Approvals::Ask,
-        approver: Arc::new(NoApprover),
-        journal: None,
-        resume: None,
-        retry_indeterminate: false,
-        record: false,
-        replay: None,
-        start: None,
-        spent: 0.0,
-        segment: None,
-        cache: None,
         tools: Some(tools.clone()),
-        trace: None,
-        calls_made: 0,
-        relay: None,
+        ..RunConfig::bare("run-bench", lanes)
     }
 }
 

@@ -23,6 +23,20 @@ struct Lane {
     counters: Arc<Counters>,
 }
 
+impl Lane {
+    /// The lease of `w` permits just taken from the semaphore (if any): counted as held.
+    fn lease(&self, w: u64) -> Lease {
+        let now = self.counters.held.fetch_add(w, Ordering::Relaxed) + w;
+        self.counters.peak.fetch_max(now, Ordering::Relaxed);
+        Lease {
+            sem: self.sem.clone(),
+            counters: self.counters.clone(),
+            weight: w,
+            shared: None,
+        }
+    }
+}
+
 /// Lanes kept in this process only.
 pub struct MemoryLanes {
     lanes: Vec<Lane>,
@@ -207,14 +221,7 @@ impl LaneStore for MemoryLanes {
                 return None;
             }
         }
-        let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
-        l.counters.peak.fetch_max(now, Ordering::Relaxed);
-        Some(Lease {
-            sem: l.sem.clone(),
-            counters: l.counters.clone(),
-            weight: w,
-            shared: None,
-        })
+        Some(l.lease(w))
     }
 
     fn acquire(
@@ -232,14 +239,7 @@ impl LaneStore for MemoryLanes {
             if let Some(sem) = &l.sem {
                 sem.acquire(&self.flow, order, w).await;
             }
-            let now = l.counters.held.fetch_add(w, Ordering::Relaxed) + w;
-            l.counters.peak.fetch_max(now, Ordering::Relaxed);
-            Ok(Lease {
-                sem: l.sem.clone(),
-                counters: l.counters.clone(),
-                weight: w,
-                shared: None,
-            })
+            Ok(l.lease(w))
         })
     }
 

@@ -94,10 +94,10 @@ pub struct RunConfig {
     pub relay: Option<Arc<crate::tools::Relay>>,
 }
 
-#[cfg(test)]
 impl RunConfig {
-    /// A run on `lanes` with nothing else: no events, journal, cassette or trace; `NoApprover`.
-    pub(crate) fn for_test(run_id: &str, lanes: Arc<dyn LaneStore>) -> RunConfig {
+    /// A run on `lanes` with nothing else: no events, journal, cassette or trace; `NoApprover`
+    /// (tests, and the benchmarks that time the engine alone).
+    pub fn bare(run_id: &str, lanes: Arc<dyn LaneStore>) -> RunConfig {
         RunConfig {
             run_id: run_id.into(),
             lanes,

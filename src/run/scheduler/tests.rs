@@ -60,7 +60,7 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
         events: Some(tx),
         lane_events: true,
         cache: Some(cache),
-        ..RunConfig::for_test("run-test", lanes)
+        ..RunConfig::bare("run-test", lanes)
     };
     let (_signals, sig_rx) = mpsc::unbounded_channel();
     let report = execute(m, plan, config, sig_rx).await;

@@ -308,7 +308,7 @@ impl Runner {
             resume: resumed,
             cache: Some(self.cache.clone()),
             tools: Some(self.tools.clone()),
-            ..RunConfig::for_test("run-d", self.lanes.clone())
+            ..RunConfig::bare("run-d", self.lanes.clone())
         };
         let (_signals, rx) = mpsc::unbounded_channel();
         let report = execute(self.manifest.clone(), self.plan.clone(), config, rx).await;
