@@ -113,3 +113,69 @@ fn a_diff_listed_before_an_add_always_sees_the_change() {
         "runs differed: {seen:?}"
     );
 }
+
+/// Two reads running in one process, another process's write arriving 300 ms later, then two
+/// more reads of the first process (ready when the tool lane frees): the write waits for the
+/// first two and the last two wait for it.
+fn reads_and_a_write_from_two_processes(p: &Project) {
+    let reader = p.spawn(&["run", "reads.yaml", "-q"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let writer = p.spawn(&["run", "write.yaml", "-q"]);
+    for (name, child) in [("reads", reader), ("write", writer)] {
+        let out = child.wait_with_output().expect("the run ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {:?} {stderr}", out.status);
+    }
+    let s = spans(p);
+    for r in ["r1", "r2"] {
+        assert!(s[r].1 <= s["w"].0, "the write ran under {r}: {s:?}");
+    }
+    for r in ["r3", "r4"] {
+        assert!(s["w"].1 <= s[r].0, "{r} overtook the waiting write: {s:?}");
+    }
+}
+
+fn race_project() -> Project {
+    let manifest = [
+        "[concurrency]\nmax_concurrent_tools = 8\n[concurrency.per_tool]\nread = 2\n".to_string(),
+        logging_tool("read", "read", "db", "1.0"),
+        logging_tool("write", "write", "db", "0.4"),
+        "[tools.crash]\nkind = \"scripted\"\neffect = \"write\"\nbackend = \"db\"\nlatency = \"30s\"\n"
+            .to_string(),
+    ]
+    .concat();
+    let p = Project::new(&manifest);
+    let reads = (1..=4).map(|i| format!("- {{ id: r{i}, tool: read }}\n"));
+    p.write("reads.yaml", &reads.collect::<String>());
+    p.write("write.yaml", "- { id: w, tool: write }\n");
+    p
+}
+
+/// A process whose reads hold a backend shared lets its later reads join that hold without a
+/// system call — but only while no write is announced. (With reads joining whenever their
+/// process holds the backend, r3 overtook the write 3 times out of 3.)
+#[test]
+fn a_read_joining_its_process_hold_never_overtakes_a_write_another_process_announced() {
+    reads_and_a_write_from_two_processes(&race_project());
+}
+
+/// A process killed while it writes leaves its announcement behind (nobody takes it back):
+/// the kernel still drops its lock at once, so reads go on, and the order still holds — reads
+/// then look at the gate each time, as they did before the count existed.
+#[test]
+fn a_writer_killed_mid_write_leaves_reads_running_and_the_order_strict() {
+    let p = race_project();
+    p.write("crash.yaml", "- { id: x, tool: crash }\n");
+    let mut crash = p.spawn(&["run", "crash.yaml", "-q"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    crash.kill().expect("SIGKILL the writer");
+    let _ = crash.wait();
+    let started = std::time::Instant::now();
+    let (doc, code) = p.run_json("- { id: a, tool: read }\n- { id: b, tool: read }\n", &[]);
+    assert_eq!(code, 0, "{doc}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the reads waited for a dead writer"
+    );
+    reads_and_a_write_from_two_processes(&p);
+}
