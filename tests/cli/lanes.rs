@@ -755,3 +755,49 @@ fn redis_waiters_without_their_freed_messages_still_finish() {
     }
     assert_eq!(peak(&log, None), 2);
 }
+
+/// A release hands the freed permits to the head of the queue itself and says so on the
+/// waiter's channel (`g PAUSED_MS`), so the waiter runs no script before its call; the limit
+/// still holds. (Before, every message was `1`, "try again", and each handoff took the waiter
+/// one more round trip.)
+#[test]
+fn redis_a_release_grants_the_next_waiter_its_permits_itself() {
+    let Some(redis) = Redis::start() else { return };
+    let client = redis::Client::open(redis.url.as_str()).expect("a client");
+    let mut conn = client.get_connection().expect("a connection");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let listener = std::thread::spawn(move || {
+        let mut pubsub = conn.as_pubsub();
+        pubsub
+            .psubscribe("flux-tools:*:freed:*")
+            .expect("psubscribe");
+        let _ = pubsub.set_read_timeout(Some(Duration::from_millis(200)));
+        let _ = ready_tx.send(());
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            match pubsub.get_message() {
+                Ok(msg) => {
+                    let _ = tx.send(msg.get_payload().unwrap_or_default());
+                }
+                Err(e) if e.is_timeout() => {}
+                Err(_) => return,
+            }
+        }
+    });
+    ready_rx.recv().expect("the listener subscribed");
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis-grant.log");
+    all_ok(three_runs(&p, &log, 6, &redis.url));
+    assert_eq!(peak(&log, None), 2);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = listener.join();
+    let said: Vec<String> = rx.try_iter().collect();
+    let grants = said.iter().filter(|m| m.starts_with("g ")).count();
+    assert!(
+        grants >= 6,
+        "the releases granted {grants} waiters: {said:?}"
+    );
+}

@@ -1,7 +1,9 @@
-//! "A permit was freed, and you are next": one pub/sub connection per process,
-//! pattern-subscribed to the `freed` channels of every lane of the manifest, wakes the one call
-//! of this process whose ticket is at the head of the lane's queue. The listener starts with the first wait and comes back by itself after Redis
-//! does (a message missed meanwhile costs a waiter one fallback period, never a hang).
+//! "You are next" (`1`) or "the permits are yours" (`g PAUSED_MS`: a release granted them):
+//! one pub/sub connection per process, pattern-subscribed to the `freed` channels of every lane
+//! of the manifest, wakes the one call of this process whose ticket is at the head of the
+//! lane's queue. The listener starts with the first wait and comes back by itself after Redis
+//! does (a message missed meanwhile costs a waiter one fallback period, never a hang: its next
+//! try finds what a release granted it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,7 +19,7 @@ pub(super) struct Bells {
     client: redis::Client,
     /// `flux-tools:NS:*:freed`.
     pattern: String,
-    lanes: Mutex<HashMap<String, Arc<Notify>>>,
+    lanes: Mutex<HashMap<String, Arc<Bell>>>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -32,7 +34,7 @@ impl Bells {
     }
 
     /// What wakes the waiter of `channel` (its own ticket's; listening from now on).
-    pub(super) fn bell(self: &Arc<Self>, channel: &str) -> Arc<Notify> {
+    pub(super) fn bell(self: &Arc<Self>, channel: &str) -> Arc<Bell> {
         self.listen();
         let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         lanes.entry(channel.to_string()).or_default().clone()
@@ -54,12 +56,29 @@ impl Bells {
         *listener = Some(tokio::spawn(serve(me, client, pattern)));
     }
 
-    fn ring(&self, channel: &str) {
+    fn ring(&self, channel: &str, message: &str) {
         let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = lanes.get(channel) {
+        if let Some(b) = lanes.get(channel) {
+            if let Some(ms) = message.strip_prefix("g ").and_then(|m| m.parse().ok()) {
+                *b.granted.lock().unwrap_or_else(|e| e.into_inner()) = Some(ms);
+            }
             // A permit, not a broadcast: kept if the waiter is between two tries.
-            n.notify_one();
+            b.notify.notify_one();
         }
+    }
+}
+
+/// One waiter's bell, and what a release that granted its ticket said of the lane's pause.
+#[derive(Default)]
+pub(super) struct Bell {
+    pub(super) notify: Notify,
+    granted: Mutex<Option<i64>>,
+}
+
+impl Bell {
+    /// `Some(paused ms)` once a release has granted the ticket its permits.
+    pub(super) fn granted(&self) -> Option<i64> {
+        *self.granted.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -84,7 +103,8 @@ async fn serve(bells: Weak<Bells>, client: redis::Client, pattern: String) {
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
                     let Some(b) = bells.upgrade() else { return };
-                    b.ring(msg.get_channel_name());
+                    let text: String = msg.get_payload().unwrap_or_default();
+                    b.ring(msg.get_channel_name(), &text);
                 }
             }
         }

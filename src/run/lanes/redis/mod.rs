@@ -67,6 +67,8 @@ pub struct RedisLanes {
     paused: Vec<std::sync::Mutex<Option<tokio::time::Instant>>>,
     lease: Duration,
     acquire: Script,
+    release: Script,
+    leave: Script,
     renew: Script,
     tokens: Script,
     /// Since when Redis has failed every attempt (shared by all calls, so once it has been
@@ -170,6 +172,8 @@ impl RedisLanes {
             ns,
             lease,
             acquire: Script::new(ACQUIRE),
+            release: Script::new(RELEASE),
+            leave: Script::new(LEAVE),
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
             down_since: std::sync::Mutex::new(None),
@@ -195,6 +199,8 @@ impl RedisLanes {
             ns: self.ns.clone(),
             lease: self.lease,
             acquire: Script::new(ACQUIRE),
+            release: Script::new(RELEASE),
+            leave: Script::new(LEAVE),
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
             down_since: std::sync::Mutex::new(None),
@@ -228,70 +234,79 @@ impl RedisLanes {
         weight: u32,
         flow: (&str, u32),
     ) -> Result<(Permits, i64), LaneError> {
-        let l = RedisLane {
-            key: key.to_string(),
-            limit,
-            rate: None,
-        };
         let id = format!("{:016x}", fastrand::u64(..));
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
         let queue_ms = u64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(2_000);
-        let bell = self.bells.bell(&format!("{}{id}", freed(&l.key)));
-        // Until granted, the ticket leaves the queue if this wait is abandoned.
+        let bell = self.bells.bell(&format!("{}{id}", freed(key)));
+        // Until granted, the ticket leaves the queue if this wait is abandoned (giving back
+        // what a release may have granted it meanwhile).
         let mut place = Place {
             store: self.clone(),
-            key: l.key.clone(),
+            key: key.to_string(),
+            limit,
             ticket: id.clone(),
+            members: members.clone(),
             waiting: true,
         };
-        let paused_ms = loop {
-            let mut inv = self.acquire.key(&l.key);
-            inv.key(format!("{}:queue", l.key))
-                .key(format!("{}:qlease", l.key))
-                .key(format!("{}:seq", l.key))
-                .key(freed(&l.key))
-                .key(format!("{}:rate", l.key))
-                .key(format!("{}:flows", l.key));
-            inv.arg(l.limit).arg(lease_ms).arg(&id).arg(queue_ms);
+        let (paused_ms, handed) = loop {
+            let mut inv = lane_keys(&self.acquire, key);
+            inv.key(format!("{key}:seq"));
+            inv.arg(limit).arg(lease_ms).arg(&id).arg(queue_ms);
             inv.arg(flow.0).arg(flow.1);
             for m in &members {
                 inv.arg(m);
             }
             let mut conn = self.conn.clone();
             let answer = inv.invoke_async::<(i64, i64)>(&mut conn).await;
-            let paused_ms = answer.as_ref().map_or(0, |(_, ms)| *ms);
+            let (paused_ms, earlier) = answer.as_ref().map_or((0, false), |(g, ms)| (*ms, *g == 2));
             if self.note_answer(&answer.map(|(granted, _)| granted))? {
-                place.waiting = false;
-                break paused_ms;
+                break (paused_ms, earlier);
             }
-            // A "you are next" sent between the try and this wait is kept by the bell
-            // (`notify_one`), so it is never missed.
-            let _ = tokio::time::timeout(FALLBACK, bell.notified()).await;
+            // A message sent between the try and this wait is kept by the bell
+            // (`notify_one`), so it is never missed; one that says the release granted this
+            // ticket ends the wait with no script.
+            let _ = tokio::time::timeout(FALLBACK, bell.notify.notified()).await;
+            if let Some(ms) = bell.granted() {
+                break (ms, true);
+            }
         };
-        // Renew while the call runs; give the permits back when the lease drops.
-        let me = self.clone();
-        let key = l.key.clone();
-        let renew_members = members.clone();
-        let renewer = tokio::spawn(async move {
+        place.waiting = false;
+        let permits = Permits {
+            store: self.clone(),
+            key: key.to_string(),
+            limit,
+            renewer: self.renew_while_held(key, &members, lease_ms, handed),
+            members,
+        };
+        Ok((permits, paused_ms))
+    }
+
+    /// Renew `members` while the call runs — at once first when a release granted them (they
+    /// were granted until the ticket's queue lease only).
+    fn renew_while_held(
+        self: &Arc<Self>,
+        key: &str,
+        members: &[String],
+        lease_ms: u64,
+        at_once: bool,
+    ) -> tokio::task::JoinHandle<()> {
+        let (me, key, members) = (self.clone(), key.to_string(), members.to_vec());
+        tokio::spawn(async move {
+            let mut first = at_once;
             loop {
-                tokio::time::sleep(me.lease / 3).await;
+                if !std::mem::take(&mut first) {
+                    tokio::time::sleep(me.lease / 3).await;
+                }
                 let mut inv = me.renew.key(&key);
                 inv.arg(lease_ms);
-                for m in &renew_members {
+                for m in &members {
                     inv.arg(m);
                 }
                 let mut conn = me.conn.clone();
                 let _ = inv.invoke_async::<i64>(&mut conn).await;
             }
-        });
-        let permits = Permits {
-            store: self.clone(),
-            key: l.key.clone(),
-            members,
-            renewer,
-        };
-        Ok((permits, paused_ms))
+        })
     }
 
     /// What the grant said of the lane's pause (another process's Retry-After): admissions
@@ -311,7 +326,7 @@ impl RedisLanes {
         match answer {
             Ok(granted) => {
                 *down = None;
-                Ok(*granted == 1)
+                Ok(*granted >= 1)
             }
             Err(e) => {
                 let since = *down.get_or_insert_with(tokio::time::Instant::now);
@@ -365,12 +380,24 @@ fn freed(key: &str) -> String {
     format!("{key}:freed:")
 }
 
+/// The keys every lane script starts with, in the order `scripts.rs` names them.
+fn lane_keys<'a>(script: &'a Script, key: &str) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.key(key);
+    for k in ["queue", "qlease", "want", "flows", "rate"] {
+        inv.key(format!("{key}:{k}"));
+    }
+    inv.key(freed(key));
+    inv
+}
+
 /// A waiter's ticket in a lane's queue: taken out (so the next waiter is the head) when the
 /// wait is abandoned before the grant.
 struct Place {
     store: Arc<RedisLanes>,
     key: String,
+    limit: u32,
     ticket: String,
+    members: Vec<String>,
     waiting: bool,
 }
 
@@ -382,21 +409,21 @@ impl Drop for Place {
         if !self.waiting {
             return;
         }
-        let mut conn = self.store.conn.clone();
-        let (key, ticket) = (
+        let store = self.store.clone();
+        let mut conn = store.conn.clone();
+        let (key, ticket, members, limit) = (
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.ticket),
+            std::mem::take(&mut self.members),
+            self.limit,
         );
-        // Best effort: if this never runs, the ticket lapses after `QUEUE_LEASE`.
+        // Best effort: if this never runs, the ticket (and anything granted to it) lapses
+        // after `QUEUE_LEASE`.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let _: Result<i64, _> = Script::new(LEAVE)
-                    .key(format!("{key}:queue"))
-                    .key(format!("{key}:qlease"))
-                    .key(freed(&key))
-                    .arg(&ticket)
-                    .invoke_async(&mut conn)
-                    .await;
+                let mut inv = lane_keys(&store.leave, &key);
+                inv.arg(limit).arg(&ticket).arg(&members);
+                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
             });
         }
     }
@@ -406,6 +433,7 @@ impl Drop for Place {
 struct Permits {
     store: Arc<RedisLanes>,
     key: String,
+    limit: u32,
     members: Vec<String>,
     renewer: tokio::task::JoinHandle<()>,
 }
@@ -413,19 +441,17 @@ struct Permits {
 impl Drop for Permits {
     fn drop(&mut self) {
         self.renewer.abort();
-        let mut conn = self.store.conn.clone();
+        let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
         let members = std::mem::take(&mut self.members);
+        let limit = self.limit;
         // Best effort: if this never runs (the process exits), the lease lapses on its own.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let _: Result<i64, _> = Script::new(RELEASE)
-                    .key(&key)
-                    .key(format!("{key}:queue"))
-                    .key(freed(&key))
-                    .arg(&members)
-                    .invoke_async(&mut conn)
-                    .await;
+                let mut inv = lane_keys(&store.release, &key);
+                inv.arg(limit).arg(&members);
+                let mut conn = store.conn.clone();
+                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
             });
         }
     }
