@@ -422,6 +422,8 @@ impl Engine {
         if let Some(hub) = &self.mcp {
             rt.block_on(hub.shutdown());
         }
+        // Permits given back as the last calls ended reach a shared store before the exit.
+        rt.block_on(self.lanes.clone().settle());
         // Tasks that outlived the run (none should) must not keep the process alive.
         rt.shutdown_background();
         self.events = None;

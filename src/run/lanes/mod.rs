@@ -211,6 +211,11 @@ pub trait LaneStore: Send + Sync {
     fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
         Box::pin(async { Ok(()) })
     }
+    /// Resolves once what the process still has to tell the store (permits given back as
+    /// calls ended) has been said — awaited, briefly, before the process ends.
+    fn settle(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
     /// Whether calls hold their backends here ([`LaneStore::backend`]): a store other
     /// processes share. Inside one process the plan (a batch) or the gateway's arrival order
     /// already keeps them.

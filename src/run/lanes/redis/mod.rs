@@ -29,9 +29,13 @@ use crate::plan::LaneSpec;
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// How long a dispatch keeps trying an unreachable Redis before it fails.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
+/// How long an ending process waits for its last permits to be given back (a Redis that is
+/// away by then: they lapse with their lease).
+const SETTLE_FOR: Duration = Duration::from_secs(2);
 
 mod bell;
 mod board;
+mod pending;
 mod scripts;
 use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, SPEND, TOKENS};
 
@@ -63,6 +67,8 @@ pub struct RedisLanes {
     ns: String,
     /// "Freed" messages, shared by this process's stores.
     bells: Arc<bell::Bells>,
+    /// Messages sent from `Drop`, waited for before the process ends.
+    pending: Arc<pending::Pending>,
     /// Per lane: until when its last grant said it is paused.
     paused: Vec<std::sync::Mutex<Option<tokio::time::Instant>>>,
     lease: Duration,
@@ -169,6 +175,7 @@ impl RedisLanes {
             paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             lanes,
             bells: bell::Bells::new(client.clone(), &ns),
+            pending: Arc::default(),
             ns,
             lease,
             acquire: Script::new(ACQUIRE),
@@ -196,6 +203,7 @@ impl RedisLanes {
             lanes: redis_lanes(specs, &self.ns),
             paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             bells: self.bells.clone(),
+            pending: self.pending.clone(),
             ns: self.ns.clone(),
             lease: self.lease,
             acquire: Script::new(ACQUIRE),
@@ -417,15 +425,13 @@ impl Drop for Place {
             std::mem::take(&mut self.members),
             self.limit,
         );
-        // Best effort: if this never runs, the ticket (and anything granted to it) lapses
-        // after `QUEUE_LEASE`.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let mut inv = lane_keys(&store.leave, &key);
-                inv.arg(limit).arg(&ticket).arg(&members);
-                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
-            });
-        }
+        // If this never runs, the ticket (and anything granted to it) lapses after
+        // `QUEUE_LEASE`.
+        store.pending.clone().spawn(async move {
+            let mut inv = lane_keys(&store.leave, &key);
+            inv.arg(limit).arg(&ticket).arg(&members);
+            let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
+        });
     }
 }
 
@@ -445,15 +451,13 @@ impl Drop for Permits {
         let key = std::mem::take(&mut self.key);
         let members = std::mem::take(&mut self.members);
         let limit = self.limit;
-        // Best effort: if this never runs (the process exits), the lease lapses on its own.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let mut inv = lane_keys(&store.release, &key);
-                inv.arg(limit).arg(&members);
-                let mut conn = store.conn.clone();
-                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
-            });
-        }
+        // If this never runs, the lease lapses on its own.
+        store.pending.clone().spawn(async move {
+            let mut inv = lane_keys(&store.release, &key);
+            inv.arg(limit).arg(&members);
+            let mut conn = store.conn.clone();
+            let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
+        });
     }
 }
 
@@ -498,7 +502,7 @@ impl LaneStore for RedisLanes {
     fn refund(self: Arc<Self>, tenant: String, id: String) {
         let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
         let mut conn = self.conn.clone();
-        tokio::spawn(async move {
+        self.pending.spawn(async move {
             let _: Result<i64, _> = redis::cmd("ZREM")
                 .arg(&key)
                 .arg(&id)
@@ -517,6 +521,12 @@ impl LaneStore for RedisLanes {
             ns: self.ns.clone(),
             url: self.url.clone(),
         }))
+    }
+
+    fn settle(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let _ = tokio::time::timeout(SETTLE_FOR, self.pending.settled()).await;
+        })
     }
 
     fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
