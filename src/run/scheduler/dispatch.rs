@@ -132,9 +132,11 @@ impl Coordinator {
         let done = self.done_tx.clone();
         tokio::spawn(async move {
             let mut c = fut.await;
-            let held = std::mem::take(&mut c.held);
+            // Lanes before the completion: once the coordinator has read the last one the run
+            // may end, and a hold given back after that (a shared store's permits) would be
+            // dropped with the runtime and kept in the store until its lease lapses.
+            drop(std::mem::take(&mut c.held));
             let _ = done.send(c);
-            drop(held);
         });
     }
 

@@ -10,7 +10,11 @@ use crate::batch::Batch;
 use crate::error::SourceFile;
 use crate::events::Status;
 use crate::plan::{build, PlanOptions};
-use crate::run::lanes::MemoryLanes;
+use crate::run::lanes::{
+    Admission, Answer, BoxFuture, Charge, Flow, LaneError, LaneStore, Lease, MemoryLanes, Occupancy,
+};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
 
 const MANIFEST: &str = r#"
 [concurrency]
@@ -202,4 +206,98 @@ async fn a_hung_tool_times_out_at_its_own_ceiling() {
     assert_eq!(report.results[1].status, Status::Ok);
     assert_eq!(report.stats.wall_ms, 700);
     assert_eq!(report.outcome, Outcome::Completed);
+}
+
+/// A store whose permits carry a shared hold (as Redis's do) that takes a while to give back.
+struct SlowToRelease {
+    inner: Arc<dyn LaneStore>,
+    given_back: Arc<AtomicUsize>,
+}
+
+struct SlowHold(Arc<AtomicUsize>);
+
+impl Drop for SlowHold {
+    fn drop(&mut self) {
+        // A loaded machine: the call's thread is descheduled as it lets go.
+        std::thread::sleep(Duration::from_millis(300));
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+impl LaneStore for SlowToRelease {
+    fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
+        self.inner.cache_store()
+    }
+    fn for_lanes(
+        &self,
+        specs: &[crate::plan::LaneSpec],
+        flow: &Flow,
+    ) -> Result<Arc<dyn LaneStore>, LaneError> {
+        self.inner.for_lanes(specs, flow)
+    }
+    fn acquire(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            let lease = self.inner.clone().acquire(lane, weight, order).await?;
+            Ok(lease.with_shared(Box::new(SlowHold(self.given_back.clone()))))
+        })
+    }
+    fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
+        self.inner.clone().admission(lane)
+    }
+    fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
+        self.inner.clone().back_off(lane, wait)
+    }
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        self.inner.record_wait(lane, wait, token)
+    }
+    fn stats(&self) -> Vec<crate::events::LaneStats> {
+        self.inner.stats()
+    }
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<Charge, LaneError>> {
+        self.inner.clone().charge(tenant, window, cost)
+    }
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        self.inner.clone().refund(tenant, id)
+    }
+    fn occupancy(&self) -> Vec<Occupancy> {
+        self.inner.occupancy()
+    }
+}
+
+/// When a run returns, every lane its calls held has been given back — a shared store's
+/// permits included, so the process can tell the store before it exits. (Before, a call's
+/// task sent its completion first and let go after: the run could end, and the runtime be
+/// dropped, in between, leaving a Redis permit held for a whole lease — one CI run in ~15.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_returns_only_after_its_calls_gave_their_lanes_back() {
+    let m = Arc::new(
+        Manifest::parse(
+            SourceFile::new("t.toml", MANIFEST),
+            PathBuf::from("/t/tools.toml"),
+        )
+        .unwrap(),
+    );
+    let (b, _) = Batch::parse(SourceFile::new("b.yaml", "calls:\n  - tool: pair\n")).unwrap();
+    let plan = Arc::new(build(&m, &b, &PlanOptions::default()).unwrap());
+    let given_back = Arc::new(AtomicUsize::new(0));
+    let lanes: Arc<dyn LaneStore> = Arc::new(SlowToRelease {
+        inner: Arc::new(MemoryLanes::new(&plan.lanes)),
+        given_back: given_back.clone(),
+    });
+    let held = plan.calls[0].lanes.len();
+    let (_signals, sig_rx) = mpsc::unbounded_channel();
+    let report = execute(m, plan, RunConfig::bare("run-test", lanes), sig_rx).await;
+    assert_eq!(report.results[0].status, Status::Ok);
+    let back = given_back.load(SeqCst);
+    assert_eq!(back, held, "{back} of the call's {held} lanes given back");
 }
