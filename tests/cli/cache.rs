@@ -237,3 +237,78 @@ cache = "5m"
     assert!(err.contains("write"), "{err}");
     assert!(err.contains(":6:"), "line and column: {err}");
 }
+
+/// A cached read of `db` and a slow write that changes it, each a real command; and the file
+/// the write touches once it has started.
+fn read_after_write_project() -> (Project, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let state = dir.join("state");
+    std::fs::write(&state, "old\n").unwrap();
+    let p = Project::new(&format!(
+        r#"
+[tools.get]
+kind = "command"
+effect = "read"
+cache = "5m"
+backend = "db"
+stdin = "none"
+command = ["cat", "{state}"]
+
+[tools.put]
+kind = "command"
+effect = "write"
+idempotent = true
+backend = "db"
+stdin = "none"
+command = ["sh", "-c", 'touch "$1.started"; sleep 1; echo new > "$1"', "put", "{state}"]
+"#,
+        state = state.display()
+    ));
+    (p, dir.join("state.started"))
+}
+
+/// A read that arrives while another process's write on its backend is in flight is ordered
+/// after that write — so the cache must not answer it with what was read before the write.
+/// (Before the fix, the read was a hit at once: `cached: true`, "old".)
+fn a_read_during_anothers_write_sees_the_write(extra: &[&str]) {
+    let (p, started) = read_after_write_project();
+    let get = "- { id: g, tool: get }\n";
+    let (doc, _) = p.run_json(get, extra);
+    assert_eq!(first(&doc)["output"], "old", "{doc}");
+    let (doc, _) = p.run_json(get, extra);
+    assert_eq!(first(&doc)["cached"], true, "the entry is there: {doc}");
+    let w = p.write("w.yaml", "- { id: w, tool: put }\n");
+    let mut args = vec!["run", w.to_str().unwrap(), "--format", "json"];
+    args.extend_from_slice(extra);
+    let writer = p.spawn(&args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !started.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(started.exists(), "the write started");
+    let (doc, _) = p.run_json(get, extra);
+    let out = writer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = first(&doc);
+    assert_eq!(r["output"], "new", "answered from before the write: {r}");
+    assert_ne!(r["cached"], true, "{r}");
+    // What it read is the entry now.
+    let (doc, _) = p.run_json(get, extra);
+    assert_eq!(first(&doc)["output"], "new");
+    assert_eq!(first(&doc)["cached"], true, "{doc}");
+}
+
+#[test]
+fn a_read_during_another_processs_write_sees_the_write_local() {
+    a_read_during_anothers_write_sees_the_write(&[]);
+}
+
+#[test]
+fn a_read_during_another_processs_write_sees_the_write_redis() {
+    let Some(redis) = Redis::start() else { return };
+    a_read_during_anothers_write_sees_the_write(&["--lane-store", &redis.url]);
+}

@@ -18,7 +18,10 @@
 //! store). A leader notes the marks before it invokes, its entry carries them, and an entry
 //! whose marks are not the backends' current ones is stale — a miss. The run orders a
 //! cached read after the writes before it on its backends, so it looks only once they have
-//! resolved.
+//! resolved. Another process's write is ordered by the lane store instead, and a read that
+//! arrives while it is in flight (or queued) comes after it: so in a store processes share, a
+//! write changes its backends' marks also as it arrives, before it queues for them, and a
+//! leader notes the marks again once it holds its backends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -240,7 +243,8 @@ impl Cache {
                         cache: self.clone(),
                         key,
                         claim: Some(claim),
-                        marks,
+                        marks: Some(marks),
+                        backends,
                         _local: local,
                     })
                 }
@@ -288,18 +292,34 @@ pub struct Lead {
     cache: Arc<Cache>,
     key: String,
     claim: Option<Claim>,
-    /// The backends' marks when it looked: its entry is fresh while they stand.
-    marks: Vec<u64>,
+    /// The backends' marks when it looked: its entry is fresh while they stand (`None`: they
+    /// could not be read again, so it stores nothing).
+    marks: Option<Vec<u64>>,
+    backends: Arc<[String]>,
     _local: LocalLead,
 }
 
 impl Lead {
+    /// Note the marks again just before the tool runs — after waiting for its backends in a
+    /// store other processes share, where a write that arrived first may have resolved
+    /// meanwhile (the entry would be stale at once otherwise).
+    pub async fn look_again(&mut self) {
+        if self.backends.is_empty() {
+            return;
+        }
+        let store = self.cache.store.clone();
+        self.marks = store.marks(self.backends.clone()).get().await.ok();
+    }
+
     /// Keep `output` for `ttl`, then let the key go (waiters find the entry).
     pub async fn publish(mut self, output: &Value, ttl: Duration) {
+        let Some(marks) = self.marks.take() else {
+            return self.abandon().await;
+        };
         let entry = Entry {
             run: self.cache.run_id.clone(),
             output: output.clone(),
-            marks: std::mem::take(&mut self.marks),
+            marks,
         };
         let store = self.cache.store.clone();
         store.put(self.key.clone(), entry, ttl).await;

@@ -163,8 +163,19 @@ impl Job {
                 return self.release(leases, r, false);
             }
         };
+        if let (Some((cache, marked)), Some(_)) = (&self.marks, &self.backends) {
+            // A read another process sends from now on comes after this write: no entry
+            // from before it may answer that read.
+            cache.wrote(marked.clone()).await;
+        }
         let _backends = match self.hold_backends().await {
-            Ok(guards) => guards,
+            Ok(guards) if guards.is_empty() => guards,
+            Ok(guards) => {
+                if let Some((lead, _)) = &mut self.cache {
+                    lead.look_again().await;
+                }
+                guards
+            }
             Err((kind, why)) => {
                 let r = never(&mut result, kind, &why);
                 return self.release(leases, r, false);
