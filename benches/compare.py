@@ -8,7 +8,8 @@ Builds the release binary, the raw floors (benches/spawn_floor.rs) and the binar
 commit (--baseline, default 6f388f9: built once from git in target/bench-baseline/REV/), then
 prints medians of several runs:
   * N /bin/true command calls at concurrency 1, 8, 64: flux-tools and the baseline vs the raw
-    floors (a tokio spawn loop and J threads; the ratio is to the better of the two), xargs -P,
+    floors (a tokio spawn loop, J threads, and the tokio loop on the blocking pool; the ratio is to
+    the best of them), xargs -P,
     GNU parallel and rust-parallel -k (each when installed);
   * sleep batches (200 x 50 ms at concurrency 8 and 64): makespan against ceil(200/J) x 50 ms;
   * 100,000 zero-latency scripted calls at J = 64, beside the baseline: calls per second and
@@ -126,6 +127,7 @@ def command_throughput(work, n, reps, baseline=None):
         cmds = [
             ("tokio floor", [FLOOR, str(n), str(j), "/bin/true"]),
             ("threads floor", [FLOOR, "--threads", str(n), str(j), "/bin/true"]),
+            ("blocking floor", [FLOOR, "--blocking", str(n), str(j), "/bin/true"]),
             ("flux-tools", [FLUX, "--manifest", manifest] + run),
         ]
         if baseline:
@@ -141,7 +143,7 @@ def command_throughput(work, n, reps, baseline=None):
         for _ in range(reps):
             for name, cmd in cmds:
                 walls[name].append(timed(cmd)[0])
-        floor = min(statistics.median(walls["tokio floor"]), statistics.median(walls["threads floor"]))
+        floor = min(statistics.median(walls[f]) for f in ("tokio floor", "threads floor", "blocking floor"))
         for name, _ in cmds:
             wall = statistics.median(walls[name])
             print(f"{j:>4}  {name:<16} {n / wall:>10.0f} {floor / wall:>8.2f}")

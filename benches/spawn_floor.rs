@@ -2,12 +2,13 @@
 //! flight, captures each one's stdout, and prints them in call order. No lanes, no plan, no
 //! classification — whatever flux-tools adds on top is measured against this.
 //!
-//! Two variants: the default is a tokio loop (a task a process, a semaphore of J); `--threads`
+//! Three variants: the default is a tokio loop (a task a process, a semaphore of J); `--threads`
 //! is J plain threads taking the next index from a counter and waiting for their child with
-//! `std::process::Command::output` (no runtime, no reactor: on Linux the faster of the two).
-//! The benchmark compares flux-tools against the better of them.
+//! `std::process::Command::output` (no runtime, no reactor: on Linux faster than the tokio
+//! loop); `--blocking` is the tokio loop with each process run by `output` on the blocking
+//! pool. The benchmark compares flux-tools against the best of them.
 //!
-//! Usage: spawn_floor [--threads] N J PROGRAM [ARGS...]
+//! Usage: spawn_floor [--threads | --blocking] N J PROGRAM [ARGS...]
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,11 +17,12 @@ use std::sync::{Arc, Mutex};
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let threads = args.first().is_some_and(|a| a == "--threads");
-    if threads {
+    let blocking = args.first().is_some_and(|a| a == "--blocking");
+    if threads || blocking {
         args.remove(0);
     }
     if args.len() < 3 {
-        eprintln!("usage: spawn_floor [--threads] N J PROGRAM [ARGS...]");
+        eprintln!("usage: spawn_floor [--threads | --blocking] N J PROGRAM [ARGS...]");
         std::process::exit(2);
     }
     let n: usize = args[0].parse().unwrap_or(0);
@@ -30,7 +32,7 @@ fn main() {
     let out = if threads {
         with_threads(n, j, &program, &rest)
     } else {
-        with_tokio(n, j, program, rest)
+        with_tokio(n, j, program, rest, blocking)
     };
     use std::io::Write;
     let _ = std::io::stdout().write_all(&out);
@@ -63,8 +65,9 @@ fn with_threads(n: usize, j: usize, program: &str, rest: &[String]) -> Vec<u8> {
         .collect()
 }
 
-/// A tokio task a call, at most J holding the semaphore; outputs joined in call order.
-fn with_tokio(n: usize, j: usize, program: String, rest: Vec<String>) -> Vec<u8> {
+/// A tokio task a call, at most J holding the semaphore (its process run on the blocking pool
+/// when `blocking`); outputs joined in call order.
+fn with_tokio(n: usize, j: usize, program: String, rest: Vec<String>, blocking: bool) -> Vec<u8> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -78,6 +81,17 @@ fn with_tokio(n: usize, j: usize, program: String, rest: Vec<String>) -> Vec<u8>
             let rest = rest.clone();
             handles.push(tokio::spawn(async move {
                 let _permit = sem.acquire_owned().await.ok();
+                if blocking {
+                    let run = move || {
+                        std::process::Command::new(&program)
+                            .args(&rest)
+                            .stdin(Stdio::null())
+                            .output()
+                            .map(|o| o.stdout)
+                            .unwrap_or_default()
+                    };
+                    return tokio::task::spawn_blocking(run).await.unwrap_or_default();
+                }
                 tokio::process::Command::new(&program)
                     .args(&rest)
                     .stdin(Stdio::null())
