@@ -296,6 +296,9 @@ fn a_read_during_anothers_write_sees_the_write(extra: &[&str]) {
     let r = first(&doc);
     assert_eq!(r["output"], "new", "answered from before the write: {r}");
     assert_ne!(r["cached"], true, "{r}");
+    // It says what held it back: the other process's write on `db`.
+    assert_eq!(r["waited_on"], "backend:db", "{r}");
+    assert!(r["queued_ms"].as_u64().unwrap_or(0) >= 300, "{r}");
     // What it read is the entry now.
     let (doc, _) = p.run_json(get, extra);
     assert_eq!(first(&doc)["output"], "new");

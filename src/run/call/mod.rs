@@ -103,6 +103,9 @@ impl Drop for Held {
     }
 }
 
+/// The backends a call holds, and the one it waited for longest.
+type HeldBackends = (Vec<Box<dyn Send + Sync>>, Option<(Duration, String)>);
+
 /// Base of the exponential backoff between retries.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
@@ -168,13 +171,13 @@ impl Job {
             // from before it may answer that read.
             cache.wrote(marked.clone()).await;
         }
-        let _backends = match self.hold_backends().await {
-            Ok(guards) if guards.is_empty() => guards,
-            Ok(guards) => {
+        let (_backends, backend_wait) = match self.hold_backends().await {
+            Ok((guards, wait)) if guards.is_empty() => (guards, wait),
+            Ok((guards, wait)) => {
                 if let Some((lead, _)) = &mut self.cache {
                     lead.look_again().await;
                 }
-                guards
+                (guards, wait)
             }
             Err((kind, why)) => {
                 let r = never(&mut result, kind, &why);
@@ -190,7 +193,13 @@ impl Job {
         };
         let dispatched = Instant::now();
         result.queued_ms = Some(millis(dispatched.saturating_duration_since(self.ready_at)));
-        result.waited_on = acq.longest.map(|(_, l)| self.plan.lanes[l].name.clone());
+        let lane_wait = acq
+            .longest
+            .map(|(w, l)| (w, self.plan.lanes[l].name.clone()));
+        result.waited_on = match (lane_wait, backend_wait) {
+            (Some(l), Some(b)) => Some(if b.0 > l.0 { b.1 } else { l.1 }),
+            (l, b) => l.or(b).map(|(_, name)| name),
+        };
         result.started_ms = Some(millis(dispatched.saturating_duration_since(self.run_start)));
         if let Some((journal, fp)) = &self.journal {
             let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
@@ -258,16 +267,19 @@ impl Job {
     }
 
     /// Hold the call's backends in the shared store, one after another by name.
-    async fn hold_backends(&mut self) -> Result<Vec<Box<dyn Send + Sync>>, (ErrorKind, String)> {
+    /// With the backend waited for longest (`backend:NAME`, 1 ms or more), for `waited_on`.
+    async fn hold_backends(&mut self) -> Result<HeldBackends, (ErrorKind, String)> {
         let Some(claims) = self.backends.take() else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let mut held = Vec::with_capacity(claims.len());
+        let mut longest: Option<(Duration, String)> = None;
         for (backend, claim) in claims.iter() {
             if let Some(guard) = self.lanes.try_backend(backend, *claim) {
                 held.push(guard);
                 continue;
             }
+            let since = Instant::now();
             let mut stop = self.stop_rx.clone();
             let got = tokio::select! {
                 biased;
@@ -282,8 +294,12 @@ impl Job {
                     return Err((ErrorKind::RunEnded, why));
                 }
             }
+            let waited = since.elapsed();
+            if waited >= Duration::from_millis(1) && longest.as_ref().is_none_or(|l| waited > l.0) {
+                longest = Some((waited, format!("backend:{backend}")));
+            }
         }
-        Ok(held)
+        Ok((held, longest))
     }
 
     /// Package the result with the lanes still held (given back when [`Held`] drops).
