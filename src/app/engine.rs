@@ -385,16 +385,17 @@ impl Engine {
         (config, rx)
     }
 
-    /// Run a whole batch to its end.
+    /// Run a whole batch to its end. The caller may keep a clone of `plan`: then the run
+    /// ends without freeing it (see `run_whole`).
     pub fn execute(
         &mut self,
         rt: &tokio::runtime::Runtime,
-        plan: Plan,
+        plan: Arc<Plan>,
         d: Durability,
     ) -> RunReport {
         let (config, rx) = self.config(&plan, d, None);
         let manifest = self.manifest.clone();
-        let report = rt.block_on(run::execute_spawned(manifest, Arc::new(plan), config, rx));
+        let report = rt.block_on(run::execute_spawned(manifest, plan, config, rx));
         self.spent = report.spent;
         self.calls_made = report.calls_made;
         report

@@ -62,7 +62,8 @@ fn run_whole(args: &Args, opts: &RunOptions, rt: tokio::runtime::Runtime) -> Res
         record: opts.files.record.is_some(),
         replay,
     };
-    let report = engine.execute(&rt, plan, durability);
+    let plan = Arc::new(plan);
+    let report = engine.execute(&rt, plan.clone(), durability);
     let ending = Ending::of_report(&tenant, &report, shape);
     engine.end_run(&rt, &ending);
     let drained = engine.drained.load(std::sync::atomic::Ordering::SeqCst);
@@ -79,6 +80,10 @@ fn run_whole(args: &Args, opts: &RunOptions, rt: tokio::runtime::Runtime) -> Res
     // stdout and the exit status stays the run's (at least 1), never 2 ("nothing was run").
     let written = super::reporters::write_outputs(opts, &report);
     let status = summary.print();
+    // The process ends right after this: the plan and the results are left to the exit rather
+    // than freed one by one (100,000 calls: 60 of 620 ms on the coordinator and this thread,
+    // after every result was already out).
+    std::mem::forget((plan, report));
     // Nobody reads the results any more (`| head`): like a closed pipe, not a failure.
     if drained {
         return Ok(crate::error::EXIT_OK);

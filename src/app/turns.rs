@@ -144,7 +144,7 @@ impl Turns<'_> {
         };
         session.new_run();
         let tenant = plan.settings.tenant.clone();
-        let report = session.execute(rt, plan, Durability::default());
+        let report = session.execute(rt, Arc::new(plan), Durability::default());
         let ending = Ending::of_report(&tenant, &report, shape);
         session.end_run(rt, &ending);
         let label = format!("turn {n}: ");

@@ -8,12 +8,13 @@
 //! `kill_grace`; when the program exits, anything it left running in its group is killed, so
 //! no child outlives the call.
 
-use std::process::Stdio;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::net::unix::pipe;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -214,7 +215,6 @@ impl CommandTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
             .env("FLUX_CALL_ID", inv.call_id())
             .env("FLUX_TOOL", inv.tool())
             .env("FLUX_TENANT", inv.tenant())
@@ -240,15 +240,13 @@ impl CommandTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        let (mut child, mut guard) = self.start(inv)?;
-        let exit = ExitWatch::new(child.id());
-        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
-        else {
-            return Err(Failure::failed(
-                ErrorKind::SpawnFailed,
-                "the child's pipes were not captured",
-            ));
-        };
+        let Proc {
+            mut child,
+            mut guard,
+            exit,
+            mut stdout,
+            mut stderr,
+        } = self.start(inv)?;
 
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
         let mut out: Vec<u8> = Vec::with_capacity(4096.min(max + 1));
@@ -280,7 +278,7 @@ impl CommandTool {
                         Ok(n) => {
                             if out.len() + n > max {
                                 guard.signal(libc::SIGKILL);
-                                let _ = child.wait().await;
+                                let _ = child.reap(&exit).await;
                                 return Err(Failure::failed(
                                     ErrorKind::OutputTooLarge,
                                     format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
@@ -303,14 +301,8 @@ impl CommandTool {
                         // reused, so nothing it started outlives the call and no stranger's
                         // group gets the signal. Then reap it.
                         guard.kill_once();
-                        let s = child.wait().await;
+                        let s = child.reap(&exit).await;
                         status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
-                        drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
-                    },
-                    s = child.wait(), if status.is_none() && !exit.watching() => {
-                        status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
-                        // No pidfd (an old kernel): the group goes right after the reap.
-                        guard.kill_once();
                         drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
                     },
                     _ = drain => break false,
@@ -319,7 +311,7 @@ impl CommandTool {
             }
         };
         if stopped {
-            terminate(&guard, &mut child, self.spec.kill_grace, stop).await;
+            terminate(&guard, &mut child, &exit, self.spec.kill_grace, stop).await;
             return Err(Failure::Stopped);
         }
         let Some(status) = status else {
@@ -341,27 +333,50 @@ impl CommandTool {
     }
 
     /// Start the program in its own process group, its arguments written to stdin.
-    fn start(&self, inv: &Invocation) -> Result<(Child, GroupGuard), Failure> {
+    fn start(&self, inv: &Invocation) -> Result<Proc, Failure> {
         let mut cmd = self.command(inv)?;
-        let mut child = cmd.spawn().map_err(|e| {
+        let spawned = cmd.spawn().map_err(|e| {
             let program = self.spec.argv.first().map(|t| t.redacted());
             Failure::failed(
                 ErrorKind::SpawnFailed,
                 format!("cannot start `{}`: {e}", program.unwrap_or_default()),
             )
         })?;
-        let guard = GroupGuard {
-            pgid: child.id().and_then(|p| i32::try_from(p).ok()),
+        let pid = libc::pid_t::try_from(spawned.id()).unwrap_or(0);
+        let mut child = Reaped::new(spawned, pid);
+        let guard = GroupGuard { pgid: Some(pid) };
+        let exit = ExitWatch::new(pid);
+        let pipes = child.0.as_mut().map(|c| (c.stdout.take(), c.stderr.take(), c.stdin.take()));
+        let Some((Some(out), Some(err), stdin)) = pipes else {
+            return Err(Failure::failed(
+                ErrorKind::SpawnFailed,
+                "the child's pipes were not captured",
+            ));
         };
-        if let Some(mut stdin) = child.stdin.take() {
+        let lost = |e: std::io::Error| {
+            Failure::failed(ErrorKind::SpawnFailed, format!("cannot watch the tool's output: {e}"))
+        };
+        let stdout = nonblocking(out.into()).and_then(pipe::Receiver::from_owned_fd_unchecked);
+        let stderr = nonblocking(err.into()).and_then(pipe::Receiver::from_owned_fd_unchecked);
+        let (stdout, stderr) = (stdout.map_err(lost)?, stderr.map_err(lost)?);
+        if let Some(stdin) = stdin {
             let body = serde_json::to_vec(inv.args()).unwrap_or_default();
+            let sender = nonblocking(stdin.into()).and_then(pipe::Sender::from_owned_fd_unchecked);
             // A tool that does not read stdin may close it early: that is not an error.
-            tokio::spawn(async move {
-                let _ = stdin.write_all(&body).await;
-                let _ = stdin.shutdown().await;
-            });
+            if let Ok(mut stdin) = sender {
+                tokio::spawn(async move {
+                    let _ = stdin.write_all(&body).await;
+                    let _ = stdin.shutdown().await;
+                });
+            }
         }
-        Ok((child, guard))
+        Ok(Proc {
+            child,
+            guard,
+            exit,
+            stdout,
+            stderr,
+        })
     }
 
     /// A non-zero exit (or death by a signal), with the tail of stderr; transient when the
@@ -401,15 +416,91 @@ impl CommandTool {
 }
 
 /// SIGTERM the group; SIGKILL it after `grace` or when the run forces; reap the child.
-async fn terminate(guard: &GroupGuard, child: &mut Child, grace: Duration, stop: &mut Stop) {
+async fn terminate(
+    guard: &GroupGuard,
+    child: &mut Reaped,
+    exit: &ExitWatch,
+    grace: Duration,
+    stop: &mut Stop,
+) {
     guard.signal(libc::SIGTERM);
     tokio::select! {
-        _ = child.wait() => {}
+        _ = exit.exited() => {}
         _ = tokio::time::sleep(grace) => {}
         _ = stop.forced() => {}
     }
     guard.signal(libc::SIGKILL);
-    let _ = child.wait().await;
+    let _ = child.reap(exit).await;
+}
+
+/// A started program, with its pipes registered with the runtime and its exit watched.
+struct Proc {
+    child: Reaped,
+    guard: GroupGuard,
+    exit: ExitWatch,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+}
+
+/// Set a pipe end non-blocking, as the runtime's pipes need (one `fcntl`: the descriptor
+/// was just made by the spawn, so its other status flags are known to be clear).
+fn nonblocking(fd: std::os::fd::OwnedFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_SETFL on a descriptor we own; it changes only its status flags.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The child, reaped exactly once: by [`Reaped::reap`] once it has exited, or — when the
+/// call is dropped half-way — killed and reaped off the runtime's threads, so no zombie is
+/// left behind in a long-lived process (`mcp serve`, `--turns`).
+///
+/// The program runs under `std::process` rather than `tokio::process`: tokio's child installs
+/// a SIGCHLD handler (each exit then interrupts a parked worker) and opens a pidfd of its own
+/// beside ours; the exit is watched by our pidfd alone.
+struct Reaped(Option<Child>, libc::pid_t);
+
+impl Reaped {
+    fn new(child: Child, pid: libc::pid_t) -> Reaped {
+        Reaped(Some(child), pid)
+    }
+
+    /// Wait until the program has exited (without reaping), then reap it.
+    async fn reap(&mut self, exit: &ExitWatch) -> std::io::Result<std::process::ExitStatus> {
+        let Some(child) = self.0.as_mut() else {
+            return Err(std::io::Error::other("the tool was already reaped"));
+        };
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.0 = None;
+                return Ok(status);
+            }
+            exit.exited().await;
+        }
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
+        // Not reaped yet, so the pid is still ours: the program itself goes, even if it left
+        // its group, and is reaped where blocking is allowed.
+        // SAFETY: kill(2) only sends a signal to our own unreaped child.
+        unsafe {
+            libc::kill(self.1, libc::SIGKILL);
+        }
+        let reap = move || {
+            let _ = child.wait();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(reap)),
+            Err(_) => drop(std::thread::Builder::new().spawn(reap)),
+        }
+    }
 }
 
 /// Kills the process group when the call is dropped half-way (e.g. a forced exit), so that
@@ -430,35 +521,33 @@ impl GroupGuard {
 }
 
 /// Resolves when the program has exited, *without* reaping it (a pidfd turns readable): while
-/// it is a zombie its process-group id stays taken, so the group can be killed before `wait`
-/// reaps it and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
-/// never resolves and the caller waits as before.
-struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
+/// it is a zombie its process-group id stays taken, so the group can be killed before it is
+/// reaped and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
+/// looks with `waitid(WNOWAIT)` every few milliseconds instead.
+struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, libc::pid_t);
+
+/// How often an exit is looked for without a pidfd.
+const EXIT_POLL: Duration = Duration::from_millis(5);
 
 impl ExitWatch {
-    fn new(pid: Option<u32>) -> ExitWatch {
+    fn new(pid: libc::pid_t) -> ExitWatch {
         use std::os::fd::FromRawFd;
-        let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) else {
-            return ExitWatch(None);
-        };
         // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
         // descriptor we own.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         let Ok(fd) = i32::try_from(fd) else {
-            return ExitWatch(None);
+            return ExitWatch(None, pid);
         };
         if fd < 0 {
-            return ExitWatch(None);
+            return ExitWatch(None, pid);
         }
         // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
         // AsyncFd owns it from here and deregisters it before closing it.
         let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let readable = tokio::io::Interest::READABLE;
         // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
-        ExitWatch(unsafe { tokio::io::unix::AsyncFd::register(owned) }.ok())
-    }
-
-    fn watching(&self) -> bool {
-        self.0.is_some()
+        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) };
+        ExitWatch(registered.ok(), pid)
     }
 
     async fn exited(&self) {
@@ -466,8 +555,29 @@ impl ExitWatch {
             Some(fd) => {
                 let _ = fd.readable().await;
             }
-            None => std::future::pending().await,
+            None => {
+                while !self.gone() {
+                    tokio::time::sleep(EXIT_POLL).await;
+                }
+            }
         }
+    }
+
+    /// Whether the program has exited, looked at without reaping it.
+    fn gone(&self) -> bool {
+        // SAFETY: a zeroed siginfo_t is a valid value for waitid to fill in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with WNOWAIT leaves it unreaped.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                libc::id_t::try_from(self.1).unwrap_or(0),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when a child was found (else it stays 0).
+        r != 0 || unsafe { info.si_pid() } != 0
     }
 }
 
@@ -503,4 +613,61 @@ pub fn missing_program(spec: &CommandSpec) -> Option<String> {
     let found = std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(&program))));
     (!found).then(|| format!("program `{program}` is not found on PATH"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `pid` is still our child, unreaped (a zombie included).
+    fn unreaped(pid: libc::pid_t) -> bool {
+        // SAFETY: a zeroed siginfo_t is valid for waitid to fill in; WNOWAIT reaps nothing.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        let id = libc::id_t::try_from(pid).unwrap_or(0);
+        // SAFETY: as above; ECHILD once the pid was reaped.
+        unsafe { libc::waitid(libc::P_PID, id, &mut info, options) == 0 }
+    }
+
+    fn sleeper() -> (Reaped, libc::pid_t) {
+        let child = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+        (Reaped::new(child, pid), pid)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_call_dropped_half_way_kills_and_reaps_its_program() {
+        let (child, pid) = sleeper();
+        assert!(unreaped(pid));
+        drop(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while unreaped(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!unreaped(pid), "the dropped call's program was left unreaped");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_exit_is_seen_before_the_reap_with_or_without_a_pidfd() {
+        for pidfd in [true, false] {
+            let (mut child, pid) = sleeper();
+            let mut exit = ExitWatch::new(pid);
+            if !pidfd {
+                exit.0 = None;
+            }
+            assert!(!exit.gone(), "a running program is not gone");
+            // SAFETY: a signal to our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let waited = tokio::time::timeout(Duration::from_secs(10), exit.exited()).await;
+            assert!(waited.is_ok(), "the exit was not seen (pidfd: {pidfd})");
+            // Seen, but not reaped: the group id is still taken until the reap.
+            assert!(unreaped(pid), "the watch reaped the program (pidfd: {pidfd})");
+            let status = child.reap(&exit).await.expect("reaped once");
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(libc::SIGTERM)
+            );
+            assert!(!unreaped(pid));
+        }
+    }
 }

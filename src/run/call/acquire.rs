@@ -70,7 +70,6 @@ pub(in crate::run) fn begin_acquire(
     while acq.next < call.lanes.len() {
         let lane = call.lanes[acq.next];
         acq.next += 1;
-        let since = Instant::now();
         // Free at once (no future), else queued: waiters queue in call order across the
         // whole run (a stream's segments included).
         let (polled, mut fut) = match store.try_acquire(lane, call.weight) {
@@ -100,12 +99,12 @@ pub(in crate::run) fn begin_acquire(
                                     waiting: true,
                                 });
                             }
-                            acq.token = Some((lane, since, Admit::Known(adm)));
+                            acq.token = Some((lane, Instant::now(), Admit::Known(adm)));
                             break;
                         }
                     }
                     Answer::Later(asking) => {
-                        acq.token = Some((lane, since, Admit::Asking(asking)));
+                        acq.token = Some((lane, Instant::now(), Admit::Asking(asking)));
                         break;
                     }
                 }
@@ -129,7 +128,8 @@ pub(in crate::run) fn begin_acquire(
                     lane,
                     weight: call.weight,
                 });
-                acq.pending = fut.take().map(|f| (lane, since, f));
+                // The clock is read only for a lane that is waited for (not per lane taken).
+                acq.pending = fut.take().map(|f| (lane, Instant::now(), f));
                 break;
             }
         }

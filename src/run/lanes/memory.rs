@@ -93,6 +93,10 @@ impl MemoryLanes {
             .tokens
             .lock()
             .map_err(|_| LaneError("rate bucket poisoned".into()))?;
+        // A lane without a rate that was never paused admits at once: no clock to read.
+        if l.rate.is_none() && st.paused_until <= 0.0 {
+            return Ok(Admission::default());
+        }
         Ok(st.admit(self.base.elapsed().as_secs_f64(), l.rate))
     }
 
