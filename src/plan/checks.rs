@@ -68,7 +68,7 @@ impl Builder<'_> {
     /// A call heavier than a (narrowed) lane could never run.
     pub(super) fn check_weights(&mut self, calls: &[CallPlan], lanes: &[LaneSpec]) {
         for c in calls {
-            for &l in &c.lanes {
+            for &l in c.lanes.iter() {
                 let Some(lim) = lanes[l].limit.filter(|lim| c.weight > *lim) else {
                     continue;
                 };
@@ -95,7 +95,7 @@ impl Builder<'_> {
         for (pi, p) in phases.iter().enumerate() {
             let mut per_lane = vec![0u64; lanes.len()];
             for c in &calls[p.start..p.end] {
-                for &l in &c.lanes {
+                for &l in c.lanes.iter() {
                     per_lane[l] += u64::from(c.weight);
                 }
             }

@@ -134,7 +134,7 @@ impl<'a> Builder<'a> {
         for c in calls.iter_mut() {
             if let Some(why) = self.invalid[c.index].take() {
                 c.invalid = Some(why);
-                c.lanes.clear();
+                c.lanes = std::sync::Arc::new([]);
                 c.edges.clear();
                 c.weight = 0;
                 c.cost = 0.0;

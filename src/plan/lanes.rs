@@ -2,7 +2,8 @@
 //! copy, turn, tool, the batch's tool copy, shared lanes by name, processes), and the
 //! run-wide settings after the batch and the command line narrow the manifest.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LaneKey, LaneSpec, PlanOptions, RunSettings};
@@ -18,7 +19,8 @@ pub(super) struct LaneTable {
     batch_tenant: Option<usize>,
     turn: usize,
     /// Each tool's lanes, once computed.
-    of_tool: HashMap<usize, Vec<usize>>,
+    /// Per tool (by position): its calls' lanes, made once and shared by every call.
+    of_tool: Vec<Option<Arc<[usize]>>>,
 }
 
 impl LaneTable {
@@ -36,7 +38,7 @@ impl LaneTable {
             tenant: 0,
             batch_tenant: None,
             turn: 0,
-            of_tool: HashMap::new(),
+            of_tool: Vec::new(),
         };
         for l in seed.unwrap_or_default() {
             t.ids.insert(l.key.clone(), t.lanes.len());
@@ -88,8 +90,8 @@ impl LaneTable {
         opts: &PlanOptions,
         t: usize,
         warnings: &mut Vec<Diagnostic>,
-    ) -> Vec<usize> {
-        if let Some(l) = self.of_tool.get(&t) {
+    ) -> Arc<[usize]> {
+        if let Some(Some(l)) = self.of_tool.get(t) {
             return l.clone();
         }
         let tool = &manifest.tools[t];
@@ -113,7 +115,11 @@ impl LaneTable {
             }
         }
         self.shared_and_processes(manifest, tool, opts, &mut l);
-        self.of_tool.insert(t, l.clone());
+        let l: Arc<[usize]> = l.into();
+        if self.of_tool.len() <= t {
+            self.of_tool.resize(t + 1, None);
+        }
+        self.of_tool[t] = Some(l.clone());
         l
     }
 

@@ -155,8 +155,8 @@ pub struct CallPlan {
     pub called_as: Option<String>,
     pub phase: usize,
     pub edges: Vec<Edge>,
-    /// Lane indices into [`Plan::lanes`], in acquisition order.
-    pub lanes: Vec<usize>,
+    /// Lane indices into [`Plan::lanes`], in acquisition order (shared by a tool's calls).
+    pub lanes: std::sync::Arc<[usize]>,
     pub args: std::sync::Arc<Args>,
     pub weight: u32,
     pub write: bool,
@@ -183,7 +183,7 @@ impl CallPlan {
             called_as: None,
             phase,
             edges: Vec::new(),
-            lanes: Vec::new(),
+            lanes: std::sync::Arc::new([]),
             args: call.args.clone(),
             weight: 0,
             write: false,

@@ -110,8 +110,8 @@ impl<'p> Sim<'p> {
             .calls
             .iter()
             .map(|c| {
-                *group_of_sig.entry(c.lanes.as_slice()).or_insert_with(|| {
-                    group_sig.push(c.lanes.as_slice());
+                *group_of_sig.entry(&c.lanes[..]).or_insert_with(|| {
+                    group_sig.push(&c.lanes[..]);
                     group_sig.len() - 1
                 })
             })
@@ -210,7 +210,7 @@ impl<'p> Sim<'p> {
         self.now = self.now.max(t as f64 / 1e9);
         self.in_flight -= 1;
         let w = u64::from(self.plan.calls[p].weight);
-        for &l in &self.plan.calls[p].lanes {
+        for &l in self.plan.calls[p].lanes.iter() {
             self.in_use[l] -= w;
         }
         for i in 0..self.dependants[p].len() {

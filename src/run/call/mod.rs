@@ -148,7 +148,9 @@ pub(super) struct Job {
 }
 
 impl Job {
-    pub(super) async fn run(mut self) -> Completion {
+    /// Run the call. The job comes boxed: the call's future then holds a pointer, not the
+    /// job's 750 bytes, so making it and boxing it copies a fraction of what it did.
+    pub(super) async fn run(mut self: Box<Self>) -> Completion {
         let mut result = base_result(&self.plan, self.pos);
         result.idempotency_key = self.inv.idempotency_key.clone();
         let Some(mut acq) = self.acquisition.take() else {
@@ -381,4 +383,20 @@ pub(super) fn never_dispatched(plan: &Plan, p: usize, kind: ErrorKind, why: &str
         message: format!("never dispatched: {why}"),
     });
     r
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of what `f` returns (a future's state machine), without calling it.
+    fn future_size<A, F: FnOnce(A) -> Fut, Fut>(_: F) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every call's future is made and boxed on the coordinator: its size is copied per call
+    /// (3,264 bytes when the job was moved into it whole; 1,776 with the job boxed).
+    #[test]
+    fn a_calls_future_stays_small() {
+        let size = future_size(super::Job::run);
+        assert!(size <= 2048, "a call's future is {size} bytes");
+    }
 }

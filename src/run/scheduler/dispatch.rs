@@ -81,7 +81,7 @@ impl Coordinator {
                 .then(|| idempotency_key(&self.run.run_id, &call.id)),
             attempt: 1,
         };
-        let job = Job {
+        let job = Box::new(Job {
             pos: p,
             acquisition: Some(acquisition),
             plan: self.plan.clone(),
@@ -109,9 +109,9 @@ impl Coordinator {
             } else {
                 None
             },
-        };
+        });
         self.in_flight += 1;
-        for &lane in &call.lanes {
+        for &lane in call.lanes.iter() {
             self.outstanding[lane] += 1;
         }
         let mut fut = Box::pin(job.run());

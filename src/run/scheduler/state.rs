@@ -312,7 +312,7 @@ impl Coordinator {
 
     pub(super) fn completed(&mut self, c: Completion) {
         self.in_flight -= 1;
-        for &lane in &self.plan.calls[c.pos].lanes {
+        for &lane in self.plan.calls[c.pos].lanes.iter() {
             self.outstanding[lane] -= 1;
         }
         self.recheck |= self.parked_n > 0;
