@@ -802,6 +802,36 @@ fn redis_a_release_grants_the_next_waiter_its_permits_itself() {
     );
 }
 
+/// A "freed" message wakes the one process it is for. Each process listens for its own
+/// tickets' channels (one pattern each): before, every process subscribed to one pattern for
+/// the whole lane, so every handoff woke all of them (`PUBSUB NUMPAT` read 1 here, with three
+/// processes waiting; with 8 processes on 2 cores the one it was for waited behind the rest).
+#[test]
+fn redis_a_freed_message_wakes_only_the_process_it_is_for() {
+    let Some(redis) = Redis::start() else { return };
+    let client = redis::Client::open(redis.url.as_str()).expect("a client");
+    let mut conn = client.get_connection().expect("a connection");
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis-own.log");
+    let runs = three_runs(&p, &log, 6, &redis.url);
+    let mut most = 0i64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while most < 3 && Instant::now() < deadline {
+        let patterns: i64 = redis::cmd("PUBSUB")
+            .arg("NUMPAT")
+            .query(&mut conn)
+            .expect("PUBSUB NUMPAT");
+        most = most.max(patterns);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    all_ok(runs);
+    assert_eq!(peak(&log, None), 2);
+    assert_eq!(
+        most, 3,
+        "three waiting processes listened on {most} pattern(s), not one each"
+    );
+}
+
 /// A process that ends gives its last permits back before it exits: nothing of it is left in
 /// Redis for the lease to lapse (other processes would wait for that, 10 s by default). Before
 /// the fix the last calls' releases were dropped with the runtime: three tries here took

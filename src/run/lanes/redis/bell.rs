@@ -1,7 +1,10 @@
 //! "You are next" (`1`) or "the permits are yours" (`g PAUSED_MS`: a release granted them):
-//! one pub/sub connection per process, pattern-subscribed to the `freed` channels of every lane
-//! of the manifest, wakes the one call of this process whose ticket is at the head of the
-//! lane's queue. The listener starts with the first wait and comes back by itself after Redis
+//! one pub/sub connection per process, pattern-subscribed to the `freed` channels of *its own*
+//! tickets on every lane of the manifest, wakes the one call of this process whose ticket is at
+//! the head of the lane's queue. A process's tickets start with its tag, and it listens for that
+//! tag alone: a message wakes the one process it is for, not every process sharing the lane
+//! (eight processes on a 2-core machine each woke for every handoff, and the one it was for
+//! waited its turn for a CPU behind them). The listener starts with the first wait and comes back by itself after Redis
 //! does (a message missed meanwhile costs a waiter one fallback period, never a hang: its next
 //! try finds what a release granted it).
 
@@ -17,20 +20,29 @@ const RECONNECT: Duration = Duration::from_secs(1);
 
 pub(super) struct Bells {
     client: redis::Client,
-    /// `flux-tools:NS:*:freed`.
+    /// `flux-tools:NS:*:freed:TAG*`.
     pattern: String,
+    /// This process's tag: the start of each of its tickets.
+    tag: String,
     lanes: Mutex<HashMap<String, Arc<Bell>>>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Bells {
     pub(super) fn new(client: redis::Client, ns: &str) -> Arc<Bells> {
+        let tag = format!("{:08x}", fastrand::u32(..));
         Arc::new(Bells {
             client,
-            pattern: format!("flux-tools:{ns}:*:freed:*"),
+            pattern: format!("flux-tools:{ns}:*:freed:{tag}*"),
+            tag,
             lanes: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
         })
+    }
+
+    /// A new ticket of this process: its tag, then 16 random hex digits.
+    pub(super) fn ticket(&self) -> String {
+        format!("{}{:016x}", self.tag, fastrand::u64(..))
     }
 
     /// What wakes the waiter of `channel` (its own ticket's; listening from now on).

@@ -242,7 +242,7 @@ impl RedisLanes {
         weight: u32,
         flow: (&str, u32),
     ) -> Result<(Permits, i64), LaneError> {
-        let id = format!("{:016x}", fastrand::u64(..));
+        let id = self.bells.ticket();
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
         let queue_ms = u64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(2_000);
