@@ -20,6 +20,7 @@ mod caching;
 mod differential;
 mod dispatch;
 mod durability;
+mod holding;
 mod hooks;
 mod lifecycle;
 mod parking;
