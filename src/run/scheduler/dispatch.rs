@@ -123,24 +123,20 @@ impl Coordinator {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             if let std::task::Poll::Ready(mut c) = std::future::Future::poll(fut.as_mut(), &mut cx)
             {
-                // Lanes first: once its completion is read the run may end (a spawned call's
-                // lanes are waited for instead, see `holding.rs`).
+                // Lanes first, as a spawned call gives them back before its completion is read.
                 drop(std::mem::take(&mut c.held));
                 self.completed(c);
                 return;
             }
         }
         let done = self.done_tx.clone();
-        let part = self.holding.enter();
         tokio::spawn(async move {
             let mut c = fut.await;
-            // The completion before the lanes: the next call waiting on them is then the last
-            // task woken and runs next on this worker. The run waits for `part` before it ends,
-            // so a shared store's release is never dropped with the runtime.
-            let held = std::mem::take(&mut c.held);
+            // Lanes before the completion: once the coordinator has read the last one the run
+            // may end, and a hold given back after that (a shared store's permits) would be
+            // dropped with the runtime and kept in the store until its lease lapses.
+            drop(std::mem::take(&mut c.held));
             let _ = done.send(c);
-            drop(held);
-            drop(part);
         });
     }
 

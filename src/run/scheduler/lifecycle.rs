@@ -139,8 +139,6 @@ impl Coordinator {
         if let Some(after) = after {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(60), after).await;
         }
-        // Every lane a call held is given back before the run returns (see `holding.rs`).
-        self.holding.released().await;
         let outcome = match &self.ending {
             Some((o, _)) => *o,
             None if self.budget_hit => Outcome::BudgetExhausted,

@@ -20,7 +20,6 @@ mod caching;
 mod differential;
 mod dispatch;
 mod durability;
-mod holding;
 mod hooks;
 mod lifecycle;
 mod parking;

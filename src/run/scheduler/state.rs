@@ -52,8 +52,6 @@ pub(super) struct Coordinator {
     /// A completion may have made room for parked calls.
     pub(super) recheck: bool,
     pub(super) done_tx: mpsc::UnboundedSender<Completion>,
-    /// Call tasks that sent their completion and have yet to give their lanes back.
-    pub(super) holding: super::holding::Holding,
     pub(super) stop_tx: Arc<watch::Sender<StopLevel>>,
     pub(super) stop_rx: watch::Receiver<StopLevel>,
     pub(super) ending: Option<(Outcome, String)>,
@@ -172,7 +170,6 @@ impl Coordinator {
             parked_n: 0,
             recheck: false,
             done_tx,
-            holding: super::holding::Holding::default(),
             stop_tx: Arc::new(stop_tx),
             stop_rx,
             ending: None,
