@@ -18,7 +18,6 @@ pub(super) struct LaneTable {
     tenant: usize,
     batch_tenant: Option<usize>,
     turn: usize,
-    /// Each tool's lanes, once computed.
     /// Per tool (by position): its calls' lanes, made once and shared by every call.
     of_tool: Vec<Option<Arc<[usize]>>>,
 }

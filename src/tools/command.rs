@@ -342,7 +342,11 @@ impl CommandTool {
                 format!("cannot start `{}`: {e}", program.unwrap_or_default()),
             )
         })?;
-        let pid = libc::pid_t::try_from(spawned.id()).unwrap_or(0);
+        // Never 0 (which would name our own group to `killpg` and `kill`): a pid that does not
+        // fit a pid_t is an error (Linux pids always fit; this only guards the conversion).
+        let Some(pid) = libc::pid_t::try_from(spawned.id()).ok().filter(|p| *p > 0) else {
+            return Err(Failure::failed(ErrorKind::SpawnFailed, "the tool's pid is out of range"));
+        };
         let mut child = Reaped::new(spawned, pid);
         let guard = GroupGuard { pgid: Some(pid) };
         let exit = ExitWatch::new(pid);
