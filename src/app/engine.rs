@@ -30,6 +30,8 @@ use crate::trace_context::TraceContext;
 
 /// How long the event consumer lets events gather after each round.
 const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+/// How many empty looks, a pause apart, before the reporters' thread parks until the next event.
+const REPORTER_IDLE_LOOKS: u32 = 3;
 
 /// The controls of the batches running now.
 type Controls = Arc<Mutex<Vec<mpsc::UnboundedSender<Control>>>>;
@@ -537,8 +539,29 @@ impl Engine {
 }
 
 /// Feed events to the reporters until the run ends.
+///
+/// Events are taken in batches, one wake-up a millisecond at most, and the thread parks only
+/// once a few looks in a row found nothing: while calls keep finishing, a call's completion
+/// never has to wake this thread (a futex and a context switch a call otherwise).
 fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Reporter>>) {
-    while let Some(ev) = rx.blocking_recv() {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let mut idle = 0;
+    loop {
+        let first = if idle >= REPORTER_IDLE_LOOKS {
+            rx.blocking_recv()
+        } else {
+            match rx.try_recv() {
+                Ok(ev) => Some(ev),
+                Err(TryRecvError::Empty) => {
+                    idle += 1;
+                    std::thread::sleep(REPORTER_PAUSE);
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => None,
+            }
+        };
+        let Some(ev) = first else { break };
+        idle = 0;
         for rep in reporters.iter_mut() {
             rep.handle(&ev);
         }
@@ -552,8 +575,6 @@ fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Re
         for rep in reporters.iter_mut() {
             rep.flush();
         }
-        // Let events gather for a moment: one wake-up per millisecond at most, rather than a
-        // futex and a context switch per call when calls finish thousands a second.
         std::thread::sleep(REPORTER_PAUSE);
     }
 }

@@ -8,8 +8,8 @@
 //! `kill_grace`; when the program exits, anything it left running in its group is killed, so
 //! no child outlives the call.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,6 +27,10 @@ use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
 use crate::template::{redacted_map, RenderError, Template};
+
+mod process;
+
+use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
 
 /// `kind = "command"`: a program run directly, never through a shell.
 #[derive(Debug, Clone)]
@@ -167,32 +171,66 @@ const DRAIN_WAIT: Duration = Duration::from_millis(500);
 pub struct CommandTool {
     name: String,
     spec: CommandSpec,
-    /// `FLUX_INVOCATION_DIR`: where flux-tools was started (the program runs in `spec.cwd`).
-    invocation_dir: PathBuf,
+    /// The environment its programs inherit, made once.
+    env: Environment,
+    /// `FLUX_INVOCATION_DIR=…` (where flux-tools was started; the program runs in `spec.cwd`),
+    /// made once.
+    invocation_var: CString,
+    /// `spec.cwd`, when it is not where flux-tools runs (else the program starts here and
+    /// nothing changes directory).
+    cwd: Option<CString>,
 }
+
+/// The variables every call sets (a manifest's `env` may set more, and wins over these).
+const CALL_VARS: [&str; 7] = [
+    "FLUX_CALL_ID",
+    "FLUX_TOOL",
+    "FLUX_TENANT",
+    "FLUX_RUN_ID",
+    "FLUX_IDEMPOTENCY_KEY",
+    "FLUX_TOOLS_LEASE",
+    "FLUX_INVOCATION_DIR",
+];
 
 impl CommandTool {
     pub fn new(tool: &Tool, spec: CommandSpec) -> CommandTool {
+        let invocation_dir = std::env::current_dir().unwrap_or_default();
+        let mut set: Vec<&str> = CALL_VARS.to_vec();
+        set.extend(spec.env.keys().map(String::as_str));
+        let env = Environment::inherit(&set);
+        let cwd = (spec.cwd != invocation_dir)
+            .then(|| CString::new(spec.cwd.as_os_str().as_bytes()).ok())
+            .flatten();
+        let dir = invocation_dir.as_os_str().as_bytes();
+        let invocation_var = process::entry(b"FLUX_INVOCATION_DIR", dir).unwrap_or_default();
         CommandTool {
             name: tool.name.clone(),
+            invocation_var,
+            env,
+            cwd,
             spec,
-            invocation_dir: std::env::current_dir().unwrap_or_default(),
         }
     }
 
-    fn command(&self, inv: &Invocation) -> Result<Command, Failure> {
+    /// What to start for `inv`: its program and arguments rendered, its variables.
+    fn launch(&self, inv: &Invocation) -> Result<Launch<'_>, Failure> {
         let render_err = |e: RenderError| match e {
             RenderError::Env(m) => Failure::failed(ErrorKind::SpawnFailed, m.to_string()),
             RenderError::MissingArg(_) => Failure::failed(ErrorKind::Guardrail, e.to_string()),
         };
+        let nul = |what: &str| {
+            let tool = &self.name;
+            Failure::failed(
+                ErrorKind::SpawnFailed,
+                format!("cannot start tool `{tool}`: {what} holds a NUL byte"),
+            )
+        };
         let mut argv = Vec::with_capacity(self.spec.argv.len());
         for t in &self.spec.argv {
-            argv.push(
-                t.render(inv.args(), &|s| s.to_string())
-                    .map_err(render_err)?,
-            );
+            let a = t.render(inv.args(), &|s| s.to_string()).map_err(render_err)?;
+            argv.push(CString::new(a).map_err(|_| nul("an argument"))?);
         }
-        let Some((program, rest)) = argv.split_first() else {
+        let Some(first) = argv.first() else {
             return Err(Failure::failed(
                 ErrorKind::SpawnFailed,
                 format!("tool `{}` has an empty command", self.name),
@@ -200,43 +238,44 @@ impl CommandTool {
         };
         // `./bin/lookup`: the manifest's folder, wherever flux-tools was started. A bare name
         // (`cat`) is looked up in PATH.
-        let program = Path::new(program);
-        let mut cmd = if program.is_relative() && program.components().count() > 1 {
-            Command::new(self.spec.dir.join(program))
+        let path = Path::new(std::ffi::OsStr::from_bytes(first.as_bytes()));
+        let program = if path.is_relative() && path.components().count() > 1 {
+            let joined = self.spec.dir.join(path);
+            CString::new(joined.as_os_str().as_bytes()).map_err(|_| nul("the program"))?
         } else {
-            Command::new(program)
+            first.clone()
         };
-        cmd.args(rest)
-            .stdin(if self.spec.stdin_json {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .env("FLUX_CALL_ID", inv.call_id())
-            .env("FLUX_TOOL", inv.tool())
-            .env("FLUX_TENANT", inv.tenant())
-            .env("FLUX_RUN_ID", inv.run_id())
-            .env(
-                "FLUX_IDEMPOTENCY_KEY",
-                inv.idempotency_key.as_deref().unwrap_or(""),
-            )
-            .env("FLUX_TOOLS_LEASE", inv.lease())
-            .env("FLUX_INVOCATION_DIR", &self.invocation_dir)
-            .current_dir(&self.spec.cwd);
+        let key = |e: &CString| e.as_bytes().split(|c| *c == b'=').next().map(<[u8]>::to_vec);
+        let mut vars = Vec::with_capacity(CALL_VARS.len() + 1 + self.spec.env.len());
+        let lease = inv.lease();
+        let own: [(&str, &[u8]); 6] = [
+            ("FLUX_CALL_ID", inv.call_id().as_bytes()),
+            ("FLUX_TOOL", inv.tool().as_bytes()),
+            ("FLUX_TENANT", inv.tenant().as_bytes()),
+            ("FLUX_RUN_ID", inv.run_id().as_bytes()),
+            ("FLUX_IDEMPOTENCY_KEY", inv.idempotency_key.as_deref().unwrap_or("").as_bytes()),
+            ("FLUX_TOOLS_LEASE", lease.as_bytes()),
+        ];
+        for (k, v) in own {
+            vars.push(process::entry(k.as_bytes(), v).ok_or_else(|| nul(k))?);
+        }
+        vars.push(self.invocation_var.clone());
         if let Some(tp) = inv.traceparent() {
-            cmd.env("TRACEPARENT", tp);
+            vars.push(process::entry(b"TRACEPARENT", tp.as_bytes()).ok_or_else(|| nul("TRACEPARENT"))?);
         }
         for (k, v) in &self.spec.env {
-            cmd.env(
-                k,
-                v.render(inv.args(), &|s| s.to_string())
-                    .map_err(render_err)?,
-            );
+            let v = v.render(inv.args(), &|s| s.to_string()).map_err(render_err)?;
+            vars.retain(|e| key(e).as_deref() != Some(k.as_bytes()));
+            vars.push(process::entry(k.as_bytes(), v.as_bytes()).ok_or_else(|| nul(k))?);
         }
-        Ok(cmd)
+        Ok(Launch {
+            program,
+            argv,
+            env: &self.env,
+            vars,
+            cwd: self.cwd.clone(),
+            stdin: self.spec.stdin_json,
+        })
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
@@ -251,8 +290,6 @@ impl CommandTool {
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
         let mut out: Vec<u8> = Vec::with_capacity(4096.min(max + 1));
         let mut err_tail: Vec<u8> = Vec::new();
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut ebuf = vec![0u8; 4 * 1024];
         let (mut out_open, mut err_open) = (true, true);
         let mut status = None;
         let mut drain_deadline: Option<tokio::time::Instant> = None;
@@ -273,10 +310,10 @@ impl CommandTool {
                     }
                 };
                 tokio::select! {
-                    n = stdout.read(&mut buf), if out_open => match n {
+                    n = read_into(&mut stdout, &mut out, 16 * 1024), if out_open => match n {
                         Ok(0) | Err(_) => out_open = false,
-                        Ok(n) => {
-                            if out.len() + n > max {
+                        Ok(_) => {
+                            if out.len() > max {
                                 guard.signal(libc::SIGKILL);
                                 let _ = child.reap(&exit).await;
                                 return Err(Failure::failed(
@@ -284,13 +321,11 @@ impl CommandTool {
                                     format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
                                 ));
                             }
-                            out.extend_from_slice(&buf[..n]);
                         }
                     },
-                    n = stderr.read(&mut ebuf), if err_open => match n {
+                    n = read_into(&mut stderr, &mut err_tail, 4 * 1024), if err_open => match n {
                         Ok(0) | Err(_) => err_open = false,
-                        Ok(n) => {
-                            err_tail.extend_from_slice(&ebuf[..n]);
+                        Ok(_) => {
                             if err_tail.len() > STDERR_TAIL * 2 {
                                 err_tail.drain(..err_tail.len() - STDERR_TAIL);
                             }
@@ -334,38 +369,27 @@ impl CommandTool {
 
     /// Start the program in its own process group, its arguments written to stdin.
     fn start(&self, inv: &Invocation) -> Result<Proc, Failure> {
-        let mut cmd = self.command(inv)?;
-        let spawned = cmd.spawn().map_err(|e| {
+        let launch = self.launch(inv)?;
+        let started = process::spawn(&launch).map_err(|e| {
             let program = self.spec.argv.first().map(|t| t.redacted());
             Failure::failed(
                 ErrorKind::SpawnFailed,
                 format!("cannot start `{}`: {e}", program.unwrap_or_default()),
             )
         })?;
-        // Never 0 (which would name our own group to `killpg` and `kill`): a pid that does not
-        // fit a pid_t is an error (Linux pids always fit; this only guards the conversion).
-        let Some(pid) = libc::pid_t::try_from(spawned.id()).ok().filter(|p| *p > 0) else {
-            return Err(Failure::failed(ErrorKind::SpawnFailed, "the tool's pid is out of range"));
-        };
-        let mut child = Reaped::new(spawned, pid);
+        let pid = started.pid;
+        let child = Reaped::new(pid);
         let guard = GroupGuard { pgid: Some(pid) };
         let exit = ExitWatch::new(pid);
-        let pipes = child.0.as_mut().map(|c| (c.stdout.take(), c.stderr.take(), c.stdin.take()));
-        let Some((Some(out), Some(err), stdin)) = pipes else {
-            return Err(Failure::failed(
-                ErrorKind::SpawnFailed,
-                "the child's pipes were not captured",
-            ));
-        };
         let lost = |e: std::io::Error| {
             Failure::failed(ErrorKind::SpawnFailed, format!("cannot watch the tool's output: {e}"))
         };
-        let stdout = nonblocking(out.into()).and_then(pipe::Receiver::from_owned_fd_unchecked);
-        let stderr = nonblocking(err.into()).and_then(pipe::Receiver::from_owned_fd_unchecked);
+        let stdout = nonblocking(started.stdout).and_then(pipe::Receiver::from_owned_fd_unchecked);
+        let stderr = nonblocking(started.stderr).and_then(pipe::Receiver::from_owned_fd_unchecked);
         let (stdout, stderr) = (stdout.map_err(lost)?, stderr.map_err(lost)?);
-        if let Some(stdin) = stdin {
+        if let Some(stdin) = started.stdin {
             let body = serde_json::to_vec(inv.args()).unwrap_or_default();
-            let sender = nonblocking(stdin.into()).and_then(pipe::Sender::from_owned_fd_unchecked);
+            let sender = nonblocking(stdin).and_then(pipe::Sender::from_owned_fd_unchecked);
             // A tool that does not read stdin may close it early: that is not an error.
             if let Ok(mut stdin) = sender {
                 tokio::spawn(async move {
@@ -419,6 +443,19 @@ impl CommandTool {
     }
 }
 
+/// Read what the pipe has into the spare room of `into`, made at least `room` bytes when it
+/// is short (never zeroed; what a read leaves unfilled stays unused).
+async fn read_into(
+    pipe: &mut pipe::Receiver,
+    into: &mut Vec<u8>,
+    room: usize,
+) -> std::io::Result<usize> {
+    if into.capacity() - into.len() < room / 4 {
+        into.reserve(room);
+    }
+    pipe.read_buf(into).await
+}
+
 /// SIGTERM the group; SIGKILL it after `grace` or when the run forces; reap the child.
 async fn terminate(
     guard: &GroupGuard,
@@ -446,159 +483,6 @@ struct Proc {
     stderr: pipe::Receiver,
 }
 
-/// Set a pipe end non-blocking, as the runtime's pipes need (one `fcntl`: the descriptor
-/// was just made by the spawn, so its other status flags are known to be clear).
-fn nonblocking(fd: std::os::fd::OwnedFd) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: F_SETFL on a descriptor we own; it changes only its status flags.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// The child, reaped exactly once: by [`Reaped::reap`] once it has exited, or — when the
-/// call is dropped half-way — killed and reaped off the runtime's threads, so no zombie is
-/// left behind in a long-lived process (`mcp serve`, `--turns`).
-///
-/// The program runs under `std::process` rather than `tokio::process`: tokio's child installs
-/// a SIGCHLD handler (each exit then interrupts a parked worker) and opens a pidfd of its own
-/// beside ours; the exit is watched by our pidfd alone.
-struct Reaped(Option<Child>, libc::pid_t);
-
-impl Reaped {
-    fn new(child: Child, pid: libc::pid_t) -> Reaped {
-        Reaped(Some(child), pid)
-    }
-
-    /// Wait until the program has exited (without reaping), then reap it.
-    async fn reap(&mut self, exit: &ExitWatch) -> std::io::Result<std::process::ExitStatus> {
-        let Some(child) = self.0.as_mut() else {
-            return Err(std::io::Error::other("the tool was already reaped"));
-        };
-        loop {
-            if let Some(status) = child.try_wait()? {
-                self.0 = None;
-                return Ok(status);
-            }
-            exit.exited().await;
-        }
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let Some(mut child) = self.0.take() else {
-            return;
-        };
-        // Not reaped yet, so the pid is still ours: the program itself goes, even if it left
-        // its group, and is reaped where blocking is allowed.
-        // SAFETY: kill(2) only sends a signal to our own unreaped child.
-        unsafe {
-            libc::kill(self.1, libc::SIGKILL);
-        }
-        let reap = move || {
-            let _ = child.wait();
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(reap)),
-            Err(_) => drop(std::thread::Builder::new().spawn(reap)),
-        }
-    }
-}
-
-/// Kills the process group when the call is dropped half-way (e.g. a forced exit), so that
-/// even an abandoned invocation leaves nothing running.
-struct GroupGuard {
-    pgid: Option<i32>,
-}
-
-impl GroupGuard {
-    fn signal(&self, sig: i32) {
-        if let Some(pgid) = self.pgid {
-            // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
-            unsafe {
-                libc::killpg(pgid, sig);
-            }
-        }
-    }
-}
-
-/// Resolves when the program has exited, *without* reaping it (a pidfd turns readable): while
-/// it is a zombie its process-group id stays taken, so the group can be killed before it is
-/// reaped and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
-/// looks with `waitid(WNOWAIT)` every few milliseconds instead.
-struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, libc::pid_t);
-
-/// How often an exit is looked for without a pidfd.
-const EXIT_POLL: Duration = Duration::from_millis(5);
-
-impl ExitWatch {
-    fn new(pid: libc::pid_t) -> ExitWatch {
-        use std::os::fd::FromRawFd;
-        // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
-        // descriptor we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let Ok(fd) = i32::try_from(fd) else {
-            return ExitWatch(None, pid);
-        };
-        if fd < 0 {
-            return ExitWatch(None, pid);
-        }
-        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
-        // AsyncFd owns it from here and deregisters it before closing it.
-        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        let readable = tokio::io::Interest::READABLE;
-        // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
-        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) };
-        ExitWatch(registered.ok(), pid)
-    }
-
-    async fn exited(&self) {
-        match &self.0 {
-            Some(fd) => {
-                let _ = fd.readable().await;
-            }
-            None => {
-                while !self.gone() {
-                    tokio::time::sleep(EXIT_POLL).await;
-                }
-            }
-        }
-    }
-
-    /// Whether the program has exited, looked at without reaping it.
-    fn gone(&self) -> bool {
-        // SAFETY: a zeroed siginfo_t is a valid value for waitid to fill in.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child with WNOWAIT leaves it unreaped.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                libc::id_t::try_from(self.1).unwrap_or(0),
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: si_pid is set by waitid when a child was found (else it stays 0).
-        r != 0 || unsafe { info.si_pid() } != 0
-    }
-}
-
-impl GroupGuard {
-    /// SIGKILL the group now, and not again on drop (the group is gone for good).
-    fn kill_once(&mut self) {
-        self.signal(libc::SIGKILL);
-        self.pgid = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
-    }
-}
-
 /// Why the program of `spec` will not start (`None`: it is found, or only known at run time
 /// because its name holds a placeholder or a secret). A name with a `/` is a path (relative to
 /// the manifest's folder); a bare name is looked up on `PATH`.
@@ -617,61 +501,4 @@ pub fn missing_program(spec: &CommandSpec) -> Option<String> {
     let found = std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(&program))));
     (!found).then(|| format!("program `{program}` is not found on PATH"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whether `pid` is still our child, unreaped (a zombie included).
-    fn unreaped(pid: libc::pid_t) -> bool {
-        // SAFETY: a zeroed siginfo_t is valid for waitid to fill in; WNOWAIT reaps nothing.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-        let id = libc::id_t::try_from(pid).unwrap_or(0);
-        // SAFETY: as above; ECHILD once the pid was reaped.
-        unsafe { libc::waitid(libc::P_PID, id, &mut info, options) == 0 }
-    }
-
-    fn sleeper() -> (Reaped, libc::pid_t) {
-        let child = Command::new("sleep").arg("30").spawn().expect("sleep runs");
-        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-        (Reaped::new(child, pid), pid)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_call_dropped_half_way_kills_and_reaps_its_program() {
-        let (child, pid) = sleeper();
-        assert!(unreaped(pid));
-        drop(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while unreaped(pid) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!unreaped(pid), "the dropped call's program was left unreaped");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn an_exit_is_seen_before_the_reap_with_or_without_a_pidfd() {
-        for pidfd in [true, false] {
-            let (mut child, pid) = sleeper();
-            let mut exit = ExitWatch::new(pid);
-            if !pidfd {
-                exit.0 = None;
-            }
-            assert!(!exit.gone(), "a running program is not gone");
-            // SAFETY: a signal to our own unreaped child.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            let waited = tokio::time::timeout(Duration::from_secs(10), exit.exited()).await;
-            assert!(waited.is_ok(), "the exit was not seen (pidfd: {pidfd})");
-            // Seen, but not reaped: the group id is still taken until the reap.
-            assert!(unreaped(pid), "the watch reaped the program (pidfd: {pidfd})");
-            let status = child.reap(&exit).await.expect("reaped once");
-            assert_eq!(
-                std::os::unix::process::ExitStatusExt::signal(&status),
-                Some(libc::SIGTERM)
-            );
-            assert!(!unreaped(pid));
-        }
-    }
 }

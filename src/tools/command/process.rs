@@ -1,0 +1,562 @@
+//! Starting a command's program with `posix_spawn(3)`, and owning it until it is reaped.
+//!
+//! Not `std::process::Command`: once a single variable is set (every call sets seven), std
+//! copies this process's whole environment into a map and back into C strings on every spawn,
+//! and it opens `/dev/null` anew for each. Here the inherited environment becomes C strings
+//! once per tool ([`Environment`]), a call adds only its own variables, and one `/dev/null` is
+//! shared. The child starts as std starts it: in its own process group, with an empty signal
+//! mask and SIGPIPE back to its default, the pipes (or `/dev/null`) on descriptors 0–2 and
+//! every other descriptor closed at exec (all of ours are close-on-exec).
+
+use std::ffi::{c_char, CStr, CString};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The environment a tool's programs inherit: this process's, made into `KEY=VALUE` C strings
+/// once, without the variables every call sets itself.
+pub(super) struct Environment {
+    inherited: Vec<CString>,
+    /// An inherited `TRACEPARENT`, left out when the call has a trace context of its own.
+    traceparent: Option<CString>,
+}
+
+impl Environment {
+    /// This process's environment, without the variables named in `set`.
+    pub(super) fn inherit(set: &[&str]) -> Environment {
+        let mut inherited = Vec::new();
+        let mut traceparent = None;
+        for (k, v) in std::env::vars_os() {
+            if set.iter().any(|s| s.as_bytes() == k.as_bytes()) {
+                continue;
+            }
+            let Some(e) = entry(k.as_bytes(), v.as_bytes()) else {
+                continue;
+            };
+            if k == "TRACEPARENT" {
+                traceparent = Some(e);
+            } else {
+                inherited.push(e);
+            }
+        }
+        Environment {
+            inherited,
+            traceparent,
+        }
+    }
+}
+
+/// `KEY=VALUE` as a C string; `None` when either holds a NUL byte.
+pub(super) fn entry(key: &[u8], value: &[u8]) -> Option<CString> {
+    let mut b = Vec::with_capacity(key.len() + value.len() + 1);
+    b.extend_from_slice(key);
+    b.push(b'=');
+    b.extend_from_slice(value);
+    CString::new(b).ok()
+}
+
+/// One program to start.
+pub(super) struct Launch<'a> {
+    /// A path, or a bare name to look up on `PATH`.
+    pub(super) program: CString,
+    /// The arguments, the program as written first.
+    pub(super) argv: Vec<CString>,
+    pub(super) env: &'a Environment,
+    /// The call's own variables, `KEY=VALUE`, each key once.
+    pub(super) vars: Vec<CString>,
+    /// Where it runs (`None`: where this process runs).
+    pub(super) cwd: Option<CString>,
+    /// Its stdin is a pipe (else `/dev/null`).
+    pub(super) stdin: bool,
+}
+
+/// A started program: its pid (a group leader) and our ends of its pipes.
+pub(super) struct Started {
+    pub(super) pid: libc::pid_t,
+    pub(super) stdin: Option<OwnedFd>,
+    pub(super) stdout: OwnedFd,
+    pub(super) stderr: OwnedFd,
+}
+
+/// Start the program of `l` in a process group of its own.
+pub(super) fn spawn(l: &Launch<'_>) -> io::Result<Started> {
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (in_r, in_w) = match l.stdin {
+        true => pipe().map(|(r, w)| (Some(r), Some(w)))?,
+        false => (None, None),
+    };
+    let stdin = match &in_r {
+        Some(r) => r.as_raw_fd(),
+        None => devnull()?,
+    };
+    let call_sets = |name: &[u8]| l.vars.iter().any(|v| key(v) == name);
+    let mut envp: Vec<*const c_char> =
+        Vec::with_capacity(l.env.inherited.len() + l.vars.len() + 2);
+    envp.extend(l.env.inherited.iter().map(|e| e.as_ptr()));
+    if let Some(tp) = l.env.traceparent.as_ref().filter(|_| !call_sets(b"TRACEPARENT")) {
+        envp.push(tp.as_ptr());
+    }
+    envp.extend(l.vars.iter().map(|e| e.as_ptr()));
+    envp.push(std::ptr::null());
+    let mut argv: Vec<*const c_char> = l.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let path_of_call = l.vars.iter().find(|v| key(v) == b"PATH");
+    let (program, search) = match path_of_call {
+        // A bare name under a PATH the manifest sets is looked up there, as the program's
+        // own PATH (std does the same).
+        Some(p) if !l.program.as_bytes().contains(&b'/') => (lookup(&l.program, p)?, false),
+        _ => (l.program.clone(), !l.program.as_bytes().contains(&b'/')),
+    };
+    let fds = [stdin, out_w.as_raw_fd(), err_w.as_raw_fd()];
+    let pid = start(&program, search, &argv, &envp, fds, l.cwd.as_deref())?;
+    Ok(Started {
+        pid,
+        stdin: in_w,
+        stdout: out_r,
+        stderr: err_r,
+    })
+}
+
+/// The key of `KEY=VALUE`.
+fn key(e: &CStr) -> &[u8] {
+    let b = e.to_bytes();
+    b.split(|c| *c == b'=').next().unwrap_or(b)
+}
+
+/// `posix_spawn(p)` with the file actions and attributes described above.
+fn start(
+    program: &CStr,
+    search: bool,
+    argv: &[*const c_char],
+    envp: &[*const c_char],
+    fds: [RawFd; 3],
+    cwd: Option<&CStr>,
+) -> io::Result<libc::pid_t> {
+    let mut actions = FileActions::new()?;
+    for (target, fd) in fds.into_iter().enumerate() {
+        let target = i32::try_from(target).unwrap_or(0);
+        // SAFETY: the actions were initialised; `fd` is open for the duration of the spawn.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions.0, fd, target) })?;
+    }
+    if let Some(dir) = cwd {
+        // SAFETY: as above; glibc copies the path.
+        check(unsafe { libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, dir.as_ptr()) })?;
+    }
+    let attrs = Attrs::new()?;
+    let mut pid: libc::pid_t = 0;
+    let spawn = if search {
+        libc::posix_spawnp
+    } else {
+        libc::posix_spawn
+    };
+    // SAFETY: every pointer is valid for the call: the program and the NUL-terminated argv and
+    // envp arrays point into C strings that outlive it; actions and attributes are initialised.
+    let r = unsafe {
+        spawn(
+            &mut pid,
+            program.as_ptr(),
+            &actions.0,
+            &attrs.0,
+            argv.as_ptr().cast(),
+            envp.as_ptr().cast(),
+        )
+    };
+    check(r)?;
+    Ok(pid)
+}
+
+/// `posix_spawn_file_actions_t`, destroyed when dropped.
+struct FileActions(libc::posix_spawn_file_actions_t);
+
+impl FileActions {
+    fn new() -> io::Result<FileActions> {
+        let mut a = MaybeUninit::uninit();
+        // SAFETY: init fills in the struct; it is read only once init succeeded.
+        check(unsafe { libc::posix_spawn_file_actions_init(a.as_mut_ptr()) })?;
+        // SAFETY: initialised just above.
+        Ok(FileActions(unsafe { a.assume_init() }))
+    }
+}
+
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
+/// `posix_spawnattr_t`: a new process group, an empty signal mask, SIGPIPE at its default.
+struct Attrs(libc::posix_spawnattr_t);
+
+impl Attrs {
+    fn new() -> io::Result<Attrs> {
+        let mut a = MaybeUninit::uninit();
+        // SAFETY: init fills in the struct; it is read only once init succeeded.
+        check(unsafe { libc::posix_spawnattr_init(a.as_mut_ptr()) })?;
+        // SAFETY: initialised just above (and destroyed by Drop from here on).
+        let mut attrs = Attrs(unsafe { a.assume_init() });
+        let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
+        let mut pipe = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: the sets are initialised by sigemptyset before any other use; the setters
+        // copy them into the initialised attributes.
+        unsafe {
+            libc::sigemptyset(empty.as_mut_ptr());
+            libc::sigemptyset(pipe.as_mut_ptr());
+            libc::sigaddset(pipe.as_mut_ptr(), libc::SIGPIPE);
+            check(libc::posix_spawnattr_setsigmask(&mut attrs.0, empty.as_ptr()))?;
+            check(libc::posix_spawnattr_setsigdefault(&mut attrs.0, pipe.as_ptr()))?;
+            check(libc::posix_spawnattr_setpgroup(&mut attrs.0, 0))?;
+        }
+        let flags = libc::POSIX_SPAWN_SETPGROUP
+            | libc::POSIX_SPAWN_SETSIGMASK
+            | libc::POSIX_SPAWN_SETSIGDEF;
+        let flags = libc::c_short::try_from(flags).unwrap_or(0);
+        // SAFETY: initialised attributes.
+        check(unsafe { libc::posix_spawnattr_setflags(&mut attrs.0, flags) })?;
+        Ok(attrs)
+    }
+}
+
+impl Drop for Attrs {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    match r {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills in two new descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just returned by pipe2 and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `/dev/null`, opened once for the process (read-only, close-on-exec): the stdin of every
+/// program that gets no arguments on it.
+fn devnull() -> io::Result<RawFd> {
+    static NULL: OnceLock<Result<std::fs::File, i32>> = OnceLock::new();
+    let opened = NULL.get_or_init(|| {
+        std::fs::File::open("/dev/null").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    });
+    match opened {
+        Ok(f) => Ok(f.as_raw_fd()),
+        Err(e) => Err(io::Error::from_raw_os_error(*e)),
+    }
+}
+
+/// `program` looked up on `path` (a `PATH=…` entry): the first executable file.
+fn lookup(program: &CStr, path: &CStr) -> io::Result<CString> {
+    use std::os::unix::fs::PermissionsExt;
+    let dirs = &path.to_bytes()[b"PATH=".len().min(path.to_bytes().len())..];
+    for dir in dirs.split(|c| *c == b':') {
+        let dir = if dir.is_empty() { &b"."[..] } else { dir };
+        let mut p = dir.to_vec();
+        p.push(b'/');
+        p.extend_from_slice(program.to_bytes());
+        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(&p));
+        let runnable = std::fs::metadata(file)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if runnable {
+            return CString::new(p).map_err(|_| io::ErrorKind::InvalidInput.into());
+        }
+    }
+    Err(io::ErrorKind::NotFound.into())
+}
+
+/// Set a pipe end non-blocking, as the runtime's pipes need (one `fcntl`: the descriptor
+/// was just made, so its other status flags are known to be clear).
+pub(super) fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_SETFL on a descriptor we own; it changes only its status flags.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The child, reaped exactly once: by [`Reaped::reap`] once it has exited, or — when the
+/// call is dropped half-way — killed and reaped off the runtime's threads, so no zombie is
+/// left behind in a long-lived process (`mcp serve`, `--turns`).
+pub(super) struct Reaped(Option<libc::pid_t>);
+
+impl Reaped {
+    pub(super) fn new(pid: libc::pid_t) -> Reaped {
+        Reaped(Some(pid))
+    }
+
+    /// Wait until the program has exited (without reaping), then reap it.
+    pub(super) async fn reap(&mut self, exit: &ExitWatch) -> io::Result<ExitStatus> {
+        let Some(pid) = self.0 else {
+            return Err(io::Error::other("the tool was already reaped"));
+        };
+        loop {
+            if let Some(status) = wait(pid, libc::WNOHANG)? {
+                self.0 = None;
+                return Ok(status);
+            }
+            exit.exited().await;
+        }
+    }
+}
+
+/// `waitpid` for our own child: its status once it has exited, `None` while it runs (with
+/// `WNOHANG`).
+fn wait(pid: libc::pid_t, options: libc::c_int) -> io::Result<Option<ExitStatus>> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, into a local.
+        let r = unsafe { libc::waitpid(pid, &mut status, options) };
+        if r == pid {
+            return Ok(Some(ExitStatus::from_raw(status)));
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let Some(pid) = self.0.take() else {
+            return;
+        };
+        // Not reaped yet, so the pid is still ours: the program itself goes, even if it left
+        // its group, and is reaped where blocking is allowed.
+        // SAFETY: kill(2) only sends a signal to our own unreaped child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        let reap = move || {
+            let _ = wait(pid, 0);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(reap)),
+            Err(_) => drop(std::thread::Builder::new().spawn(reap)),
+        }
+    }
+}
+
+/// Kills the process group when the call is dropped half-way (e.g. a forced exit), so that
+/// even an abandoned invocation leaves nothing running.
+pub(super) struct GroupGuard {
+    pub(super) pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    pub(super) fn signal(&self, sig: i32) {
+        if let Some(pgid) = self.pgid {
+            // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
+            unsafe {
+                libc::killpg(pgid, sig);
+            }
+        }
+    }
+
+    /// SIGKILL the group now, and not again on drop (the group is gone for good).
+    pub(super) fn kill_once(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
+/// Resolves when the program has exited, *without* reaping it (a pidfd turns readable): while
+/// it is a zombie its process-group id stays taken, so the group can be killed before it is
+/// reaped and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
+/// looks with `waitid(WNOWAIT)` every few milliseconds instead.
+pub(super) struct ExitWatch(Option<tokio::io::unix::AsyncFd<OwnedFd>>, libc::pid_t);
+
+/// How often an exit is looked for without a pidfd.
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
+impl ExitWatch {
+    pub(super) fn new(pid: libc::pid_t) -> ExitWatch {
+        // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
+        // descriptor we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let Ok(fd) = i32::try_from(fd) else {
+            return ExitWatch(None, pid);
+        };
+        if fd < 0 {
+            return ExitWatch(None, pid);
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
+        // AsyncFd owns it from here and deregisters it before closing it.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let readable = tokio::io::Interest::READABLE;
+        // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
+        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) };
+        ExitWatch(registered.ok(), pid)
+    }
+
+    pub(super) async fn exited(&self) {
+        match &self.0 {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            None => {
+                while !self.gone() {
+                    tokio::time::sleep(EXIT_POLL).await;
+                }
+            }
+        }
+    }
+
+    /// Whether the program has exited, looked at without reaping it.
+    pub(super) fn gone(&self) -> bool {
+        // SAFETY: a zeroed siginfo_t is a valid value for waitid to fill in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with WNOWAIT leaves it unreaped.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                libc::id_t::try_from(self.1).unwrap_or(0),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when a child was found (else it stays 0).
+        r != 0 || unsafe { info.si_pid() } != 0
+    }
+
+    #[cfg(test)]
+    pub(super) fn without_pidfd(pid: libc::pid_t) -> ExitWatch {
+        ExitWatch(None, pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `pid` is still our child, unreaped (a zombie included).
+    fn unreaped(pid: libc::pid_t) -> bool {
+        // SAFETY: a zeroed siginfo_t is valid for waitid to fill in; WNOWAIT reaps nothing.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        let id = libc::id_t::try_from(pid).unwrap_or(0);
+        // SAFETY: as above; ECHILD once the pid was reaped.
+        unsafe { libc::waitid(libc::P_PID, id, &mut info, options) == 0 }
+    }
+
+    fn launch<'a>(env: &'a Environment, argv: &[&str], vars: &[(&str, &str)]) -> Launch<'a> {
+        let c = |s: &str| CString::new(s).expect("no NUL");
+        Launch {
+            program: c(argv[0]),
+            argv: argv.iter().map(|a| c(a)).collect(),
+            env,
+            vars: vars
+                .iter()
+                .filter_map(|(k, v)| entry(k.as_bytes(), v.as_bytes()))
+                .collect(),
+            cwd: None,
+            stdin: false,
+        }
+    }
+
+    fn sleeper() -> (Reaped, libc::pid_t) {
+        let env = Environment::inherit(&[]);
+        let started = spawn(&launch(&env, &["sleep", "30"], &[])).expect("sleep runs");
+        (Reaped::new(started.pid), started.pid)
+    }
+
+    /// What a program printed on stdout, read to the end (blocking: tests only).
+    fn stdout_of(l: &Launch<'_>) -> (String, libc::pid_t) {
+        use std::io::Read;
+        let started = spawn(l).expect("spawned");
+        let mut out = String::new();
+        let mut file = std::fs::File::from(started.stdout);
+        file.read_to_string(&mut out).expect("read");
+        let status = wait(started.pid, 0).expect("waited").expect("exited");
+        assert!(status.success(), "{status:?}");
+        (out, started.pid)
+    }
+
+    #[test]
+    fn a_program_gets_the_calls_variables_over_the_inherited_ones_its_own_group_and_null_stdin() {
+        let env = Environment::inherit(&["FLUX_CALL_ID"]);
+        let script = "printf '%s|%s|' \"$FLUX_CALL_ID\" \"$HOME\"; ps -o pgid= -p $$ | tr -d ' '; \
+                      cat; echo end";
+        let l = launch(&env, &["sh", "-c", script], &[("FLUX_CALL_ID", "c7")]);
+        let (out, pid) = stdout_of(&l);
+        let home = std::env::var("HOME").unwrap_or_default();
+        assert_eq!(out, format!("c7|{home}|{pid}\nend\n"));
+    }
+
+    #[test]
+    fn a_bare_name_is_looked_up_on_the_path_the_call_sets_and_a_missing_one_is_not_found() {
+        let env = Environment::inherit(&["PATH"]);
+        let dir = std::env::temp_dir().join(format!("flux-spawn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let tool = dir.join("only-here");
+        std::fs::write(&tool, "#!/bin/sh\necho found\n").expect("script");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let path = format!("/nonexistent:{}:/bin:/usr/bin", dir.display());
+        let (out, _) = stdout_of(&launch(&env, &["only-here"], &[("PATH", &path)]));
+        assert_eq!(out, "found\n");
+        let missing = spawn(&launch(&env, &["only-here"], &[("PATH", "/bin")]));
+        assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
+        let missing = spawn(&launch(&env, &["flux-no-such-program"], &[]));
+        assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_call_dropped_half_way_kills_and_reaps_its_program() {
+        let (child, pid) = sleeper();
+        assert!(unreaped(pid));
+        drop(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while unreaped(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!unreaped(pid), "the dropped call's program was left unreaped");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_exit_is_seen_before_the_reap_with_or_without_a_pidfd() {
+        for pidfd in [true, false] {
+            let (mut child, pid) = sleeper();
+            let exit = match pidfd {
+                true => ExitWatch::new(pid),
+                false => ExitWatch::without_pidfd(pid),
+            };
+            assert!(!exit.gone(), "a running program is not gone");
+            // SAFETY: a signal to our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let waited = tokio::time::timeout(Duration::from_secs(10), exit.exited()).await;
+            assert!(waited.is_ok(), "the exit was not seen (pidfd: {pidfd})");
+            // Seen, but not reaped: the group id is still taken until the reap.
+            assert!(unreaped(pid), "the watch reaped the program (pidfd: {pidfd})");
+            let status = child.reap(&exit).await.expect("reaped once");
+            assert_eq!(status.signal(), Some(libc::SIGTERM));
+            assert!(!unreaped(pid));
+        }
+    }
+}
