@@ -322,3 +322,42 @@ fn a_manifest_found_in_a_parent_folder_runs_its_commands_from_there() {
     assert_eq!(output["pwd"], canon(p.path()), "{doc}");
     assert_eq!(output["invoked"], canon(&sub), "{doc}");
 }
+
+#[test]
+fn a_tool_that_never_stops_writing_to_stderr_still_times_out() {
+    // Output is read before the exit and the stop is looked at first: a pipe that never
+    // pauses must not keep the timeout from being seen.
+    let p = Project::new(
+        "[tools.babble]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"yes babble >&2\"]\nstdin = \"none\"\ntimeout = \"1s\"\nkill_grace = \"1s\"\n",
+    );
+    let started = Instant::now();
+    let (doc, code) = p.run_json("- tool: babble\n", &[]);
+    assert_eq!(code, 1, "{doc}");
+    assert_eq!(results(&doc)[0]["error"]["kind"], "timeout", "{doc}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the run took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_manifests_env_sets_path_and_wins_over_the_calls_own_variables() {
+    let p = Project::new("");
+    std::fs::create_dir(p.path().join("bin")).expect("bin");
+    let script = p.write(
+        "bin/only-here",
+        "#!/bin/sh\nprintf '%s %s' \"$FLUX_TOOL\" \"$FLUX_CALL_ID\"\n",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin = p.path().join("bin");
+    let manifest = format!(
+        "[tools.mine]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"only-here\"]\nstdin = \"none\"\nenv = {{ PATH = \"{}:/usr/bin:/bin\", FLUX_TOOL = \"renamed\" }}\n",
+        bin.display()
+    );
+    p.write("tools.toml", &manifest);
+    let (doc, code) = p.run_json("- { id: c9, tool: mine }\n", &[]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(results(&doc)[0]["output"], "renamed c9", "{doc}");
+}

@@ -309,27 +309,26 @@ impl CommandTool {
                         None => std::future::pending().await,
                     }
                 };
+                // In this order: a stop first; then output, so that the end of both pipes
+                // (which closes as the program exits, just before its exit is seen) is read
+                // before the exit and no drain timer is set for a program that left nothing
+                // open. The runtime's budget makes a pipe that never pauses yield in time.
                 tokio::select! {
+                    biased;
+                    _ = &mut stopped, if status.is_none() => break true,
                     n = read_into(&mut stdout, &mut out, 16 * 1024), if out_open => match n {
                         Ok(0) | Err(_) => out_open = false,
                         Ok(_) => {
                             if out.len() > max {
                                 guard.signal(libc::SIGKILL);
                                 let _ = child.reap(&exit).await;
-                                return Err(Failure::failed(
-                                    ErrorKind::OutputTooLarge,
-                                    format!("tool `{}` printed more than its max_output of {} bytes", self.name, self.spec.max_output),
-                                ));
+                                return Err(self.too_large());
                             }
                         }
                     },
                     n = read_into(&mut stderr, &mut err_tail, 4 * 1024), if err_open => match n {
                         Ok(0) | Err(_) => err_open = false,
-                        Ok(_) => {
-                            if err_tail.len() > STDERR_TAIL * 2 {
-                                err_tail.drain(..err_tail.len() - STDERR_TAIL);
-                            }
-                        }
+                        Ok(_) => trim_tail(&mut err_tail),
                     },
                     _ = exit.exited(), if status.is_none() => {
                         // The program is done but not yet reaped: its group id cannot have been
@@ -338,10 +337,20 @@ impl CommandTool {
                         guard.kill_once();
                         let s = child.reap(&exit).await;
                         status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
-                        drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
+                        // Its pipes closed as it exited, whether or not the runtime has heard
+                        // yet: what they hold is read now, and only a pipe something else
+                        // still holds open is waited for, a while.
+                        out_open = out_open && read_ready(&stdout, &mut out);
+                        err_open = err_open && read_ready(&stderr, &mut err_tail);
+                        trim_tail(&mut err_tail);
+                        if out.len() > max {
+                            return Err(self.too_large());
+                        }
+                        if out_open || err_open {
+                            drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
+                        }
                     },
                     _ = drain => break false,
-                    _ = &mut stopped, if status.is_none() => break true,
                 }
             }
         };
@@ -370,33 +379,30 @@ impl CommandTool {
     /// Start the program in its own process group, its arguments written to stdin.
     fn start(&self, inv: &Invocation) -> Result<Proc, Failure> {
         let launch = self.launch(inv)?;
-        let started = process::spawn(&launch).map_err(|e| {
+        // Our ends are made non-blocking and watched by the runtime before the program starts.
+        let watch = |(stdin, stdout, stderr): process::Ends| {
+            let stdout = nonblocking(stdout).and_then(pipe::Receiver::from_owned_fd_unchecked)?;
+            let stderr = nonblocking(stderr).and_then(pipe::Receiver::from_owned_fd_unchecked)?;
+            let stdin = stdin.map(|w| nonblocking(w).and_then(pipe::Sender::from_owned_fd_unchecked));
+            Ok((stdin, stdout, stderr))
+        };
+        let (pid, (stdin, stdout, stderr)) = process::spawn(&launch, watch).map_err(|e| {
             let program = self.spec.argv.first().map(|t| t.redacted());
             Failure::failed(
                 ErrorKind::SpawnFailed,
                 format!("cannot start `{}`: {e}", program.unwrap_or_default()),
             )
         })?;
-        let pid = started.pid;
         let child = Reaped::new(pid);
         let guard = GroupGuard { pgid: Some(pid) };
         let exit = ExitWatch::new(pid);
-        let lost = |e: std::io::Error| {
-            Failure::failed(ErrorKind::SpawnFailed, format!("cannot watch the tool's output: {e}"))
-        };
-        let stdout = nonblocking(started.stdout).and_then(pipe::Receiver::from_owned_fd_unchecked);
-        let stderr = nonblocking(started.stderr).and_then(pipe::Receiver::from_owned_fd_unchecked);
-        let (stdout, stderr) = (stdout.map_err(lost)?, stderr.map_err(lost)?);
-        if let Some(stdin) = started.stdin {
+        // A tool that does not read stdin may close it early: that is not an error.
+        if let Some(Ok(mut stdin)) = stdin {
             let body = serde_json::to_vec(inv.args()).unwrap_or_default();
-            let sender = nonblocking(stdin).and_then(pipe::Sender::from_owned_fd_unchecked);
-            // A tool that does not read stdin may close it early: that is not an error.
-            if let Ok(mut stdin) = sender {
-                tokio::spawn(async move {
-                    let _ = stdin.write_all(&body).await;
-                    let _ = stdin.shutdown().await;
-                });
-            }
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+                let _ = stdin.shutdown().await;
+            });
         }
         Ok(Proc {
             child,
@@ -405,6 +411,14 @@ impl CommandTool {
             stdout,
             stderr,
         })
+    }
+
+    fn too_large(&self) -> Failure {
+        let (name, max) = (&self.name, self.spec.max_output);
+        Failure::failed(
+            ErrorKind::OutputTooLarge,
+            format!("tool `{name}` printed more than its max_output of {max} bytes"),
+        )
     }
 
     /// A non-zero exit (or death by a signal), with the tail of stderr; transient when the
@@ -441,6 +455,44 @@ impl CommandTool {
             retry_after: None,
         }
     }
+}
+
+/// Keep the tail of stderr only (what an error quotes), once it is twice that long.
+fn trim_tail(tail: &mut Vec<u8>) {
+    if tail.len() > STDERR_TAIL * 2 {
+        tail.drain(..tail.len() - STDERR_TAIL);
+    }
+}
+
+/// How much [`read_ready`] reads at most: a pipe still being written to is left to the loop.
+const READY_AT_MOST: usize = 64 * 1024;
+
+/// Read what `pipe` already holds, without waiting and without asking the runtime (which may
+/// not have heard yet that it closed): whether it is still open.
+fn read_ready(pipe: &pipe::Receiver, into: &mut Vec<u8>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut read = 0;
+    while read < READY_AT_MOST {
+        into.reserve(4096);
+        let spare = into.spare_capacity_mut();
+        // SAFETY: read(2) from our own non-blocking pipe into the vector's spare capacity;
+        // only the bytes it reports are then counted as the vector's.
+        let n = unsafe { libc::read(pipe.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        match usize::try_from(n) {
+            Ok(0) => return false,
+            Ok(n) => {
+                // SAFETY: read(2) initialised these `n` bytes of the spare capacity.
+                unsafe { into.set_len(into.len() + n) };
+                read += n;
+            }
+            Err(_) => match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted => {}
+                std::io::ErrorKind::WouldBlock => return true,
+                _ => return false,
+            },
+        }
+    }
+    true
 }
 
 /// Read what the pipe has into the spare room of `into`, made at least `room` bytes when it

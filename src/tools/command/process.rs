@@ -75,16 +75,17 @@ pub(super) struct Launch<'a> {
     pub(super) stdin: bool,
 }
 
-/// A started program: its pid (a group leader) and our ends of its pipes.
-pub(super) struct Started {
-    pub(super) pid: libc::pid_t,
-    pub(super) stdin: Option<OwnedFd>,
-    pub(super) stdout: OwnedFd,
-    pub(super) stderr: OwnedFd,
-}
+/// Our ends of a program's pipes, before it starts: stdin (when it gets one), stdout, stderr.
+pub(super) type Ends = (Option<OwnedFd>, OwnedFd, OwnedFd);
 
-/// Start the program of `l` in a process group of its own.
-pub(super) fn spawn(l: &Launch<'_>) -> io::Result<Started> {
+/// Start the program of `l` in a process group of its own: its pid (the group's id) and what
+/// `prepare` made of our ends of its pipes. `prepare` runs before the program starts, so that
+/// setting them up (non-blocking, watched by the runtime) is not done while the program runs
+/// and wants the CPU.
+pub(super) fn spawn<T>(
+    l: &Launch<'_>,
+    prepare: impl FnOnce(Ends) -> io::Result<T>,
+) -> io::Result<(libc::pid_t, T)> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (in_r, in_w) = match l.stdin {
@@ -114,13 +115,9 @@ pub(super) fn spawn(l: &Launch<'_>) -> io::Result<Started> {
         _ => (l.program.clone(), !l.program.as_bytes().contains(&b'/')),
     };
     let fds = [stdin, out_w.as_raw_fd(), err_w.as_raw_fd()];
+    let ours = prepare((in_w, out_r, err_r))?;
     let pid = start(&program, search, &argv, &envp, fds, l.cwd.as_deref())?;
-    Ok(Started {
-        pid,
-        stdin: in_w,
-        stdout: out_r,
-        stderr: err_r,
-    })
+    Ok((pid, ours))
 }
 
 /// The key of `KEY=VALUE`.
@@ -481,20 +478,19 @@ mod tests {
 
     fn sleeper() -> (Reaped, libc::pid_t) {
         let env = Environment::inherit(&[]);
-        let started = spawn(&launch(&env, &["sleep", "30"], &[])).expect("sleep runs");
-        (Reaped::new(started.pid), started.pid)
+        let (pid, _) = spawn(&launch(&env, &["sleep", "30"], &[]), Ok).expect("sleep runs");
+        (Reaped::new(pid), pid)
     }
 
     /// What a program printed on stdout, read to the end (blocking: tests only).
     fn stdout_of(l: &Launch<'_>) -> (String, libc::pid_t) {
         use std::io::Read;
-        let started = spawn(l).expect("spawned");
+        let (pid, (_, stdout, _)) = spawn(l, Ok).expect("spawned");
         let mut out = String::new();
-        let mut file = std::fs::File::from(started.stdout);
-        file.read_to_string(&mut out).expect("read");
-        let status = wait(started.pid, 0).expect("waited").expect("exited");
+        std::fs::File::from(stdout).read_to_string(&mut out).expect("read");
+        let status = wait(pid, 0).expect("waited").expect("exited");
         assert!(status.success(), "{status:?}");
-        (out, started.pid)
+        (out, pid)
     }
 
     #[test]
@@ -520,9 +516,9 @@ mod tests {
         let path = format!("/nonexistent:{}:/bin:/usr/bin", dir.display());
         let (out, _) = stdout_of(&launch(&env, &["only-here"], &[("PATH", &path)]));
         assert_eq!(out, "found\n");
-        let missing = spawn(&launch(&env, &["only-here"], &[("PATH", "/bin")]));
+        let missing = spawn(&launch(&env, &["only-here"], &[("PATH", "/bin")]), Ok);
         assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
-        let missing = spawn(&launch(&env, &["flux-no-such-program"], &[]));
+        let missing = spawn(&launch(&env, &["flux-no-such-program"], &[]), Ok);
         assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
         let _ = std::fs::remove_dir_all(&dir);
     }
