@@ -288,9 +288,7 @@ impl CommandTool {
         } = self.start(inv)?;
 
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
-        let mut out: Vec<u8> = Vec::with_capacity(4096.min(max + 1));
-        let mut err_tail: Vec<u8> = Vec::new();
-        let (mut out_open, mut err_open) = (true, true);
+        let mut cap = Capture::new(max);
         let mut status = None;
         let mut drain_deadline: Option<tokio::time::Instant> = None;
 
@@ -300,7 +298,7 @@ impl CommandTool {
             let stopped = stop.stopped();
             tokio::pin!(stopped);
             loop {
-                if status.is_some() && !out_open && !err_open {
+                if status.is_some() && cap.closed() {
                     break false;
                 }
                 let drain = async {
@@ -316,37 +314,27 @@ impl CommandTool {
                 tokio::select! {
                     biased;
                     _ = &mut stopped, if status.is_none() => break true,
-                    n = read_into(&mut stdout, &mut out, 16 * 1024), if out_open => match n {
-                        Ok(0) | Err(_) => out_open = false,
-                        Ok(_) => {
-                            if out.len() > max {
-                                guard.signal(libc::SIGKILL);
-                                let _ = child.reap(&exit).await;
-                                return Err(self.too_large());
-                            }
+                    n = read_into(&mut stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
+                        Ok(0) | Err(_) => cap.out_open = false,
+                        Ok(_) if cap.out.len() > max => {
+                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
                         }
+                        Ok(_) => {}
                     },
-                    n = read_into(&mut stderr, &mut err_tail, 4 * 1024), if err_open => match n {
-                        Ok(0) | Err(_) => err_open = false,
-                        Ok(_) => trim_tail(&mut err_tail),
+                    n = read_into(&mut stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
+                        Ok(0) | Err(_) => cap.err_open = false,
+                        Ok(_) => trim_tail(&mut cap.err_tail),
                     },
                     _ = exit.exited(), if status.is_none() => {
-                        // The program is done but not yet reaped: its group id cannot have been
-                        // reused, so nothing it started outlives the call and no stranger's
-                        // group gets the signal. Then reap it.
-                        guard.kill_once();
-                        let s = child.reap(&exit).await;
-                        status = Some(s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}")))?);
+                        status = Some(settle(&mut guard, &mut child, &exit).await?);
                         // Its pipes closed as it exited, whether or not the runtime has heard
                         // yet: what they hold is read now, and only a pipe something else
                         // still holds open is waited for, a while.
-                        out_open = out_open && read_ready(&stdout, &mut out);
-                        err_open = err_open && read_ready(&stderr, &mut err_tail);
-                        trim_tail(&mut err_tail);
-                        if out.len() > max {
-                            return Err(self.too_large());
+                        cap.read_ready(&stdout, &stderr);
+                        if cap.out.len() > max {
+                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
                         }
-                        if out_open || err_open {
+                        if !cap.closed() {
                             drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
                         }
                     },
@@ -365,7 +353,7 @@ impl CommandTool {
             ));
         };
         if status.success() {
-            return match String::from_utf8(out) {
+            return match String::from_utf8(cap.out) {
                 Ok(text) => Ok(parse_output(&text)),
                 Err(_) => Err(Failure::failed(
                     ErrorKind::InvalidOutput,
@@ -373,7 +361,7 @@ impl CommandTool {
                 )),
             };
         }
-        Err(self.exit_failure(status, &err_tail))
+        Err(self.exit_failure(status, &cap.err_tail))
     }
 
     /// Start the program in its own process group, its arguments written to stdin.
@@ -413,7 +401,11 @@ impl CommandTool {
         })
     }
 
-    fn too_large(&self) -> Failure {
+    /// The program printed more than `max_output`: its group is killed, it is reaped, and
+    /// this is the call's failure.
+    async fn too_large(&self, guard: &mut GroupGuard, child: &mut Reaped, exit: &ExitWatch) -> Failure {
+        guard.signal(libc::SIGKILL);
+        let _ = child.reap(exit).await;
         let (name, max) = (&self.name, self.spec.max_output);
         Failure::failed(
             ErrorKind::OutputTooLarge,
@@ -454,6 +446,51 @@ impl CommandTool {
             transient: code.is_some_and(|c| self.spec.retry_on_exit.contains(&c)),
             retry_after: None,
         }
+    }
+}
+
+/// The program is done but not yet reaped: its group id cannot have been reused, so the group
+/// is killed (nothing it started outlives the call, and no stranger's group gets the signal),
+/// then it is reaped.
+async fn settle(
+    guard: &mut GroupGuard,
+    child: &mut Reaped,
+    exit: &ExitWatch,
+) -> Result<std::process::ExitStatus, Failure> {
+    guard.kill_once();
+    child.reap(exit).await.map_err(|e| {
+        Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}"))
+    })
+}
+
+/// What a program printed: stdout (bounded by the loop's check against `max_output`) and the
+/// tail of stderr, and which of the two pipes are still open.
+struct Capture {
+    out: Vec<u8>,
+    err_tail: Vec<u8>,
+    out_open: bool,
+    err_open: bool,
+}
+
+impl Capture {
+    fn new(max: usize) -> Capture {
+        Capture {
+            out: Vec::with_capacity(4096.min(max.saturating_add(1))),
+            err_tail: Vec::new(),
+            out_open: true,
+            err_open: true,
+        }
+    }
+
+    fn closed(&self) -> bool {
+        !self.out_open && !self.err_open
+    }
+
+    /// Read what the open pipes already hold, without waiting (see [`read_ready`]).
+    fn read_ready(&mut self, stdout: &pipe::Receiver, stderr: &pipe::Receiver) {
+        self.out_open = self.out_open && read_ready(stdout, &mut self.out);
+        self.err_open = self.err_open && read_ready(stderr, &mut self.err_tail);
+        trim_tail(&mut self.err_tail);
     }
 }
 
