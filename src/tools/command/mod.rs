@@ -245,7 +245,6 @@ impl CommandTool {
         } else {
             first.clone()
         };
-        let key = |e: &CString| e.as_bytes().split(|c| *c == b'=').next().map(<[u8]>::to_vec);
         let mut vars = Vec::with_capacity(CALL_VARS.len() + 1 + self.spec.env.len());
         let lease = inv.lease();
         let own: [(&str, &[u8]); 6] = [
@@ -265,7 +264,7 @@ impl CommandTool {
         }
         for (k, v) in &self.spec.env {
             let v = v.render(inv.args(), &|s| s.to_string()).map_err(render_err)?;
-            vars.retain(|e| key(e).as_deref() != Some(k.as_bytes()));
+            vars.retain(|e| process::key(e) != k.as_bytes());
             vars.push(process::entry(k.as_bytes(), v.as_bytes()).ok_or_else(|| nul(k))?);
         }
         Ok(Launch {
@@ -577,17 +576,13 @@ struct Proc {
 /// the manifest's folder); a bare name is looked up on `PATH`.
 pub fn missing_program(spec: &CommandSpec) -> Option<String> {
     let program = spec.argv.first()?.literal()?;
-    let executable = |p: &std::path::Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
     if program.contains('/') {
         let path = spec.dir.join(&program);
-        return (!executable(&path)).then(|| {
+        return (!process::executable(&path)).then(|| {
             format!("program `{program}` is not an executable file ({})", path.display())
         });
     }
     let found = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(&program))));
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| process::executable(&d.join(&program))));
     (!found).then(|| format!("program `{program}` is not found on PATH"))
 }

@@ -121,7 +121,7 @@ pub(super) fn spawn<T>(
 }
 
 /// The key of `KEY=VALUE`.
-fn key(e: &CStr) -> &[u8] {
+pub(super) fn key(e: &CStr) -> &[u8] {
     let b = e.to_bytes();
     b.split(|c| *c == b'=').next().unwrap_or(b)
 }
@@ -258,19 +258,21 @@ fn devnull() -> io::Result<RawFd> {
     }
 }
 
+/// Whether `p` is a file someone may execute.
+pub(super) fn executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// `program` looked up on `path` (a `PATH=…` entry): the first executable file.
 fn lookup(program: &CStr, path: &CStr) -> io::Result<CString> {
-    use std::os::unix::fs::PermissionsExt;
     let dirs = &path.to_bytes()[b"PATH=".len().min(path.to_bytes().len())..];
     for dir in dirs.split(|c| *c == b':') {
         let dir = if dir.is_empty() { &b"."[..] } else { dir };
         let mut p = dir.to_vec();
         p.push(b'/');
         p.extend_from_slice(program.to_bytes());
-        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(&p));
-        let runnable = std::fs::metadata(file)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        if runnable {
+        if executable(std::path::Path::new(std::ffi::OsStr::from_bytes(&p))) {
             return CString::new(p).map_err(|_| io::ErrorKind::InvalidInput.into());
         }
     }
