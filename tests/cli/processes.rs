@@ -361,3 +361,63 @@ fn a_manifests_env_sets_path_and_wins_over_the_calls_own_variables() {
     assert_eq!(code, 0, "{doc}");
     assert_eq!(results(&doc)[0]["output"], "renamed c9", "{doc}");
 }
+
+/// A program that exits while a background child of its own still holds its pipes: the exit is
+/// seen (the pipes never end on their own), the group goes with it, and the call is `ok` with
+/// what the program printed.
+#[test]
+fn a_program_that_exits_while_its_background_child_holds_the_pipes_finishes_and_takes_it_along() {
+    let p = Project::new(
+        "[tools.leaves]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"sleep 300 & echo $! > \\\"$1\\\"; echo '{\\\"left\\\": true}'\", \"leaves\", \"{pidfile}\"]\nstdin = \"none\"\n",
+    );
+    let pidfile = p.path().join("child.pid");
+    let batch =
+        serde_json::json!([{"tool": "leaves", "args": {"pidfile": pidfile.to_str().unwrap()}}]);
+    let started = Instant::now();
+    let (doc, code) = p.run_json(&batch.to_string(), &[]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(results(&doc)[0]["output"]["left"], true, "{doc}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the run took {:?}",
+        started.elapsed()
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "background child {pid} outlived its call");
+}
+
+/// One that escaped the group (`setsid`) and holds the pipes: the call ends after the drain
+/// wait, with what was printed, not when the escapee lets go.
+#[test]
+fn a_program_whose_escaped_child_holds_the_pipes_finishes_after_the_drain_wait() {
+    let p = Project::new(
+        "[tools.escapes]\nkind = \"command\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"setsid sleep 120 & echo $! > \\\"$1\\\"; echo '{\\\"left\\\": true}'\", \"escapes\", \"{pidfile}\"]\nstdin = \"none\"\n",
+    );
+    let pidfile = p.path().join("escapee.pid");
+    let batch =
+        serde_json::json!([{"tool": "escapes", "args": {"pidfile": pidfile.to_str().unwrap()}}]);
+    let started = Instant::now();
+    let (doc, code) = p.run_json(&batch.to_string(), &[]);
+    let took = started.elapsed();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: a signal to the escapee this test started (it outlives the call by design).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(results(&doc)[0]["output"]["left"], true, "{doc}");
+    assert!(
+        took < Duration::from_secs(60),
+        "the run waited for the escapee: {took:?}"
+    );
+}

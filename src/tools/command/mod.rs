@@ -167,6 +167,9 @@ const STDERR_TAIL: usize = 2048;
 /// How long to wait for pipes to close after the program exited and its group was killed
 /// (a grandchild that escaped the group with setsid can hold them open).
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
+/// How long a program runs before its exit is watched whether or not its pipes have ended.
+/// Most programs end their output by exiting and are reaped when it ends, without a pidfd.
+const WATCH_AFTER: Duration = Duration::from_millis(50);
 
 pub struct CommandTool {
     name: String,
@@ -290,6 +293,11 @@ impl CommandTool {
         let mut cap = Capture::new(max);
         let mut status = None;
         let mut drain_deadline: Option<tokio::time::Instant> = None;
+        // The exit is watched once both pipes have ended, or from `WATCH_AFTER` on (a program
+        // that exits while something it started holds its pipes is seen that late at worst).
+        let watch_from = tokio::time::sleep(WATCH_AFTER);
+        tokio::pin!(watch_from);
+        let mut watching = false;
 
         // One stop future for the whole loop (not one per turn); it borrows `stop`, so the
         // loop sits in a block and the termination happens after it.
@@ -299,6 +307,15 @@ impl CommandTool {
             loop {
                 if status.is_some() && cap.closed() {
                     break false;
+                }
+                if status.is_none() && cap.closed() && !watching {
+                    // Both pipes ended, as they do when a program exits: most often it is
+                    // gone already, and is reaped without a pidfd ever being opened.
+                    if exit.gone() {
+                        status = Some(settle(&mut guard, &mut child, &exit).await?);
+                        continue;
+                    }
+                    watching = true;
                 }
                 let drain = async {
                     match drain_deadline {
@@ -324,7 +341,8 @@ impl CommandTool {
                         Ok(0) | Err(_) => cap.err_open = false,
                         Ok(_) => trim_tail(&mut cap.err_tail),
                     },
-                    _ = exit.exited(), if status.is_none() => {
+                    _ = &mut watch_from, if !watching && status.is_none() => watching = true,
+                    _ = exit.exited(), if watching && status.is_none() => {
                         status = Some(settle(&mut guard, &mut child, &exit).await?);
                         // Its pipes closed as it exited, whether or not the runtime has heard
                         // yet: what they hold is read now, and only a pipe something else

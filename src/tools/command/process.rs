@@ -388,33 +388,45 @@ impl Drop for GroupGuard {
 /// it is a zombie its process-group id stays taken, so the group can be killed before it is
 /// reaped and a recycled id can never receive the signal. Without pidfds (Linux < 5.3) it
 /// looks with `waitid(WNOWAIT)` every few milliseconds instead.
-pub(super) struct ExitWatch(Option<tokio::io::unix::AsyncFd<OwnedFd>>, libc::pid_t);
+///
+/// The pidfd is opened (and registered with the runtime) the first time the exit is awaited,
+/// not at the start: a program that ends its output by exiting is seen gone with [`gone`]
+/// once its pipes end, and costs no descriptor and no registration at all.
+///
+/// [`gone`]: ExitWatch::gone
+pub(super) struct ExitWatch {
+    pid: libc::pid_t,
+    /// `None` inside: no pidfd on this system, so exits are polled.
+    pidfd: OnceLock<Option<tokio::io::unix::AsyncFd<OwnedFd>>>,
+}
 
 /// How often an exit is looked for without a pidfd.
 const EXIT_POLL: Duration = Duration::from_millis(5);
 
 impl ExitWatch {
     pub(super) fn new(pid: libc::pid_t) -> ExitWatch {
+        ExitWatch {
+            pid,
+            pidfd: OnceLock::new(),
+        }
+    }
+
+    /// A pidfd for the program, registered with the runtime (`None` when there is none).
+    fn open(pid: libc::pid_t) -> Option<tokio::io::unix::AsyncFd<OwnedFd>> {
         // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
         // descriptor we own.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let Ok(fd) = i32::try_from(fd) else {
-            return ExitWatch(None, pid);
-        };
-        if fd < 0 {
-            return ExitWatch(None, pid);
-        }
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
         // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
         // AsyncFd owns it from here and deregisters it before closing it.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let readable = tokio::io::Interest::READABLE;
         // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
-        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) };
-        ExitWatch(registered.ok(), pid)
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) }.ok()
     }
 
     pub(super) async fn exited(&self) {
-        match &self.0 {
+        match self.pidfd.get_or_init(|| Self::open(self.pid)) {
             Some(fd) => {
                 let _ = fd.readable().await;
             }
@@ -434,7 +446,7 @@ impl ExitWatch {
         let r = unsafe {
             libc::waitid(
                 libc::P_PID,
-                libc::id_t::try_from(self.1).unwrap_or(0),
+                libc::id_t::try_from(self.pid).unwrap_or(0),
                 &mut info,
                 libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
             )
@@ -445,7 +457,10 @@ impl ExitWatch {
 
     #[cfg(test)]
     pub(super) fn without_pidfd(pid: libc::pid_t) -> ExitWatch {
-        ExitWatch(None, pid)
+        ExitWatch {
+            pid,
+            pidfd: OnceLock::from(None),
+        }
     }
 }
 
@@ -546,6 +561,9 @@ mod tests {
                 false => ExitWatch::without_pidfd(pid),
             };
             assert!(!exit.gone(), "a running program is not gone");
+            if pidfd {
+                assert!(exit.pidfd.get().is_none(), "a pidfd was opened before it was needed");
+            }
             // SAFETY: a signal to our own unreaped child.
             unsafe { libc::kill(pid, libc::SIGTERM) };
             let waited = tokio::time::timeout(Duration::from_secs(10), exit.exited()).await;
