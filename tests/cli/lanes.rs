@@ -763,43 +763,96 @@ fn redis_waiters_without_their_freed_messages_still_finish() {
 #[test]
 fn redis_a_release_grants_the_next_waiter_its_permits_itself() {
     let Some(redis) = Redis::start() else { return };
-    let client = redis::Client::open(redis.url.as_str()).expect("a client");
-    let mut conn = client.get_connection().expect("a connection");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopped = stop.clone();
-    let listener = std::thread::spawn(move || {
-        let mut pubsub = conn.as_pubsub();
-        pubsub
-            .psubscribe("flux-tools:*:freed:*")
-            .expect("psubscribe");
-        let _ = pubsub.set_read_timeout(Some(Duration::from_millis(200)));
-        let _ = ready_tx.send(());
-        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
-            match pubsub.get_message() {
-                Ok(msg) => {
-                    let _ = tx.send(msg.get_payload().unwrap_or_default());
-                }
-                Err(e) if e.is_timeout() => {}
-                Err(_) => return,
-            }
-        }
-    });
-    ready_rx.recv().expect("the listener subscribed");
+    let grants = Grants::listen(&redis.url);
     let p = Project::new(LOGGING);
     let log = p.path().join("redis-grant.log");
     all_ok(three_runs(&p, &log, 6, &redis.url));
     assert_eq!(peak(&log, None), 2);
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = listener.join();
-    let said: Vec<String> = rx.try_iter().collect();
-    let grants = said.iter().filter(|m| m.starts_with("g ")).count();
+    let said = grants.stop();
+    let granted = said.iter().filter(|m| m.starts_with("g ")).count();
     assert!(
-        grants >= 6,
-        "the releases granted {grants} waiters: {said:?}"
+        granted >= 6,
+        "the releases granted {granted} waiters: {said:?}"
     );
+}
+
+/// A process's own next call asks Redis after its last call's permits are back there: the
+/// scripts are loaded when the store connects and a release is on the connection before the
+/// waiter it wakes asks, so with one process every acquisition is granted at once and no
+/// release has a waiter to hand on to. (Before, each lane's first release met `NOSCRIPT` and
+/// went again after the woken waiter had asked: the waiter was queued behind its own
+/// process's permits and granted by the release — `["g 0", "g 0"]` here, in every run.)
+#[test]
+fn redis_a_process_gives_permits_back_before_its_next_call_asks_for_them() {
+    let Some(redis) = Redis::start() else { return };
+    let grants = Grants::listen(&redis.url);
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis-own-next.log");
+    let path = p.write("solo.yaml", &batch("work", "solo", 6, &log));
+    let args = [
+        "run",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+        "--lane-store",
+        &redis.url,
+    ];
+    all_ok(vec![p.spawn(&args)]);
+    assert_eq!(peak(&log, None), 2);
+    let said = grants.stop();
+    assert!(
+        said.is_empty(),
+        "a lone process waited on its own releases: {said:?}"
+    );
+}
+
+/// Every "freed" message Redis publishes while this listens.
+struct Grants {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    listener: std::thread::JoinHandle<()>,
+    said: std::sync::mpsc::Receiver<String>,
+}
+
+impl Grants {
+    fn listen(url: &str) -> Grants {
+        let client = redis::Client::open(url).expect("a client");
+        let mut conn = client.get_connection().expect("a connection");
+        let (tx, said) = std::sync::mpsc::channel::<String>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let listener = std::thread::spawn(move || {
+            let mut pubsub = conn.as_pubsub();
+            pubsub
+                .psubscribe("flux-tools:*:freed:*")
+                .expect("psubscribe");
+            let _ = pubsub.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = ready_tx.send(());
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                match pubsub.get_message() {
+                    Ok(msg) => {
+                        let _ = tx.send(msg.get_payload().unwrap_or_default());
+                    }
+                    Err(e) if e.is_timeout() => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        ready_rx.recv().expect("the listener subscribed");
+        Grants {
+            stop,
+            listener,
+            said,
+        }
+    }
+
+    /// What was said, once the last messages have had time to arrive.
+    fn stop(self) -> Vec<String> {
+        std::thread::sleep(Duration::from_millis(300));
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.listener.join();
+        self.said.try_iter().collect()
+    }
 }
 
 /// A "freed" message wakes the one process it is for. Each process listens for its own

@@ -160,6 +160,7 @@ impl RedisLanes {
         .await
         .map_err(|_| store_error(&redact_url(url), "no answer"))?
         .map_err(|e| store_error(&redact_url(url), e))?;
+        load_scripts(&mut conn.clone()).await;
         let lease = std::env::var("FLUX_TOOLS_LEASE_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -380,6 +381,18 @@ impl RedisLanes {
             token: token == 1,
         })
     }
+}
+
+/// Load every script up front (best effort). A script Redis does not know yet costs its first
+/// run a `NOSCRIPT` answer and a second round trip: a release would then reach Redis after the
+/// waiter it freed in this process had asked, and queue it behind its own permits. (A Redis
+/// that restarts later forgets them; each is loaded again as it is first run.)
+async fn load_scripts(conn: &mut ConnectionManager) {
+    let mut pipe = redis::pipe();
+    for code in [ACQUIRE, RELEASE, LEAVE, RENEW, TOKENS, SPEND] {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
+    }
+    let _: Result<(), _> = pipe.query_async(conn).await;
 }
 
 /// The prefix of the channels on which lane `key`'s waiters hear that a permit was freed and

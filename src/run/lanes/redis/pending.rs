@@ -18,10 +18,20 @@ pub(super) struct Pending {
 impl Pending {
     /// Run `work` on the current runtime, counted until it ends (nothing without a runtime:
     /// the lease lapses on its own).
+    ///
+    /// It is polled once here, before its task is spawned: what it sends goes on the
+    /// connection now, ahead of anything a task woken after this asks (permits given back
+    /// reach Redis before the in-process waiter they free asks for them). The task only
+    /// waits for the answer.
     pub(super) fn spawn(self: &Arc<Self>, work: impl Future<Output = ()> + Send + 'static) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let mut work = Box::pin(work);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if work.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
         self.count.fetch_add(1, Ordering::SeqCst);
         let me = self.clone();
         handle.spawn(async move {
