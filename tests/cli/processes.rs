@@ -143,6 +143,24 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// The pid a tool wrote to `path`.
+fn pid_in(path: &std::path::Path) -> i32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Whether `pid` is gone within 3 s (a signal takes a moment to be delivered).
+fn gone_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !alive(pid)
+}
+
 #[test]
 fn a_timed_out_tool_takes_its_grandchildren_with_it() {
     let p = Project::new(MANIFEST);
@@ -158,17 +176,9 @@ fn a_timed_out_tool_takes_its_grandchildren_with_it() {
         "tool 'forks' exceeded its 500ms timeout"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = pid_in(&pidfile);
     // SIGTERM went to the whole group; give the kernel a moment to deliver it.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!alive(pid), "grandchild {pid} outlived its call");
+    assert!(gone_soon(pid), "grandchild {pid} outlived its call");
 }
 
 #[test]
@@ -382,16 +392,8 @@ fn a_program_that_exits_while_its_background_child_holds_the_pipes_finishes_and_
         "the run took {:?}",
         started.elapsed()
     );
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!alive(pid), "background child {pid} outlived its call");
+    let pid = pid_in(&pidfile);
+    assert!(gone_soon(pid), "background child {pid} outlived its call");
 }
 
 /// One that escaped the group (`setsid`) and holds the pipes: the call ends after the drain
@@ -407,11 +409,7 @@ fn a_program_whose_escaped_child_holds_the_pipes_finishes_after_the_drain_wait()
     let started = Instant::now();
     let (doc, code) = p.run_json(&batch.to_string(), &[]);
     let took = started.elapsed();
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = pid_in(&pidfile);
     // SAFETY: a signal to the escapee this test started (it outlives the call by design).
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(code, 0, "{doc}");
