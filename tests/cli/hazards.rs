@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::common::{results, Project};
+use crate::common::{results, Project, Redis};
 
 /// A command tool that logs `start ID NANOS` and `end ID NANOS` around a sleep.
 fn logging_tool(name: &str, effect: &str, backend: &str, secs: &str) -> String {
@@ -118,21 +118,27 @@ fn a_diff_listed_before_an_add_always_sees_the_change() {
 /// more reads of the first process (ready when the tool lane frees): the write waits for the
 /// first two and the last two wait for it.
 fn reads_and_a_write_from_two_processes(p: &Project) {
-    let reader = p.spawn(&["run", "reads.yaml", "-q"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let writer = p.spawn(&["run", "write.yaml", "-q"]);
-    for (name, child) in [("reads", reader), ("write", writer)] {
-        let out = child.wait_with_output().expect("the run ends");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{name}: {:?} {stderr}", out.status);
-    }
-    let s = spans(p);
+    let s = reader_then_writer(p, "reads.yaml", &[]);
     for r in ["r1", "r2"] {
         assert!(s[r].1 <= s["w"].0, "the write ran under {r}: {s:?}");
     }
     for r in ["r3", "r4"] {
         assert!(s["w"].1 <= s[r].0, "{r} overtook the waiting write: {s:?}");
     }
+}
+
+/// Run `reads` in one process and, 300 ms later, `write.yaml` in another (each with `extra`
+/// arguments); both must succeed. The calls' spans.
+fn reader_then_writer(p: &Project, reads: &str, extra: &[&str]) -> HashMap<String, (u128, u128)> {
+    let reader = p.spawn(&[&["run", reads, "-q"], extra].concat());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let writer = p.spawn(&[&["run", "write.yaml", "-q"], extra].concat());
+    for (name, child) in [("reads", reader), ("write", writer)] {
+        let out = child.wait_with_output().expect("the run ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {:?} {stderr}", out.status);
+    }
+    spans(p)
 }
 
 fn race_project() -> Project {
@@ -178,4 +184,45 @@ fn a_writer_killed_mid_write_leaves_reads_running_and_the_order_strict() {
         "the reads waited for a dead writer"
     );
     reads_and_a_write_from_two_processes(&p);
+}
+
+/// The same order through a Redis lane store, where a read asks for its backend with its tool
+/// lane, in one script.
+#[test]
+fn through_redis_a_read_taken_with_its_lane_never_overtakes_a_write_another_process_queued() {
+    let Some(redis) = Redis::start() else { return };
+    let p = race_project();
+    let s = reader_then_writer(&p, "reads.yaml", &["--lane-store", &redis.url]);
+    for r in ["r1", "r2"] {
+        assert!(s[r].1 <= s["w"].0, "the write ran under {r}: {s:?}");
+    }
+    for r in ["r3", "r4"] {
+        assert!(s["w"].1 <= s[r].0, "{r} overtook the waiting write: {s:?}");
+    }
+}
+
+/// Through Redis, a read whose backend came with its tool lane but that must then wait for a
+/// later lane (the batch's own `per_tool` of 1, kept in the process) gives the read back
+/// before it waits, and asks again after its lanes, as every call did before: a write another
+/// process queued meanwhile goes first (one read, the write, the other), and no call waits for a lane while it
+/// holds a backend (the order that keeps two calls from waiting for each other). Keeping the
+/// read ran both reads before the write.
+#[test]
+fn through_redis_a_read_that_must_wait_for_a_later_lane_holds_no_backend_meanwhile() {
+    let Some(redis) = Redis::start() else { return };
+    let p = race_project();
+    let two = "concurrency:\n  per_tool: { read: 1 }\ncalls:\n  - { id: r1, tool: read }\n  - { id: r2, tool: read }\n";
+    p.write("two.yaml", two);
+    let s = reader_then_writer(&p, "two.yaml", &["--lane-store", &redis.url]);
+    // Which read takes the batch's lane first is a race inside the process (both are granted
+    // their tool lane at once); the order around the write is not.
+    let (first, second) = match s["r1"].0 <= s["r2"].0 {
+        true => ("r1", "r2"),
+        false => ("r2", "r1"),
+    };
+    assert!(s[first].1 <= s["w"].0, "the write ran under {first}: {s:?}");
+    assert!(
+        s["w"].1 <= s[second].0,
+        "{second} held its read while it waited for the batch's lane: {s:?}"
+    );
 }

@@ -769,11 +769,62 @@ fn redis_a_release_grants_the_next_waiter_its_permits_itself() {
     all_ok(three_runs(&p, &log, 6, &redis.url));
     assert_eq!(peak(&log, None), 2);
     let said = grants.stop();
-    let granted = said.iter().filter(|m| m.starts_with("g ")).count();
+    let granted: Vec<&String> = said.iter().filter(|m| m.starts_with("g ")).collect();
     assert!(
-        granted >= 6,
-        "the releases granted {granted} waiters: {said:?}"
+        granted.len() >= 6,
+        "the releases granted {} waiters: {said:?}",
+        granted.len()
     );
+    // Each grant brought the call's backend read along (`g PAUSED_MS 1`): nobody writes.
+    assert!(
+        granted.iter().all(|m| m.ends_with(" 1")),
+        "a grant without the read: {said:?}"
+    );
+}
+
+/// A read through a Redis lane asks for its backend with its tool lane, in one script: each
+/// call runs five in all — its tenant lane, its tool lane with the read, and giving the three
+/// back. (Before, the read was a script of its own, one more round trip before the tool
+/// started: 36 scripts for these six calls.)
+#[test]
+fn redis_a_read_asks_for_its_backend_with_its_lane() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(LOGGING);
+    let log = p.path().join("redis-along.log");
+    let path = p.write("solo.yaml", &batch("work", "solo", 6, &log));
+    let before = scripts_run(&redis.url);
+    let args = [
+        "run",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+        "--lane-store",
+        &redis.url,
+    ];
+    all_ok(vec![p.spawn(&args)]);
+    assert_eq!(peak(&log, None), 2);
+    assert_eq!(scripts_run(&redis.url) - before, 5 * 6);
+}
+
+/// How many scripts the Redis at `url` has run (`EVALSHA` and `EVAL`).
+fn scripts_run(url: &str) -> u64 {
+    let client = redis::Client::open(url).expect("a client");
+    let mut conn = client.get_connection().expect("a connection");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .expect("INFO");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// A process's own next call asks Redis after its last call's permits are back there: the

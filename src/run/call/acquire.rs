@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{never, Emitter, Job};
 use crate::events::{CallResult, ErrorKind, Event};
 use crate::plan::Plan;
-use crate::run::lanes::{Admission, Answer, BoxFuture, LaneError, LaneStore, Lease};
+use crate::run::lanes::{Admission, Answer, BoxFuture, Claims, LaneError, LaneStore, Lease};
 use crate::tools::StopLevel;
 
 /// A lane acquisition in progress.
@@ -35,9 +35,47 @@ pub(in crate::run) struct Acquisition {
     token: Option<(usize, Instant, Admit)>,
     /// The lane waited on longest so far.
     pub(super) longest: Option<(Duration, usize)>,
+    /// The backend read to take with a lane (the last that can carry it, by its position in
+    /// the call's lanes): [`LaneStore::acquire_along`].
+    along: Option<(usize, Claims)>,
 }
 
 impl Acquisition {
+    /// Whether the call's backend read goes with the lane at position `at` of its lanes.
+    fn carries(&self, at: usize) -> bool {
+        self.along.as_ref().is_some_and(|(i, _)| *i == at)
+    }
+
+    /// Start acquiring `lane`, at position `at` of the call's lanes: its future. A call that
+    /// may wait for it holds no backend meanwhile.
+    fn start(
+        &mut self,
+        store: &Arc<dyn LaneStore>,
+        (lane, weight, order): (usize, u32, u64),
+        at: usize,
+    ) -> LeaseFuture {
+        if self.carries(at) {
+            if let Some((_, along)) = self.along.take() {
+                return store.clone().acquire_along(lane, weight, order, along);
+            }
+        }
+        self.give_back_backend();
+        store.clone().acquire(lane, weight, order)
+    }
+
+    /// Whether the call's backends came with its lanes.
+    pub(super) fn holds_backends(&self) -> bool {
+        self.leases.iter().any(|(_, l)| l.holds_backend())
+    }
+
+    /// The call is about to wait for a lane: the backend read that came with an earlier one
+    /// goes back (no call waits for a lane holding a backend), and is asked for after.
+    fn give_back_backend(&mut self) {
+        for (_, lease) in &mut self.leases {
+            lease.give_back_backend();
+        }
+    }
+
     fn note_wait(&mut self, lanes: &dyn LaneStore, lane: usize, since: Instant, token: bool) {
         let waited = since.elapsed();
         if waited >= Duration::from_millis(1) {
@@ -57,14 +95,20 @@ pub(in crate::run) fn begin_acquire(
     plan: &Plan,
     pos: usize,
     emitter: &Emitter,
+    along: Option<Claims>,
 ) -> Result<Acquisition, String> {
     let call = &plan.calls[pos];
+    let along = along.and_then(|a| {
+        let at = call.lanes.iter().rposition(|&l| store.carries_along(l))?;
+        Some((at, a))
+    });
     let mut acq = Acquisition {
         leases: Vec::with_capacity(call.lanes.len()),
         next: 0,
         pending: None,
         token: None,
         longest: None,
+        along,
     };
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     while acq.next < call.lanes.len() {
@@ -72,11 +116,16 @@ pub(in crate::run) fn begin_acquire(
         acq.next += 1;
         // Free at once (no future), else queued: waiters queue in call order across the
         // whole run (a stream's segments included).
-        let (polled, mut fut) = match store.try_acquire(lane, call.weight) {
+        let at = acq.next - 1;
+        let free = match acq.carries(at) {
+            true => None,
+            false => store.try_acquire(lane, call.weight),
+        };
+        let (polled, mut fut) = match free {
             Some(lease) => (std::task::Poll::Ready(Ok(lease)), None),
             None => {
                 let order = (emitter.base + pos) as u64;
-                let mut fut = store.clone().acquire(lane, call.weight, order);
+                let mut fut = acq.start(store, (lane, call.weight, order), at);
                 (fut.as_mut().poll(&mut cx), Some(fut))
             }
         };
@@ -158,18 +207,23 @@ impl Job {
             }
             let lane = self.plan.calls[pos].lanes[acq.next];
             acq.next += 1;
+            let at = acq.next - 1;
+            if acq.holds_backends() {
+                // After the lane that brought the read: kept only if this one is free at once.
+                if let Some(lease) = self.lanes.try_acquire(lane, weight) {
+                    let ready: LeaseFuture = Box::pin(std::future::ready(Ok(lease)));
+                    acq.pending = Some((lane, Instant::now(), ready));
+                    continue;
+                }
+            }
             self.emitter.lane(|| Event::LaneWaiting {
                 call: pos,
                 lane,
                 weight,
             });
-            acq.pending = Some((
-                lane,
-                Instant::now(),
-                self.lanes
-                    .clone()
-                    .acquire(lane, weight, (self.emitter.base + pos) as u64),
-            ));
+            let order = (self.emitter.base + pos) as u64;
+            let fut = acq.start(&self.lanes, (lane, weight, order), at);
+            acq.pending = Some((lane, Instant::now(), fut));
         }
     }
 

@@ -160,6 +160,13 @@ impl Job {
         if let Err(r) = self.finish_acquire(&mut acq, &mut result).await {
             return self.release(acq.leases, r, false);
         }
+        if acq.holds_backends() {
+            // Its one backend read came with its last lane: held as `hold_backends` would.
+            self.backends = None;
+            if let Some((lead, _)) = &mut self.cache {
+                lead.look_again().await;
+            }
+        }
         let leases = std::mem::take(&mut acq.leases);
         let _exclusive = match self.hold_exclusive().await {
             Ok(guard) => guard,

@@ -33,6 +33,7 @@ impl Lane {
             counters: self.counters.clone(),
             weight: w,
             shared: None,
+            backend: None,
         }
     }
 }

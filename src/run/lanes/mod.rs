@@ -33,6 +33,9 @@ pub use memory::MemoryLanes;
 pub use redis::{redact_url, RedisLanes};
 pub use window::{refusal, Charge};
 
+/// A call's backends and how it holds them, by name.
+pub type Claims = Arc<[(String, crate::plan::Claim)]>;
+
 /// A boxed future, for the object-safe store trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -43,6 +46,8 @@ pub struct Lease {
     weight: u64,
     /// What a shared store holds for this lease (file locks); dropped with it.
     shared: Option<Box<dyn Send + Sync>>,
+    /// The call's backend read, taken with this lane ([`LaneStore::acquire_along`]).
+    backend: Option<Box<dyn Send + Sync>>,
 }
 
 impl Lease {
@@ -55,10 +60,29 @@ impl Lease {
         self.shared = Some(guard);
         self
     }
+
+    /// Hold the call's backend read too, taken with the lane in one step (given back first).
+    pub fn with_backend(mut self, guard: Box<dyn Send + Sync>) -> Lease {
+        self.backend = Some(guard);
+        self
+    }
+
+    /// Whether the call's backend came with this lease (the call then holds it no more).
+    pub fn holds_backend(&self) -> bool {
+        self.backend.is_some()
+    }
+
+    /// Give the backend read back now: the call is about to wait for a lane, and no call
+    /// waits for a lane while it holds a backend.
+    pub fn give_back_backend(&mut self) {
+        self.backend = None;
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        // The backend first, as a call gives its backends back before its lanes.
+        drop(self.backend.take());
         // The shared hold first: the in-process waiter woken below looks for a shared slot at
         // once, and must find ours free (else it backs off for nothing).
         if self.shared.take().is_some() {
@@ -171,6 +195,28 @@ pub trait LaneStore: Send + Sync {
         weight: u32,
         order: u64,
     ) -> BoxFuture<'static, Result<Lease, LaneError>>;
+    /// Whether a call's backend read may come with `lane` ([`acquire_along`](Self::acquire_along)):
+    /// it is then asked for with the last such lane of the call.
+    fn carries_along(&self, lane: usize) -> bool {
+        let _ = lane;
+        false
+    }
+    /// [`acquire`](Self::acquire), and in the same step, when it is free at once (nobody waits
+    /// for it and it has room), the one backend read `along` the call holds after its lanes
+    /// ([`backend`](Self::backend)): the lease then holds it too ([`Lease::holds_backend`]);
+    /// otherwise the call asks for it after its lanes, as ever. What a call through a shared
+    /// store saves is a round trip before its tool starts. A call that must still wait for a
+    /// later lane gives the read back first ([`Lease::give_back_backend`]).
+    fn acquire_along(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+        along: Claims,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        let _ = along;
+        self.acquire(lane, weight, order)
+    }
     /// After a permit of `lane` is held: reserve its rate token (if it has a rate) and say how
     /// long the caller must wait before dispatching — for the token, or while the lane backs
     /// off after a partner's 429. A store that must wait on a lock or a server answers

@@ -9,8 +9,10 @@ use super::idempotency_key;
 use super::state::Coordinator;
 use crate::batch::OnToolError;
 use crate::events::ErrorKind;
+use crate::plan::Claim;
 use crate::run::call::{begin_acquire, never_dispatched, Charger, Job, Ticket};
 use crate::run::gate::GateJob;
+use crate::run::lanes::Claims;
 use crate::tools::Invocation;
 
 impl Coordinator {
@@ -50,6 +52,17 @@ impl Coordinator {
         }
     }
 
+    /// Whether call `p`'s backend `claims` are one read it may take with its last lane
+    /// ([`LaneStore::acquire_along`](crate::run::lanes::LaneStore::acquire_along)): not a
+    /// write (whose cache marks change before it holds its backend), nor a call that holds
+    /// the lock of a `parallel_safe = false` tool first.
+    fn reads_alone(&self, p: usize, claims: &Claims) -> bool {
+        let call = &self.plan.calls[p];
+        matches!(&claims[..], [(_, Claim::Read)])
+            && !call.write
+            && !self.plan.phases[call.phase].alone
+    }
+
     pub(super) fn spawn(&mut self, p: usize, resolved: Option<Map<String, Value>>) {
         if let Some(lane) = self.park_lane(p) {
             self.parked[lane].insert(p);
@@ -60,7 +73,9 @@ impl Coordinator {
         let Some(t) = self.plan.calls[p].tool else {
             return self.refuse_invalid(p);
         };
-        let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter) {
+        let claims = self.claims.get(t).cloned().flatten();
+        let along = claims.clone().filter(|c| self.reads_alone(p, c));
+        let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter, along) {
             Ok(a) => a,
             Err(e) => {
                 let r = never_dispatched(&self.plan, p, ErrorKind::LaneStore, &e);
@@ -100,7 +115,7 @@ impl Coordinator {
             fail_run: self.plan.settings.on_tool_error == OnToolError::FailRun,
             journal: self.journal.clone().zip(self.fps.get(p).cloned().flatten()),
             cache: self.leads.remove(&p).zip(tool.cache),
-            backends: self.claims.get(t).cloned().flatten(),
+            backends: claims,
             window,
             marks: if call.write {
                 self.cache

@@ -14,14 +14,13 @@ use crate::batch::OnToolError;
 use crate::events::{CallResult, ErrorKind, Outcome};
 use crate::manifest::Manifest;
 use crate::manifest::TenantWindow;
-use crate::plan::Claim;
 use crate::plan::{LaneSpec, Plan};
 use crate::run::cache::{Cache, Lead};
 use crate::run::call::{Completion, Emitter};
 use crate::run::cassette::Cassette;
 use crate::run::gate::GateJob;
 use crate::run::journal::{Journal, Resume};
-use crate::run::lanes::LaneStore;
+use crate::run::lanes::{Claims, LaneStore};
 use crate::tools::{RunInfo, StopLevel, ToolImpl};
 
 /// The run's state, owned by the coordinator task.
@@ -342,9 +341,6 @@ fn tenant_window(manifest: &Manifest, plan: &Plan) -> Option<(Arc<TenantWindow>,
     let w = manifest.budget.per_tenant.clone()?;
     Some((Arc::new(w), plan.settings.tenant.as_str().into()))
 }
-
-/// A call's backends and how it holds them, by name.
-pub(super) type Claims = Arc<[(String, Claim)]>;
 
 /// Per tool, what its calls hold of their backends in a lane store other processes share
 /// (nothing when the store is this process's alone).

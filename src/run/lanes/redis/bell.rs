@@ -1,4 +1,5 @@
-//! "You are next" (`1`) or "the permits are yours" (`g PAUSED_MS`: a release granted them):
+//! "You are next" (`1`) or "the permits are yours" (`g PAUSED_MS ALONG`: a release granted them,
+//! and the backend read that came with them when `ALONG` is 1):
 //! one pub/sub connection per process, pattern-subscribed to the `freed` channels of *its own*
 //! tickets on every lane of the manifest, wakes the one call of this process whose ticket is at
 //! the head of the lane's queue. A process's tickets start with its tag, and it listens for that
@@ -71,8 +72,8 @@ impl Bells {
     fn ring(&self, channel: &str, message: &str) {
         let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = lanes.get(channel) {
-            if let Some(ms) = message.strip_prefix("g ").and_then(|m| m.parse().ok()) {
-                *b.granted.lock().unwrap_or_else(|e| e.into_inner()) = Some(ms);
+            if let Some(grant) = message.strip_prefix("g ").and_then(grant) {
+                *b.granted.lock().unwrap_or_else(|e| e.into_inner()) = Some(grant);
             }
             // A permit, not a broadcast: kept if the waiter is between two tries.
             b.notify.notify_one();
@@ -80,16 +81,24 @@ impl Bells {
     }
 }
 
-/// One waiter's bell, and what a release that granted its ticket said of the lane's pause.
+/// A grant's `PAUSED_MS ALONG`: how long the lane is paused, and whether the ticket's backend
+/// read came along.
+fn grant(text: &str) -> Option<(i64, bool)> {
+    let (ms, along) = text.split_once(' ').unwrap_or((text, "0"));
+    Some((ms.parse().ok()?, along == "1"))
+}
+
+/// One waiter's bell, and what a release that granted its ticket said of the lane's pause
+/// and of its backend read.
 #[derive(Default)]
 pub(super) struct Bell {
     pub(super) notify: Notify,
-    granted: Mutex<Option<i64>>,
+    granted: Mutex<Option<(i64, bool)>>,
 }
 
 impl Bell {
-    /// `Some(paused ms)` once a release has granted the ticket its permits.
-    pub(super) fn granted(&self) -> Option<i64> {
+    /// `Some((paused ms, read along))` once a release has granted the ticket its permits.
+    pub(super) fn granted(&self) -> Option<(i64, bool)> {
         *self.granted.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

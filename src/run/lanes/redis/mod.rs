@@ -221,28 +221,54 @@ impl RedisLanes {
         self.lanes.get(lane).and_then(Option::as_ref)
     }
 
-    async fn take(self: &Arc<Self>, lane: usize, weight: u32) -> Result<Permits, LaneError> {
-        let Some(l) = self.lane(lane) else {
-            return Err(LaneError("no such lane".into()));
-        };
-        let (key, limit) = (l.key.clone(), l.limit);
-        let flow = self.flow.clone();
-        let permits = self
-            .take_key(&key, limit, weight, (&flow.0, flow.1))
-            .await?;
-        self.note_pause(lane, permits.1);
-        Ok(permits.0)
+    /// The lease of `weight` permits of `lane`: this process's first, then the shared ones —
+    /// with the call's backend read along when `along` asks for it and the lane has no rate
+    /// (a wait for a token must not hold the read).
+    fn lease(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+        along: Option<super::Claims>,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        Box::pin(async move {
+            let lease = self.mem.clone().acquire(lane, weight, order).await?;
+            let Some(l) = self.lane(lane).filter(|l| l.limit > 0) else {
+                return Ok(lease);
+            };
+            let read = along
+                .filter(|_| l.rate.is_none())
+                .and_then(|a| a.first().map(|(backend, _)| self.backend_key(backend)));
+            let (key, limit, flow) = (l.key.clone(), l.limit, self.flow.clone());
+            let (permits, paused_ms, read) = self
+                .take_key(&key, limit, weight, (&flow.0, flow.1), read.as_deref())
+                .await?;
+            self.note_pause(lane, paused_ms);
+            Ok(match read {
+                Some(read) => lease
+                    .with_shared(Box::new(permits))
+                    .with_backend(Box::new(read)),
+                None => lease.with_shared(Box::new(permits)),
+            })
+        })
+    }
+
+    /// Where backend `name`'s read/write order lives.
+    fn backend_key(&self, name: &str) -> String {
+        format!("flux-tools:{}:backend:{name}", self.ns)
     }
 
     /// Take `weight` of the `limit` permits of the Redis lane `key`, queued as `flow` (an empty
-    /// name: by arrival alone); with how long the lane is paused, in ms.
+    /// name: by arrival alone); with how long the lane is paused, in ms, and the read of the
+    /// backend at `along` when it came with them.
     async fn take_key(
         self: &Arc<Self>,
         key: &str,
         limit: u32,
         weight: u32,
         flow: (&str, u32),
-    ) -> Result<(Permits, i64), LaneError> {
+        along: Option<&str>,
+    ) -> Result<(Permits, i64, Option<Permits>), LaneError> {
         let id = self.bells.ticket();
         let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
@@ -256,56 +282,83 @@ impl RedisLanes {
             limit,
             ticket: id.clone(),
             members: members.clone(),
+            along: along.map(str::to_string),
             waiting: true,
         };
-        let (paused_ms, handed) = loop {
+        let (paused_ms, handed, came) = loop {
             let mut inv = lane_keys(&self.acquire, key);
             inv.key(format!("{key}:seq"));
+            if let Some(backend) = along {
+                inv.key(backend);
+            }
             inv.arg(limit).arg(lease_ms).arg(&id).arg(queue_ms);
             inv.arg(flow.0).arg(flow.1);
+            inv.arg(u32::from(along.is_some())).arg(BACKEND_SLOTS);
             for m in &members {
                 inv.arg(m);
             }
             let mut conn = self.conn.clone();
-            let answer = inv.invoke_async::<(i64, i64)>(&mut conn).await;
-            let (paused_ms, earlier) = answer.as_ref().map_or((0, false), |(g, ms)| (*ms, *g == 2));
-            if self.note_answer(&answer.map(|(granted, _)| granted))? {
-                break (paused_ms, earlier);
+            let answer = inv.invoke_async::<(i64, i64, i64)>(&mut conn).await;
+            let (paused_ms, earlier, came) = answer
+                .as_ref()
+                .map_or((0, false, false), |(g, ms, b)| (*ms, *g == 2, *b == 1));
+            if self.note_answer(&answer.map(|(granted, _, _)| granted))? {
+                break (paused_ms, earlier, came);
             }
             // A message sent between the try and this wait is kept by the bell
             // (`notify_one`), so it is never missed; one that says the release granted this
             // ticket ends the wait with no script.
             let _ = tokio::time::timeout(FALLBACK, bell.notify.notified()).await;
-            if let Some(ms) = bell.granted() {
-                break (ms, true);
+            if let Some((ms, came)) = bell.granted() {
+                break (ms, true, came);
             }
         };
         place.waiting = false;
-        let permits = Permits {
+        let read = along.filter(|_| came).map(|backend| {
+            let members = vec![format!("{id}#0")];
+            self.permits(backend, BACKEND_SLOTS, members, handed)
+        });
+        Ok((self.permits(key, limit, members, handed), paused_ms, read))
+    }
+
+    /// `members` of lane `key` just granted, renewed while the call runs.
+    fn permits(
+        self: &Arc<Self>,
+        key: &str,
+        limit: u32,
+        members: Vec<String>,
+        handed: bool,
+    ) -> Permits {
+        let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
+        Permits {
             store: self.clone(),
             key: key.to_string(),
             limit,
             renewer: self.renew_while_held(key, &members, lease_ms, handed),
             members,
-        };
-        Ok((permits, paused_ms))
+        }
     }
 
-    /// Renew `members` while the call runs — at once first when a release granted them (they
-    /// were granted until the ticket's queue lease only).
+    /// Renew `members` while the call runs, every third of a lease — the first time within
+    /// half a queue lease when a release granted them (until the ticket's queue lease only,
+    /// which its last try had just pushed a queue lease ahead): a call shorter than that
+    /// renews nothing.
     fn renew_while_held(
         self: &Arc<Self>,
         key: &str,
         members: &[String],
         lease_ms: u64,
-        at_once: bool,
+        handed: bool,
     ) -> tokio::task::JoinHandle<()> {
         let (me, key, members) = (self.clone(), key.to_string(), members.to_vec());
         tokio::spawn(async move {
-            let mut first = at_once;
+            let mut first = handed;
             loop {
-                if !std::mem::take(&mut first) {
-                    tokio::time::sleep(me.lease / 3).await;
+                let every = me.lease / 3;
+                if std::mem::take(&mut first) {
+                    tokio::time::sleep(every.min(QUEUE_LEASE / 2)).await;
+                } else {
+                    tokio::time::sleep(every).await;
                 }
                 let mut inv = me.renew.key(&key);
                 inv.arg(lease_ms);
@@ -419,6 +472,8 @@ struct Place {
     limit: u32,
     ticket: String,
     members: Vec<String>,
+    /// The backend whose read the ticket asked for along with the lane.
+    along: Option<String>,
     waiting: bool,
 }
 
@@ -438,12 +493,19 @@ impl Drop for Place {
             std::mem::take(&mut self.members),
             self.limit,
         );
+        let along = self.along.take();
         // If this never runs, the ticket (and anything granted to it) lapses after
         // `QUEUE_LEASE`.
         store.pending.clone().spawn(async move {
             let mut inv = lane_keys(&store.leave, &key);
             inv.arg(limit).arg(&ticket).arg(&members);
             let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
+            if let Some(backend) = along {
+                // A read a release granted along with the lane meanwhile.
+                let mut inv = lane_keys(&store.release, &backend);
+                inv.arg(BACKEND_SLOTS).arg(format!("{ticket}#0"));
+                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
+            }
         });
     }
 }
@@ -565,13 +627,15 @@ impl LaneStore for RedisLanes {
         claim: crate::plan::Claim,
     ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
         Box::pin(async move {
-            let key = format!("flux-tools:{}:backend:{backend}", self.ns);
+            let key = self.backend_key(&backend);
             // A concurrent write overlaps its like (and, across processes, reads).
             let weight = match claim {
                 crate::plan::Claim::Read | crate::plan::Claim::ConcurrentWrite => 1,
                 crate::plan::Claim::Write => BACKEND_SLOTS,
             };
-            let (held, _) = self.take_key(&key, BACKEND_SLOTS, weight, ("", 1)).await?;
+            let (held, _, _) = self
+                .take_key(&key, BACKEND_SLOTS, weight, ("", 1), None)
+                .await?;
             Ok(Box::new(held) as Box<dyn Send + Sync>)
         })
     }
@@ -590,15 +654,30 @@ impl LaneStore for RedisLanes {
         weight: u32,
         order: u64,
     ) -> BoxFuture<'static, Result<Lease, LaneError>> {
-        Box::pin(async move {
-            let lease = self.mem.clone().acquire(lane, weight, order).await?;
-            match self.lane(lane) {
-                Some(l) if l.limit > 0 => {
-                    Ok(lease.with_shared(Box::new(self.take(lane, weight).await?)))
-                }
-                _ => Ok(lease),
-            }
-        })
+        self.lease(lane, weight, order, None)
+    }
+
+    /// An in-process lane (no Redis key) with room: taken at once, with no future.
+    fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
+        match self.lane(lane) {
+            None => self.mem.try_acquire(lane, weight),
+            Some(_) => None,
+        }
+    }
+
+    fn carries_along(&self, lane: usize) -> bool {
+        self.lane(lane)
+            .is_some_and(|l| l.limit > 0 && l.rate.is_none())
+    }
+
+    fn acquire_along(
+        self: Arc<Self>,
+        lane: usize,
+        weight: u32,
+        order: u64,
+        along: super::Claims,
+    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
+        self.lease(lane, weight, order, Some(along))
     }
 
     fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {

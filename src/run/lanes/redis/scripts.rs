@@ -10,15 +10,21 @@
 //! leaves room, and a waiter that leaves) grants the head of the queue itself and publishes on
 //! `KEY:freed:TICKET` that it did, so only the process whose call is next wakes, only that
 //! call, and it asks Redis nothing more before its call starts (`KEY:want` keeps what each
-//! waiting ticket asked for).
+//! waiting ticket asked for). A call whose one backend read comes next asks for it with its
+//! last lane: whichever script grants the lane grants the read too (`along`) when nobody waits
+//! for that backend and it has room — lanes first, then the backend, in one atomic step, so
+//! the order every call keeps holds and the call saves a round trip before it starts.
+//! `along` names the backend's keys from the key it was given (one Redis, not a cluster).
 
 /// What the scripts that free or grant permits share. `K` names a lane's keys: `permits`,
-/// `queue`, `qlease`, `want` (each waiting ticket's `WEIGHT FLOWED LEASE_MS`, so that another
-/// script can grant it), `flows`, `rate` and `chan` (the freed channels' prefix). `tidy` drops
-/// lapsed permits and tickets; `hand_on` grants the head of the queue while it fits — the
-/// ticket's permits until its own queue lease, which its waiter renews at once — and tells it
-/// `g PAUSED_MS`, so the waiter runs no script before its call; a head whose weight does not
-/// fit waits for the next release.
+/// `queue`, `qlease`, `want` (each waiting ticket's `WEIGHT FLOWED LEASE_MS`, then `BACKEND_WEIGHT
+/// BACKEND_LIMIT BACKEND_KEY` for a read along, so that another script can grant it), `flows`,
+/// `rate` and `chan` (the freed channels' prefix). `tidy` drops lapsed permits and tickets;
+/// `along` grants a backend read when nobody waits for the backend and it has room; `hand_on`
+/// grants the head of the queue while it fits — the ticket's permits (and its read along) until
+/// its own queue lease, which its waiter renews well before it lapses — and tells it
+/// `g PAUSED_MS ALONG`, so the waiter runs no script before its call; a head whose weight does
+/// not fit waits for the next release.
 macro_rules! lane_lib {
     () => {
         r#"
@@ -40,6 +46,26 @@ local function paused_ms(K, now)
   if paused < 0 then paused = 0 end
   return math.floor(paused)
 end
+local function keys_of(base)
+  return {permits = base, queue = base .. ':queue', qlease = base .. ':qlease',
+          want = base .. ':want', flows = base .. ':flows', rate = base .. ':rate',
+          chan = base .. ':freed:'}
+end
+local function lane_keys(first)
+  return {permits = KEYS[first], queue = KEYS[first + 1], qlease = KEYS[first + 2],
+          want = KEYS[first + 3], flows = KEYS[first + 4], rate = KEYS[first + 5],
+          chan = KEYS[first + 6]}
+end
+local function along(base, ticket, w, limit, till, now, lease)
+  local B = keys_of(base)
+  tidy(B, now)
+  if redis.call('ZCARD', B.queue) > 0 or redis.call('ZCARD', B.permits) + w > limit then
+    return 0
+  end
+  for i = 0, w - 1 do redis.call('ZADD', B.permits, till, ticket .. '#' .. i) end
+  redis.call('PEXPIRE', B.permits, tonumber(lease) * 2)
+  return 1
+end
 local function advance(K, ticket)
   local tag = tonumber(redis.call('ZSCORE', K.queue, ticket))
   local vt = tonumber(redis.call('HGET', K.flows, '~vt') or 0)
@@ -54,7 +80,7 @@ local function hand_on(K, now, limit)
       redis.call('PUBLISH', K.chan .. head, '1')
       return
     end
-    local n, flowed, lease = string.match(want, '^(%d+) (%d) (%d+)$')
+    local n, flowed, lease, rest = string.match(want, '^(%d+) (%d) (%d+)(.*)$')
     n = tonumber(n)
     if redis.call('ZCARD', K.permits) + n > limit then return end
     local till = tonumber(redis.call('ZSCORE', K.qlease, head) or now)
@@ -64,23 +90,23 @@ local function hand_on(K, now, limit)
     redis.call('ZREM', K.queue, head)
     redis.call('ZREM', K.qlease, head)
     redis.call('HDEL', K.want, head)
-    redis.call('PUBLISH', K.chan .. head, 'g ' .. paused_ms(K, now))
+    local got = 0
+    local bw, blimit, base = string.match(rest, '^ (%d+) (%d+) (.+)$')
+    if base then got = along(base, head, tonumber(bw), tonumber(blimit), till, now, lease) end
+    redis.call('PUBLISH', K.chan .. head, 'g ' .. paused_ms(K, now) .. ' ' .. got)
   end
-end
-local function lane_keys(first)
-  return {permits = KEYS[first], queue = KEYS[first + 1], qlease = KEYS[first + 2],
-          want = KEYS[first + 3], flows = KEYS[first + 4], rate = KEYS[first + 5],
-          chan = KEYS[first + 6]}
 end
 "#
     };
 }
 
-/// KEYS: permits, queue, qlease, want, flows, rate hash, freed channel prefix, seq. ARGV:
-/// limit, lease_ms, ticket, queue_lease_ms, flow, flow weight, member…  Grants only to the
-/// head of the queue, when its weight fits (or finds the ticket granted already, by a release
-/// that reached it first: `{2, ms}`, and the waiter renews at once): `{1, ms}` with how long
-/// the lane is paused (a partner's Retry-After), else `{0, 0}`.
+/// KEYS: permits, queue, qlease, want, flows, rate hash, freed channel prefix, seq, and the
+/// key of a backend to read along (only when ARGV[7] > 0). ARGV: limit, lease_ms, ticket,
+/// queue_lease_ms, flow, flow weight, backend weight (0: none), backend limit, member…
+/// Grants only to the head of the queue, when its weight fits (or finds the ticket granted
+/// already, by a release that reached it first: `{2, ms, b}`, and the waiter renews at once):
+/// `{1, ms, b}` with how long the lane is paused (a partner's Retry-After), else `{0, 0, 0}`.
+/// `b` is 1 when the backend read came along with the lane (see `along`).
 pub(super) const ACQUIRE: &str = concat!(
     lane_lib!(),
     r#"
@@ -88,8 +114,13 @@ local K = lane_keys(1)
 local now = clock()
 tidy(K, now)
 local ticket, flow = ARGV[3], ARGV[5]
-local n = #ARGV - 6
-if n > 0 and redis.call('ZSCORE', K.permits, ARGV[7]) then return {2, paused_ms(K, now)} end
+local bw = tonumber(ARGV[7])
+local n = #ARGV - 8
+local function came()
+  if bw > 0 and redis.call('ZSCORE', KEYS[9], ticket .. '#0') then return 1 end
+  return 0
+end
+if n > 0 and redis.call('ZSCORE', K.permits, ARGV[9]) then return {2, paused_ms(K, now), came()} end
 if not redis.call('ZSCORE', K.queue, ticket) then
   if flow == '' then
     redis.call('ZADD', K.queue, redis.call('INCR', KEYS[8]), ticket)
@@ -100,22 +131,28 @@ if not redis.call('ZSCORE', K.queue, ticket) then
     redis.call('HSET', K.flows, flow, tostring(tag))
     redis.call('ZADD', K.queue, tag, ticket)
   end
-  redis.call('HSET', K.want, ticket, n .. ' ' .. (flow == '' and '0' or '1') .. ' ' .. ARGV[2])
+  local want = n .. ' ' .. (flow == '' and '0' or '1') .. ' ' .. ARGV[2]
+  if bw > 0 then want = want .. ' ' .. bw .. ' ' .. ARGV[8] .. ' ' .. KEYS[9] end
+  redis.call('HSET', K.want, ticket, want)
 end
 redis.call('ZADD', K.qlease, now + tonumber(ARGV[4]), ticket)
 local keep = tonumber(ARGV[2]) * 2
 for _, k in ipairs({K.queue, K.qlease, K.want, K.flows, KEYS[8]}) do redis.call('PEXPIRE', k, keep) end
 local limit = tonumber(ARGV[1])
 local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
-if head ~= ticket or redis.call('ZCARD', K.permits) + n > limit then return {0, 0} end
-for i = 7, #ARGV do redis.call('ZADD', K.permits, now + tonumber(ARGV[2]), ARGV[i]) end
+if head ~= ticket or redis.call('ZCARD', K.permits) + n > limit then return {0, 0, 0} end
+for i = 9, #ARGV do redis.call('ZADD', K.permits, now + tonumber(ARGV[2]), ARGV[i]) end
 redis.call('PEXPIRE', K.permits, keep)
 if flow ~= '' then advance(K, ticket) end
 redis.call('ZREM', K.queue, ticket)
 redis.call('ZREM', K.qlease, ticket)
 redis.call('HDEL', K.want, ticket)
+local got = 0
+if bw > 0 then
+  got = along(KEYS[9], ticket, bw, tonumber(ARGV[8]), now + tonumber(ARGV[2]), now, ARGV[2])
+end
 hand_on(K, now, limit)
-return {1, paused_ms(K, now)}
+return {1, paused_ms(K, now), got}
 "#
 );
 
