@@ -58,10 +58,12 @@ local function lane_keys(first)
 end
 local function along(base, ticket, w, limit, till, now, lease)
   local B = keys_of(base)
-  tidy(B, now)
-  if redis.call('ZCARD', B.queue) > 0 or redis.call('ZCARD', B.permits) + w > limit then
-    return 0
+  redis.call('ZREMRANGEBYSCORE', B.permits, '-inf', now)
+  if redis.call('EXISTS', B.queue) == 1 then
+    tidy(B, now)
+    if redis.call('EXISTS', B.queue) == 1 then return 0 end
   end
+  if redis.call('ZCARD', B.permits) + w > limit then return 0 end
   for i = 0, w - 1 do redis.call('ZADD', B.permits, till, ticket .. '#' .. i) end
   redis.call('PEXPIRE', B.permits, tonumber(lease) * 2)
   return 1
@@ -103,24 +105,48 @@ end
 /// KEYS: permits, queue, qlease, want, flows, rate hash, freed channel prefix, seq, and the
 /// key of a backend to read along (only when ARGV[7] > 0). ARGV: limit, lease_ms, ticket,
 /// queue_lease_ms, flow, flow weight, backend weight (0: none), backend limit, member…
-/// Grants only to the head of the queue, when its weight fits (or finds the ticket granted
-/// already, by a release that reached it first: `{2, ms, b}`, and the waiter renews at once):
-/// `{1, ms, b}` with how long the lane is paused (a partner's Retry-After), else `{0, 0, 0}`.
-/// `b` is 1 when the backend read came along with the lane (see `along`).
+/// Grants at once, with no place in the queue, when nobody waits and the weight fits (the
+/// common case: half the work of queueing and granting at the head); else only to the head of
+/// the queue, when its weight fits (or finds the ticket granted already, by a release that
+/// reached it first: `{2, ms, b}`, and the waiter renews soon): `{1, ms, b}` with how long the
+/// lane is paused (a partner's Retry-After), else `{0, 0, 0}`. `b` is 1 when the backend read
+/// came along with the lane (see `along`).
 pub(super) const ACQUIRE: &str = concat!(
     lane_lib!(),
     r#"
 local K = lane_keys(1)
 local now = clock()
-tidy(K, now)
+redis.call('ZREMRANGEBYSCORE', K.permits, '-inf', now)
 local ticket, flow = ARGV[3], ARGV[5]
 local bw = tonumber(ARGV[7])
 local n = #ARGV - 8
+local limit, keep = tonumber(ARGV[1]), tonumber(ARGV[2]) * 2
 local function came()
   if bw > 0 and redis.call('ZSCORE', KEYS[9], ticket .. '#0') then return 1 end
   return 0
 end
+local function grant()
+  local z = {}
+  for i = 9, #ARGV do z[#z + 1] = now + tonumber(ARGV[2]); z[#z + 1] = ARGV[i] end
+  if #z > 0 then redis.call('ZADD', K.permits, unpack(z)) end
+  redis.call('PEXPIRE', K.permits, keep)
+  if bw == 0 then return 0 end
+  return along(KEYS[9], ticket, bw, tonumber(ARGV[8]), now + tonumber(ARGV[2]), now, ARGV[2])
+end
 if n > 0 and redis.call('ZSCORE', K.permits, ARGV[9]) then return {2, paused_ms(K, now), came()} end
+if redis.call('EXISTS', K.queue) == 0 and redis.call('ZCARD', K.permits) + n <= limit then
+  -- Nobody waits and the weight fits: granted with no place in the queue (its flow's tag
+  -- taken and passed at once, as a ticket granted at the head would have).
+  if flow ~= '' then
+    local f = redis.call('HMGET', K.flows, '~vt', flow)
+    local tag = tostring(math.max(tonumber(f[1] or 0), tonumber(f[2] or 0)) + 1 / tonumber(ARGV[6]))
+    redis.call('HSET', K.flows, flow, tag, '~vt', tag)
+    redis.call('PEXPIRE', K.flows, keep)
+  end
+  local got = grant()
+  return {1, paused_ms(K, now), got}
+end
+tidy(K, now)
 if not redis.call('ZSCORE', K.queue, ticket) then
   if flow == '' then
     redis.call('ZADD', K.queue, redis.call('INCR', KEYS[8]), ticket)
@@ -136,21 +162,14 @@ if not redis.call('ZSCORE', K.queue, ticket) then
   redis.call('HSET', K.want, ticket, want)
 end
 redis.call('ZADD', K.qlease, now + tonumber(ARGV[4]), ticket)
-local keep = tonumber(ARGV[2]) * 2
 for _, k in ipairs({K.queue, K.qlease, K.want, K.flows, KEYS[8]}) do redis.call('PEXPIRE', k, keep) end
-local limit = tonumber(ARGV[1])
 local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
 if head ~= ticket or redis.call('ZCARD', K.permits) + n > limit then return {0, 0, 0} end
-for i = 9, #ARGV do redis.call('ZADD', K.permits, now + tonumber(ARGV[2]), ARGV[i]) end
-redis.call('PEXPIRE', K.permits, keep)
 if flow ~= '' then advance(K, ticket) end
 redis.call('ZREM', K.queue, ticket)
 redis.call('ZREM', K.qlease, ticket)
 redis.call('HDEL', K.want, ticket)
-local got = 0
-if bw > 0 then
-  got = along(KEYS[9], ticket, bw, tonumber(ARGV[8]), now + tonumber(ARGV[2]), now, ARGV[2])
-end
+local got = grant()
 hand_on(K, now, limit)
 return {1, paused_ms(K, now), got}
 "#
