@@ -61,7 +61,7 @@ impl Lease {
         self
     }
 
-    /// Hold the call's backend read too, taken with the lane in one step (given back first).
+    /// Hold the call's backend read too, taken with the lane in one step (given back just after it).
     pub fn with_backend(mut self, guard: Box<dyn Send + Sync>) -> Lease {
         self.backend = Some(guard);
         self
@@ -81,8 +81,6 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // The backend first, as a call gives its backends back before its lanes.
-        drop(self.backend.take());
         // The shared hold first: the in-process waiter woken below looks for a shared slot at
         // once, and must find ours free (else it backs off for nothing).
         if self.shared.take().is_some() {
@@ -90,6 +88,10 @@ impl Drop for Lease {
                 sem.running(-(self.weight as i64));
             }
         }
+        // Then the read that came with it: the lane's release is what hands the lane on to
+        // the next call (another process's, waking on its grant), so it goes to the store
+        // first; a read only ever holds up a write, one script later.
+        drop(self.backend.take());
         self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
         if let Some(sem) = &self.sem {
             sem.release(self.weight);
