@@ -311,17 +311,15 @@ fn three_runs(p: &Project, log: &Path, n: usize, url: &str) -> Vec<std::process:
         .iter()
         .map(|t| {
             let path = p.write(&format!("{t}.yaml"), &batch("work", t, n, log));
-            let args = [
-                "run",
-                path.to_str().unwrap(),
-                "--format",
-                "json",
-                "--lane-store",
-                url,
-            ];
-            p.spawn(&args)
+            redis_run(p, &path, url)
         })
         .collect()
+}
+
+/// `flux-tools run PATH --format json --lane-store URL`, started.
+fn redis_run(p: &Project, path: &Path, url: &str) -> std::process::Child {
+    let path = path.to_str().unwrap();
+    p.spawn(&["run", path, "--format", "json", "--lane-store", url])
 }
 
 /// Wait for every run: each must have every call `ok`.
@@ -793,15 +791,7 @@ fn redis_a_read_asks_for_its_backend_with_its_lane() {
     let log = p.path().join("redis-along.log");
     let path = p.write("solo.yaml", &batch("work", "solo", 6, &log));
     let before = scripts_run(&redis.url);
-    let args = [
-        "run",
-        path.to_str().unwrap(),
-        "--format",
-        "json",
-        "--lane-store",
-        &redis.url,
-    ];
-    all_ok(vec![p.spawn(&args)]);
+    all_ok(vec![redis_run(&p, &path, &redis.url)]);
     assert_eq!(peak(&log, None), 2);
     assert_eq!(scripts_run(&redis.url) - before, 5 * 6);
 }
@@ -840,15 +830,7 @@ fn redis_a_process_gives_permits_back_before_its_next_call_asks_for_them() {
     let p = Project::new(LOGGING);
     let log = p.path().join("redis-own-next.log");
     let path = p.write("solo.yaml", &batch("work", "solo", 6, &log));
-    let args = [
-        "run",
-        path.to_str().unwrap(),
-        "--format",
-        "json",
-        "--lane-store",
-        &redis.url,
-    ];
-    all_ok(vec![p.spawn(&args)]);
+    all_ok(vec![redis_run(&p, &path, &redis.url)]);
     assert_eq!(peak(&log, None), 2);
     let said = grants.stop();
     assert!(
