@@ -88,9 +88,10 @@ impl Drop for Lease {
                 sem.running(-(self.weight as i64));
             }
         }
-        // Then the read that came with it: the lane's release is what hands the lane on to
-        // the next call (another process's, waking on its grant), so it goes to the store
-        // first; a read only ever holds up a write, one script later.
+        // Then the read that came with it (a store may give it back with the lane, in one
+        // step): the lane's release is what hands the lane on to the next call (another
+        // process's, waking on its grant), so it goes to the store first; a read only ever
+        // holds up a write.
         drop(self.backend.take());
         self.counters.held.fetch_sub(self.weight, Ordering::Relaxed);
         if let Some(sem) = &self.sem {

@@ -37,7 +37,7 @@ mod bell;
 mod board;
 mod pending;
 mod scripts;
-use scripts::{ACQUIRE, LEAVE, RELEASE, RENEW, SPEND, TOKENS};
+use scripts::{ACQUIRE, LEAVE, RELEASE, RELEASE_ALONG, RENEW, SPEND, TOKENS};
 
 /// The longest a waiter waits for a "freed" message before trying again (a lost message costs
 /// this much, never a hang); each try also renews its place in the queue.
@@ -74,6 +74,7 @@ pub struct RedisLanes {
     lease: Duration,
     acquire: Script,
     release: Script,
+    release_along: Script,
     leave: Script,
     renew: Script,
     tokens: Script,
@@ -181,6 +182,7 @@ impl RedisLanes {
             lease,
             acquire: Script::new(ACQUIRE),
             release: Script::new(RELEASE),
+            release_along: Script::new(RELEASE_ALONG),
             leave: Script::new(LEAVE),
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
@@ -209,6 +211,7 @@ impl RedisLanes {
             lease: self.lease,
             acquire: Script::new(ACQUIRE),
             release: Script::new(RELEASE),
+            release_along: Script::new(RELEASE_ALONG),
             leave: Script::new(LEAVE),
             renew: Script::new(RENEW),
             tokens: Script::new(TOKENS),
@@ -245,9 +248,16 @@ impl RedisLanes {
                 .await?;
             self.note_pause(lane, paused_ms);
             Ok(match read {
-                Some(read) => lease
-                    .with_shared(Box::new(permits))
-                    .with_backend(Box::new(read)),
+                Some(read) => {
+                    // Given back with the lane in one script, or alone if the call lets go of
+                    // it first (`Lease::give_back_backend`).
+                    let read = Arc::new(std::sync::Mutex::new(Some(read)));
+                    let mut permits = permits;
+                    permits.along = Some(read.clone());
+                    lease
+                        .with_shared(Box::new(permits))
+                        .with_backend(Box::new(ReadAlong(read)))
+                }
                 None => lease.with_shared(Box::new(permits)),
             })
         })
@@ -336,6 +346,7 @@ impl RedisLanes {
             limit,
             renewer: self.renew_while_held(key, &members, lease_ms, handed),
             members,
+            along: None,
         }
     }
 
@@ -442,7 +453,7 @@ impl RedisLanes {
 /// that restarts later forgets them; each is loaded again as it is first run.)
 async fn load_scripts(conn: &mut ConnectionManager) {
     let mut pipe = redis::pipe();
-    for code in [ACQUIRE, RELEASE, LEAVE, RENEW, TOKENS, SPEND] {
+    for code in [ACQUIRE, RELEASE, RELEASE_ALONG, LEAVE, RENEW, TOKENS, SPEND] {
         pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
     }
     let _: Result<(), _> = pipe.query_async(conn).await;
@@ -517,19 +528,54 @@ struct Permits {
     limit: u32,
     members: Vec<String>,
     renewer: tokio::task::JoinHandle<()>,
+    /// The backend read that came with these permits, while the call holds it.
+    along: Option<Arc<std::sync::Mutex<Option<Permits>>>>,
+}
+
+/// A backend read taken with its lane ([`LaneStore::acquire_along`]): the lane's [`Permits`]
+/// give it back with their own release, in one script; dropped first, it goes back alone.
+struct ReadAlong(Arc<std::sync::Mutex<Option<Permits>>>);
+
+impl Drop for ReadAlong {
+    fn drop(&mut self) {
+        drop(self.0.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
 }
 
 impl Drop for Permits {
     fn drop(&mut self) {
         self.renewer.abort();
+        if self.members.is_empty() {
+            return; // given back with the lane it came with
+        }
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
         let members = std::mem::take(&mut self.members);
         let limit = self.limit;
+        let read = self.along.take().and_then(|a| {
+            let mut read = a.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            read.renewer.abort();
+            Some((
+                std::mem::take(&mut read.key),
+                std::mem::take(&mut read.members),
+                read.limit,
+            ))
+        });
         // If this never runs, the lease lapses on its own.
         store.pending.clone().spawn(async move {
-            let mut inv = lane_keys(&store.release, &key);
-            inv.arg(limit).arg(&members);
+            let mut inv = match &read {
+                Some((backend, read, backend_limit)) => {
+                    let mut inv = lane_keys(&store.release_along, &key);
+                    inv.key(backend).arg(limit).arg(backend_limit).arg(read);
+                    inv
+                }
+                None => {
+                    let mut inv = lane_keys(&store.release, &key);
+                    inv.arg(limit);
+                    inv
+                }
+            };
+            inv.arg(&members);
             let mut conn = store.conn.clone();
             let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
         });

@@ -189,6 +189,26 @@ return 1
 "#
 );
 
+/// KEYS: the lane's (as [`ACQUIRE`]'s first seven), then the key of the backend whose read came
+/// along with it. ARGV: limit, the backend's limit, the read's member, member…  [`RELEASE`] of
+/// the lane and then of the read, in one script: a call whose read came with its lane gives
+/// both back in one step, as it took them (the lane first: its release is what hands it on).
+pub(super) const RELEASE_ALONG: &str = concat!(
+    lane_lib!(),
+    r#"
+local K = lane_keys(1)
+local now = clock()
+redis.call('ZREM', K.permits, unpack(ARGV, 4))
+tidy(K, now)
+hand_on(K, now, tonumber(ARGV[1]))
+local B = keys_of(KEYS[8])
+redis.call('ZREM', B.permits, ARGV[3])
+tidy(B, now)
+hand_on(B, now, tonumber(ARGV[2]))
+return 1
+"#
+);
+
 /// KEYS: the lane's (as [`ACQUIRE`]'s first seven). ARGV: limit, ticket, member…  A waiter
 /// that gives up leaves the queue — and gives back what a release granted it meanwhile — and
 /// the head is granted what now fits.
