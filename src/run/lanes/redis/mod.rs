@@ -40,8 +40,12 @@ mod scripts;
 use scripts::{ACQUIRE, LEAVE, RELEASE, RELEASE_ALONG, RENEW, SPEND, TOKENS};
 
 /// The longest a waiter waits for a "freed" message before trying again (a lost message costs
-/// this much, never a hang); each try also renews its place in the queue.
-const FALLBACK: Duration = Duration::from_millis(100);
+/// this much, never a hang); each try also renews its place in the queue. Each try is a script:
+/// at 100 ms the waiters of eight processes on one lane ran a third of Redis's scripts this way,
+/// and took the CPU a handoff needed (`benches/README.md`). A grant a release hands on lasts
+/// until the ticket's place would lapse, at least `QUEUE_LEASE - FALLBACK` ahead: more than the
+/// half a queue lease after which its holder first renews it.
+const FALLBACK: Duration = Duration::from_millis(400);
 /// How long a waiter keeps its place in the queue without trying again (a crashed waiter's
 /// place lapses after this).
 const QUEUE_LEASE: Duration = Duration::from_secs(2);
