@@ -9,6 +9,7 @@ slowest process's wall time over the fastest's (fairness).
 
     python3 benches/handoff.py                 # builds the release binary first
     python3 benches/handoff.py --procs 8 --calls 40 --stores local,redis --lengths 0.01,0.05
+    python3 benches/handoff.py --no-build --flux /path/to/older/flux-tools   # an A/B of two builds
 """
 
 import argparse
@@ -93,7 +94,11 @@ def main():
     ap.add_argument("--stores", default="local,redis")
     ap.add_argument("--lengths", default="0.01,0.05")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--flux", help="the flux-tools binary to measure (default: this tree's release build)")
     args = ap.parse_args()
+    if args.flux:
+        global FLUX
+        FLUX = os.path.abspath(args.flux)
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "flux-tools"], cwd=ROOT, check=True)
     server = None

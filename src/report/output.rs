@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use comfy_table::{presets, Cell, Color, Table};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::Reporter;
@@ -20,15 +21,23 @@ pub struct RunDocument<'a> {
     pub stats: &'a Stats,
 }
 
-/// One result as a JSON line.
-pub fn write_jsonl_line(w: &mut dyn Write, r: &CallResult) -> io::Result<()> {
-    serde_json::to_writer(&mut *w, r)?;
-    w.write_all(b"\n")
+/// One result as a JSON line, made in `line` (cleared first) and written whole: serde_json
+/// writes a result in dozens of small pieces, each a call through `w` otherwise.
+pub fn write_jsonl_line(
+    w: &mut dyn Write,
+    line: &mut Vec<u8>,
+    r: &impl Serialize,
+) -> io::Result<()> {
+    line.clear();
+    serde_json::to_writer(&mut *line, r)?;
+    line.push(b'\n');
+    w.write_all(line)
 }
 
 pub fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
+    let mut line = Vec::with_capacity(512);
     for r in doc.results {
-        write_jsonl_line(w, r)?;
+        write_jsonl_line(w, &mut line, r)?;
     }
     Ok(())
 }
@@ -117,6 +126,8 @@ pub struct StreamWriter<W: Write + Send> {
     waiting: BTreeMap<usize, CallResult>,
     /// Render a result as one line (`None`: the default result line).
     render: Option<RenderFn>,
+    /// The line being written (kept: one allocation for the run).
+    line: Vec<u8>,
     /// Set when stdout has gone away (a closed pipe); the run carries on regardless.
     pub broken: bool,
     /// Told once when stdout goes away, so the run can stop dispatching.
@@ -130,6 +141,7 @@ impl<W: Write + Send> StreamWriter<W> {
             next: 0,
             waiting: BTreeMap::new(),
             render,
+            line: Vec::with_capacity(512),
             broken: false,
             on_broken: None,
         }
@@ -146,10 +158,8 @@ impl<W: Write + Send> StreamWriter<W> {
             return;
         }
         let res = match &self.render {
-            Some(f) => serde_json::to_writer(&mut self.out, &f(r))
-                .map_err(io::Error::from)
-                .and_then(|_| self.out.write_all(b"\n")),
-            None => write_jsonl_line(&mut self.out, r),
+            Some(f) => write_jsonl_line(&mut self.out, &mut self.line, &f(r)),
+            None => write_jsonl_line(&mut self.out, &mut self.line, r),
         };
         if res.is_err() {
             self.break_off();
@@ -174,7 +184,13 @@ impl<W: Write + Send> Reporter for StreamWriter<W> {
         // Results are numbered across the whole run (a stream's segments included), so
         // writing them in index order is call order.
         if let Event::CallFinished { result } = event {
-            self.waiting.insert(result.index, (**result).clone());
+            if result.index == self.next {
+                // Next in call order (the common case): written as it is, not kept.
+                self.write(result);
+                self.next += 1;
+            } else {
+                self.waiting.insert(result.index, (**result).clone());
+            }
             while let Some(r) = self.waiting.remove(&self.next) {
                 self.write(&r);
                 self.next += 1;
