@@ -28,6 +28,7 @@ use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
 use crate::template::{redacted_map, RenderError, Template};
 
+mod pipes;
 mod process;
 
 use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
@@ -182,6 +183,8 @@ pub struct CommandTool {
     /// `spec.cwd`, when it is not where flux-tools runs (else the program starts here and
     /// nothing changes directory).
     cwd: Option<CString>,
+    /// The stdout and stderr pipes its next call takes, made while its last program ran.
+    spare: pipes::Spare,
 }
 
 /// The variables every call sets (a manifest's `env` may set more, and wins over these).
@@ -212,6 +215,7 @@ impl CommandTool {
             env,
             cwd,
             spec,
+            spare: pipes::Spare::default(),
         }
     }
 
@@ -281,13 +285,22 @@ impl CommandTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        let mut proc = self.start(inv)?;
+        // The next call's pipes, made while this program runs.
+        self.spare.refill();
+        self.watch(&mut proc, stop).await
+    }
+
+    /// Read the program's output until it has exited and its pipes have ended (or it is
+    /// stopped), then make its result.
+    async fn watch(&self, proc: &mut Proc, stop: &mut Stop) -> Result<Value, Failure> {
         let Proc {
-            mut child,
-            mut guard,
+            child,
+            guard,
             exit,
-            mut stdout,
-            mut stderr,
-        } = self.start(inv)?;
+            stdout,
+            stderr,
+        } = proc;
 
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
         let mut cap = Capture::new(max);
@@ -312,7 +325,7 @@ impl CommandTool {
                     // Both pipes ended, as they do when a program exits: most often it is
                     // gone already, and is reaped without a pidfd ever being opened.
                     if exit.gone() {
-                        status = Some(settle(&mut guard, &mut child, &exit).await?);
+                        status = Some(settle(guard, child, exit).await?);
                         continue;
                     }
                     watching = true;
@@ -330,26 +343,26 @@ impl CommandTool {
                 tokio::select! {
                     biased;
                     _ = &mut stopped, if status.is_none() => break true,
-                    n = read_into(&mut stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
+                    n = read_into(stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
                         Ok(0) | Err(_) => cap.out_open = false,
                         Ok(_) if cap.out.len() > max => {
-                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
+                            return Err(self.too_large(guard, child, exit).await);
                         }
                         Ok(_) => {}
                     },
-                    n = read_into(&mut stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
+                    n = read_into(stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
                         Ok(0) | Err(_) => cap.err_open = false,
                         Ok(_) => trim_tail(&mut cap.err_tail),
                     },
                     _ = &mut watch_from, if !watching && status.is_none() => watching = true,
                     _ = exit.exited(), if watching && status.is_none() => {
-                        status = Some(settle(&mut guard, &mut child, &exit).await?);
+                        status = Some(settle(guard, child, exit).await?);
                         // Its pipes closed as it exited, whether or not the runtime has heard
                         // yet: what they hold is read now, and only a pipe something else
                         // still holds open is waited for, a while.
-                        cap.read_ready(&stdout, &stderr);
+                        cap.read_ready(stdout, stderr);
                         if cap.out.len() > max {
-                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
+                            return Err(self.too_large(guard, child, exit).await);
                         }
                         if !cap.closed() {
                             drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
@@ -360,7 +373,7 @@ impl CommandTool {
             }
         };
         if stopped {
-            terminate(&guard, &mut child, &exit, self.spec.kill_grace, stop).await;
+            terminate(guard, child, exit, self.spec.kill_grace, stop).await;
             return Err(Failure::Stopped);
         }
         let Some(status) = status else {
@@ -384,25 +397,36 @@ impl CommandTool {
     /// Start the program in its own process group, its arguments written to stdin.
     fn start(&self, inv: &Invocation) -> Result<Proc, Failure> {
         let launch = self.launch(inv)?;
-        // Our ends are made non-blocking and watched by the runtime before the program starts.
-        let watch = |(stdin, stdout, stderr): process::Ends| {
-            let stdout = nonblocking(stdout).and_then(pipe::Receiver::from_owned_fd_unchecked)?;
-            let stderr = nonblocking(stderr).and_then(pipe::Receiver::from_owned_fd_unchecked)?;
-            let stdin = stdin.map(|w| nonblocking(w).and_then(pipe::Sender::from_owned_fd_unchecked));
-            Ok((stdin, stdout, stderr))
-        };
-        let (pid, (stdin, stdout, stderr)) = process::spawn(&launch, watch).map_err(|e| {
+        // Our ends are made non-blocking and watched by the runtime before the program starts
+        // (stdout's and stderr's while the last program ran, when it did).
+        let failed = |e: std::io::Error| {
             let program = self.spec.argv.first().map(|t| t.redacted());
             Failure::failed(
                 ErrorKind::SpawnFailed,
                 format!("cannot start `{}`: {e}", program.unwrap_or_default()),
             )
-        })?;
+        };
+        let outputs = self.spare.take().map_err(failed)?;
+        let (their_stdin, stdin) = match launch.stdin {
+            true => {
+                let (r, w) = process::pipe().map_err(failed)?;
+                let w = nonblocking(w).and_then(pipe::Sender::from_owned_fd_unchecked);
+                (Some(r), Some(w.map_err(failed)?))
+            }
+            false => (None, None),
+        };
+        let theirs = process::Theirs {
+            stdin: their_stdin.as_ref(),
+            stdout: &outputs.their_stdout,
+            stderr: &outputs.their_stderr,
+        };
+        let pid = process::spawn(&launch, theirs).map_err(failed)?;
+        let pipes::Outputs { stdout, stderr, .. } = outputs;
         let child = Reaped::new(pid);
         let guard = GroupGuard { pgid: Some(pid) };
         let exit = ExitWatch::new(pid);
         // A tool that does not read stdin may close it early: that is not an error.
-        if let Some(Ok(mut stdin)) = stdin {
+        if let Some(mut stdin) = stdin {
             let body = serde_json::to_vec(inv.args()).unwrap_or_default();
             tokio::spawn(async move {
                 let _ = stdin.write_all(&body).await;

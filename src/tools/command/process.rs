@@ -75,24 +75,19 @@ pub(super) struct Launch<'a> {
     pub(super) stdin: bool,
 }
 
-/// Our ends of a program's pipes, before it starts: stdin (when it gets one), stdout, stderr.
-pub(super) type Ends = (Option<OwnedFd>, OwnedFd, OwnedFd);
+/// The program's ends of its pipes: stdin (its read end, when it gets one; else `/dev/null`),
+/// stdout and stderr (their write ends). Ours are made ready for the runtime before the program
+/// starts (`pipes.rs`), so that is not done while the program runs and wants the CPU.
+pub(super) struct Theirs<'a> {
+    pub(super) stdin: Option<&'a OwnedFd>,
+    pub(super) stdout: &'a OwnedFd,
+    pub(super) stderr: &'a OwnedFd,
+}
 
-/// Start the program of `l` in a process group of its own: its pid (the group's id) and what
-/// `prepare` made of our ends of its pipes. `prepare` runs before the program starts, so that
-/// setting them up (non-blocking, watched by the runtime) is not done while the program runs
-/// and wants the CPU.
-pub(super) fn spawn<T>(
-    l: &Launch<'_>,
-    prepare: impl FnOnce(Ends) -> io::Result<T>,
-) -> io::Result<(libc::pid_t, T)> {
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let (in_r, in_w) = match l.stdin {
-        true => pipe().map(|(r, w)| (Some(r), Some(w)))?,
-        false => (None, None),
-    };
-    let stdin = match &in_r {
+/// Start the program of `l` in a process group of its own, on `theirs`: its pid (the group's
+/// id).
+pub(super) fn spawn(l: &Launch<'_>, theirs: Theirs<'_>) -> io::Result<libc::pid_t> {
+    let stdin = match theirs.stdin {
         Some(r) => r.as_raw_fd(),
         None => devnull()?,
     };
@@ -114,10 +109,8 @@ pub(super) fn spawn<T>(
         Some(p) if !l.program.as_bytes().contains(&b'/') => (lookup(&l.program, p)?, false),
         _ => (l.program.clone(), !l.program.as_bytes().contains(&b'/')),
     };
-    let fds = [stdin, out_w.as_raw_fd(), err_w.as_raw_fd()];
-    let ours = prepare((in_w, out_r, err_r))?;
-    let pid = start(&program, search, &argv, &envp, fds, l.cwd.as_deref())?;
-    Ok((pid, ours))
+    let fds = [stdin, theirs.stdout.as_raw_fd(), theirs.stderr.as_raw_fd()];
+    start(&program, search, &argv, &envp, fds, l.cwd.as_deref())
 }
 
 /// The key of `KEY=VALUE`.
@@ -235,7 +228,7 @@ fn check(r: libc::c_int) -> io::Result<()> {
 }
 
 /// A pipe, both ends close-on-exec: (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills in two new descriptors on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -493,16 +486,30 @@ mod tests {
         }
     }
 
+    /// Start `l` on a fresh pipe (its stdout and stderr both): its pid and our end.
+    fn spawn_piped(l: &Launch<'_>) -> io::Result<(libc::pid_t, OwnedFd)> {
+        let (ours, theirs) = pipe()?;
+        let pid = spawn(
+            l,
+            Theirs {
+                stdin: None,
+                stdout: &theirs,
+                stderr: &theirs,
+            },
+        )?;
+        Ok((pid, ours))
+    }
+
     fn sleeper() -> (Reaped, libc::pid_t) {
         let env = Environment::inherit(&[]);
-        let (pid, _) = spawn(&launch(&env, &["sleep", "30"], &[]), Ok).expect("sleep runs");
+        let (pid, _) = spawn_piped(&launch(&env, &["sleep", "30"], &[])).expect("sleep runs");
         (Reaped::new(pid), pid)
     }
 
     /// What a program printed on stdout, read to the end (blocking: tests only).
     fn stdout_of(l: &Launch<'_>) -> (String, libc::pid_t) {
         use std::io::Read;
-        let (pid, (_, stdout, _)) = spawn(l, Ok).expect("spawned");
+        let (pid, stdout) = spawn_piped(l).expect("spawned");
         let mut out = String::new();
         std::fs::File::from(stdout).read_to_string(&mut out).expect("read");
         let status = wait(pid, 0).expect("waited").expect("exited");
@@ -533,9 +540,9 @@ mod tests {
         let path = format!("/nonexistent:{}:/bin:/usr/bin", dir.display());
         let (out, _) = stdout_of(&launch(&env, &["only-here"], &[("PATH", &path)]));
         assert_eq!(out, "found\n");
-        let missing = spawn(&launch(&env, &["only-here"], &[("PATH", "/bin")]), Ok);
+        let missing = spawn_piped(&launch(&env, &["only-here"], &[("PATH", "/bin")]));
         assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
-        let missing = spawn(&launch(&env, &["flux-no-such-program"], &[]), Ok);
+        let missing = spawn_piped(&launch(&env, &["flux-no-such-program"], &[]));
         assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
         let _ = std::fs::remove_dir_all(&dir);
     }
