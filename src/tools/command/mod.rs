@@ -285,22 +285,15 @@ impl CommandTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        let mut proc = self.start(inv)?;
+        let Proc {
+            mut child,
+            mut guard,
+            exit,
+            mut stdout,
+            mut stderr,
+        } = self.start(inv)?;
         // The next call's pipes, made while this program runs.
         self.spare.refill();
-        self.watch(&mut proc, stop).await
-    }
-
-    /// Read the program's output until it has exited and its pipes have ended (or it is
-    /// stopped), then make its result.
-    async fn watch(&self, proc: &mut Proc, stop: &mut Stop) -> Result<Value, Failure> {
-        let Proc {
-            child,
-            guard,
-            exit,
-            stdout,
-            stderr,
-        } = proc;
 
         let max = usize::try_from(self.spec.max_output).unwrap_or(usize::MAX);
         let mut cap = Capture::new(max);
@@ -325,7 +318,7 @@ impl CommandTool {
                     // Both pipes ended, as they do when a program exits: most often it is
                     // gone already, and is reaped without a pidfd ever being opened.
                     if exit.gone() {
-                        status = Some(settle(guard, child, exit).await?);
+                        status = Some(settle(&mut guard, &mut child, &exit).await?);
                         continue;
                     }
                     watching = true;
@@ -343,26 +336,26 @@ impl CommandTool {
                 tokio::select! {
                     biased;
                     _ = &mut stopped, if status.is_none() => break true,
-                    n = read_into(stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
+                    n = read_into(&mut stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
                         Ok(0) | Err(_) => cap.out_open = false,
                         Ok(_) if cap.out.len() > max => {
-                            return Err(self.too_large(guard, child, exit).await);
+                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
                         }
                         Ok(_) => {}
                     },
-                    n = read_into(stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
+                    n = read_into(&mut stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
                         Ok(0) | Err(_) => cap.err_open = false,
                         Ok(_) => trim_tail(&mut cap.err_tail),
                     },
                     _ = &mut watch_from, if !watching && status.is_none() => watching = true,
                     _ = exit.exited(), if watching && status.is_none() => {
-                        status = Some(settle(guard, child, exit).await?);
+                        status = Some(settle(&mut guard, &mut child, &exit).await?);
                         // Its pipes closed as it exited, whether or not the runtime has heard
                         // yet: what they hold is read now, and only a pipe something else
                         // still holds open is waited for, a while.
-                        cap.read_ready(stdout, stderr);
+                        cap.read_ready(&stdout, &stderr);
                         if cap.out.len() > max {
-                            return Err(self.too_large(guard, child, exit).await);
+                            return Err(self.too_large(&mut guard, &mut child, &exit).await);
                         }
                         if !cap.closed() {
                             drain_deadline = Some(tokio::time::Instant::now() + DRAIN_WAIT);
@@ -373,7 +366,7 @@ impl CommandTool {
             }
         };
         if stopped {
-            terminate(guard, child, exit, self.spec.kill_grace, stop).await;
+            terminate(&guard, &mut child, &exit, self.spec.kill_grace, stop).await;
             return Err(Failure::Stopped);
         }
         let Some(status) = status else {

@@ -24,7 +24,7 @@
 /// grants the head of the queue while it fits — the ticket's permits (and its read along) until
 /// its own queue lease, which its waiter renews well before it lapses — and tells it
 /// `g PAUSED_MS ALONG`, so the waiter runs no script before its call; a head whose weight does
-/// not fit waits for the next release.
+/// not fit waits for the next release; `give_back` returns permits and hands the lane on.
 macro_rules! lane_lib {
     () => {
         r#"
@@ -97,6 +97,11 @@ local function hand_on(K, now, limit)
     if base then got = along(base, head, tonumber(bw), tonumber(blimit), till, now, lease) end
     redis.call('PUBLISH', K.chan .. head, 'g ' .. paused_ms(K, now) .. ' ' .. got)
   end
+end
+local function give_back(K, now, limit, ...)
+  redis.call('ZREM', K.permits, ...)
+  tidy(K, now)
+  hand_on(K, now, limit)
 end
 "#
     };
@@ -180,11 +185,7 @@ return {1, paused_ms(K, now), got}
 pub(super) const RELEASE: &str = concat!(
     lane_lib!(),
     r#"
-local K = lane_keys(1)
-local now = clock()
-redis.call('ZREM', K.permits, unpack(ARGV, 2))
-tidy(K, now)
-hand_on(K, now, tonumber(ARGV[1]))
+give_back(lane_keys(1), clock(), tonumber(ARGV[1]), unpack(ARGV, 2))
 return 1
 "#
 );
@@ -196,15 +197,9 @@ return 1
 pub(super) const RELEASE_ALONG: &str = concat!(
     lane_lib!(),
     r#"
-local K = lane_keys(1)
 local now = clock()
-redis.call('ZREM', K.permits, unpack(ARGV, 4))
-tidy(K, now)
-hand_on(K, now, tonumber(ARGV[1]))
-local B = keys_of(KEYS[8])
-redis.call('ZREM', B.permits, ARGV[3])
-tidy(B, now)
-hand_on(B, now, tonumber(ARGV[2]))
+give_back(lane_keys(1), now, tonumber(ARGV[1]), unpack(ARGV, 4))
+give_back(keys_of(KEYS[8]), now, tonumber(ARGV[2]), ARGV[3])
 return 1
 "#
 );
@@ -220,9 +215,7 @@ local now = clock()
 redis.call('ZREM', K.queue, ARGV[2])
 redis.call('ZREM', K.qlease, ARGV[2])
 redis.call('HDEL', K.want, ARGV[2])
-redis.call('ZREM', K.permits, unpack(ARGV, 3))
-tidy(K, now)
-hand_on(K, now, tonumber(ARGV[1]))
+give_back(K, now, tonumber(ARGV[1]), unpack(ARGV, 3))
 return 1
 "#
 );
