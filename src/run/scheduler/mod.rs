@@ -158,8 +158,10 @@ const DRAIN_EVERY: usize = 256;
 /// need the lane are *parked* — kept as an index (and their resolved arguments) until the
 /// queue shortens — so a batch of any width waits in bounded memory (a waiting task costs a
 /// few kB). Parked calls keep call order: a call never passes an earlier one parked on a lane
-/// it needs.
-const QUEUE_AHEAD: usize = 1024;
+/// it needs. A short queue is enough to hand a lane straight to the next call, and its tasks'
+/// memory is reused as calls finish: 1,024 made a 2,000-command run at J = 8 take ~1,300 more
+/// page faults (~5 MB of fresh pages) and 1.5 % more time against the spawn floor.
+const QUEUE_AHEAD: usize = 64;
 
 /// What pre-dispatch decided for a call that may go ahead.
 enum Ready {
