@@ -39,6 +39,8 @@ use crate::manifest::Manifest;
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
+    // Before any thread is started: every thread inherits the mask.
+    crate::tools::command::quiet_child_exits();
     let args = Args::parse();
     match dispatch(args) {
         Ok(code) => ExitCode::from(code),

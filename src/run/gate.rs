@@ -326,7 +326,7 @@ pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Resu
     let Some((program, rest)) = parts.split_first() else {
         return Err("empty hook".into());
     };
-    let mut child = tokio::process::Command::new(program)
+    let child = tokio::process::Command::new(program)
         .args(rest)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -335,7 +335,13 @@ pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Resu
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv[0].redacted()))?;
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+    let mut hook = Hook {
+        pgid: child.id().and_then(|p| i32::try_from(p).ok()),
+        child: Some(child),
+    };
+    let Some(child) = hook.child.as_mut() else {
+        return Err("hook not started".into());
+    };
     if let Some(mut stdin) = child.stdin.take() {
         let body = serde_json::to_vec(input).unwrap_or_default();
         // A hook need not read its input: a full pipe must not hold the gate.
@@ -356,26 +362,18 @@ pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Resu
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => {
-            if let Some(g) = pgid {
-                // SAFETY: kill(2) on the hook's own process group.
-                unsafe {
-                    libc::kill(-g, libc::SIGKILL);
-                }
+            hook.kill_group();
+            if let Some(child) = hook.child.as_mut() {
+                let _ = child.wait().await;
             }
-            let _ = child.wait().await;
             return Err(format!(
                 "hook timed out after {}",
                 crate::duration::format(limit)
             ));
         }
     };
-    if let Some(g) = pgid {
-        // Anything the hook left behind in its group goes with it.
-        // SAFETY: kill(2) on the hook's own process group, which has exited.
-        unsafe {
-            libc::kill(-g, libc::SIGKILL);
-        }
-    }
+    // Anything the hook left behind in its group goes with it.
+    hook.kill_group();
     if status.success() {
         return Ok(());
     }
@@ -394,4 +392,41 @@ pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Resu
     } else {
         format!("exit {code}: {tail}")
     })
+}
+
+/// A hook's process. Dropped before it was waited for (the gate aborted as a run or a turn
+/// ends), its group is killed and it is reaped on a task of its own: left to tokio it would be
+/// an orphan reaped on a SIGCHLD that never comes (the signal is blocked, see
+/// `quiet_child_exits`), a zombie for the life of `mcp serve` or `run --turns`.
+struct Hook {
+    child: Option<tokio::process::Child>,
+    pgid: Option<i32>,
+}
+
+impl Hook {
+    fn kill_group(&self) {
+        if let Some(g) = self.pgid {
+            // SAFETY: kill(2) on the hook's own process group.
+            unsafe {
+                libc::kill(-g, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        self.kill_group();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+    }
 }

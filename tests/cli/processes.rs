@@ -76,6 +76,12 @@ retry_on_exit = [75]
 kind = "command"
 effect = "read"
 command = ["/nonexistent/program"]
+
+[tools.masks]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "grep SigBlk /proc/self/status; grep -h SigBlk /proc/$PPID/task/*/status"]
+stdin = "none"
 "#;
 
 #[test]
@@ -127,6 +133,55 @@ fn exit_status_and_stderr_tail_are_reported() {
         .as_str()
         .unwrap()
         .contains("/nonexistent/program"));
+}
+
+/// Whether this system has pidfds (Linux 5.3 and later).
+fn pidfds() -> bool {
+    // SAFETY: pidfd_open(2) on our own pid; the descriptor is closed at once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    if fd >= 0 {
+        // SAFETY: the descriptor was just opened and is ours.
+        unsafe { libc::close(fd as i32) };
+    }
+    fd >= 0
+}
+
+/// A child's exit must wake no thread of flux-tools (see `quiet_child_exits`): SIGCHLD is
+/// blocked in every one of its threads, while the program itself starts with nothing blocked.
+#[test]
+fn sigchld_is_blocked_in_every_thread_and_in_no_program() {
+    if !pidfds() {
+        eprintln!("NOTICE: no pidfds on this system: SIGCHLD is left alone, nothing to check");
+        return;
+    }
+    let p = Project::new(MANIFEST);
+    let (doc, code) = p.run_json("- tool: masks\n", &[]);
+    assert_eq!(code, 0, "{doc}");
+    let out = results(&doc)[0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let masks: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|m| u64::from_str_radix(m, 16).ok())
+        .collect();
+    assert!(
+        masks.len() >= 3,
+        "the program and at least two threads: {out}"
+    );
+    assert_eq!(
+        masks[0], 0,
+        "the program starts with signals blocked: {out}"
+    );
+    let sigchld = 1u64 << (libc::SIGCHLD - 1);
+    for m in &masks[1..] {
+        assert_ne!(
+            m & sigchld,
+            0,
+            "a thread of flux-tools takes SIGCHLD: {out}"
+        );
+    }
 }
 
 fn alive(pid: i32) -> bool {

@@ -259,3 +259,43 @@ fn a_server_killed_between_turns_is_restarted_for_a_turn_that_comes_at_once() {
     }
     assert_eq!(co.finish(), 0);
 }
+
+/// Whether `pid` is gone: reaped, not even a zombie.
+fn is_gone(pid: i32) -> bool {
+    std::fs::metadata(format!("/proc/{pid}")).is_err()
+}
+
+#[test]
+fn a_hook_cut_off_by_a_turn_s_deadline_is_reaped_while_the_process_lives_on() {
+    // Before: the hook's process was left to tokio's orphan queue, which is reaped on a
+    // SIGCHLD that flux-tools never takes (the signal is blocked in every thread): each such
+    // hook stayed a zombie for the life of the process.
+    let p = Project::new(concat!(
+        "[hooks]\n",
+        "before_call = [\"sh\", \"-c\", \"echo $$ >> hooks.pid; exec sleep 60\"]\n",
+        "hook_timeout = \"120s\"\n\n",
+        "[deadline]\nrun_seconds = 1\n\n",
+        "[tools.read]\nkind = \"scripted\"\neffect = \"read\"\n",
+    ));
+    let mut co = Coprocess::start(&p, &[]);
+    for turn in 0..3 {
+        let doc = co.turn(&format!(r#"[{{"id": "c{turn}", "tool": "read"}}]"#));
+        assert_eq!(doc["outcome"], "deadline_exceeded", "{doc}");
+    }
+    let pids: Vec<i32> = std::fs::read_to_string(p.path().join("hooks.pid"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 3, "one hook a turn: {pids:?}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pids.iter().all(|&pid| is_gone(pid)) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left: Vec<i32> = pids.iter().copied().filter(|&pid| !is_gone(pid)).collect();
+    assert!(
+        left.is_empty(),
+        "hooks not reaped while flux-tools runs: {left:?}"
+    );
+    assert_eq!(co.finish(), 3);
+}

@@ -32,6 +32,7 @@ mod pipes;
 mod process;
 
 use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
+pub use process::quiet_child_exits;
 
 /// `kind = "command"`: a program run directly, never through a shell.
 #[derive(Debug, Clone)]
