@@ -77,6 +77,31 @@ kind = "command"
 effect = "read"
 command = ["/nonexistent/program"]
 
+[tools.signals]
+kind = "command"
+effect = "read"
+command = ["grep", "-E", "^Sig(Blk|Ign|Cgt)", "/proc/self/status"]
+stdin = "none"
+
+[tools.plain]
+kind = "command"
+effect = "read"
+command = ["./plain.sh"]
+stdin = "none"
+
+[tools.nowhere]
+kind = "command"
+effect = "read"
+command = ["no-such-program-on-any-path"]
+stdin = "none"
+
+[tools.inside]
+kind = "command"
+effect = "read"
+command = ["pwd"]
+cwd = "sub"
+stdin = "none"
+
 [tools.masks]
 kind = "command"
 effect = "read"
@@ -182,6 +207,89 @@ fn sigchld_is_blocked_in_every_thread_and_in_no_program() {
             "a thread of flux-tools takes SIGCHLD: {out}"
         );
     }
+}
+
+/// The program starts as `posix_spawn` started it: nothing blocked, SIGPIPE at its default, and what flux-tools was started ignoring (as under `nohup`) still ignored.
+#[test]
+fn a_program_keeps_ignored_signals_and_gets_sigpipe_back_with_nothing_blocked() {
+    use std::os::unix::process::CommandExt;
+    let p = Project::new(MANIFEST);
+    let batch = p.write("batch.yaml", "- tool: signals\n");
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"));
+    cmd.current_dir(p.path())
+        .args([
+            "run",
+            batch.to_str().unwrap_or_default(),
+            "--format",
+            "json",
+        ])
+        .env("CI", "true")
+        .env_remove("FLUX_TOOLS_MANIFEST");
+    // SAFETY: signal(2) only, in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run flux-tools");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    let text = results(&doc)[0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no {name} in {text:?} ({doc})"))
+    };
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    assert_eq!(field("SigBlk"), 0, "{text}");
+    let ignored = field("SigIgn");
+    assert_ne!(
+        ignored & bit(libc::SIGHUP),
+        0,
+        "SIGHUP no longer ignored: {text}"
+    );
+    assert_ne!(
+        ignored & bit(libc::SIGUSR2),
+        0,
+        "SIGUSR2 no longer ignored: {text}"
+    );
+    assert_eq!(
+        ignored & bit(libc::SIGPIPE),
+        0,
+        "SIGPIPE still ignored: {text}"
+    );
+}
+
+/// Why a program could not start comes back from the child: a file that is not executable,
+/// a bare name on no folder of `PATH`; and a program starts in its `cwd`.
+#[test]
+fn a_program_that_cannot_start_says_why_and_one_that_can_runs_in_its_folder() {
+    let p = Project::new(MANIFEST);
+    p.write("plain.sh", "#!/bin/sh\necho never\n");
+    std::fs::create_dir(p.path().join("sub")).expect("make sub");
+    let (doc, _) = p.run_json("- tool: plain\n- tool: nowhere\n- tool: inside\n", &[]);
+    let r = results(&doc);
+    for (i, why) in [(0, "Permission denied"), (1, "No such file or directory")] {
+        assert_eq!(r[i]["status"], "error", "{}", r[i]);
+        assert_eq!(r[i]["error"]["kind"], "spawn_failed", "{}", r[i]);
+        let message = r[i]["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("cannot start") && message.contains(why),
+            "{message}"
+        );
+    }
+    assert_eq!(r[2]["status"], "ok", "{}", r[2]);
+    let dir = r[2]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(dir.ends_with("/sub"), "{dir}");
 }
 
 fn alive(pid: i32) -> bool {

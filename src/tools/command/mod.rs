@@ -30,6 +30,7 @@ use crate::template::{redacted_map, RenderError, Template};
 
 mod pipes;
 mod process;
+mod spawn;
 
 use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
 pub use process::quiet_child_exits;

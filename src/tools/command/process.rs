@@ -1,4 +1,4 @@
-//! Starting a command's program with `posix_spawn(3)`, and owning it until it is reaped.
+//! Starting a command's program (`spawn.rs` makes the child), and owning it until it is reaped.
 //!
 //! Not `std::process::Command`: once a single variable is set (every call sets seven), std
 //! copies this process's whole environment into a map and back into C strings on every spawn,
@@ -110,121 +110,13 @@ pub(super) fn spawn(l: &Launch<'_>, theirs: Theirs<'_>) -> io::Result<libc::pid_
         _ => (l.program.clone(), !l.program.as_bytes().contains(&b'/')),
     };
     let fds = [stdin, theirs.stdout.as_raw_fd(), theirs.stderr.as_raw_fd()];
-    start(&program, search, &argv, &envp, fds, l.cwd.as_deref())
+    super::spawn::start(&program, search, &argv, &envp, fds, l.cwd.as_deref())
 }
 
 /// The key of `KEY=VALUE`.
 pub(super) fn key(e: &CStr) -> &[u8] {
     let b = e.to_bytes();
     b.split(|c| *c == b'=').next().unwrap_or(b)
-}
-
-/// `posix_spawn(p)` with the file actions and attributes described above.
-fn start(
-    program: &CStr,
-    search: bool,
-    argv: &[*const c_char],
-    envp: &[*const c_char],
-    fds: [RawFd; 3],
-    cwd: Option<&CStr>,
-) -> io::Result<libc::pid_t> {
-    let mut actions = FileActions::new()?;
-    for (target, fd) in fds.into_iter().enumerate() {
-        let target = i32::try_from(target).unwrap_or(0);
-        // SAFETY: the actions were initialised; `fd` is open for the duration of the spawn.
-        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions.0, fd, target) })?;
-    }
-    if let Some(dir) = cwd {
-        // SAFETY: as above; glibc copies the path.
-        check(unsafe { libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, dir.as_ptr()) })?;
-    }
-    let attrs = Attrs::new()?;
-    let mut pid: libc::pid_t = 0;
-    let spawn = if search {
-        libc::posix_spawnp
-    } else {
-        libc::posix_spawn
-    };
-    // SAFETY: every pointer is valid for the call: the program and the NUL-terminated argv and
-    // envp arrays point into C strings that outlive it; actions and attributes are initialised.
-    let r = unsafe {
-        spawn(
-            &mut pid,
-            program.as_ptr(),
-            &actions.0,
-            &attrs.0,
-            argv.as_ptr().cast(),
-            envp.as_ptr().cast(),
-        )
-    };
-    check(r)?;
-    Ok(pid)
-}
-
-/// `posix_spawn_file_actions_t`, destroyed when dropped.
-struct FileActions(libc::posix_spawn_file_actions_t);
-
-impl FileActions {
-    fn new() -> io::Result<FileActions> {
-        let mut a = MaybeUninit::uninit();
-        // SAFETY: init fills in the struct; it is read only once init succeeded.
-        check(unsafe { libc::posix_spawn_file_actions_init(a.as_mut_ptr()) })?;
-        // SAFETY: initialised just above.
-        Ok(FileActions(unsafe { a.assume_init() }))
-    }
-}
-
-impl Drop for FileActions {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
-
-/// `posix_spawnattr_t`: a new process group, an empty signal mask, SIGPIPE at its default.
-struct Attrs(libc::posix_spawnattr_t);
-
-impl Attrs {
-    fn new() -> io::Result<Attrs> {
-        let mut a = MaybeUninit::uninit();
-        // SAFETY: init fills in the struct; it is read only once init succeeded.
-        check(unsafe { libc::posix_spawnattr_init(a.as_mut_ptr()) })?;
-        // SAFETY: initialised just above (and destroyed by Drop from here on).
-        let mut attrs = Attrs(unsafe { a.assume_init() });
-        let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
-        let mut pipe = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: the sets are initialised by sigemptyset before any other use; the setters
-        // copy them into the initialised attributes.
-        unsafe {
-            libc::sigemptyset(empty.as_mut_ptr());
-            libc::sigemptyset(pipe.as_mut_ptr());
-            libc::sigaddset(pipe.as_mut_ptr(), libc::SIGPIPE);
-            check(libc::posix_spawnattr_setsigmask(&mut attrs.0, empty.as_ptr()))?;
-            check(libc::posix_spawnattr_setsigdefault(&mut attrs.0, pipe.as_ptr()))?;
-            check(libc::posix_spawnattr_setpgroup(&mut attrs.0, 0))?;
-        }
-        let flags = libc::POSIX_SPAWN_SETPGROUP
-            | libc::POSIX_SPAWN_SETSIGMASK
-            | libc::POSIX_SPAWN_SETSIGDEF;
-        let flags = libc::c_short::try_from(flags).unwrap_or(0);
-        // SAFETY: initialised attributes.
-        check(unsafe { libc::posix_spawnattr_setflags(&mut attrs.0, flags) })?;
-        Ok(attrs)
-    }
-}
-
-impl Drop for Attrs {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
-    }
-}
-
-fn check(r: libc::c_int) -> io::Result<()> {
-    match r {
-        0 => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
 }
 
 /// A pipe, both ends close-on-exec: (read, write).
@@ -287,8 +179,8 @@ pub(super) fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// whether it did.
 ///
 /// No thread needs the signal: exits are watched with pidfds (ours, and tokio's for the
-/// processes it starts), and a child starts with an empty mask. But glibc's `posix_spawn`
-/// blocks every signal in the spawning thread until the child has exec'd, and while it does, a
+/// processes it starts), and a child starts with an empty mask. But a spawn (ours, and glibc's
+/// `posix_spawn`) blocks every signal in the spawning thread until the child has exec'd, and while it does, a
 /// signal the default action would drop is queued instead: an earlier child of that thread
 /// that exits meanwhile wakes another thread (the main one, or the reporters') to take it.
 /// At J = 8 that was a wake-up for a third of all calls. Blocked everywhere, it wakes nobody
