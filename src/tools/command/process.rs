@@ -152,16 +152,9 @@ pub(super) fn executable(p: &std::path::Path) -> bool {
 /// `program` looked up on `path` (a `PATH=…` entry): the first executable file.
 fn lookup(program: &CStr, path: &CStr) -> io::Result<CString> {
     let dirs = &path.to_bytes()[b"PATH=".len().min(path.to_bytes().len())..];
-    for dir in dirs.split(|c| *c == b':') {
-        let dir = if dir.is_empty() { &b"."[..] } else { dir };
-        let mut p = dir.to_vec();
-        p.push(b'/');
-        p.extend_from_slice(program.to_bytes());
-        if executable(std::path::Path::new(std::ffi::OsStr::from_bytes(&p))) {
-            return CString::new(p).map_err(|_| io::ErrorKind::InvalidInput.into());
-        }
-    }
-    Err(io::ErrorKind::NotFound.into())
+    super::spawn::on_path(program, dirs)
+        .find(|p| executable(std::path::Path::new(std::ffi::OsStr::from_bytes(p.as_bytes()))))
+        .ok_or_else(|| io::ErrorKind::NotFound.into())
 }
 
 /// Set a pipe end non-blocking, as the runtime's pipes need (one `fcntl`: the descriptor
@@ -187,23 +180,27 @@ pub(super) fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// and stays pending (a standard signal is kept once, however many arrive). Without pidfds
 /// (Linux < 5.3) tokio reaps by SIGCHLD, so it is left alone.
 pub fn quiet_child_exits() -> bool {
-    // SAFETY: pidfd_open(2) on our own pid; a descriptor it returns is ours to close.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-    let Ok(fd) = i32::try_from(fd) else {
-        return false;
-    };
-    if fd < 0 {
+    // SAFETY: getpid(2) cannot fail.
+    if pidfd_open(unsafe { libc::getpid() }).is_none() {
         return false;
     }
-    // SAFETY: closing the descriptor just opened; the signal set is initialised by
-    // sigemptyset before use and only read by pthread_sigmask.
+    // SAFETY: the signal set is initialised by sigemptyset before use and only read by
+    // pthread_sigmask.
     unsafe {
-        libc::close(fd);
         let mut set = MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigemptyset(set.as_mut_ptr());
         libc::sigaddset(set.as_mut_ptr(), libc::SIGCHLD);
         libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut()) == 0
     }
+}
+
+/// A pidfd for `pid` (ours, or a child of ours); `None` where the system has none.
+fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2); a negative result is an error, else a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The child, reaped exactly once: by [`Reaped::reap`] once it has exited, or — when the
@@ -330,13 +327,7 @@ impl ExitWatch {
 
     /// A pidfd for the program, registered with the runtime (`None` when there is none).
     fn open(pid: libc::pid_t) -> Option<tokio::io::unix::AsyncFd<OwnedFd>> {
-        // SAFETY: pidfd_open(2) on our own child; a negative result is an error, else a new
-        // descriptor we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else; the
-        // AsyncFd owns it from here and deregisters it before closing it.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let owned = pidfd_open(pid)?;
         let readable = tokio::io::Interest::READABLE;
         // SAFETY: the descriptor is owned by the AsyncFd and not registered elsewhere.
         unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, readable) }.ok()

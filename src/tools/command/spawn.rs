@@ -110,21 +110,25 @@ fn clone_child(plan: &Plan<'_>, stack: *mut u8, len: usize) -> io::Result<libc::
     }
 }
 
-/// `program` in each directory of this process's `PATH` (`/bin:/usr/bin` without one; an
-/// empty entry is the working directory), as `execvp` tries them.
+/// `program` in each directory of this process's `PATH` (`/bin:/usr/bin` without one), as
+/// `execvp` tries them.
 fn candidates(program: &CStr) -> Vec<CString> {
     let path = std::env::var_os("PATH");
     let path = path
         .as_deref()
         .map_or(&b"/bin:/usr/bin"[..], std::os::unix::ffi::OsStrExt::as_bytes);
-    path.split(|c| *c == b':')
-        .filter_map(|dir| {
-            let mut p = if dir.is_empty() { b".".to_vec() } else { dir.to_vec() };
-            p.push(b'/');
-            p.extend_from_slice(program.to_bytes());
-            CString::new(p).ok()
-        })
-        .collect()
+    on_path(program, path).collect()
+}
+
+/// `program` in each directory of `dirs` (a `PATH` value), in order; an empty entry is the
+/// working directory.
+pub(super) fn on_path<'a>(program: &'a CStr, dirs: &'a [u8]) -> impl Iterator<Item = CString> + 'a {
+    dirs.split(|c| *c == b':').filter_map(|dir| {
+        let mut p = if dir.is_empty() { b".".to_vec() } else { dir.to_vec() };
+        p.push(b'/');
+        p.extend_from_slice(program.to_bytes());
+        CString::new(p).ok()
+    })
 }
 
 /// The child: runs on its own stack in our memory until `execve`. Only async-signal-safe
