@@ -161,9 +161,18 @@ fn print_warnings(args: &Args, warnings: &[Diagnostic]) {
     }
 }
 
-/// The one async runtime a command uses.
+/// The one async runtime a command uses: a worker a core.
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    tokio::runtime::Builder::new_multi_thread()
+    runtime_with(None)
+}
+
+/// The runtime with `workers` worker threads (`None`: a worker a core).
+fn runtime_with(workers: Option<usize>) -> Result<tokio::runtime::Runtime, Error> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    builder
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))

@@ -2,7 +2,7 @@
 //! phases, edges, lanes, the simulated schedule, and the calls the read cache would answer.
 
 use super::options::Terminal;
-use super::prepare::{load_plan, open_lanes};
+use super::prepare::{open_lanes, read_inputs};
 use super::{print_warnings, stdout_write};
 use crate::batch::Reading;
 use crate::cli::{Args, LaneStoreChoice, PlanArgs, PlanFormat};
@@ -26,7 +26,7 @@ pub(super) fn plan(args: &Args, p: &PlanArgs, terminal: Terminal) -> Result<u8, 
         id_offset: 0,
     };
     let batch = (c.batch.as_deref(), terminal.stdin);
-    let (manifest, plan, hub) = load_plan(args, batch, &opts, reading, &rt)?;
+    let (manifest, plan, hub) = read_inputs(args, batch, reading)?.plan(args, &opts, &rt)?;
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }

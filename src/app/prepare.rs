@@ -39,40 +39,78 @@ pub(super) fn start_mcp(
     Ok(Some(hub))
 }
 
-/// Load the manifest and batch and plan them (MCP sessions started first, see [`start_mcp`]).
-pub(super) fn load_plan(
+/// The manifest and the batch, read and parsed; nothing started yet.
+pub(super) struct Inputs {
+    manifest: Manifest,
+    batch: Batch,
+    warnings: Vec<Diagnostic>,
+}
+
+/// Read and parse the manifest and the batch (see [`Inputs::plan`]).
+pub(super) fn read_inputs(
     args: &Args,
     (batch_arg, stdin_terminal): (Option<&str>, bool),
-    opts: &PlanOptions,
     reading: Reading,
-    rt: &tokio::runtime::Runtime,
-) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
-    let mut manifest = load_manifest(args)?;
+) -> Result<Inputs, Error> {
+    let manifest = load_manifest(args)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
-    // By the manifest's names (a model may call a tool by its exported name); only the MCP
-    // tools matter, and a manifest without any needs none.
-    let mut used: Vec<String> = batch
-        .calls
-        .iter()
-        .filter_map(|c| manifest.tool(&c.tool))
-        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
-        .map(|t| t.name.clone())
-        .collect();
-    used.sort_unstable();
-    used.dedup();
-    let hub = start_mcp(args, &mut manifest, &used, rt)?;
-    let plan = match plan::build(&manifest, &batch, opts) {
-        Ok(p) => p,
-        Err(d) => {
-            if let Some(hub) = &hub {
-                rt.block_on(hub.shutdown());
+    Ok(Inputs {
+        manifest,
+        batch,
+        warnings,
+    })
+}
+
+impl Inputs {
+    /// The run holds at most one call at a time: the manifest, the batch or `opts` caps
+    /// `max_concurrent_tools` at 1 (the run's cap is the least of the three).
+    pub(super) fn one_at_a_time(&self, opts: &PlanOptions) -> bool {
+        [
+            self.manifest.concurrency.max_concurrent_tools,
+            self.batch.concurrency.max_concurrent_tools,
+            opts.max_concurrent_tools,
+        ]
+        .contains(&Some(1))
+    }
+
+    /// Plan the batch, the MCP sessions whose annotations decide a tool's effect started
+    /// first (see [`start_mcp`]).
+    pub(super) fn plan(
+        self,
+        args: &Args,
+        opts: &PlanOptions,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
+        let Inputs {
+            mut manifest,
+            batch,
+            warnings,
+        } = self;
+        // By the manifest's names (a model may call a tool by its exported name); only the
+        // MCP tools matter, and a manifest without any needs none.
+        let mut used: Vec<String> = batch
+            .calls
+            .iter()
+            .filter_map(|c| manifest.tool(&c.tool))
+            .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+            .map(|t| t.name.clone())
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        let hub = start_mcp(args, &mut manifest, &used, rt)?;
+        let plan = match plan::build(&manifest, &batch, opts) {
+            Ok(p) => p,
+            Err(d) => {
+                if let Some(hub) = &hub {
+                    rt.block_on(hub.shutdown());
+                }
+                return Err(Error::Invalid(d));
             }
-            return Err(Error::Invalid(d));
-        }
-    };
-    print_warnings(args, &warnings);
-    Ok((manifest, plan, hub))
+        };
+        print_warnings(args, &warnings);
+        Ok((manifest, plan, hub))
+    }
 }
 
 /// The lane store `--lane-store` names, for `lanes`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::engine::{Durability, Ending, Engine, RunShape};
 use super::options::{RunOptions, Terminal};
-use super::prepare::{load_plan, open_lanes};
+use super::prepare::{open_lanes, read_inputs};
 use super::print_warnings;
 use super::stream::first_jsonl_line;
 use super::terminal::TerminalApprover;
@@ -20,24 +20,30 @@ use crate::run::{self, lease, Cassette, Journal, Resume};
 
 pub(super) fn run(args: &Args, r: &RunArgs, terminal: Terminal) -> Result<u8, Error> {
     let opts = RunOptions::resolve(args, r, terminal)?;
-    let rt = super::runtime()?;
     if opts.turns {
-        return super::turns::run_turns(args, &opts, rt);
+        return super::turns::run_turns(args, &opts, super::runtime()?);
     }
     let stdin = matches!(opts.batch.as_deref(), None | Some("-"));
     let jsonl = matches!(opts.reading.format, InputFormat::Auto | InputFormat::Jsonl);
     if opts.stream && stdin && jsonl {
         if let Some(first) = first_jsonl_line()? {
-            return super::stream::run_stream(args, &opts, first, rt);
+            return super::stream::run_stream(args, &opts, first, super::runtime()?);
         }
     }
-    run_whole(args, &opts, rt)
+    run_whole(args, &opts)
 }
 
 /// A whole batch: one plan, one execute, every output.
-fn run_whole(args: &Args, opts: &RunOptions, rt: tokio::runtime::Runtime) -> Result<u8, Error> {
+///
+/// A run that holds one call at a time gets a runtime of one worker: the thread that sees a
+/// call end starts the next, with no hand-off to a second worker, and the next program is
+/// not moved to the other core (see `benches/README.md`, tenth stop).
+fn run_whole(args: &Args, opts: &RunOptions) -> Result<u8, Error> {
     let batch = (opts.batch.as_deref(), opts.terminal.stdin);
-    let (manifest, mut plan, mcp) = load_plan(args, batch, &opts.plan, opts.reading, &rt)?;
+    let inputs = read_inputs(args, batch, opts.reading)?;
+    let workers = inputs.one_at_a_time(&opts.plan).then_some(1);
+    let rt = super::runtime_with(workers)?;
+    let (manifest, mut plan, mcp) = inputs.plan(args, &opts.plan, &rt)?;
     print_warnings(args, &plan.warnings);
     lease::borrow(&mut plan.lanes, &manifest);
     let lanes = open_lanes(&opts.lane_store, &plan.lanes, &manifest, &rt)?;

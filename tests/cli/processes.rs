@@ -107,6 +107,12 @@ kind = "command"
 effect = "read"
 command = ["sh", "-c", "grep SigBlk /proc/self/status; grep -h SigBlk /proc/$PPID/task/*/status"]
 stdin = "none"
+
+[tools.threads]
+kind = "command"
+effect = "read"
+command = ["sh", "-c", "cat /proc/$PPID/task/*/comm"]
+stdin = "none"
 "#;
 
 #[test]
@@ -207,6 +213,39 @@ fn sigchld_is_blocked_in_every_thread_and_in_no_program() {
             "a thread of flux-tools takes SIGCHLD: {out}"
         );
     }
+}
+
+/// A run that holds one call at a time, capped so by the flag or by the batch, runs on one
+/// worker thread (the one that sees a call end starts the next); an uncapped run on one a core.
+#[test]
+fn a_run_of_one_call_at_a_time_has_one_worker_thread() {
+    let p = Project::new(MANIFEST);
+    let workers = |batch: &str, extra: &[&str]| {
+        let (doc, code) = p.run_json(batch, extra);
+        assert_eq!(code, 0, "{doc}");
+        let out = results(&doc)[0]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (
+            out.lines().filter(|l| l.starts_with("tokio-r")).count(),
+            out,
+        )
+    };
+    let (n, out) = workers("- tool: threads\n", &["--max-concurrent-tools", "1"]);
+    assert_eq!(n, 1, "--max-concurrent-tools 1: {out}");
+    let capped = "concurrency: { max_concurrent_tools: 1 }\ncalls:\n  - tool: threads\n";
+    let (n, out) = workers(capped, &[]);
+    assert_eq!(n, 1, "the batch's cap of 1: {out}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("NOTICE: one core here: a run of 8 at a time has one worker too, not checked");
+        return;
+    }
+    let (n, out) = workers("- tool: threads\n", &[]);
+    assert!(
+        n >= 2,
+        "a cap of 8 on more than one core: a worker a core: {out}"
+    );
 }
 
 /// The program starts as `posix_spawn` started it: nothing blocked, SIGPIPE at its default, and what flux-tools was started ignoring (as under `nohup`) still ignored.

@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
 use std::collections::BTreeMap;
@@ -28,10 +28,12 @@ use crate::manifest::reader::Reader;
 use crate::manifest::Tool;
 use crate::template::{redacted_map, RenderError, Template};
 
+mod capture;
 mod pipes;
 mod process;
 mod spawn;
 
+use capture::{exiting_gone, read_into, trim_tail, Capture};
 use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
 pub use process::quiet_child_exits;
 
@@ -318,8 +320,9 @@ impl CommandTool {
                 }
                 if status.is_none() && cap.closed() && !watching {
                     // Both pipes ended, as they do when a program exits: most often it is
-                    // gone already, and is reaped without a pidfd ever being opened.
-                    if exit.gone() {
+                    // gone already, or a moment from it (see `Capture::one_ended`), and is
+                    // reaped without a pidfd ever being opened.
+                    if exit.gone() || exiting_gone(&exit) {
                         status = Some(settle(&mut guard, &mut child, &exit).await?);
                         continue;
                     }
@@ -339,14 +342,23 @@ impl CommandTool {
                     biased;
                     _ = &mut stopped, if status.is_none() => break true,
                     n = read_into(&mut stdout, &mut cap.out, 16 * 1024), if cap.out_open => match n {
-                        Ok(0) | Err(_) => cap.out_open = false,
+                        Ok(0) | Err(_) => {
+                            cap.out_open = false;
+                            cap.one_ended(&stdout, &stderr);
+                        }
                         Ok(_) if cap.out.len() > max => {
                             return Err(self.too_large(&mut guard, &mut child, &exit).await);
                         }
                         Ok(_) => {}
                     },
                     n = read_into(&mut stderr, &mut cap.err_tail, 4 * 1024), if cap.err_open => match n {
-                        Ok(0) | Err(_) => cap.err_open = false,
+                        Ok(0) | Err(_) => {
+                            cap.err_open = false;
+                            cap.one_ended(&stdout, &stderr);
+                            if cap.out.len() > max {
+                                return Err(self.too_large(&mut guard, &mut child, &exit).await);
+                            }
+                        }
                         Ok(_) => trim_tail(&mut cap.err_tail),
                     },
                     _ = &mut watch_from, if !watching && status.is_none() => watching = true,
@@ -497,88 +509,6 @@ async fn settle(
     child.reap(exit).await.map_err(|e| {
         Failure::failed(ErrorKind::SpawnFailed, format!("waiting for the tool failed: {e}"))
     })
-}
-
-/// What a program printed: stdout (bounded by the loop's check against `max_output`) and the
-/// tail of stderr, and which of the two pipes are still open.
-struct Capture {
-    out: Vec<u8>,
-    err_tail: Vec<u8>,
-    out_open: bool,
-    err_open: bool,
-}
-
-impl Capture {
-    fn new(max: usize) -> Capture {
-        Capture {
-            out: Vec::with_capacity(4096.min(max.saturating_add(1))),
-            err_tail: Vec::new(),
-            out_open: true,
-            err_open: true,
-        }
-    }
-
-    fn closed(&self) -> bool {
-        !self.out_open && !self.err_open
-    }
-
-    /// Read what the open pipes already hold, without waiting (see [`read_ready`]).
-    fn read_ready(&mut self, stdout: &pipe::Receiver, stderr: &pipe::Receiver) {
-        self.out_open = self.out_open && read_ready(stdout, &mut self.out);
-        self.err_open = self.err_open && read_ready(stderr, &mut self.err_tail);
-        trim_tail(&mut self.err_tail);
-    }
-}
-
-/// Keep the tail of stderr only (what an error quotes), once it is twice that long.
-fn trim_tail(tail: &mut Vec<u8>) {
-    if tail.len() > STDERR_TAIL * 2 {
-        tail.drain(..tail.len() - STDERR_TAIL);
-    }
-}
-
-/// How much [`read_ready`] reads at most: a pipe still being written to is left to the loop.
-const READY_AT_MOST: usize = 64 * 1024;
-
-/// Read what `pipe` already holds, without waiting and without asking the runtime (which may
-/// not have heard yet that it closed): whether it is still open.
-fn read_ready(pipe: &pipe::Receiver, into: &mut Vec<u8>) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut read = 0;
-    while read < READY_AT_MOST {
-        into.reserve(4096);
-        let spare = into.spare_capacity_mut();
-        // SAFETY: read(2) from our own non-blocking pipe into the vector's spare capacity;
-        // only the bytes it reports are then counted as the vector's.
-        let n = unsafe { libc::read(pipe.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-        match usize::try_from(n) {
-            Ok(0) => return false,
-            Ok(n) => {
-                // SAFETY: read(2) initialised these `n` bytes of the spare capacity.
-                unsafe { into.set_len(into.len() + n) };
-                read += n;
-            }
-            Err(_) => match std::io::Error::last_os_error().kind() {
-                std::io::ErrorKind::Interrupted => {}
-                std::io::ErrorKind::WouldBlock => return true,
-                _ => return false,
-            },
-        }
-    }
-    true
-}
-
-/// Read what the pipe has into the spare room of `into`, made at least `room` bytes when it
-/// is short (never zeroed; what a read leaves unfilled stays unused).
-async fn read_into(
-    pipe: &mut pipe::Receiver,
-    into: &mut Vec<u8>,
-    room: usize,
-) -> std::io::Result<usize> {
-    if into.capacity() - into.len() < room / 4 {
-        into.reserve(room);
-    }
-    pipe.read_buf(into).await
 }
 
 /// SIGTERM the group; SIGKILL it after `grace` or when the run forces; reap the child.
