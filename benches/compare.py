@@ -24,6 +24,7 @@ prints medians of several runs:
 The machine is noisy: compare ratios within one run, not absolute figures across runs.
 """
 import argparse
+import json
 import math
 import os
 import resource
@@ -147,6 +148,33 @@ def command_throughput(work, n, reps, baseline=None):
         for name, _ in cmds:
             wall = statistics.median(walls[name])
             print(f"{j:>4}  {name:<16} {n / wall:>10.0f} {floor / wall:>8.2f}")
+
+
+def one_shot(work, reps, baseline=None):
+    """A model's turn as the loop `model | flux-tools run --emit openai | model` pays it: one
+    process reads an OpenAI reply with one `/bin/true` call and answers with its tool message.
+    The floor is one `/bin/true` started and waited for by the raw threads loop."""
+    manifest = os.path.join(work, "one.toml")
+    write(manifest, '[tools.t]\nkind = "command"\neffect = "read"\ncommand = ["/bin/true"]\nstdin = "none"\n')
+    reply = os.path.join(work, "reply.json")
+    call = {"id": "call_0", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    write(reply, json.dumps({"id": "r", "object": "chat.completion", "created": 0, "model": "m",
+                             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}]}))
+    run = ["run", reply, "--emit", "openai", "-q"]
+    cmds = [("threads floor", [FLOOR, "--threads", "1", "1", "/bin/true"]),
+            ("flux-tools", [FLUX, "--manifest", manifest] + run)]
+    if baseline:
+        cmds.append((BASELINE_NAME[0], [baseline, "--manifest", manifest] + run))
+    rounds = reps * 20
+    walls = {name: [] for name, _ in cmds}
+    for _ in range(rounds):
+        for name, cmd in cmds:
+            walls[name].append(timed(cmd)[0] * 1000)
+    print(f"\n## one model turn, one process: an OpenAI reply with one /bin/true call in, its tool "
+          f"message out (median of {rounds}, interleaved; ms)")
+    for name, _ in cmds:
+        print(f"  {name:<16} {statistics.median(walls[name]):>6.2f} ms")
 
 
 def sleep_makespan(work, reps):
@@ -395,7 +423,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--only", default="command,sleep,scripted,plan,http,lanes,stream,history,turns,overhead",
+    ap.add_argument("--only", default="command,oneshot,sleep,scripted,plan,http,lanes,stream,history,turns,overhead",
                     help="comma-separated sections")
     ap.add_argument("--baseline", default=BASELINE,
                     help=f"a commit whose binary runs beside this one in the command and scripted sections "
@@ -410,6 +438,8 @@ def main():
         only = set(args.only.split(","))
         if "command" in only:
             command_throughput(work, args.calls, reps, baseline)
+        if "oneshot" in only:
+            one_shot(work, reps, baseline)
         if "sleep" in only:
             sleep_makespan(work, reps)
         if "scripted" in only or "plan" in only:
