@@ -265,6 +265,42 @@ pub struct Serve {
     pub tokens: BTreeMap<String, Template>,
     /// `[serve.session]`: what one client session may spend.
     pub session: SessionLimits,
+    /// `[serve.limits]`: what the gateway holds for its clients, each bounded.
+    pub limits: ServeLimits,
+}
+
+/// `[serve.limits]`: the bounds of a gateway shared by careless and hostile clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeLimits {
+    /// Live HTTP sessions in all, and of one tenant.
+    pub sessions: u32,
+    pub sessions_per_tenant: u32,
+    /// How long an HTTP session may be idle before its state is let go (a request that comes
+    /// back with its id later opens it again).
+    pub session_idle: Duration,
+    /// Calls waiting for approval at once, of one session and of one tenant.
+    pub parked_per_session: u32,
+    pub parked_per_tenant: u32,
+    /// Open connections from one client address.
+    pub connections_per_client: u32,
+    /// How long a request's headers, and then its body, may take to arrive.
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> ServeLimits {
+        ServeLimits {
+            sessions: 1024,
+            sessions_per_tenant: 256,
+            session_idle: Duration::from_secs(30 * 60),
+            parked_per_session: 100,
+            parked_per_tenant: 10_000,
+            connections_per_client: 256,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// `approval` of a tool.

@@ -7,7 +7,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::reader::{quote_key, Reader};
 use super::{
-    Budget, Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve,
+    Budget, Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve, ServeLimits,
     SessionLimits, TenantWindow,
 };
 
@@ -140,6 +140,7 @@ impl Reader<'_> {
                 "approval_in_band",
                 "approval_timeout",
                 "admin_token",
+                "limits",
             ],
             "[serve]",
         );
@@ -160,9 +161,11 @@ impl Reader<'_> {
             }
         }
         let session = self.session_limits(t);
+        let limits = self.serve_limits(t);
         Serve {
             tokens,
             session,
+            limits,
             approval_in_band: self
                 .boolean(t, "approval_in_band", "[serve]")
                 .unwrap_or(false),
@@ -205,6 +208,50 @@ impl Reader<'_> {
             max_cost,
             per_tool,
         }
+    }
+
+    /// `[serve.limits]`: each bound of the gateway, its default where not written.
+    fn serve_limits(&mut self, serve: &DeTable<'_>) -> ServeLimits {
+        let ctx = "[serve.limits]";
+        let mut l = ServeLimits::default();
+        let Some(t) = self.table(serve, "limits", ctx) else {
+            return l;
+        };
+        self.check_keys(
+            t,
+            &[
+                "sessions",
+                "sessions_per_tenant",
+                "session_idle",
+                "parked_per_session",
+                "parked_per_tenant",
+                "connections_per_client",
+                "header_timeout",
+                "body_timeout",
+            ],
+            ctx,
+        );
+        for (key, field) in [
+            ("sessions", &mut l.sessions),
+            ("sessions_per_tenant", &mut l.sessions_per_tenant),
+            ("parked_per_session", &mut l.parked_per_session),
+            ("parked_per_tenant", &mut l.parked_per_tenant),
+            ("connections_per_client", &mut l.connections_per_client),
+        ] {
+            if let Some(n) = self.count_field(t, key, ctx) {
+                *field = n;
+            }
+        }
+        for (key, field) in [
+            ("session_idle", &mut l.session_idle),
+            ("header_timeout", &mut l.header_timeout),
+            ("body_timeout", &mut l.body_timeout),
+        ] {
+            if let Some((d, _)) = self.duration(t, key, ctx) {
+                *field = d;
+            }
+        }
+        l
     }
 
     pub(super) fn hooks(&mut self, root: &DeTable<'_>) -> Hooks {

@@ -60,6 +60,21 @@ impl Registry {
         });
     }
 
+    /// Whether session `id` may be used by `tenant`: it is that tenant's, or unknown here
+    /// (rmcp then answers for it).
+    pub fn owned_by(&self, id: &str, tenant: &str) -> bool {
+        let Ok(map) = self.map.read() else {
+            return false;
+        };
+        map.get(id).is_none_or(|l| l.tenant == tenant)
+    }
+
+    /// The next pass of session `id`'s wire (taken as its request comes).
+    pub fn pass(&self, id: &str) -> Option<Arc<super::order::Pass>> {
+        let (_, session) = self.get(id)?;
+        Some(Arc::new(session.turnstile.pass()))
+    }
+
     fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
         let live = self.map.read().ok()?.get(id)?.clone();
         let session = live.session.upgrade()?;
@@ -129,6 +144,7 @@ pub async fn answer(
     registry: &Registry,
     (session_id, tenant): (&str, Option<String>),
     body: &Bytes,
+    arrival: Option<Arc<super::order::Pass>>,
 ) -> Option<Answer> {
     let (live, session) = registry.get(session_id)?;
     let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
@@ -183,6 +199,7 @@ pub async fn answer(
         cancel: CancellationToken::new(),
         progress,
         elicit: None,
+        arrival,
     };
     let key = id.to_string();
     let mut run = Box::pin(call(

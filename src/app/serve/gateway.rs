@@ -81,6 +81,10 @@ pub struct Session {
     spend: Spend,
     /// Its history record, written when it ends (or hourly).
     record: super::record::SessionRecord,
+    /// Its requests in wire order: its calls take their places in that order.
+    pub turnstile: Arc<order::Turnstile>,
+    /// Cancelled when its client is gone (stdin closed): every call of the session with it.
+    pub gone: CancellationToken,
 }
 
 /// A call planned as a batch of one, ready to take its place.
@@ -122,6 +126,9 @@ pub struct CallCx {
     pub progress: Option<ProgressSink>,
     /// The client, when it can be asked to approve a call (MCP elicitation).
     pub elicit: Option<super::approve::Elicit>,
+    /// Its place on its session's wire: it takes its place in the order after the requests
+    /// read before it.
+    pub arrival: Option<Arc<order::Pass>>,
 }
 
 impl Gateway {
@@ -171,6 +178,8 @@ impl Gateway {
             run_id,
             lanes: Mutex::default(),
             spend: Spend::default(),
+            turnstile: Arc::default(),
+            gone: CancellationToken::new(),
         })
     }
 
@@ -239,6 +248,13 @@ impl Gateway {
         args: Map<String, Value>,
         cx: CallCx,
     ) -> Result<Value, String> {
+        let turn = Through(cx.arrival.clone());
+        if let Some(pass) = &turn.0 {
+            tokio::select! {
+                () = pass.wait() => {}
+                () = cx.cancel.cancelled() => return Ok(cancelled()),
+            }
+        }
         let mut planned = match self.prepare(session, name, args, &cx.tenant).await? {
             Ok(p) => p,
             Err(answer) => return Ok(answer),
@@ -253,6 +269,7 @@ impl Gateway {
         };
         planned.approver = self.approver_for(&planned, &cx);
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
+        drop(turn);
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
         let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
         let waited = tokio::select! {
@@ -569,13 +586,15 @@ impl Gateway {
         self.metrics.render(&self.base().occupancy(), approvals)
     }
 
-    /// The status page's snapshot: lanes, last calls, spend, waiting approvals.
-    pub async fn snapshot(&self) -> serde_json::Value {
+    /// The status page's snapshot: lanes, last calls, spend, waiting approvals — all, or
+    /// (`only`) one tenant's.
+    pub async fn snapshot(&self, only: Option<&str>) -> serde_json::Value {
         let approvals = match &self.parked {
             Some(p) => p.list().await,
             None => Vec::new(),
         };
-        self.status.snapshot(&self.base().occupancy(), &approvals)
+        self.status
+            .snapshot(&self.base().occupancy(), &approvals, only)
     }
 
     /// Answer a parked call (the status page), wherever it waits.
@@ -644,6 +663,17 @@ fn behind_text(b: &order::Behind) -> String {
         _ => "before a tool that runs alone (parallel_safe = false)".to_string(),
     };
     format!("waiting for {} earlier calls {what}", b.ahead)
+}
+
+/// A call's pass goes through when it has taken its place, or leaves without one.
+struct Through(Option<Arc<order::Pass>>);
+
+impl Drop for Through {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            p.through();
+        }
+    }
 }
 
 /// A call's place among each of its lanes' users while it lives.

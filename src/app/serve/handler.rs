@@ -12,6 +12,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::gateway::{CallCx, Gateway, ProgressSink, Session};
 use crate::tools::Progress;
@@ -144,19 +145,37 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let traceparent = context.meta.get("traceparent").and_then(|v| v.as_str());
+        // Cancelled by the client, or with its whole session when the client is gone.
+        let cancel = CancellationToken::new();
+        let (asked, gone, cancelling) = (
+            context.ct.clone(),
+            self.session.gone.clone(),
+            cancel.clone(),
+        );
+        let watch = async move {
+            tokio::select! {
+                () = asked.cancelled() => {}
+                () = gone.cancelled() => {}
+            }
+            cancelling.cancel();
+        };
         let cx = CallCx {
             traceparent: traceparent.map(str::to_string),
             tenant: self.tenant(&context),
-            cancel: context.ct.clone(),
+            cancel,
             progress: progress_sink(&context),
             elicit: elicit(&context),
+            arrival: arrival(&context),
         };
         let args = request.arguments.unwrap_or_default();
-        let answer = self
-            .gateway
-            .call(&self.session, &request.name, args, cx)
-            .await
-            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let call = self.gateway.call(&self.session, &request.name, args, cx);
+        tokio::pin!(call);
+        let answer = tokio::select! {
+            biased;
+            r = &mut call => r,
+            () = watch => call.await,
+        };
+        let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
         let mut result: CallToolResult = serde_json::from_value(answer)
             .map_err(|e| ErrorData::internal_error(format!("cannot answer the call: {e}"), None))?;
         // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
@@ -164,6 +183,18 @@ impl ServerHandler for Handler {
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// The call's place on its session's wire: stamped by the stdio wire, or by the HTTP face as
+/// the request came.
+fn arrival(cx: &RequestContext<RoleServer>) -> Option<Arc<super::order::Pass>> {
+    use super::stdio::Arrival;
+    let stamped = cx.extensions.get::<Arrival>().or_else(|| {
+        cx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Arrival>())
+    });
+    stamped.map(|a| a.0.clone())
 }
 
 /// How to ask this session's client to approve a call, if it supports form elicitation.

@@ -21,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::fast::{self, Answer, Registry};
 use super::gateway::{Gateway, Session};
 use super::handler::{Handler, Tenant};
+use super::order::Pass;
+use super::stdio::Arrival;
 
 /// Token digest → tenant.
 pub type Tokens = HashMap<[u8; 32], String>;
@@ -38,6 +40,8 @@ pub struct HttpOptions {
     pub hosts: Vec<String>,
     pub origins: Vec<String>,
     pub tenant: String,
+    /// `[serve.limits]`.
+    pub limits: crate::manifest::ServeLimits,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -55,6 +59,7 @@ struct Route {
     tokens: Tokens,
     admin: Option<[u8; 32]>,
     hosts: Vec<String>,
+    body_timeout: std::time::Duration,
 }
 
 fn plain(status: hyper::StatusCode, text: &'static str) -> Response<Body> {
@@ -71,11 +76,7 @@ tokio::task_local! {
 impl Route {
     /// A request of no session (an `initialize`, or a stateless one) goes to rmcp; a session
     /// it creates is registered under the id rmcp answers with, before the client has it.
-    async fn create(
-        &self,
-        req: Request<hyper::body::Incoming>,
-        tenant: Option<String>,
-    ) -> Response<Body> {
+    async fn create(&self, req: Request<Full<Bytes>>, tenant: Option<String>) -> Response<Body> {
         use tower_service::Service;
         let (r, created) = CREATED
             .scope(std::cell::RefCell::new(None), async {
@@ -99,9 +100,28 @@ impl Route {
         r
     }
 
+    /// rmcp's answer to a request of a known session (a DELETE it accepted is `200`: the
+    /// SDKs take `202` for a failure).
+    async fn rmcp(&self, mut req: Request<Full<Bytes>>, pass: Option<Arc<Pass>>) -> Response<Body> {
+        use tower_service::Service;
+        if let Some(p) = pass {
+            req.extensions_mut().insert(Arrival(p));
+        }
+        let delete = req.method() == hyper::Method::DELETE;
+        let mut r = self
+            .service
+            .clone()
+            .call(req)
+            .await
+            .unwrap_or_else(|e| match e {});
+        if delete && r.status() == hyper::StatusCode::ACCEPTED {
+            *r.status_mut() = hyper::StatusCode::OK;
+        }
+        r
+    }
+
     /// Check the path and the token, then answer on the short way (`fast.rs`) or rmcp's.
     async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
-        use tower_service::Service;
         let endpoint = super::ops::Endpoint::of(req.uri().path());
         if matches!(req.uri().path(), "/" | "/status/events" | "/status/answer") {
             return self.status(req).await;
@@ -129,49 +149,87 @@ impl Route {
         if let Some(t) = &tenant {
             req.extensions_mut().insert(Tenant(t.clone()));
         }
-        if !req.headers().contains_key(fast::SESSION_HEADER) {
-            return self.create(req, tenant).await;
+        let session_id = req
+            .headers()
+            .get(fast::SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        // A session is its creator's tenant's: to another tenant's token it does not exist.
+        if let Some(id) = &session_id {
+            let who = tenant.as_deref().unwrap_or(&self.tenant);
+            if !self.registry.owned_by(id, who) {
+                return session_not_found();
+            }
         }
         let (parts, body) = req.into_parts();
-        let Some(session) = fast::eligible(&parts, &self.hosts) else {
-            let req = Request::from_parts(parts, body);
+        let body = match self.read_body(&parts, body).await {
+            Ok(b) => b,
+            Err(refused) => return refused,
+        };
+        let Some(session_id) = session_id else {
             return self
-                .service
-                .clone()
-                .call(req)
-                .await
-                .unwrap_or_else(|e| match e {});
+                .create(Request::from_parts(parts, Full::new(body)), tenant)
+                .await;
         };
-        let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
-            return plain(
-                hyper::StatusCode::PAYLOAD_TOO_LARGE,
-                "request body too large",
-            );
-        };
-        let body = body.to_bytes();
-        let who = (session.as_str(), tenant);
-        match fast::answer(&self.gateway, &self.registry, who, &body).await {
-            Some(Answer::Json(json)) => {
-                let mut r = Response::new(Full::new(Bytes::from(json)).boxed());
-                r.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
-                r
-            }
+        let pass = self.registry.pass(&session_id);
+        if fast::eligible(&parts, &self.hosts).is_none() {
+            return self
+                .rmcp(Request::from_parts(parts, Full::new(body)), pass)
+                .await;
+        }
+        let who = (session_id.as_str(), tenant);
+        match fast::answer(&self.gateway, &self.registry, who, &body, pass.clone()).await {
+            Some(Answer::Json(json)) => json_reply(hyper::StatusCode::OK, json),
             Some(Answer::Events(events)) => {
                 use futures_util::StreamExt;
                 event_stream(events.boxed())
             }
             Some(Answer::Accepted) => plain(hyper::StatusCode::ACCEPTED, ""),
             None => {
-                let req = Request::from_parts(parts, Full::new(body));
-                self.service
-                    .clone()
-                    .call(req)
+                self.rmcp(Request::from_parts(parts, Full::new(body)), pass)
                     .await
-                    .unwrap_or_else(|e| match e {})
             }
+        }
+    }
+
+    /// A POST's body, read within the body timeout and the size limit, and refused as
+    /// JSON-RPC says when it is not one message (`-32700` not JSON, `-32600` a batch) or is
+    /// a `tools/call` with params of the wrong shape (`-32602`). Other methods have no body.
+    async fn read_body(
+        &self,
+        parts: &http::request::Parts,
+        body: hyper::body::Incoming,
+    ) -> Result<Bytes, Response<Body>> {
+        if parts.method != hyper::Method::POST {
+            return Ok(Bytes::new());
+        }
+        let read = Limited::new(body, MAX_BODY).collect();
+        let body = match tokio::time::timeout(self.body_timeout, read).await {
+            Err(_) => {
+                let why = "the request body did not arrive within the body timeout";
+                return Err(plain(hyper::StatusCode::REQUEST_TIMEOUT, why));
+            }
+            Ok(Err(_)) => {
+                return Err(plain(
+                    hyper::StatusCode::PAYLOAD_TOO_LARGE,
+                    "request body too large",
+                ))
+            }
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        match super::stdio::read_line(&body) {
+            super::stdio::Line::Refused(error) => {
+                let status = match serde_json::from_slice::<serde_json::Value>(&error)
+                    .ok()
+                    .and_then(|e| e["error"]["code"].as_i64())
+                {
+                    // A call's malformed params are the call's answer.
+                    Some(-32602) => hyper::StatusCode::OK,
+                    _ => hyper::StatusCode::BAD_REQUEST,
+                };
+                Err(json_reply(status, error))
+            }
+            _ => Ok(body),
         }
     }
 }
@@ -196,29 +254,65 @@ impl Route {
                     "text/html; charset=utf-8",
                     super::status::PAGE.to_string(),
                 );
-                ops_reply(page)
+                let mut r = ops_reply(page);
+                // No other site may frame the page (clickjacking an Approve).
+                let h = r.headers_mut();
+                h.insert(
+                    hyper::header::X_FRAME_OPTIONS,
+                    hyper::header::HeaderValue::from_static("DENY"),
+                );
+                h.insert(
+                    hyper::header::CONTENT_SECURITY_POLICY,
+                    hyper::header::HeaderValue::from_static("frame-ancestors 'none'"),
+                );
+                h.insert(
+                    hyper::header::X_CONTENT_TYPE_OPTIONS,
+                    hyper::header::HeaderValue::from_static("nosniff"),
+                );
+                r
             }
             (hyper::Method::GET, "/status/events") => {
-                if tenant_of(&self.tokens, &req).is_err() {
-                    return unauthorized();
-                }
-                self.snapshots()
+                // The admin sees everything; a tenant's token, that tenant's own.
+                let only = if self.is_admin(&req) {
+                    None
+                } else {
+                    match tenant_of(&self.tokens, &req) {
+                        Err(()) => return unauthorized(),
+                        Ok(t) => t,
+                    }
+                };
+                self.snapshots(only)
             }
             (hyper::Method::POST, "/status/answer") => self.answer_approval(req, host).await,
             _ => plain(hyper::StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         }
     }
 
-    /// A snapshot a second, as an event stream, for as long as the page reads it.
-    fn snapshots(&self) -> Response<Body> {
+    /// Whether a request carries the admin token.
+    fn is_admin(&self, req: &Request<hyper::body::Incoming>) -> bool {
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(|t| digest(t.trim()));
+        self.admin.is_some() && given == self.admin
+    }
+
+    /// A snapshot a second — of everything, or (`only`) of one tenant — as an event stream,
+    /// for as long as the page reads it.
+    fn snapshots(&self, only: Option<String>) -> Response<Body> {
         use futures_util::StreamExt;
         let g = self.gateway.clone();
-        let ticks = futures_util::stream::unfold((g, true), |(g, first)| async move {
-            if !first {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let ticks = futures_util::stream::unfold((g, true), move |(g, first)| {
+            let only = only.clone();
+            async move {
+                if !first {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                let event = format!("data: {}\n\n", g.snapshot(only.as_deref()).await);
+                Some((Bytes::from(event), (g, false)))
             }
-            let event = format!("data: {}\n\n", g.snapshot().await);
-            Some((Bytes::from(event), (g, false)))
         });
         event_stream(ticks.boxed())
     }
@@ -236,19 +330,13 @@ impl Route {
                 "forbidden: answers come from the status page itself",
             );
         }
-        let Some(admin) = self.admin else {
+        if self.admin.is_none() {
             return plain(
                 StatusCode::FORBIDDEN,
                 "forbidden: the manifest has no [serve] admin_token",
             );
-        };
-        let given = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(|t| digest(t.trim()));
-        if given != Some(admin) {
+        }
+        if !self.is_admin(&req) {
             return plain(
                 StatusCode::FORBIDDEN,
                 "forbidden: approving needs the admin token",
@@ -308,6 +396,23 @@ fn ops_reply((status, kind, text): super::ops::Reply) -> Response<Body> {
         hyper::header::HeaderValue::from_static(kind),
     );
     r
+}
+
+/// A JSON body with `status`.
+fn json_reply(status: hyper::StatusCode, json: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(json)).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// The answer to a session id this client cannot use (unknown, or another tenant's), as rmcp
+/// answers an unknown one.
+fn session_not_found() -> Response<Body> {
+    plain(hyper::StatusCode::NOT_FOUND, "Not Found: Session not found")
 }
 
 fn unauthorized() -> Response<Body> {
@@ -386,25 +491,30 @@ pub async fn serve(
         tokens: opts.tokens,
         admin: opts.admin,
         hosts: config.allowed_hosts,
+        body_timeout: opts.limits.body_timeout,
     });
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            () = stop.cancelled() => return,
-        };
-        let Ok((stream, _)) = accepted else { continue };
+    let bounds = super::listen::Bounds {
+        per_client: opts.limits.connections_per_client,
+    };
+    let header_timeout = opts.limits.header_timeout;
+    let conns = super::listen::Conns::default();
+    super::listen::accept(listener, stop, bounds, conns, move |stream, conn| {
         // Answers are small writes: send each at once.
         let _ = stream.set_nodelay(true);
         let route = route.clone();
-        tokio::spawn(async move {
+        async move {
             let svc = hyper::service::service_fn(move |req| {
+                conn.spoke();
                 let route = route.clone();
                 async move { Ok::<_, Infallible>(route.answer(req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
                 .serve_connection(io, svc)
                 .await;
-        });
-    }
+        }
+    })
+    .await;
 }

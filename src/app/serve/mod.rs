@@ -17,6 +17,7 @@ mod fast;
 mod gateway;
 mod handler;
 mod http;
+mod listen;
 mod metrics;
 mod ops;
 mod order;
@@ -25,6 +26,7 @@ mod record;
 mod reload;
 mod spend;
 mod status;
+mod stdio;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,6 +101,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
                 hosts: s.allow_host.clone(),
                 origins: s.allow_origin.clone(),
                 tenant,
+                limits: gateway.catalog.manifest().serve.limits.clone(),
             };
             rt.block_on(serve_http(gateway, addr, http, grace, args.quiet))
         }
@@ -157,20 +160,45 @@ async fn terminated() {
 }
 
 /// One session on stdin and stdout, until stdin closes (its calls in flight are cancelled:
-/// nobody is left to answer) or a signal (they get `grace` to finish).
+/// nobody is left to answer) or a signal (they get `grace` to finish, and the session is
+/// served meanwhile, so their answers reach the client).
 async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result<(), Error> {
     let handler = Handler::new(gateway.clone(), tenant);
+    let (input, output) = rmcp::transport::io::stdio_pipes();
+    let session = handler.session();
+    let wire = stdio::Wire::new(
+        input,
+        output,
+        (session.turnstile.clone(), session.gone.clone()),
+    );
     let service = handler
-        .serve(rmcp::transport::stdio())
+        .serve(wire)
         .await
         .map_err(|e| Error::Usage(format!("mcp serve: the client's initialize failed: {e}")))?;
+    let stop = service.cancellation_token();
+    let waiting = service.waiting();
+    tokio::pin!(waiting);
     let closed = tokio::select! {
-        _ = service.waiting() => true,
+        _ = &mut waiting => true,
         () = terminated() => false,
     };
-    gateway
-        .drain(if closed { Duration::ZERO } else { grace })
-        .await;
+    if closed {
+        gateway.drain(Duration::ZERO).await;
+        return Ok(());
+    }
+    let drain = gateway.drain(grace);
+    tokio::pin!(drain);
+    let mut gone = false;
+    loop {
+        tokio::select! {
+            () = &mut drain => break,
+            _ = &mut waiting, if !gone => gone = true,
+        }
+    }
+    stop.cancel();
+    if !gone {
+        let _ = waiting.await;
+    }
     Ok(())
 }
 

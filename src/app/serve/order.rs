@@ -7,8 +7,13 @@
 //! a write for everything earlier, a concurrent write for earlier reads and plain writes.
 //! Its [`Ticket`] leaves every queue when dropped (the call finished, or was cancelled while
 //! it waited), and wakes whoever was behind it.
+//!
+//! Arrival is the order on the wire: a session's requests are numbered as they are read
+//! ([`Turnstile`]), and a call takes its places only once every earlier request of its session
+//! has taken its own or is gone — however the tasks that serve them are scheduled.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -149,9 +154,118 @@ impl Drop for Ticket {
     }
 }
 
+/// One session's requests in the order they came off the wire.
+#[derive(Default)]
+pub struct Turnstile {
+    state: Mutex<Turns>,
+    moved: Notify,
+}
+
+#[derive(Default)]
+struct Turns {
+    /// Passes handed out.
+    issued: u64,
+    /// The lowest pass not yet through.
+    next: u64,
+    /// Passes through ahead of `next`.
+    through: BTreeSet<u64>,
+}
+
+/// A request's place on the wire: [`Pass::wait`] until every earlier request of its session is
+/// through, then [`Pass::through`] (dropping it counts as through).
+pub struct Pass {
+    turnstile: Arc<Turnstile>,
+    n: u64,
+    through: AtomicBool,
+}
+
+impl Turnstile {
+    fn lock(&self) -> MutexGuard<'_, Turns> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next request's pass (called as it is read, in wire order).
+    pub fn pass(self: &Arc<Self>) -> Pass {
+        let mut t = self.lock();
+        let n = t.issued;
+        t.issued += 1;
+        Pass {
+            turnstile: self.clone(),
+            n,
+            through: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Pass {
+    /// Wait until every earlier pass of the session is through.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.turnstile.moved.notified();
+            tokio::pin!(notified);
+            // Registered before the look: a move between the two is not lost.
+            notified.as_mut().enable();
+            if self.turnstile.lock().next >= self.n {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// This request has taken its place (or never will): later ones may take theirs.
+    pub fn through(&self) {
+        if self.through.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut t = self.turnstile.lock();
+        t.through.insert(self.n);
+        let mut moved = false;
+        while t.through.first() == Some(&t.next) {
+            t.through.pop_first();
+            t.next += 1;
+            moved = true;
+        }
+        drop(t);
+        if moved {
+            self.turnstile.moved.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        self.through();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn passes_go_through_in_wire_order_and_a_dropped_one_lets_the_next_go() {
+        let t = Arc::new(Turnstile::default());
+        let (p0, p1, p2) = (t.pass(), t.pass(), t.pass());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // The later passes ask first.
+        for (name, p) in [("p2", p2), ("p1", p1)] {
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                p.wait().await;
+                order.lock().expect("order").push(name);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                p.through();
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(order.lock().expect("order").is_empty(), "both wait for p0");
+        drop(p0);
+        for task in tasks {
+            task.await.expect("a pass goes through");
+        }
+        assert_eq!(*order.lock().expect("order"), vec!["p1", "p2"]);
+    }
 
     fn keys(list: &[(&str, Claim)]) -> Vec<(String, Claim)> {
         list.iter().map(|(k, c)| (k.to_string(), *c)).collect()

@@ -68,14 +68,26 @@ impl Log {
         }
     }
 
-    /// One snapshot for the page.
-    pub fn snapshot(&self, lanes: &[Occupancy], approvals: &[Waiting]) -> Value {
+    /// One snapshot for the page: everything, or (`only`) what one tenant may see — its own
+    /// waiters, calls, spend and approvals, and no other tenant's lane.
+    pub fn snapshot(
+        &self,
+        lanes: &[Occupancy],
+        approvals: &[Waiting],
+        only: Option<&str>,
+    ) -> Value {
+        let mine = |t: &str| only.is_none_or(|o| o == t);
         let lanes: Vec<Value> = lanes
             .iter()
+            .filter(|l| {
+                let tenant = l.lane.strip_prefix("tenant:").map(|t| t.trim_end_matches(" (batch)"));
+                tenant.is_none_or(mine)
+            })
             .map(|l| {
                 let queue: Vec<Value> = l
                     .queue
                     .iter()
+                    .filter(|(_, tenant, _)| mine(tenant))
                     .map(|(flow, tenant, n)| json!({"session": flow, "tenant": tenant, "waiting": n}))
                     .collect();
                 json!({"lane": l.lane, "limit": l.limit, "in_flight": l.held, "waiting": l.waiting, "queue": queue})
@@ -84,9 +96,11 @@ impl Log {
         let recent: Vec<Recent> = self
             .recent
             .lock()
-            .map(|q| q.iter().cloned().collect())
+            .map(|q| q.iter().filter(|r| mine(&r.tenant)).cloned().collect())
             .unwrap_or_default();
-        let spent = self.spent.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut spent = self.spent.lock().map(|s| s.clone()).unwrap_or_default();
+        spent.retain(|t, _| mine(t));
+        let approvals: Vec<&Waiting> = approvals.iter().filter(|w| mine(&w.tenant)).collect();
         json!({"lanes": lanes, "recent": recent, "spent": spent, "approvals": approvals})
     }
 }

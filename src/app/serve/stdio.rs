@@ -1,0 +1,324 @@
+//! The stdio face's wire: newline-delimited JSON-RPC on stdin and stdout, read and written
+//! here rather than by rmcp's codec so that what a careless or hostile client sends is
+//! answered as JSON-RPC says. A line that is not JSON gets `-32700` (id `null`), a batch array
+//! or a message of no known shape `-32600`, a `tools/call` whose params are not
+//! `{name, arguments?}` `-32602` with its id; a line longer than [`MAX_LINE`] is skipped to its
+//! end and refused `-32600`. Each `tools/call` is numbered as it is read ([`Arrival`]), so
+//! its session's calls take their places in the order they came; a call the client cancelled
+//! gets no response (the specification's "SHOULD NOT").
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, ServerJsonRpcMessage};
+use rmcp::service::RoleServer;
+use rmcp::transport::Transport;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::order::{Pass, Turnstile};
+
+/// The longest line read (as the HTTP face's body limit).
+pub const MAX_LINE: usize = 4 * 1024 * 1024;
+
+/// A `tools/call`'s place on its session's wire (a request extension).
+#[derive(Clone)]
+pub struct Arrival(pub Arc<Pass>);
+
+/// What one line is: a message for rmcp, or an answer the wire gives itself.
+#[derive(Debug)]
+pub enum Line {
+    Message(Box<ClientJsonRpcMessage>),
+    /// A JSON-RPC error to write back (the request never reaches rmcp).
+    Refused(Vec<u8>),
+    /// Nothing to do (a blank line).
+    Skip,
+}
+
+/// A JSON-RPC error response, `id` as given (`null` when it could not be read).
+pub fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    let v = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Classify one line as the client sent it.
+pub fn read_line(line: &[u8]) -> Line {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Line::Skip;
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Line::Refused(error(&Value::Null, -32700, &format!("parse error: {e}"))),
+    };
+    let Value::Object(msg) = &value else {
+        let why = if value.is_array() {
+            "invalid request: batches are not supported; send one message a line"
+        } else {
+            "invalid request: a message is a JSON object"
+        };
+        return Line::Refused(error(&Value::Null, -32600, why));
+    };
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+        if let Err(why) = call_params(msg.get("params")) {
+            return Line::Refused(error(&id, -32602, &format!("invalid params: {why}")));
+        }
+    }
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(m) => Line::Message(Box::new(m)),
+        Err(e) => Line::Refused(error(&id, -32600, &format!("invalid request: {e}"))),
+    }
+}
+
+/// Whether `tools/call` params are `{name: string, arguments?: object, _meta?: object}`.
+pub fn call_params(params: Option<&Value>) -> Result<(), String> {
+    let Some(Value::Object(p)) = params else {
+        return Err("tools/call takes params {\"name\": …, \"arguments\": {…}}".into());
+    };
+    match p.get("name") {
+        Some(Value::String(_)) => {}
+        Some(_) => return Err("`name` is not a string".into()),
+        None => return Err("`name` is missing".into()),
+    }
+    if !matches!(
+        p.get("arguments"),
+        None | Some(Value::Null | Value::Object(_))
+    ) {
+        return Err("`arguments` is not an object".into());
+    }
+    if !matches!(p.get("_meta"), None | Some(Value::Object(_))) {
+        return Err("`_meta` is not an object".into());
+    }
+    Ok(())
+}
+
+/// The key a request id is remembered by.
+fn key(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+/// Requests in flight, and those of them the client cancelled (whose responses are dropped).
+#[derive(Default)]
+struct Calls {
+    inflight: HashSet<String>,
+    cancelled: HashSet<String>,
+}
+
+/// The stdio transport of one session.
+pub struct Wire<R> {
+    lines: BufReader<R>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    calls: Arc<Mutex<Calls>>,
+    turnstile: Arc<Turnstile>,
+    /// Cancelled at the end of input: the client is gone.
+    gone: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
+    /// Read from `input`, write through a task of its own to `output` (one message a line, in
+    /// the order sent); calls take passes of `turnstile`.
+    pub fn new<W: AsyncWrite + Unpin + Send + 'static>(
+        input: R,
+        output: W,
+        (turnstile, gone): (Arc<Turnstile>, CancellationToken),
+    ) -> Wire<R> {
+        let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let mut output = output;
+            while let Some(mut line) = rx.recv().await {
+                line.push(b'\n');
+                if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Wire {
+            lines: BufReader::with_capacity(64 * 1024, input),
+            out,
+            calls: Arc::default(),
+            turnstile,
+            gone,
+        }
+    }
+
+    /// The next line, at most [`MAX_LINE`] bytes (`Err(())`: it was longer and was skipped to
+    /// its end); `None` at the end of input.
+    async fn next_line(&mut self) -> Option<Result<Vec<u8>, ()>> {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        loop {
+            let buf = match self.lines.fill_buf().await {
+                Ok(b) => b,
+                Err(_) => return None,
+            };
+            if buf.is_empty() {
+                return (!line.is_empty() || too_long).then_some(if too_long {
+                    Err(())
+                } else {
+                    Ok(line)
+                });
+            }
+            let (chunk, end) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], Some(i + 1)),
+                None => (buf, None),
+            };
+            if !too_long && line.len() + chunk.len() <= MAX_LINE {
+                line.extend_from_slice(chunk);
+            } else {
+                too_long = true;
+                line = Vec::new();
+            }
+            let used = end.unwrap_or(buf.len());
+            self.lines.consume(used);
+            if end.is_some() {
+                return Some(if too_long { Err(()) } else { Ok(line) });
+            }
+        }
+    }
+
+    /// Number a call, remember a request, note a cancellation.
+    fn note(&self, msg: &mut ClientJsonRpcMessage) {
+        let Ok(mut calls) = self.calls.lock() else {
+            return;
+        };
+        match msg {
+            ClientJsonRpcMessage::Request(r) => {
+                calls.inflight.insert(key(&r.id));
+                if let ClientRequest::CallToolRequest(call) = &mut r.request {
+                    let pass = Arc::new(self.turnstile.pass());
+                    call.extensions.insert(Arrival(pass));
+                }
+            }
+            ClientJsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification {
+                    if let Some(id) = &c.params.request_id {
+                        let k = key(id);
+                        if calls.inflight.contains(&k) {
+                            calls.cancelled.insert(k);
+                        }
+                    }
+                }
+            }
+            ClientJsonRpcMessage::Response(_) | ClientJsonRpcMessage::Error(_) => {}
+        }
+    }
+}
+
+/// Why the wire failed (its writer is gone).
+#[derive(Debug, thiserror::Error)]
+#[error("stdout is closed")]
+pub struct Closed;
+
+impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for Wire<R> {
+    type Error = Closed;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send + 'static {
+        let answered = match &item {
+            ServerJsonRpcMessage::Response(r) => Some(key(&r.id)),
+            ServerJsonRpcMessage::Error(e) => e.id.as_ref().map(key),
+            _ => None,
+        };
+        let mut drop_it = false;
+        if let (Some(k), Ok(mut calls)) = (answered, self.calls.lock()) {
+            calls.inflight.remove(&k);
+            drop_it = calls.cancelled.remove(&k);
+        }
+        let sent = if drop_it {
+            Ok(())
+        } else {
+            let line = serde_json::to_vec(&item).unwrap_or_default();
+            self.out.send(line).map_err(|_| Closed)
+        };
+        std::future::ready(sent)
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            let Some(line) = self.next_line().await else {
+                self.gone.cancel();
+                return None;
+            };
+            let line = match line {
+                Ok(l) => l,
+                Err(()) => {
+                    let why = format!("invalid request: a message longer than {MAX_LINE} bytes");
+                    let _ = self.out.send(error(&Value::Null, -32600, &why));
+                    continue;
+                }
+            };
+            match read_line(&line) {
+                Line::Skip => {}
+                Line::Refused(answer) => {
+                    let _ = self.out.send(answer);
+                }
+                Line::Message(mut m) => {
+                    self.note(&mut m);
+                    return Some(*m);
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Closed> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(line: &str) -> Value {
+        match read_line(line.as_bytes()) {
+            Line::Refused(b) => serde_json::from_slice(&b).expect("an error is JSON"),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_bad_line_gets_its_json_rpc_code() {
+        let e = refused("{not json");
+        assert_eq!(
+            (e["id"].clone(), e["error"]["code"].clone()),
+            (Value::Null, (-32700).into())
+        );
+        assert_eq!(refused("[1, 2]")["error"]["code"], -32600);
+        assert_eq!(refused("17")["error"]["code"], -32600);
+        let e =
+            refused(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"arguments":{}}}"#);
+        assert_eq!(
+            (e["id"].clone(), e["error"]["code"].clone()),
+            (4.into(), (-32602).into())
+        );
+        let e = refused(
+            r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"a","arguments":[1]}}"#,
+        );
+        assert_eq!(e["error"]["code"], -32602);
+        assert!(matches!(read_line(b"  "), Line::Skip));
+        let ok = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#;
+        assert!(matches!(read_line(ok.as_bytes()), Line::Message(_)));
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_is_skipped_and_the_next_is_read() {
+        let mut input = vec![b'x'; MAX_LINE + 10];
+        input.extend_from_slice(
+            b"\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        );
+        let (out, _keep) = tokio::io::duplex(1 << 20);
+        let mut wire = Wire::new(std::io::Cursor::new(input), out, Default::default());
+        assert!(matches!(wire.next_line().await, Some(Err(()))));
+        let next = wire
+            .next_line()
+            .await
+            .expect("a line")
+            .expect("within the limit");
+        assert!(next.starts_with(b"{\"jsonrpc\""));
+        assert!(wire.next_line().await.is_none());
+    }
+}
