@@ -90,14 +90,19 @@ impl HttpGateway {
         let mut cmd = Command::new(flux_bin());
         cmd.current_dir(p.path())
             .args(["mcp", "serve", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .env("CI", "true")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .args(extra);
         for (k, v) in env {
             cmd.env(k, v);
         }
+        HttpGateway::spawned(cmd)
+    }
+
+    /// Start `cmd` (an `mcp serve --http` command line) and wait until it listens.
+    pub(crate) fn spawned(mut cmd: Command) -> HttpGateway {
+        cmd.env("CI", "true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         let mut gw = HttpGateway {
             child: cmd.spawn().expect("start the gateway"),
             url: String::new(),
@@ -131,7 +136,7 @@ impl HttpGateway {
         }
     }
 
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         self.url
             .trim_start_matches("http://")
             .trim_end_matches("/mcp")
@@ -589,7 +594,7 @@ fn raw_post(addr: &str, session: Option<&str>, body: &str) -> std::net::TcpStrea
 }
 
 /// [`raw_post`] with headers of the caller's (`Host` among them).
-fn raw_post_with(
+pub(crate) fn raw_post_with(
     addr: &str,
     session: Option<&str>,
     body: &str,

@@ -289,3 +289,389 @@ fn a_stdio_gateway_whose_client_leaves_is_gone_with_its_tools_within_a_second() 
         "the gateway and its tool took {took:?} to go"
     );
 }
+
+/// One raw HTTP request on a connection of its own: the status, the head (lower-cased) and
+/// the body.
+pub(crate) fn request(
+    addr: &str,
+    (method, path): (&str, &str),
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    s.write_all(format!("{req}\r\n{body}").as_bytes())
+        .expect("send");
+    let mut all = String::new();
+    let _ = s.read_to_string(&mut all);
+    let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// Open a session (initialize, initialized) with `headers`; its id.
+pub(crate) fn open_session(addr: &str, headers: &[(&str, &str)]) -> String {
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let (code, head, body) = request(addr, ("POST", "/mcp"), headers, init);
+    assert_eq!(code, 200, "{head}\n{body}");
+    let id = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no session id in {head}"));
+    let mut with = headers.to_vec();
+    with.push(("Mcp-Session-Id", &id));
+    with.push(("Mcp-Protocol-Version", "2025-06-18"));
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (code, _, _) = request(addr, ("POST", "/mcp"), &with, initialized);
+    assert_eq!(code, 202);
+    id
+}
+
+/// A scripted tool `who` and `[serve]` lines as given.
+fn scripted_manifest(p: &Project, serve: &str) {
+    p.write(
+        "tools.toml",
+        &format!(
+            "[serve]\n{serve}\n\n[tools.who]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ ok = true }}\n\n[tools.erase]\nkind = \"scripted\"\neffect = \"write\"\nrequires_approval = true\noutput = {{ erased = true }}\n[tools.erase.args]\nwhat = {{ type = \"string\", required = true }}\n"
+        ),
+    );
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[test]
+fn http_answers_bad_bodies_as_json_rpc_says_deletes_with_200_and_the_page_cannot_be_framed() {
+    let p = Project::new("");
+    scripted_manifest(&p, "");
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let s = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let post = |body: &str| request(&addr, ("POST", "/mcp"), &s, body);
+    let (code, _, body) = post("{this is not json");
+    assert_eq!(
+        (code, json_of(&body)["error"]["code"].clone()),
+        (400, json!(-32700)),
+        "{body}"
+    );
+    let (code, _, body) = post(r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#);
+    assert_eq!(
+        (code, json_of(&body)["error"]["code"].clone()),
+        (400, json!(-32600)),
+        "{body}"
+    );
+    let (code, _, body) =
+        post(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":7}}"#);
+    let e = json_of(&body);
+    assert_eq!(
+        (code, e["id"].clone(), e["error"]["code"].clone()),
+        (200, json!(9), json!(-32602)),
+        "{body}"
+    );
+    let (code, _, body) = post(
+        r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"who","arguments":{}}}"#,
+    );
+    assert_eq!(
+        (code, json_of(&body)["result"]["isError"].clone()),
+        (200, json!(false)),
+        "{body}"
+    );
+    let (code, head, _) = request(&addr, ("DELETE", "/mcp"), &s, "");
+    assert_eq!(code, 200, "{head}");
+    let (code, _, _) = post(
+        r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"who","arguments":{}}}"#,
+    );
+    assert_eq!(code, 404, "a deleted session is gone");
+    let (code, head, _) = request(&addr, ("GET", "/"), &[], "");
+    assert_eq!(code, 200);
+    assert!(head.contains("x-frame-options: deny"), "{head}");
+    assert!(
+        head.contains("content-security-policy: frame-ancestors 'none'"),
+        "{head}"
+    );
+}
+
+/// The first snapshot `/status/events` sends with `token`.
+fn first_snapshot(addr: &str, token: &str) -> Value {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let req = format!(
+        "GET /status/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = std::io::Read::read(&mut s, &mut buf).expect("a snapshot");
+        assert!(
+            n > 0,
+            "the stream ended: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(rest) = text.split_once("data: ").map(|x| x.1) {
+            if let Some((json, _)) = rest.split_once("\n\n") {
+                return json_of(json);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tenants_token_cannot_use_or_delete_another_tenants_session_nor_see_its_calls() {
+    let p = Project::new("");
+    scripted_manifest(
+        &p,
+        "admin_token = \"${env:ADMIN}\"\n[serve.tokens]\nacme = \"${env:ACME}\"\nbeta = \"${env:BETA}\"",
+    );
+    let env = [
+        ("ADMIN", "admin-secret"),
+        ("ACME", "acme-secret"),
+        ("BETA", "beta-secret"),
+    ];
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "memory"], &env);
+    let addr = gw.addr();
+    let (acme, beta) = (
+        ("Authorization", "Bearer acme-secret"),
+        ("Authorization", "Bearer beta-secret"),
+    );
+    let a = open_session(&addr, &[acme]);
+    let b = open_session(&addr, &[beta]);
+    let with = |auth: (&'static str, &'static str), id: &str| {
+        vec![
+            auth,
+            ("Mcp-Session-Id", id),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<Vec<_>>()
+    };
+    let send = |h: &[(String, String)], method: &str, body: &str| {
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        request(&addr, (method, "/mcp"), &h, body)
+    };
+    let call =
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"who","arguments":{}}}"#;
+    let (code, _, _) = send(&with(beta, &a), "POST", call);
+    assert_eq!(code, 404, "beta's token does not reach acme's session");
+    let (code, _, _) = send(&with(beta, &a), "DELETE", "");
+    assert_eq!(code, 404, "nor delete it");
+    let (code, _, body) = send(&with(acme, &a), "POST", call);
+    assert_eq!(
+        (code, json_of(&body)["result"]["isError"].clone()),
+        (200, json!(false)),
+        "{body}"
+    );
+    let (code, _, _) = send(&with(beta, &b), "POST", call);
+    assert_eq!(code, 200);
+    // acme parks a call for approval: its arguments are acme's business.
+    let park = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"erase","arguments":{"what":"acme-private"}}}"#;
+    let parked =
+        crate::serve::raw_post_with(&addr, Some(&a), park, &[("Host", addr.as_str()), acme]);
+    parked.set_read_timeout(Some(Duration::from_secs(1))).ok();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = first_snapshot(&addr, "admin-secret");
+        if all["approvals"].as_array().is_some_and(|a| !a.is_empty()) {
+            assert!(all.to_string().contains("acme-private"), "{all}");
+            let tenants: Vec<&str> = all["recent"]
+                .as_array()
+                .expect("recent")
+                .iter()
+                .filter_map(|r| r["tenant"].as_str())
+                .collect();
+            assert!(
+                tenants.contains(&"acme") && tenants.contains(&"beta"),
+                "{all}"
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "the call was never parked: {all}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mine = first_snapshot(&addr, "beta-secret");
+    let text = mine.to_string();
+    assert!(!text.contains("acme"), "beta sees acme's calls: {text}");
+    assert_eq!(mine["recent"].as_array().map(Vec::len), Some(1), "{text}");
+    drop(parked);
+}
+
+/// An HTTP gateway started with at most `fds` open descriptors.
+fn gateway_under_fd_limit(p: &Project, fds: u64) -> crate::serve::HttpGateway {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(flux_bin());
+    cmd.current_dir(p.path()).args([
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    // SAFETY: setrlimit between fork and exec, on the child's own limits.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: fds,
+                rlim_max: fds,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    crate::serve::HttpGateway::spawned(cmd)
+}
+
+/// `n` connections from `from` (another loopback address) to `addr` that send `first` and
+/// then nothing; kept open while the returned runtime and streams live.
+fn silent_connections(
+    from: &str,
+    addr: &str,
+    n: usize,
+    first: &'static [u8],
+) -> (tokio::runtime::Runtime, Vec<tokio::net::TcpStream>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let from: std::net::IpAddr = from.parse().expect("an address");
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    let streams = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+            socket.bind((from, 0).into()).expect("bind");
+            let Ok(Ok(mut s)) =
+                tokio::time::timeout(Duration::from_secs(2), socket.connect(to)).await
+            else {
+                continue;
+            };
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(first).await;
+            out.push(s);
+        }
+        out
+    });
+    (rt, streams)
+}
+
+/// What each connection got within `wait`: `Some(text)` (it was answered or closed), `None`
+/// (still open and silent).
+fn outcomes(
+    rt: &tokio::runtime::Runtime,
+    streams: &mut [tokio::net::TcpStream],
+    wait: Duration,
+) -> Vec<Option<String>> {
+    rt.block_on(async {
+        let reads = streams.iter_mut().map(|s| async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = Vec::new();
+            match tokio::time::timeout(wait, s.read_to_end(&mut buf)).await {
+                Ok(_) => Some(String::from_utf8_lossy(&buf).to_string()),
+                Err(_) => None,
+            }
+        });
+        futures_util::future::join_all(reads).await
+    })
+}
+
+/// The gateway's CPU time so far (user + system, in clock ticks).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+#[test]
+fn held_connections_are_closed_within_the_header_timeout_and_do_not_take_the_gateway_down() {
+    let p = Project::new("");
+    scripted_manifest(
+        &p,
+        "[serve.limits]\nheader_timeout = \"2s\"\nconnections_per_client = 40",
+    );
+    let gw = gateway_under_fd_limit(&p, 120);
+    let addr = gw.addr();
+    let before = cpu_ticks(gw.child.id());
+    // 300 connections from another address that never finish their headers: past 40 they are
+    // told 429 at once; the 40 held are closed by the header timeout.
+    let (rt, mut held) =
+        silent_connections("127.0.0.2", &addr, 300, b"GET /healthz HTTP/1.1\r\nHost: x");
+    let (code, _, body) = request(&addr, ("GET", "/healthz"), &[], "");
+    assert_eq!((code, body.trim()), (200, "ok"), "healthz while held");
+    let id = open_session(&addr, &[]);
+    let s = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let call =
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"who","arguments":{}}}"#;
+    let (code, _, body) = request(&addr, ("POST", "/mcp"), &s, call);
+    assert_eq!(
+        (code, json_of(&body)["result"]["isError"].clone()),
+        (200, json!(false)),
+        "{body}"
+    );
+    let got = outcomes(&rt, &mut held, Duration::from_millis(1000));
+    let refused = got
+        .iter()
+        .filter(|g| g.as_deref().is_some_and(|t| t.contains(" 429 ")))
+        .count();
+    let silent = got.iter().filter(|g| g.is_none()).count();
+    assert!(
+        refused + silent == got.len() && silent <= 40,
+        "refused {refused}, silent {silent} of {}",
+        got.len()
+    );
+    assert!(refused >= 200, "refused {refused}");
+    // Within the header timeout (and a margin) every held connection is closed.
+    let got = outcomes(&rt, &mut held, Duration::from_secs(4));
+    assert!(
+        got.iter().all(Option::is_some),
+        "{} still open",
+        got.iter().filter(|g| g.is_none()).count()
+    );
+    let ticks = cpu_ticks(gw.child.id()) - before;
+    assert!(ticks < 100, "the gateway burned {ticks} ticks of CPU");
+}
+
+#[test]
+fn at_the_descriptor_limit_the_oldest_silent_connection_makes_room() {
+    let p = Project::new("");
+    scripted_manifest(&p, "[serve.limits]\nheader_timeout = \"60s\"");
+    let gw = gateway_under_fd_limit(&p, 64);
+    let addr = gw.addr();
+    let before = cpu_ticks(gw.child.id());
+    // More silent connections than the gateway has descriptors for.
+    let (_rt, _held) = silent_connections("127.0.0.3", &addr, 150, b"GET /");
+    for _ in 0..5 {
+        let (code, _, body) = request(&addr, ("GET", "/healthz"), &[], "");
+        assert_eq!((code, body.trim()), (200, "ok"));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let ticks = cpu_ticks(gw.child.id()) - before;
+    assert!(ticks < 100, "the gateway burned {ticks} ticks of CPU");
+}

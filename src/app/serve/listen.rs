@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// What bounds the connections.
@@ -25,7 +25,7 @@ pub struct Bounds {
 struct Open {
     by_client: HashMap<IpAddr, u32>,
     /// Connections that have not yet sent a whole request, oldest first.
-    silent: BTreeMap<u64, AbortHandle>,
+    silent: BTreeMap<u64, JoinHandle<()>>,
     next: u64,
 }
 
@@ -64,12 +64,14 @@ impl Conns {
         })
     }
 
-    /// Close the oldest connection that has sent no whole request; whether there was one.
-    fn shed(&self) -> bool {
+    /// Close the oldest connection that has sent no whole request, and wait until its
+    /// descriptor is given back; whether there was one.
+    async fn shed(&self) -> bool {
         let oldest = self.lock().silent.pop_first();
         match oldest {
             Some((_, task)) => {
                 task.abort();
+                let _ = task.await;
                 true
             }
             None => false,
@@ -130,7 +132,7 @@ pub async fn accept<F, Fut>(
             Err(e) if out_of_descriptors(&e) => {
                 // Make room by closing the oldest silent connection; with none, wait a little
                 // (the header timeout frees descriptors) rather than spin on `accept`.
-                if !conns.shed() {
+                if !conns.shed().await {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 continue;
@@ -149,7 +151,7 @@ pub async fn accept<F, Fut>(
         // It may have spoken already (then it is no candidate); if it has ended, dropping
         // `conn` below takes it off the list.
         if !conn.spoke.load(Ordering::Relaxed) {
-            o.silent.insert(id, task.abort_handle());
+            o.silent.insert(id, task);
         }
     }
 }
