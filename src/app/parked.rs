@@ -5,12 +5,13 @@
 //! approvals` lists the waiting calls; `flux-tools approve ID@HASH` (or `deny ID`), from any
 //! terminal or replica, answers one. An approval names the hash of the arguments it was given
 //! for: a wrong hash is refused, and the waiting gateway checks the hash again, so changed
-//! arguments are never run on an old approval. A waiting gateway renews its entry every
-//! second; one not renewed for [`STALE`] (its gateway died) stays listed, marked orphaned, until
-//! its deadline: it can still be answered, and the client's retry of the same call (same tenant,
+//! arguments are never run on an old approval. A waiting gateway says it lives every second
+//! (one beat for all its calls, under the prefix of their ids); an entry whose gateway has not
+//! beaten for [`STALE`] (it died) stays listed, marked orphaned, until its deadline: it can still be answered, and the client's retry of the same call (same tenant,
 //! tool and arguments) through any gateway takes it over — with its id, deadline and any answer
 //! given meanwhile — instead of parking a new one.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,6 +32,9 @@ pub struct Waiting {
     pub hash: String,
     /// The gateway waiting for the answer.
     pub pid: u32,
+    /// The name the waiting gateway beats under (empty: the prefix of the id).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gateway: String,
     /// The tenant the call came from (a retry is matched on tenant, tool and hash).
     #[serde(default)]
     pub tenant: String,
@@ -105,17 +109,35 @@ impl Parked {
         })
     }
 
-    /// The calls waiting now, oldest first, with the text each is stored as; orphaned ones
-    /// (their gateway stopped renewing them) are marked, and removed past their deadline.
-    async fn entries(&self) -> Vec<(Waiting, String)> {
-        let entries = self.board.clone().entries().await.unwrap_or_default();
+    /// When each gateway last beat.
+    async fn beats(&self) -> HashMap<String, f64> {
+        let beats = self.board.clone().beats().await.unwrap_or_default();
+        beats.into_iter().collect()
+    }
+
+    /// Say that gateway `gateway` (the prefix of its calls' ids) lives.
+    pub async fn beat(&self, gateway: &str) {
+        let _ = self
+            .board
+            .clone()
+            .beat(gateway.to_string(), unix_now())
+            .await;
+    }
+
+    /// Entries `texts`, read, each marked orphaned or not; orphaned ones past their deadline
+    /// are removed instead.
+    async fn read(
+        &self,
+        texts: Vec<String>,
+        beats: &HashMap<String, f64>,
+    ) -> Vec<(Waiting, String)> {
         let now = unix_now();
         let mut out = Vec::new();
-        for text in entries {
+        for text in texts {
             let Ok(mut w) = serde_json::from_str::<Waiting>(&text) else {
                 continue;
             };
-            w.orphaned = w.seen + STALE < now;
+            w.orphaned = !alive(&w, beats, now);
             if !w.orphaned || w.until >= now {
                 out.push((w, text));
             } else {
@@ -126,30 +148,77 @@ impl Parked {
         out
     }
 
+    /// The calls waiting now, oldest first, with the text each is stored as; orphaned ones
+    /// (their gateway stopped beating) are marked, and removed past their deadline.
+    async fn entries(&self) -> Vec<(Waiting, String)> {
+        let texts = self.board.clone().entries().await.unwrap_or_default();
+        let beats = self.beats().await;
+        self.read(texts, &beats).await
+    }
+
     /// The calls waiting now, oldest first.
     pub async fn list(&self) -> Vec<Waiting> {
         self.entries().await.into_iter().map(|(w, _)| w).collect()
     }
 
-    /// Take over the oldest orphaned entry for the same call as `w` (tenant, tool, hash): it
-    /// keeps its id, deadline and answer, and is renewed from here on.
-    pub async fn adopt(&self, w: &Waiting) -> Option<Place> {
+    /// At most `max` of the calls waiting now (the first by id), oldest first, and how many
+    /// wait in all: what a page that refreshes every second may read.
+    pub async fn some(&self, max: usize) -> (Vec<Waiting>, usize) {
+        let mut ids = self.board.clone().ids().await.unwrap_or_default();
+        let total = ids.len();
+        ids.sort_by(|a, b| by_id(a).cmp(&by_id(b)));
+        ids.truncate(max);
+        let texts = self.board.clone().get(ids).await.unwrap_or_default();
+        let beats = self.beats().await;
+        let listed = self.read(texts, &beats).await;
+        (listed.into_iter().map(|(w, _)| w).collect(), total)
+    }
+
+    /// How many calls wait (no entry is read).
+    pub async fn count(&self) -> usize {
+        self.board.clone().ids().await.map_or(0, |ids| ids.len())
+    }
+
+    /// The orphaned entries: those whose gateway stopped beating. Only their entries are read.
+    pub async fn orphans(&self) -> Vec<(Waiting, String)> {
+        let ids = self.board.clone().ids().await.unwrap_or_default();
+        let beats = self.beats().await;
         let now = unix_now();
-        for (old, text) in self.entries().await {
-            if !old.orphaned || (&old.tenant, &old.tool, &old.hash) != (&w.tenant, &w.tool, &w.hash)
-            {
+        let dead: Vec<String> = ids
+            .into_iter()
+            .filter(|id| {
+                let gw = gateway_of(id);
+                !beats.get(gw).is_some_and(|t| t + STALE >= now)
+            })
+            .collect();
+        let texts = self.board.clone().get(dead).await.unwrap_or_default();
+        let mut out = self.read(texts, &beats).await;
+        out.retain(|(w, _)| w.orphaned);
+        out
+    }
+
+    /// Take over the oldest of `orphans` for the same call as `w` (tenant, tool, hash): it
+    /// keeps its id, deadline and answer, and lives from here on with this gateway's beat.
+    pub async fn adopt(&self, w: &Waiting, orphans: &[(Waiting, String)]) -> Option<Place> {
+        let now = unix_now();
+        for (old, text) in orphans {
+            if (&old.tenant, &old.tool, &old.hash) != (&w.tenant, &w.tool, &w.hash) {
                 continue;
             }
             let taken = Waiting {
                 pid: w.pid,
+                gateway: w.gateway.clone(),
                 seen: now,
                 orphaned: false,
-                ..old
+                ..old.clone()
             };
             let Ok(entry) = serde_json::to_string(&taken) else {
                 continue;
             };
-            let claim = self.board.clone().claim(taken.id.clone(), text, entry);
+            let claim = self
+                .board
+                .clone()
+                .claim(taken.id.clone(), text.clone(), entry);
             if matches!(claim.await, Ok(true)) {
                 return Some(Place {
                     board: self.board.clone(),
@@ -158,6 +227,11 @@ impl Parked {
             }
         }
         None
+    }
+
+    /// Every answer given so far, by call id.
+    pub async fn answers(&self) -> Vec<(String, String)> {
+        self.board.clone().answers().await.unwrap_or_default()
     }
 
     /// Answer the parked call `id`; `hash` (required to approve) must be the hash of its
@@ -201,30 +275,39 @@ impl Place {
     pub fn waiting(&self) -> &Waiting {
         &self.waiting
     }
+}
 
-    /// The answer given so far, if any. An approval for other arguments counts as none.
-    pub async fn decision(&self) -> Option<Decision> {
-        let text = self
-            .board
-            .clone()
-            .answer(self.waiting.id.clone())
-            .await
-            .ok()??;
-        let mut words = text.split_whitespace();
-        match (words.next(), words.next()) {
-            (Some("approve"), Some(h)) if h == self.waiting.hash => Some(Decision::Approve),
-            (Some("deny"), _) => Some(Decision::Deny),
-            _ => None,
-        }
+/// What answer `text` decides for a call waiting with arguments hash `hash` (an approval for
+/// other arguments decides nothing).
+pub fn decision(text: &str, hash: &str) -> Option<Decision> {
+    let mut words = text.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some("approve"), Some(h)) if h == hash => Some(Decision::Approve),
+        (Some("deny"), _) => Some(Decision::Deny),
+        _ => None,
     }
+}
 
-    /// Say the call still waits (its gateway lives).
-    pub async fn renew(&mut self) {
-        self.waiting.seen = unix_now();
-        if let Ok(text) = serde_json::to_string(&self.waiting) {
-            let _ = self.board.clone().put(self.waiting.id.clone(), text).await;
-        }
-    }
+/// The gateway an entry's id names (`GATEWAY-SEQ`).
+fn gateway_of(id: &str) -> &str {
+    id.rsplit_once('-').map_or(id, |(gw, _)| gw)
+}
+
+/// Ids in a stable order: by gateway, then by number.
+fn by_id(id: &str) -> (&str, u64) {
+    let (gw, n) = id.rsplit_once('-').unwrap_or((id, ""));
+    (gw, n.parse().unwrap_or(u64::MAX))
+}
+
+/// Whether an entry's gateway lives: it beat within [`STALE`] (or, written by a gateway that
+/// renewed each entry itself, the entry was renewed).
+fn alive(w: &Waiting, beats: &HashMap<String, f64>, now: f64) -> bool {
+    let gw = if w.gateway.is_empty() {
+        gateway_of(&w.id)
+    } else {
+        &w.gateway
+    };
+    w.seen + STALE >= now || beats.get(gw).is_some_and(|t| t + STALE >= now)
 }
 
 impl Drop for Place {
@@ -247,6 +330,20 @@ struct Files {
 impl Files {
     fn path(&self, id: &str, ext: &str) -> PathBuf {
         self.dir.join(format!("{id}.{ext}"))
+    }
+
+    /// The files named `NAME.ext` in the folder: each name and path.
+    fn names(&self, ext: &str) -> Vec<(String, PathBuf)> {
+        let files = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        files
+            .filter_map(|e| {
+                let path = e.path();
+                if path.extension()? != ext {
+                    return None;
+                }
+                Some((path.file_stem()?.to_str()?.to_string(), path))
+            })
+            .collect()
     }
 }
 
@@ -286,6 +383,51 @@ impl Board for Files {
     ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
         let text = std::fs::read_to_string(self.path(&id, "answer")).ok();
         Box::pin(std::future::ready(Ok(text)))
+    }
+
+    fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
+        let ids = self.names("json").into_iter().map(|(id, _)| id).collect();
+        Box::pin(std::future::ready(Ok(ids)))
+    }
+
+    fn get(
+        self: Arc<Self>,
+        ids: Vec<String>,
+    ) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
+        let out = ids
+            .iter()
+            .filter_map(|id| std::fs::read_to_string(self.path(id, "json")).ok())
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
+    }
+
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
+        let out = self
+            .names("answer")
+            .into_iter()
+            .filter_map(|(id, path)| Some((id, std::fs::read_to_string(path).ok()?)))
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
+    }
+
+    fn beat(
+        self: Arc<Self>,
+        gateway: String,
+        at: f64,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let done = write_whole(&self.path(&gateway, "beat"), at.to_string().as_bytes());
+        Box::pin(std::future::ready(done.map_err(LaneError)))
+    }
+
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        let out = self
+            .names("beat")
+            .into_iter()
+            .filter_map(|(gw, path)| {
+                Some((gw, std::fs::read_to_string(path).ok()?.trim().parse().ok()?))
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
     }
 
     fn claim(
@@ -369,6 +511,7 @@ mod tests {
             args: serde_json::json!({"x": 1}),
             hash: "h".into(),
             pid: 1,
+            gateway: String::new(),
             tenant: "t".into(),
             orphaned: false,
             since: seen,
@@ -398,16 +541,25 @@ mod tests {
             .await
             .expect("answer");
         let retry = waiting("gw2-7", unix_now());
-        let place = parked.adopt(&retry).await.expect("taken over");
+        let orphans = parked.orphans().await;
+        let place = parked.adopt(&retry, &orphans).await.expect("taken over");
         assert_eq!(place.waiting().id, "gw1-1");
-        assert_eq!(place.decision().await, Some(Decision::Approve));
-        assert!(parked.adopt(&retry).await.is_none(), "taken over once");
+        let answers = parked.answers().await;
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_eq!(decision(&answers[0].1, "h"), Some(Decision::Approve));
+        assert!(
+            parked.adopt(&retry, &orphans).await.is_none(),
+            "taken over once"
+        );
         let other = Waiting {
             tenant: "u".into(),
             ..waiting("gw2-8", unix_now())
         };
         assert!(
-            parked.adopt(&other).await.is_none(),
+            parked
+                .adopt(&other, &parked.orphans().await)
+                .await
+                .is_none(),
             "another tenant's call"
         );
     }

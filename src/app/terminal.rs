@@ -5,24 +5,40 @@ use std::io::{BufRead, Write};
 
 use serde_json::Value;
 
-use crate::run::{ApprovalRequest, Approver};
+use std::sync::Arc;
+
+use crate::run::lanes::BoxFuture;
+use crate::run::{ApprovalRequest, Approver, Ruling};
 
 /// Asks on `/dev/tty`; no terminal means no answer.
 pub(super) struct TerminalApprover;
 
 impl Approver for TerminalApprover {
-    fn ask(&self, request: &ApprovalRequest) -> Option<bool> {
-        let question = format!(
-            "approve call `{}` to `{}` with arguments {}? [y/N] ",
-            request.id,
-            request.tool,
-            Value::to_string(&request.args)
-        );
-        let answer = crate::report::progress::suspend(|| ask_terminal(&question))?;
-        Some(matches!(
-            answer.trim().to_ascii_lowercase().as_str(),
-            "y" | "yes"
-        ))
+    fn ask(self: Arc<Self>, request: ApprovalRequest) -> BoxFuture<'static, Ruling> {
+        // A prompt blocks until the person answers: on the blocking pool, not a runtime thread.
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || rule(&request))
+                .await
+                .unwrap_or(Ruling::Unanswered)
+        })
+    }
+}
+
+/// Ask on the terminal: `y` approves, anything else refuses; no terminal, no answer.
+fn rule(request: &ApprovalRequest) -> Ruling {
+    let question = format!(
+        "approve call `{}` to `{}` with arguments {}? [y/N] ",
+        request.id,
+        request.tool,
+        Value::to_string(&request.args)
+    );
+    let Some(answer) = crate::report::progress::suspend(|| ask_terminal(&question)) else {
+        return Ruling::Unanswered;
+    };
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ruling::Approved
+    } else {
+        Ruling::Denied("approval denied on the terminal".into())
     }
 }
 

@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::events::ErrorKind;
+use crate::run::lanes::BoxFuture;
 use crate::template::Template;
 
 /// `--approve`: answers given in advance.
@@ -121,25 +122,32 @@ pub struct ApprovalRequest {
     pub args: Value,
 }
 
+/// What an approver decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ruling {
+    Approved,
+    /// Refused, and why (`approval denied on the terminal`, …).
+    Denied(String),
+    /// Nobody to ask.
+    Unanswered,
+}
+
 /// Answers approval questions that `--approve` did not answer in advance. The binary hands in
-/// one that asks on the terminal; tests hand in their own.
+/// one that asks on the terminal; the gateway one that asks its client or parks the call;
+/// tests hand in their own.
 pub trait Approver: Send + Sync {
-    /// `Some(true)` to run the call, `Some(false)` to refuse it, `None` when there is nobody
-    /// to ask. Called on a blocking thread, one question at a time, in call order.
-    fn ask(&self, request: &ApprovalRequest) -> Option<bool>;
-    /// Why `request` was refused, after `ask` said `Some(false)`.
-    fn refusal(&self, request: &ApprovalRequest) -> String {
-        let _ = request;
-        "approval denied on the terminal".into()
-    }
+    /// Rule on `request`: asked one question at a time, in call order. The answer is a future
+    /// that waits without holding a thread (an approver that must block, as a prompt on a
+    /// terminal does, moves that to the blocking pool itself).
+    fn ask(self: Arc<Self>, request: ApprovalRequest) -> BoxFuture<'static, Ruling>;
 }
 
 /// Nobody to ask: every question is unanswered.
 pub struct NoApprover;
 
 impl Approver for NoApprover {
-    fn ask(&self, _: &ApprovalRequest) -> Option<bool> {
-        None
+    fn ask(self: Arc<Self>, _: ApprovalRequest) -> BoxFuture<'static, Ruling> {
+        Box::pin(std::future::ready(Ruling::Unanswered))
     }
 }
 
@@ -272,18 +280,10 @@ impl Gate {
             tool: job.tool.clone(),
             args: Value::Object(job.args.clone()),
         };
-        let approver = self.approver.clone();
-        let (answer, why) = tokio::task::spawn_blocking(move || {
-            let answer = approver.ask(&request);
-            let why = (answer == Some(false)).then(|| approver.refusal(&request));
-            (answer, why)
-        })
-        .await
-        .map_err(|e| NotApproved::Denied(e.to_string()))?;
-        match answer {
-            Some(true) => Ok(()),
-            Some(false) => Err(NotApproved::Denied(why.unwrap_or_default())),
-            None => Err(NotApproved::Unanswered),
+        match self.approver.clone().ask(request).await {
+            Ruling::Approved => Ok(()),
+            Ruling::Denied(why) => Err(NotApproved::Denied(why)),
+            Ruling::Unanswered => Err(NotApproved::Unanswered),
         }
     }
 }

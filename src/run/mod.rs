@@ -23,7 +23,7 @@ pub mod stats;
 
 pub use cache::Cache;
 pub use cassette::Cassette;
-pub use gate::{ApprovalRequest, Approvals, Approver};
+pub use gate::{ApprovalRequest, Approvals, Approver, Ruling};
 pub use journal::{result_from_json, Journal, Resume};
 pub use lanes::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 pub use scheduler::{

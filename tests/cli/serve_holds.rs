@@ -75,6 +75,12 @@ impl StdioGateway {
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
     }
 
+    /// Every message that comes within `span`.
+    pub(crate) fn collect_for(&self, span: Duration) -> Vec<Value> {
+        let until = Instant::now() + span;
+        std::iter::from_fn(|| self.recv(until.saturating_duration_since(Instant::now()))).collect()
+    }
+
     /// Every message until `wait` passes with none.
     pub(crate) fn drain(&self, wait: Duration) -> Vec<Value> {
         std::iter::from_fn(|| self.recv(wait)).collect()
@@ -345,7 +351,7 @@ fn scripted_manifest(p: &Project, serve: &str) {
     p.write(
         "tools.toml",
         &format!(
-            "[serve]\n{serve}\n\n[tools.who]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ ok = true }}\n\n[tools.erase]\nkind = \"scripted\"\neffect = \"write\"\nrequires_approval = true\noutput = {{ erased = true }}\n[tools.erase.args]\nwhat = {{ type = \"string\", required = true }}\n"
+            "[serve]\n{serve}\n\n[tools.who]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ ok = true }}\n\n[tools.peek]\nkind = \"scripted\"\neffect = \"read\"\nrequires_approval = true\noutput = {{ seen = true }}\n[tools.peek.args]\nwhat = {{ type = \"string\", required = true }}\n"
         ),
     );
 }
@@ -485,7 +491,7 @@ fn a_tenants_token_cannot_use_or_delete_another_tenants_session_nor_see_its_call
     let (code, _, _) = send(&with(beta, &b), "POST", call);
     assert_eq!(code, 200);
     // acme parks a call for approval: its arguments are acme's business.
-    let park = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"erase","arguments":{"what":"acme-private"}}}"#;
+    let park = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"peek","arguments":{"what":"acme-private"}}}"#;
     let parked =
         crate::serve::raw_post_with(&addr, Some(&a), park, &[("Host", addr.as_str()), acme]);
     parked.set_read_timeout(Some(Duration::from_secs(1))).ok();
@@ -674,4 +680,97 @@ fn at_the_descriptor_limit_the_oldest_silent_connection_makes_room() {
     std::thread::sleep(Duration::from_secs(1));
     let ticks = cpu_ticks(gw.child.id()) - before;
     assert!(ticks < 100, "the gateway burned {ticks} ticks of CPU");
+}
+
+/// How many calls `flux-tools approvals` lists as waiting.
+fn parked_count(p: &Project) -> usize {
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+/// The gateway's thread count.
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_flood_of_calls_parked_for_approval_holds_no_threads_and_freezes_nothing() {
+    let p = Project::new("");
+    scripted_manifest(&p, "[serve.limits]\nparked_per_session = 1000");
+    let mut gw = StdioGateway::start(&p, &[]);
+    for i in 0..600 {
+        gw.call(i, "peek", json!({"what": format!("w{i}")}));
+    }
+    // Every one of them is parked before the plain call is sent.
+    let until = Instant::now() + Duration::from_secs(30);
+    while parked_count(&p) < 600 {
+        assert!(Instant::now() < until, "{} parked", parked_count(&p));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let asked = Instant::now();
+    gw.call("plain", "who", json!({}));
+    let answer = loop {
+        let m = gw
+            .recv(Duration::from_secs(30))
+            .expect("the plain call is answered");
+        if m["id"] == "plain" {
+            break m;
+        }
+    };
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    let n = threads(gw.child.id());
+    assert!(n < 64, "the gateway has {n} threads with 600 calls parked");
+}
+
+#[test]
+fn calls_parked_past_a_sessions_limit_are_refused_and_a_parked_call_tells_its_progress() {
+    let p = Project::new("");
+    scripted_manifest(&p, "[serve.limits]\nparked_per_session = 2");
+    let mut gw = StdioGateway::start(&p, &[]);
+    let msg = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}, "_meta": {"progressToken": "t1"}}});
+    gw.send(&msg.to_string());
+    let msgs = gw.collect_for(Duration::from_millis(2500));
+    let told: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress" && m["params"]["progressToken"] == "t1")
+        .collect();
+    assert!(told.len() >= 2, "told {told:?}");
+    let said = told[0]["params"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("waiting for approval: flux-tools approve "),
+        "{said}"
+    );
+    // One more may wait; the next is refused at once.
+    gw.call(2, "peek", json!({"what": "b"}));
+    gw.call(3, "peek", json!({"what": "c"}));
+    let answers: Vec<Value> = gw
+        .collect_for(Duration::from_millis(1500))
+        .into_iter()
+        .filter(|m| m.get("id").is_some())
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    let text = answers[0]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("approval_denied:") && text.contains("parked_per_session = 2"),
+        "{answers:?}"
+    );
+    assert_eq!(by_id(&msgs, &json!(1)), None, "the first still waits");
 }

@@ -4,20 +4,31 @@
 //! answer — parked out of band for `flux-tools approve ID@HASH` from another terminal. A call
 //! that nobody approves by its deadline (`[serve] approval_timeout`, 10 minutes) is refused
 //! `approval_denied`, as is one declined either way. The client's cancellation ends the wait.
+//!
+//! A parked call is a future and an entry on the board, nothing more: no thread, no timer of
+//! its own. One [`Desk`] per gateway looks at the board's answers for all its parked calls
+//! ([`POLL`]), says once a second that the gateway lives (one beat for all of them), and
+//! bounds how many calls wait at once per session and per tenant (`[serve.limits]`).
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::parked::{Decision, Parked, Waiting};
-use crate::run::{ApprovalRequest, Approver};
+use super::progress::Reporter;
+use crate::app::parked::{self, Decision, Parked, Place, Waiting};
+use crate::run::lanes::BoxFuture;
+use crate::run::{ApprovalRequest, Approver, Ruling};
 
 /// How long a parked call waits unless the manifest says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// How often a parked call looks for its answer, and says it still waits.
+/// How often the desk looks for answers, and how often it says the gateway lives.
 const POLL: Duration = Duration::from_millis(100);
-const RENEW: Duration = Duration::from_secs(1);
+const BEAT: Duration = Duration::from_secs(1);
+/// How long a look for orphaned entries (to take over) is reused.
+const ORPHANS_FOR: Duration = Duration::from_secs(1);
 
 /// What a client answered an elicitation with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,62 +45,236 @@ pub type Elicit = Arc<dyn Fn(String) -> Asking + Send + Sync>;
 pub type Asking =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<InBand, String>> + Send>>;
 
+/// The calls one gateway holds for approval out of band.
+pub struct Desk {
+    parked: Arc<Parked>,
+    /// The name this gateway beats under (the prefix of its calls' ids).
+    gateway: String,
+    /// `[serve.limits]`: calls parked at once per session and per tenant.
+    per_session: u32,
+    per_tenant: u32,
+    state: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    /// Each parked call's id: its arguments' hash and who to tell.
+    waiters: HashMap<String, (String, oneshot::Sender<Decision>)>,
+    sessions: HashMap<u64, u32>,
+    tenants: HashMap<String, u32>,
+    /// Whether the look at the board runs (only while calls wait).
+    polling: bool,
+    /// The last look for orphaned entries, and when.
+    orphans: Option<(tokio::time::Instant, Orphans)>,
+}
+
+/// Orphaned entries as read, each with the text it is stored as.
+type Orphans = Arc<Vec<(Waiting, String)>>;
+
+/// A place among the calls a session and a tenant may park; given back when dropped.
+pub struct Seat {
+    desk: Arc<Desk>,
+    session: u64,
+    tenant: String,
+}
+
+/// A parked call: its entry, and where its answer comes.
+pub struct Parking {
+    desk: Arc<Desk>,
+    place: Place,
+    answer: oneshot::Receiver<Decision>,
+}
+
+impl Desk {
+    pub fn new(
+        parked: Arc<Parked>,
+        gateway: String,
+        limits: &crate::manifest::ServeLimits,
+    ) -> Arc<Desk> {
+        Arc::new(Desk {
+            parked,
+            gateway,
+            per_session: limits.parked_per_session,
+            per_tenant: limits.parked_per_tenant,
+            state: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The board.
+    pub fn parked(&self) -> &Arc<Parked> {
+        &self.parked
+    }
+
+    /// Room for one more parked call of `session` and `tenant`; `Err` says which bound is
+    /// reached.
+    pub fn admit(self: &Arc<Self>, session: u64, tenant: &str) -> Result<Seat, String> {
+        let mut h = self.lock();
+        let s = h.sessions.get(&session).copied().unwrap_or(0);
+        if s >= self.per_session {
+            return Err(format!(
+                "approval denied: {s} calls of this session already wait for approval ([serve.limits] parked_per_session = {}); this one was not parked",
+                self.per_session
+            ));
+        }
+        let t = h.tenants.get(tenant).copied().unwrap_or(0);
+        if t >= self.per_tenant {
+            return Err(format!(
+                "approval denied: {t} calls of tenant `{tenant}` already wait for approval in this gateway ([serve.limits] parked_per_tenant = {}); this one was not parked",
+                self.per_tenant
+            ));
+        }
+        *h.sessions.entry(session).or_default() += 1;
+        *h.tenants.entry(tenant.to_string()).or_default() += 1;
+        Ok(Seat {
+            desk: self.clone(),
+            session,
+            tenant: tenant.to_string(),
+        })
+    }
+
+    /// Park `w` (or take over an orphaned entry for the same call); its answer comes through
+    /// the returned [`Parking`].
+    pub async fn park(self: &Arc<Self>, mut w: Waiting) -> Result<Parking, String> {
+        w.gateway = self.gateway.clone();
+        let orphans = self.orphans().await;
+        let place = match self.parked.adopt(&w, &orphans).await {
+            Some(p) => {
+                eprintln!(
+                    "flux-tools mcp serve: call `{}` of `{}`, parked by a gateway that stopped, is taken over here by the client's retry",
+                    p.waiting().id, w.tool
+                );
+                self.lock().orphans = None;
+                p
+            }
+            None => {
+                self.parked.park(w).await.map_err(|e| {
+                    format!("approval required, and the call could not be parked: {e}")
+                })?
+            }
+        };
+        let (tell, answer) = oneshot::channel();
+        let hash = place.waiting().hash.clone();
+        let start = {
+            let mut h = self.lock();
+            h.waiters.insert(place.waiting().id.clone(), (hash, tell));
+            !std::mem::replace(&mut h.polling, true)
+        };
+        if start {
+            tokio::spawn(self.clone().poll());
+        }
+        Ok(Parking {
+            desk: self.clone(),
+            place,
+            answer,
+        })
+    }
+
+    /// The orphaned entries, looked for at most once a [`ORPHANS_FOR`].
+    async fn orphans(&self) -> Orphans {
+        if let Some((at, list)) = &self.lock().orphans {
+            if at.elapsed() < ORPHANS_FOR {
+                return list.clone();
+            }
+        }
+        let list = Arc::new(self.parked.orphans().await);
+        self.lock().orphans = Some((tokio::time::Instant::now(), list.clone()));
+        list
+    }
+
+    /// While calls wait: beat, and hand each answer the board has to the call it is for.
+    async fn poll(self: Arc<Self>) {
+        let mut beaten: Option<tokio::time::Instant> = None;
+        loop {
+            if beaten.is_none_or(|b| b.elapsed() >= BEAT) {
+                self.parked.beat(&self.gateway).await;
+                beaten = Some(tokio::time::Instant::now());
+            }
+            let answers = self.parked.answers().await;
+            {
+                let mut h = self.lock();
+                for (id, text) in answers {
+                    let decided = h
+                        .waiters
+                        .get(&id)
+                        .and_then(|(hash, _)| parked::decision(&text, hash));
+                    if let (Some(d), Some((_, tell))) = (decided, h.waiters.remove(&id)) {
+                        let _ = tell.send(d);
+                    }
+                }
+            }
+            tokio::time::sleep(POLL).await;
+            let mut h = self.lock();
+            if h.waiters.is_empty() {
+                h.polling = false;
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut h = self.desk.lock();
+        if let Some(n) = h.sessions.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                h.sessions.remove(&self.session);
+            }
+        }
+        if let Some(n) = h.tenants.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                h.tenants.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        self.desk.lock().waiters.remove(&self.place.waiting().id);
+    }
+}
+
 /// The approver of one served call.
 pub struct CallApprover {
-    pub handle: tokio::runtime::Handle,
     /// The client, when it may be asked.
     pub in_band: Option<Elicit>,
-    pub parked: Option<Arc<Parked>>,
-    /// The parked call's id (`PID-SEQ`) and how long it may wait.
+    pub desk: Option<Arc<Desk>>,
+    /// The parked call's id (`GATEWAY-SEQ`), its session and tenant.
     pub id: String,
-    /// The tenant the call came from.
+    pub session: u64,
     pub tenant: String,
+    /// How long it may wait.
     pub timeout: Duration,
     pub cancel: CancellationToken,
-    why: Mutex<String>,
+    /// Its client's progress, told while it waits.
+    pub progress: Option<Arc<Reporter>>,
 }
 
 impl CallApprover {
-    pub fn new(
-        handle: tokio::runtime::Handle,
-        (in_band, parked): (Option<Elicit>, Option<Arc<Parked>>),
-        (id, tenant): (String, String),
-        timeout: Duration,
-        cancel: CancellationToken,
-    ) -> CallApprover {
-        CallApprover {
-            handle,
-            in_band,
-            parked,
-            id,
-            tenant,
-            timeout,
-            cancel,
-            why: Mutex::default(),
-        }
-    }
-
-    fn refuse(&self, why: String) -> Option<bool> {
-        if let Ok(mut w) = self.why.lock() {
-            *w = why;
-        }
-        Some(false)
-    }
-
-    async fn decide(&self, req: &ApprovalRequest) -> Option<bool> {
-        let hash = crate::run::gate::approval_hash(&req.tool, req.args.as_object()?);
+    async fn decide(&self, req: &ApprovalRequest) -> Ruling {
+        let Some(args) = req.args.as_object() else {
+            return Ruling::Denied("approval denied: the arguments are not an object".into());
+        };
+        let hash = crate::run::gate::approval_hash(&req.tool, args);
         if let Some(elicit) = &self.in_band {
             let message = format!(
                 "flux-tools: approve the call of `{}` with arguments {} (hash {hash})?",
                 req.tool, req.args
             );
+            self.say("waiting for the client's approval".into());
             match elicit(message).await {
-                Ok(InBand::Accept) => return Some(true),
+                Ok(InBand::Accept) => return Ruling::Approved,
                 Ok(InBand::Decline) => {
-                    return self.refuse("approval denied: declined through the client".into())
+                    return Ruling::Denied("approval denied: declined through the client".into())
                 }
                 Ok(InBand::Cancel) => {
-                    return self.refuse("approval denied: dismissed through the client".into())
+                    return Ruling::Denied("approval denied: dismissed through the client".into())
                 }
                 // The client could not answer: ask out of band instead.
                 Err(_) => {}
@@ -98,81 +283,69 @@ impl CallApprover {
         self.out_of_band(req, hash).await
     }
 
-    async fn out_of_band(&self, req: &ApprovalRequest, hash: String) -> Option<bool> {
-        let Some(parked) = &self.parked else {
-            return self.refuse("approval required, and there is nowhere to park the call".into());
+    fn say(&self, message: String) {
+        if let Some(r) = &self.progress {
+            r.waiting(message);
+        }
+    }
+
+    async fn out_of_band(&self, req: &ApprovalRequest, hash: String) -> Ruling {
+        let Some(desk) = &self.desk else {
+            return Ruling::Denied(
+                "approval required, and there is nowhere to park the call".into(),
+            );
         };
-        let now = crate::app::parked::unix_now();
+        let _seat = match desk.admit(self.session, &self.tenant) {
+            Ok(s) => s,
+            Err(why) => return Ruling::Denied(why),
+        };
+        let now = parked::unix_now();
         let waiting = Waiting {
             id: self.id.clone(),
             tool: req.tool.clone(),
             args: req.args.clone(),
             hash: hash.clone(),
             pid: std::process::id(),
+            gateway: String::new(),
             tenant: self.tenant.clone(),
             orphaned: false,
             since: now,
             until: now + self.timeout.as_secs_f64(),
             seen: now,
         };
-        let mut place = match parked.adopt(&waiting).await {
-            Some(p) => {
-                eprintln!(
-                    "flux-tools mcp serve: call `{}` of `{}`, parked by a gateway that stopped, is taken over here by the client's retry",
-                    p.waiting().id, req.tool
-                );
-                p
-            }
-            None => match parked.park(waiting).await {
-                Ok(p) => p,
-                Err(e) => {
-                    return self.refuse(format!(
-                        "approval required, and the call could not be parked: {e}"
-                    ))
-                }
-            },
+        let mut parking = match desk.park(waiting).await {
+            Ok(p) => p,
+            Err(why) => return Ruling::Denied(why),
         };
-        let id = place.waiting().id.clone();
+        let id = parking.place.waiting().id.clone();
         eprintln!(
             "flux-tools mcp serve: call `{id}` of `{}` waits for approval: flux-tools approve {id}@{hash}",
             req.tool
         );
-        let left = (place.waiting().until - now).max(0.0);
+        self.say(format!(
+            "waiting for approval: flux-tools approve {id}@{hash}"
+        ));
+        let left = (parking.place.waiting().until - now).max(0.0);
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(left);
-        let mut renewed = tokio::time::Instant::now();
-        loop {
-            if renewed.elapsed() >= RENEW {
-                place.renew().await;
-                renewed = tokio::time::Instant::now();
-            }
-            match place.decision().await {
-                Some(Decision::Approve) => return Some(true),
-                Some(Decision::Deny) => {
-                    return self.refuse("approval denied out of band (flux-tools deny)".into())
-                }
-                None => {}
-            }
-            if tokio::time::Instant::now() >= deadline {
+        tokio::select! {
+            d = &mut parking.answer => match d {
+                Ok(Decision::Approve) => Ruling::Approved,
+                Ok(Decision::Deny) => Ruling::Denied("approval denied out of band (flux-tools deny)".into()),
+                Err(_) => Ruling::Denied("approval denied: the gateway stopped looking for the answer".into()),
+            },
+            () = tokio::time::sleep_until(deadline) => {
                 let t = crate::duration::format(self.timeout);
-                return self.refuse(format!("approval denied: nobody approved it within {t}"));
+                Ruling::Denied(format!("approval denied: nobody approved it within {t}"))
             }
-            tokio::select! {
-                () = tokio::time::sleep(POLL) => {}
-                () = self.cancel.cancelled() => {
-                    return self.refuse("approval denied: the client cancelled the call".into())
-                }
+            () = self.cancel.cancelled() => {
+                Ruling::Denied("approval denied: the client cancelled the call".into())
             }
         }
     }
 }
 
 impl Approver for CallApprover {
-    fn ask(&self, request: &ApprovalRequest) -> Option<bool> {
-        // On the gate's blocking thread: the wait runs on the gateway's runtime.
-        self.handle.block_on(self.decide(request))
-    }
-
-    fn refusal(&self, _: &ApprovalRequest) -> String {
-        self.why.lock().map(|w| w.clone()).unwrap_or_default()
+    fn ask(self: Arc<Self>, request: ApprovalRequest) -> BoxFuture<'static, Ruling> {
+        Box::pin(async move { self.decide(&request).await })
     }
 }

@@ -59,7 +59,7 @@ pub struct Gateway {
     /// Whether an export failed already (warned once).
     export_failed: Arc<std::sync::atomic::AtomicBool>,
     /// Where calls wait for approval out of band (`None`: the folder could not be made).
-    parked: Option<Arc<crate::app::parked::Parked>>,
+    desk: Option<Arc<super::approve::Desk>>,
     /// Where each session's history record goes (`--history`, `[history] path`).
     history: Option<Arc<super::record::Sink>>,
     /// What `/metrics` reports.
@@ -143,7 +143,12 @@ impl Gateway {
         ),
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
+        let limits = catalog.manifest().serve.limits.clone();
         let board = store.board();
+        let id = run::new_run_id().replacen("run-", "mcp-", 1);
+        let desk = crate::app::parked::Parked::of(&catalog_path, board)
+            .ok()
+            .map(|p| super::approve::Desk::new(Arc::new(p), beat_name(&id), &limits));
         Gateway {
             catalog: Arc::new(catalog),
             kit: RwLock::new((0, kit)),
@@ -153,15 +158,13 @@ impl Gateway {
             order: Arc::default(),
             seq: AtomicU64::new(1),
             sessions: AtomicU64::new(1),
-            id: run::new_run_id().replacen("run-", "mcp-", 1),
+            id,
             active: Mutex::default(),
             users: Mutex::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             otlp,
             export_failed: Arc::default(),
-            parked: crate::app::parked::Parked::of(&catalog_path, board)
-                .ok()
-                .map(Arc::new),
+            desk,
             history: history.map(Arc::new),
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
@@ -267,11 +270,14 @@ impl Gateway {
             Ok(s) => s,
             Err(why) => return Ok(answer::error(&why)),
         };
-        planned.approver = self.approver_for(&planned, &cx);
+        let reporter = cx
+            .progress
+            .clone()
+            .map(|sink| Arc::new(Reporter::new(sink)));
+        planned.approver = self.approver_for((&planned, session), &cx, reporter.clone());
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         drop(turn);
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
-        let reporter = cx.progress.map(|sink| Arc::new(Reporter::new(sink)));
         let waited = tokio::select! {
             () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
             () = cx.cancel.cancelled() => false,
@@ -409,8 +415,14 @@ impl Gateway {
     }
 
     /// The approver of a call that needs approval: the client (when in-band approval is
-    /// allowed for it and the client can be asked), else out of band.
-    fn approver_for(&self, p: &Planned, cx: &CallCx) -> Option<Arc<dyn crate::run::Approver>> {
+    /// allowed for it and the client can be asked), else out of band; it tells the client's
+    /// progress what it waits for.
+    fn approver_for(
+        &self,
+        (p, session): (&Planned, &Session),
+        cx: &CallCx,
+        progress: Option<Arc<Reporter>>,
+    ) -> Option<Arc<dyn crate::run::Approver>> {
         let m = &p.manifest;
         let tool = &m.tools[p.tool];
         if !tool.requires_approval {
@@ -418,20 +430,21 @@ impl Gateway {
         }
         let in_band =
             m.serve.approval_in_band && tool.approval != crate::manifest::Approval::OutOfBand;
-        let who = (
-            in_band.then(|| cx.elicit.clone()).flatten(),
-            self.parked.clone(),
-        );
         let timeout = m
             .serve
             .approval_timeout
             .unwrap_or(super::approve::DEFAULT_TIMEOUT);
-        // Unique across replicas (in containers every gateway may be pid 1).
-        let id = format!("{}-{}", &self.id[self.id.len().saturating_sub(6)..], p.seq);
-        let handle = tokio::runtime::Handle::current();
-        let call = (id, cx.tenant.clone());
-        let a = super::approve::CallApprover::new(handle, who, call, timeout, cx.cancel.clone());
-        Some(Arc::new(a))
+        Some(Arc::new(super::approve::CallApprover {
+            in_band: in_band.then(|| cx.elicit.clone()).flatten(),
+            desk: self.desk.clone(),
+            // Unique across replicas (in containers every gateway may be pid 1).
+            id: format!("{}-{}", beat_name(&self.id), p.seq),
+            session: session.id,
+            tenant: cx.tenant.clone(),
+            timeout,
+            cancel: cx.cancel.clone(),
+            progress,
+        }))
     }
 
     /// Run the planned call; its answer (or the cancellation's), and whether it reached its
@@ -579,22 +592,27 @@ impl Gateway {
 
     /// `/metrics`: the figures, with the lanes and waiting approvals as they are now.
     pub async fn metrics_text(&self) -> String {
-        let approvals = match &self.parked {
-            Some(p) => p.list().await.len(),
+        let approvals = match &self.desk {
+            Some(d) => d.parked().count().await,
             None => 0,
         };
         self.metrics.render(&self.base().occupancy(), approvals)
     }
 
-    /// The status page's snapshot: lanes, last calls, spend, waiting approvals — all, or
-    /// (`only`) one tenant's.
+    /// The status page's snapshot: lanes, last calls, spend, waiting approvals (the first
+    /// [`SHOWN`] of them) — all, or (`only`) one tenant's.
     pub async fn snapshot(&self, only: Option<&str>) -> serde_json::Value {
-        let approvals = match &self.parked {
-            Some(p) => p.list().await,
-            None => Vec::new(),
+        let (approvals, total) = match &self.desk {
+            Some(d) => d.parked().some(SHOWN).await,
+            None => (Vec::new(), 0),
         };
-        self.status
-            .snapshot(&self.base().occupancy(), &approvals, only)
+        let mut snap = self
+            .status
+            .snapshot(&self.base().occupancy(), &approvals, only);
+        if only.is_none() {
+            snap["approvals_waiting"] = total.into();
+        }
+        snap
     }
 
     /// Answer a parked call (the status page), wherever it waits.
@@ -604,10 +622,10 @@ impl Gateway {
         hash: &str,
         d: crate::app::parked::Decision,
     ) -> Result<crate::app::parked::Waiting, String> {
-        let Some(p) = &self.parked else {
+        let Some(desk) = &self.desk else {
             return Err("no call waits for approval here".into());
         };
-        p.answer(id, Some(hash), d).await
+        desk.parked().answer(id, Some(hash), d).await
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
@@ -631,6 +649,15 @@ impl Gateway {
     fn idle(&self) -> bool {
         self.active.lock().map(|a| a.is_empty()).unwrap_or(true)
     }
+}
+
+/// How many waiting approvals the status page lists (it reads them every second).
+const SHOWN: usize = 200;
+
+/// The name a gateway beats under, and the prefix of its parked calls' ids: its id's last six
+/// characters.
+fn beat_name(id: &str) -> String {
+    id[id.len().saturating_sub(6)..].to_string()
 }
 
 /// A batch of one call, as a model's call: its arguments are data.

@@ -158,6 +158,19 @@ pub trait Board: Send + Sync {
     fn answer(self: Arc<Self>, id: String)
         -> BoxFuture<'static, Result<Option<String>, LaneError>>;
     fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>>;
+    /// The ids of every entry (cheap: no entry is read).
+    fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
+    /// The entries of `ids` that exist.
+    fn get(self: Arc<Self>, ids: Vec<String>)
+        -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
+    /// Every answer given, as (id, answer): what a waiting gateway looks at, once for all its
+    /// parked calls.
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>>;
+    /// Say that gateway `gateway` lives (Unix seconds `at`); its entries are renewed with it.
+    fn beat(self: Arc<Self>, gateway: String, at: f64)
+        -> BoxFuture<'static, Result<(), LaneError>>;
+    /// When each gateway last said it lives.
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
     /// Replace entry `id` by `entry` only if it still reads `old` (one replica takes over a
     /// call another left); whether it did.
     fn claim(

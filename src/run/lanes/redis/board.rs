@@ -33,6 +33,10 @@ impl RedisBoard {
         )
     }
 
+    fn beats_key(&self) -> String {
+        format!("flux-tools:{}:approval-gateways", self.ns)
+    }
+
     fn run<T: redis::FromRedisValue + Send + 'static>(
         self: Arc<Self>,
         cmd: redis::Cmd,
@@ -82,6 +86,48 @@ impl Board for RedisBoard {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(self.keys().1).arg(id);
         self.run::<Option<String>>(cmd)
+    }
+
+    fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
+        let mut cmd = redis::cmd("HKEYS");
+        cmd.arg(self.keys().0);
+        self.run::<Vec<String>>(cmd)
+    }
+
+    fn get(
+        self: Arc<Self>,
+        ids: Vec<String>,
+    ) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
+        if ids.is_empty() {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys().0).arg(ids);
+        let run = self.run::<Vec<Option<String>>>(cmd);
+        Box::pin(async move { run.await.map(|v| v.into_iter().flatten().collect()) })
+    }
+
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(self.keys().1);
+        self.run::<Vec<(String, String)>>(cmd)
+    }
+
+    fn beat(
+        self: Arc<Self>,
+        gateway: String,
+        at: f64,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.beats_key()).arg(gateway).arg(at);
+        let run = self.run::<i64>(cmd);
+        Box::pin(async move { run.await.map(|_| ()) })
+    }
+
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(self.beats_key());
+        self.run::<Vec<(String, f64)>>(cmd)
     }
 
     fn claim(

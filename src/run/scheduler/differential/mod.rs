@@ -199,12 +199,17 @@ fn batch_json(case: &Case) -> String {
 struct Decide(HashMap<String, Answer>);
 
 impl crate::run::gate::Approver for Decide {
-    fn ask(&self, r: &ApprovalRequest) -> Option<bool> {
-        match self.0.get(&r.id) {
-            Some(Answer::Grant) => Some(true),
-            Some(Answer::Deny) => Some(false),
-            _ => None,
-        }
+    fn ask(
+        self: Arc<Self>,
+        r: ApprovalRequest,
+    ) -> crate::run::lanes::BoxFuture<'static, crate::run::Ruling> {
+        use crate::run::Ruling;
+        let ruling = match self.0.get(&r.id) {
+            Some(Answer::Grant) => Ruling::Approved,
+            Some(Answer::Deny) => Ruling::Denied("approval denied on the terminal".into()),
+            _ => Ruling::Unanswered,
+        };
+        Box::pin(std::future::ready(ruling))
     }
 }
 
