@@ -105,16 +105,13 @@ fn run_time_problems(m: &Manifest) -> Vec<Diagnostic> {
         }
         let safe = crate::manifest::export_name(&t.name);
         if safe != t.name {
-            let taken = m.aliases.get(&safe) != m.tool_index.get(&t.name);
+            // Two tools of one safe name are refused when the manifest is read.
             let msg = format!(
                 "tool name `{}` breaks a model provider's rule (^[a-zA-Z_][a-zA-Z0-9_-]{{0,63}}$)",
                 t.name
             );
-            let hint = if taken {
-                format!("its safe form `{safe}` is another tool's; rename one of them")
-            } else {
-                format!("`tools --emit` offers it as `{safe}`, and a call to `{safe}` runs it")
-            };
+            let hint =
+                format!("`tools --emit` offers it as `{safe}`, and a call to `{safe}` runs it");
             out.push(Diagnostic::warning(msg).for_tool(&t.name).at(at).hint(hint));
         }
     }

@@ -14,6 +14,7 @@ impl Reader<'_> {
     /// Checks that need the whole manifest: lanes named by tools, per_tool names, weights
     /// against every lane limit, each kind's own checks, placeholders against schemas.
     pub(super) fn cross_checks(&mut self, m: &Manifest, root: &DeTable<'_>) {
+        self.name_clashes(m);
         let tools_table = Reader::entry(root, "tools").and_then(|(_, v)| v.get_ref().as_table());
         for tool in &m.tools {
             let tt = tools_table
@@ -116,6 +117,37 @@ impl Reader<'_> {
                     m.suggest_tool(name),
                 );
             }
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// Two tools a model would know by one name (`db.getOrders` is offered as `db_getOrders`,
+    /// which may be another tool's name or another's safe form): only one could be called.
+    fn name_clashes(&mut self, m: &Manifest) {
+        let mut first: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (i, t) in m.tools.iter().enumerate() {
+            first.entry(t.name.clone()).or_insert(i);
+        }
+        for (i, t) in m.tools.iter().enumerate() {
+            let safe = super::export_name(&t.name);
+            if safe == t.name {
+                continue;
+            }
+            let other = *first.entry(safe.clone()).or_insert(i);
+            if other == i {
+                continue;
+            }
+            let o = &m.tools[other];
+            let (line, col) = self.file.line_col(o.span.start);
+            self.error(
+                t.span.clone(),
+                format!(
+                    "tool `{}` is offered to models as `{safe}`, as tool `{}` (line {line}, column {col}) is: a model could call only one of them",
+                    t.name, o.name
+                ),
+                Some("rename one of them (a name of letters, digits, `_` and `-` is offered as written)".into()),
+            );
         }
     }
 }

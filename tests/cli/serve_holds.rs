@@ -774,3 +774,26 @@ fn calls_parked_past_a_sessions_limit_are_refused_and_a_parked_call_tells_its_pr
     );
     assert_eq!(by_id(&msgs, &json!(1)), None, "the first still waits");
 }
+
+#[test]
+fn two_tools_a_model_would_know_by_one_name_are_an_error_naming_both() {
+    let p = Project::new(
+        "[tools.\"db.getOrders\"]\nkind = \"scripted\"\neffect = \"read\"\noutput = {}\n\n[tools.db_getOrders]\nkind = \"scripted\"\neffect = \"read\"\noutput = {}\n",
+    );
+    let out = p.cmd().arg("validate").output().expect("validate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("tool `db.getOrders` is offered to models as `db_getOrders`, as tool `db_getOrders` (line 6, column 8)")
+            && err.contains("tools.toml:1:8"),
+        "{err}"
+    );
+    let out = p
+        .cmd()
+        .args(["mcp", "serve"])
+        .write_stdin("")
+        .output()
+        .expect("serve");
+    assert!(!out.status.success(), "the gateway does not start");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("offered to models as `db_getOrders`"));
+}
