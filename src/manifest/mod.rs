@@ -244,6 +244,9 @@ impl Tool {
 #[derive(Debug, Clone)]
 pub struct McpServer {
     pub name: String,
+    /// The manifest's folder: a stdio server runs there, and a relative program path
+    /// (`./bin/server`) resolves against it, as a command tool's does.
+    pub dir: std::path::PathBuf,
     pub command: Option<Vec<Template>>,
     pub url: Option<Template>,
     pub env: BTreeMap<String, Template>,
@@ -517,7 +520,7 @@ impl Manifest {
         let history = r.history(root, &base);
         let models = r.models(root);
         let lanes = r.lanes(root);
-        let mcp_servers = r.mcp_servers(root);
+        let mcp_servers = r.mcp_servers(root, &base);
         let hooks = r.hooks(root);
         let serve = r.serve(root);
         let mut tools = Vec::new();

@@ -84,7 +84,11 @@ impl Reader<'_> {
         out
     }
 
-    pub(super) fn mcp_servers(&mut self, root: &DeTable<'_>) -> BTreeMap<String, McpServer> {
+    pub(super) fn mcp_servers(
+        &mut self,
+        root: &DeTable<'_>,
+        base: &std::path::Path,
+    ) -> BTreeMap<String, McpServer> {
         let mut out = BTreeMap::new();
         let Some(t) = self.table(root, "mcp_servers", "the manifest") else {
             return out;
@@ -117,6 +121,7 @@ impl Reader<'_> {
                 name.clone(),
                 McpServer {
                     name,
+                    dir: base.to_path_buf(),
                     command,
                     url,
                     env: self.template_map(st, "env", &ctx),

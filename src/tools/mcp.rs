@@ -336,8 +336,18 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         let Some((program, args)) = parts.split_first() else {
             return Err(format!("MCP server `{name}` has an empty command"));
         };
-        let mut cmd = tokio::process::Command::new(program);
+        // As a command tool's: `./bin/server` is the manifest's folder's, and the server runs
+        // there, wherever the gateway was started (a desktop client starts it from `/`).
+        let path = std::path::Path::new(program);
+        let mut cmd = if path.is_relative() && path.components().count() > 1 {
+            tokio::process::Command::new(decl.dir.join(path))
+        } else {
+            tokio::process::Command::new(program)
+        };
         cmd.args(args);
+        if decl.dir.is_dir() {
+            cmd.current_dir(&decl.dir);
+        }
         for (k, v) in &decl.env {
             cmd.env(k, render(v)?);
         }

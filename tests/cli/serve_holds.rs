@@ -22,8 +22,15 @@ pub(crate) struct StdioGateway {
 impl StdioGateway {
     /// Start it in `p` and initialize a session.
     pub(crate) fn start(p: &Project, extra: &[&str]) -> StdioGateway {
+        StdioGateway::start_in(p.path(), &[], extra)
+    }
+
+    /// Start it in folder `dir`, with global options `global` (`--manifest`) and options
+    /// of `mcp serve` `extra`.
+    pub(crate) fn start_in(dir: &std::path::Path, global: &[&str], extra: &[&str]) -> StdioGateway {
         let mut child = Command::new(flux_bin())
-            .current_dir(p.path())
+            .current_dir(dir)
+            .args(global)
             .args(["mcp", "serve", "--lane-store", "memory"])
             .args(extra)
             .stdin(Stdio::piped())
@@ -796,4 +803,39 @@ fn two_tools_a_model_would_know_by_one_name_are_an_error_naming_both() {
         .expect("serve");
     assert!(!out.status.success(), "the gateway does not start");
     assert!(String::from_utf8_lossy(&out.stderr).contains("offered to models as `db_getOrders`"));
+}
+
+#[test]
+fn an_upstream_servers_relative_command_runs_from_the_manifests_folder_wherever_the_gateway_starts()
+{
+    let p = Project::new("");
+    p.write(
+        "server.sh",
+        &format!(
+            "#!/bin/sh\nexec '{}' \"$@\"\n",
+            crate::mcp::own_server().display()
+        ),
+    );
+    std::fs::set_permissions(
+        p.path().join("server.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    p.write(
+        "tools.toml",
+        "[mcp_servers.t]\ncommand = [\"./server.sh\"]\nenv = { MCP_TEST_LOG = \"upstream.log\" }\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n",
+    );
+    let manifest = p.path().join("tools.toml");
+    let manifest = manifest.to_str().expect("a path");
+    // As a desktop client starts it: from `/`.
+    let mut gw = StdioGateway::start_in(std::path::Path::new("/"), &["--manifest", manifest], &[]);
+    gw.call(1, "sleep", json!({"ms": 0, "tag": "rooted"}));
+    let answer = gw.recv(Duration::from_secs(20)).expect("an answer");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let log = p.path().join("upstream.log");
+    assert!(
+        log_lines(&log).iter().any(|l| l.contains("rooted")),
+        "the server ran in the manifest's folder: {:?}",
+        log_lines(&log)
+    );
 }
