@@ -32,6 +32,8 @@ impl Builder<'_> {
                 );
             }
         }
+        // The arguments reported missing already (a placeholder's need says nothing more).
+        let mut missing = Vec::new();
         if let Some(schema) = &tool.args {
             let referenced = c.args.referenced_args();
             let mut literal = c.args.literal_without_holes();
@@ -42,6 +44,9 @@ impl Builder<'_> {
                 if problem.kind == ProblemKind::Missing && referenced.contains(&problem.arg) {
                     continue;
                 }
+                if problem.kind == ProblemKind::Missing {
+                    missing.push(problem.arg.clone());
+                }
                 let at = batch.locate(i, Some("args"), &problem.arg);
                 self.call_error(
                     i,
@@ -51,7 +56,7 @@ impl Builder<'_> {
             }
         }
         for p in tool.kind.placeholders() {
-            if !c.args.value.contains_key(p) {
+            if !c.args.value.contains_key(p) && !missing.iter().any(|m| m == p) {
                 let at = batch.locate(i, Some("tool"), &c.tool);
                 self.call_error(
                     i,

@@ -121,11 +121,18 @@ impl<'a> Builder<'a> {
         if !self.batch.from_model {
             return self.error(d);
         }
-        if self.invalid[i].is_none() {
-            self.invalid[i] = Some(match &d.hint {
-                Some(h) => format!("{} ({h})", d.message),
-                None => d.message,
-            });
+        let text = match &d.hint {
+            Some(h) => format!("{} ({h})", d.message),
+            None => d.message,
+        };
+        // Every problem of the call, so the model can fix them all at once.
+        match &mut self.invalid[i] {
+            None => self.invalid[i] = Some(text),
+            Some(first) => {
+                let prefix = format!("call `{}` to `{}`: ", c.id, c.tool);
+                first.push_str("; ");
+                first.push_str(text.strip_prefix(&prefix).unwrap_or(&text));
+            }
         }
     }
 

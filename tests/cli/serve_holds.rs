@@ -839,3 +839,24 @@ fn an_upstream_servers_relative_command_runs_from_the_manifests_folder_wherever_
         log_lines(&log)
     );
 }
+
+#[test]
+fn a_calls_argument_errors_are_named_all_at_once() {
+    let p = Project::new("");
+    job_manifest(&p, "read");
+    let mut gw = StdioGateway::start(&p, &[]);
+    gw.call(1, "job", json!({"secs": 5, "extra": true}));
+    let answer = gw.recv(Duration::from_secs(10)).expect("an answer");
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("invalid_call:"), "{answer}");
+    for problem in [
+        "required argument `tag` is missing",
+        "argument `secs` should be a string",
+        "unknown argument `extra`",
+    ] {
+        assert!(text.contains(problem), "{problem}: {text}");
+    }
+    assert!(!text.contains("gives no argument"), "said twice: {text}");
+}
