@@ -39,6 +39,12 @@ use crate::manifest::Manifest;
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == crate::tools::reaper::ARG)
+    {
+        return ExitCode::from(crate::tools::reaper::watchdog());
+    }
     // Before any thread is started: every thread inherits the mask.
     crate::tools::command::quiet_child_exits();
     let args = Args::parse();

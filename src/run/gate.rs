@@ -339,6 +339,9 @@ pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Resu
         pgid: child.id().and_then(|p| i32::try_from(p).ok()),
         child: Some(child),
     };
+    if let Some(g) = hook.pgid {
+        crate::tools::reaper::watch(g);
+    }
     let Some(child) = hook.child.as_mut() else {
         return Err("hook not started".into());
     };
@@ -410,6 +413,7 @@ impl Hook {
             unsafe {
                 libc::kill(-g, libc::SIGKILL);
             }
+            crate::tools::reaper::forget(g);
         }
     }
 }

@@ -168,6 +168,15 @@ pub struct Session {
     pid: Option<u32>,
 }
 
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Its process is killed with the transport (rmcp): the watchdog may forget its group.
+        if let Some(p) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            crate::tools::reaper::forget(p);
+        }
+    }
+}
+
 impl Session {
     /// Whether the server is gone: a call saw its transport close, the transport says so, or
     /// (a stdio server) its process has exited — seen at once, before its pipes are noticed.
@@ -348,6 +357,8 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         if decl.dir.is_dir() {
             cmd.current_dir(&decl.dir);
         }
+        // A group of its own: it and whatever it starts die with the gateway (the reaper).
+        cmd.process_group(0);
         for (k, v) in &decl.env {
             cmd.env(k, render(v)?);
         }
@@ -361,6 +372,9 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
                 )
             })?;
         pid = transport.id();
+        if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
+            crate::tools::reaper::watch(p);
+        }
         if let Some(err) = err {
             keep_tail(err, stderr.clone(), eof_tx);
         }

@@ -14,6 +14,7 @@
 
 mod invoke;
 mod kind;
+pub mod reaper;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -31,7 +31,12 @@ impl StdioGateway {
         let mut child = Command::new(flux_bin())
             .current_dir(dir)
             .args(global)
-            .args(["mcp", "serve", "--lane-store", "memory"])
+            .args(["mcp", "serve"])
+            .args(if extra.contains(&"--lane-store") {
+                &[][..]
+            } else {
+                &["--lane-store", "memory"][..]
+            })
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -859,4 +864,179 @@ fn a_calls_argument_errors_are_named_all_at_once() {
         assert!(text.contains(problem), "{problem}: {text}");
     }
     assert!(!text.contains("gives no argument"), "said twice: {text}");
+}
+
+/// Every live process whose process group is `pgid`.
+fn members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // state, ppid, pgrp
+        if f.first() != Some(&"Z") && f.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A command tool in a lane of two that starts a child of its own (in its group) and logs,
+/// as it starts, how many of its kind are running (itself included).
+fn lane_of_two(p: &Project) -> std::path::PathBuf {
+    let log = p.path().join("lane.log");
+    let marker = format!("lane-job-{}", std::process::id());
+    p.write(
+        "lane.sh",
+        &format!(
+            "#!/bin/sh\n# {marker}\nsleep 600 &\nn=$(pgrep -f '{marker}' | wc -l)\necho \"start $1 $$ $n\" >> '{log}'\nsleep \"$2\"\necho \"end $1\" >> '{log}'\necho ok\n",
+            log = log.display()
+        ),
+    );
+    p.write(
+        "tools.toml",
+        "[concurrency]\nper_tool = { lane = 2 }\n\n[tools.lane]\nkind = \"command\"\ncommand = [\"/bin/sh\", \"lane.sh\", \"{tag}\", \"{secs}\"]\neffect = \"read\"\n[tools.lane.args]\ntag = { type = \"string\", required = true }\nsecs = { type = \"string\", required = true }\n",
+    );
+    log
+}
+
+/// The (pid, how many were running) of each start in the lane's log.
+fn lane_starts(log: &std::path::Path) -> Vec<(String, i32, usize)> {
+    log_lines(log)
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("start ")?.split_whitespace();
+            Some((
+                w.next()?.to_string(),
+                w.next()?.parse().ok()?,
+                w.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn wait_starts(log: &std::path::Path, n: usize) -> Vec<(String, i32, usize)> {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = lane_starts(log);
+        if s.len() >= n {
+            return s;
+        }
+        assert!(Instant::now() < until, "{s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kill -9 `gateway`, then: within a second no process of the tools' groups is left.
+fn killed_leaves_nothing(gateway: &mut Child, tools: &[i32]) {
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(gateway.id() as i32, libc::SIGKILL);
+    }
+    let _ = gateway.wait();
+    let until = Instant::now() + Duration::from_secs(1);
+    let left = loop {
+        let left: Vec<i32> = tools.iter().flat_map(|&g| members(g)).collect();
+        if left.is_empty() || Instant::now() > until {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(left.is_empty(), "left running after kill -9: {left:?}");
+}
+
+#[test]
+fn a_gateway_killed_with_calls_in_flight_leaves_no_process_and_its_lane_is_never_oversubscribed() {
+    let p = Project::new("");
+    let log = lane_of_two(&p);
+    // Over stdio.
+    let mut gw = StdioGateway::start(&p, &["--lane-store", "local"]);
+    gw.call(1, "lane", json!({"tag": "s1", "secs": "60"}));
+    gw.call(2, "lane", json!({"tag": "s2", "secs": "60"}));
+    let started: Vec<i32> = wait_starts(&log, 2).iter().map(|s| s.1).collect();
+    killed_leaves_nothing(&mut gw.child, &started);
+    // Over HTTP, restarted on the same lane store: never more than two at once.
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "local"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let calls: Vec<_> = (0..2)
+        .map(|i| {
+            let (addr, id) = (addr.clone(), id.clone());
+            std::thread::spawn(move || {
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"lane","arguments":{{"tag":"h{i}","secs":"60"}}}}}}"#);
+                let h = [("Mcp-Session-Id", id.as_str()), ("Mcp-Protocol-Version", "2025-06-18")];
+                request(&addr, ("POST", "/mcp"), &h, &body)
+            })
+        })
+        .collect();
+    let started: Vec<i32> = wait_starts(&log, 4)[2..].iter().map(|s| s.1).collect();
+    let mut gw = gw;
+    killed_leaves_nothing(&mut gw.child, &started);
+    for c in calls {
+        let _ = c.join();
+    }
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "local"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let h = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let threads: Vec<_> = (0..3)
+        .map(|i| {
+            let (addr, id) = (addr.clone(), id.clone());
+            std::thread::spawn(move || {
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"lane","arguments":{{"tag":"r{i}","secs":"0.3"}}}}}}"#);
+                let h = [("Mcp-Session-Id", id.as_str()), ("Mcp-Protocol-Version", "2025-06-18")];
+                request(&addr, ("POST", "/mcp"), &h, &body)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (code, _, _) = t.join().expect("a call");
+        assert_eq!(code, 200);
+    }
+    let _ = h;
+    let starts = lane_starts(&log);
+    assert_eq!(starts.len(), 7, "{starts:?}");
+    assert!(
+        starts.iter().all(|s| s.2 <= 2),
+        "more than two at once: {starts:?}"
+    );
+}
+
+#[test]
+fn an_upstream_server_dies_with_its_killed_gateway() {
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    // A server that starts a helper of its own, as many do.
+    let server = crate::mcp::own_server().display().to_string();
+    p.write(
+        "server.sh",
+        &format!("#!/bin/sh\nsleep 600 &\necho $! > helper.pid\nexec '{server}'\n"),
+    );
+    let manifest = crate::serve::upstream(&log, &starts, "")
+        .replace(&format!("[\"{server}\"]"), "[\"/bin/sh\", \"server.sh\"]");
+    p.write("tools.toml", &manifest);
+    let mut gw = StdioGateway::start(&p, &[]);
+    gw.call(1, "sleep", json!({"ms": 0, "tag": "up"}));
+    let answer = gw.recv(Duration::from_secs(20)).expect("an answer");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let server: Vec<i32> = log_lines(&starts)
+        .iter()
+        .filter_map(|l| l.strip_prefix("started ")?.trim().parse().ok())
+        .collect();
+    assert_eq!(server.len(), 1, "{server:?}");
+    let helper: i32 = std::fs::read_to_string(p.path().join("helper.pid"))
+        .expect("the helper's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    killed_leaves_nothing(&mut gw.child, &server);
+    assert!(!alive(helper), "the server's helper outlived the gateway");
 }

@@ -52,6 +52,10 @@ use handler::Handler;
 /// Serve until stdin closes (stdio) or SIGTERM/SIGINT.
 pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8, Error> {
     let opts = RunOptions::for_serve(args, s, terminal)?;
+    // Before anything is started: what the gateway starts dies with it, even under kill -9.
+    if let Err(e) = crate::tools::reaper::start() {
+        eprintln!("warning: mcp serve: the watchdog that ends this gateway's tools with it could not start: {e}");
+    }
     let grace =
         crate::duration::parse(&s.grace).map_err(|e| Error::Usage(format!("--grace: {e}")))?;
     let manifest = load_manifest(args)?;

@@ -430,7 +430,7 @@ impl CommandTool {
         let pid = process::spawn(&launch, theirs).map_err(failed)?;
         let pipes::Outputs { stdout, stderr, .. } = outputs;
         let child = Reaped::new(pid);
-        let guard = GroupGuard { pgid: Some(pid) };
+        let guard = GroupGuard::new(pid);
         let exit = ExitWatch::new(pid);
         // A tool that does not read stdin may close it early: that is not an error.
         if let Some(mut stdin) = stdin {

@@ -272,10 +272,16 @@ impl Drop for Reaped {
 /// Kills the process group when the call is dropped half-way (e.g. a forced exit), so that
 /// even an abandoned invocation leaves nothing running.
 pub(super) struct GroupGuard {
-    pub(super) pgid: Option<i32>,
+    pgid: Option<i32>,
 }
 
 impl GroupGuard {
+    /// The guard of the group program `pid` leads (the watchdog, when on, is told of it).
+    pub(super) fn new(pid: i32) -> GroupGuard {
+        crate::tools::reaper::watch(pid);
+        GroupGuard { pgid: Some(pid) }
+    }
+
     pub(super) fn signal(&self, sig: i32) {
         if let Some(pgid) = self.pgid {
             // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
@@ -288,13 +294,15 @@ impl GroupGuard {
     /// SIGKILL the group now, and not again on drop (the group is gone for good).
     pub(super) fn kill_once(&mut self) {
         self.signal(libc::SIGKILL);
-        self.pgid = None;
+        if let Some(g) = self.pgid.take() {
+            crate::tools::reaper::forget(g);
+        }
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
+        self.kill_once();
     }
 }
 
