@@ -5,8 +5,9 @@
 //! use (stdio: the server's process, its stderr kept as a tail for messages; or streamable
 //! HTTP) and shared by every call to it, many in flight at once. A call that is stopped (its
 //! timeout, the run ending) drops its request, and rmcp sends `notifications/cancelled` for
-//! it. A server that dies loses its in-flight calls ([`Failure::Lost`]: classified cancelled
-//! or indeterminate) and fails later calls with its last words. `tools/list` gives the
+//! it. A server that dies loses its in-flight calls ([`Failure::Lost`]: an idempotent one
+//! with retries left is made again on a server started for it, else classified cancelled or
+//! indeterminate) and fails later calls of the run with its last words. `tools/list` gives the
 //! annotations that default a tool's `effect` and `idempotent`.
 
 use std::collections::BTreeMap;
@@ -303,25 +304,39 @@ impl McpHub {
     /// start, is started again on its next use. Returns the servers that will be.
     pub async fn revive(&self) -> Vec<String> {
         let mut revived = Vec::new();
-        for (name, slot) in &self.slots {
-            let cell = slot.cell();
-            let gone = match cell.get() {
-                None => false,
-                Some(Err(_)) => true,
-                Some(Ok(s)) => s.gone(),
-            };
-            if !gone {
-                continue;
+        for name in self.slots.keys() {
+            if self.renew(name).await {
+                revived.push(name.clone());
             }
-            if let Some(Ok(s)) = cell.get() {
-                s.close().await;
-            }
-            if let Ok(mut c) = slot.session.lock() {
-                *c = Arc::new(OnceCell::new());
-            }
-            revived.push(name.clone());
         }
         revived
+    }
+
+    /// If `server` died (or could not start), forget its session: its next use starts it
+    /// again. Whether it did.
+    async fn renew(&self, server: &str) -> bool {
+        let Some(slot) = self.slots.get(server) else {
+            return false;
+        };
+        let cell = slot.cell();
+        let gone = match cell.get() {
+            None => false,
+            Some(Err(_)) => true,
+            Some(Ok(s)) => s.gone(),
+        };
+        if !gone {
+            return false;
+        }
+        if let Some(Ok(s)) = cell.get() {
+            s.close().await;
+        }
+        if let Ok(mut c) = slot.session.lock() {
+            // Only the session that was looked at: another caller may have renewed it already.
+            if Arc::ptr_eq(&c, &cell) {
+                *c = Arc::new(OnceCell::new());
+            }
+        }
+        true
     }
 }
 
@@ -484,6 +499,10 @@ impl McpTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        if inv.attempt > 1 {
+            // A retry after the server went away mid-call: it is started again for it.
+            self.hub.renew(&self.server).await;
+        }
         let session = tokio::select! {
             s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),

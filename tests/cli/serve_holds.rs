@@ -1040,3 +1040,36 @@ fn an_upstream_server_dies_with_its_killed_gateway() {
     killed_leaves_nothing(&mut gw.child, &server);
     assert!(!alive(helper), "the server's helper outlived the gateway");
 }
+
+#[test]
+fn a_read_whose_upstream_dies_mid_call_is_retried_on_a_new_server() {
+    let p = Project::new("");
+    let (log, starts) = (p.path().join("server.log"), p.path().join("starts.log"));
+    let once = p.path().join("crashed-once");
+    let m = crate::serve::upstream(&log, &starts, "")
+        .replace(
+            "MCP_TEST_START_LOG",
+            &format!("MCP_TEST_CRASH_ONCE = \"{}\", MCP_TEST_START_LOG", once.display()),
+        )
+        .replace(
+            "[tools.write]",
+            "[tools.crash]\nkind = \"mcp\"\nserver = \"t\"\neffect = \"read\"\nidempotent = true\nretries = 2\napproval = \"none\"\n\n[tools.write]",
+        );
+    p.write("tools.toml", &m);
+    let mut gw = StdioGateway::start(&p, &[]);
+    gw.call(1, "crash", json!({}));
+    let answer = gw.recv(Duration::from_secs(30)).expect("an answer");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("survived")),
+        "{answer}"
+    );
+    assert_eq!(
+        log_lines(&starts).len(),
+        2,
+        "started again: {:?}",
+        log_lines(&starts)
+    );
+}

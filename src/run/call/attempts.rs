@@ -69,6 +69,16 @@ impl Job {
                 }
                 Err(Failure::Stopped) => ceiling_hit = self.stopped(result, stop.cause()),
                 Err(Failure::Lost(why)) => {
+                    // What carried it went away: an idempotent call is made again (its
+                    // server is started again for it) while it has retries left.
+                    let wait = backoff(attempt);
+                    if self.plan.calls[self.pos].idempotent
+                        && attempt <= self.retries
+                        && Self::before_retry(&self.lanes, &self.stop_rx, leases, wait).await
+                    {
+                        attempt += 1;
+                        continue;
+                    }
                     self.cut_off(result, ErrorKind::ConnectionLost, Some(why))
                 }
             }
