@@ -10,10 +10,9 @@
 //! A call whose client goes away is cancelled and still driven to its end (its upstream is
 //! told), like one of rmcp's.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -22,65 +21,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::gateway::{CallCx, Gateway, ProgressSink, Session};
+use super::sessions::{Live, Sessions};
 use crate::tools::Progress;
 
 /// The session id header of Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// Protocol versions whose requests rmcp serves in session mode (older than `2026-07-28`).
 const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-
-/// A session rmcp serves, as this path knows it.
-pub struct Live {
-    session: Weak<Session>,
-    /// The tenant of calls whose request names none.
-    tenant: String,
-    /// Calls in flight on this path, by JSON-RPC id, to cancel on `notifications/cancelled`.
-    inflight: Mutex<HashMap<String, CancellationToken>>,
-}
-
-/// Sessions by `Mcp-Session-Id`, registered by their handlers.
-#[derive(Default)]
-pub struct Registry {
-    map: RwLock<HashMap<String, Arc<Live>>>,
-}
-
-impl Registry {
-    /// Register a session under its id (once; sessions that are gone are forgotten then).
-    pub fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
-        let Ok(mut map) = self.map.write() else {
-            return;
-        };
-        map.retain(|_, l| l.session.strong_count() > 0);
-        map.entry(id.to_string()).or_insert_with(|| {
-            Arc::new(Live {
-                session: Arc::downgrade(session),
-                tenant: tenant.to_string(),
-                inflight: Mutex::default(),
-            })
-        });
-    }
-
-    /// Whether session `id` may be used by `tenant`: it is that tenant's, or unknown here
-    /// (rmcp then answers for it).
-    pub fn owned_by(&self, id: &str, tenant: &str) -> bool {
-        let Ok(map) = self.map.read() else {
-            return false;
-        };
-        map.get(id).is_none_or(|l| l.tenant == tenant)
-    }
-
-    /// The next pass of session `id`'s wire (taken as its request comes).
-    pub fn pass(&self, id: &str) -> Option<Arc<super::order::Pass>> {
-        let (_, session) = self.get(id)?;
-        Some(Arc::new(session.turnstile.pass()))
-    }
-
-    fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
-        let live = self.map.read().ok()?.get(id)?.clone();
-        let session = live.session.upgrade()?;
-        Some((live, session))
-    }
-}
 
 /// A stream of server-sent events, each a whole `data:` event.
 pub type Events = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
@@ -141,12 +88,12 @@ pub fn host_allowed(host: &str, hosts: &[String]) -> bool {
 /// Answer `body` here if it is a plain `tools/call` or a cancel of one of ours; `None`: rmcp's.
 pub async fn answer(
     gateway: &Arc<Gateway>,
-    registry: &Registry,
+    sessions: &Sessions,
     (session_id, tenant): (&str, Option<String>),
     body: &Bytes,
     arrival: Option<Arc<super::order::Pass>>,
 ) -> Option<Answer> {
-    let (live, session) = registry.get(session_id)?;
+    let (live, session) = sessions.get(session_id)?;
     let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
         return None;
     };

@@ -131,6 +131,22 @@ pub struct CallCx {
     pub arrival: Option<Arc<order::Pass>>,
 }
 
+#[cfg(test)]
+impl Session {
+    /// A session of no gateway (for tables of sessions).
+    pub fn for_tests() -> Session {
+        Session {
+            id: 0,
+            run_id: "test".into(),
+            lanes: Mutex::default(),
+            spend: Spend::default(),
+            record: super::record::SessionRecord::new(None, "test".into()),
+            turnstile: Arc::default(),
+            gone: CancellationToken::new(),
+        }
+    }
+}
+
 impl Gateway {
     pub fn new(
         catalog: Catalog,

@@ -18,10 +18,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use super::fast::{self, Answer, Registry};
+use super::fast::{self, Answer};
 use super::gateway::{Gateway, Session};
 use super::handler::{Handler, Tenant};
 use super::order::Pass;
+use super::sessions::{Full as SessionsFull, Sessions};
 use super::stdio::Arrival;
 
 /// Token digest → tenant.
@@ -52,7 +53,7 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// What every request is routed with.
 struct Route {
     gateway: Arc<Gateway>,
-    registry: Registry,
+    sessions: Arc<Sessions>,
     /// The tenant of requests whose token names none.
     tenant: String,
     service: Service,
@@ -74,11 +75,45 @@ tokio::task_local! {
 }
 
 impl Route {
-    /// A request of no session (an `initialize`, or a stateless one) goes to rmcp; a session
-    /// it creates is registered under the id rmcp answers with, before the client has it.
-    async fn create(&self, req: Request<Full<Bytes>>, tenant: Option<String>) -> Response<Body> {
+    /// A request of no session (an `initialize`, or a stateless one) goes to rmcp — an
+    /// `initialize` only while the session limits have room.
+    async fn create(
+        &self,
+        req: Request<Full<Bytes>>,
+        tenant: &str,
+        body: &Bytes,
+    ) -> Response<Body> {
+        let initialize = serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|m| m["method"] == "initialize");
+        if initialize {
+            if let Err(full) = self.sessions.admit(tenant) {
+                return sessions_full(&full);
+            }
+        }
+        self.rmcp(req, tenant, None).await
+    }
+
+    /// rmcp's answer. A session it opens — an `initialize`'s, or a remembered one opened again
+    /// by the request that came back with its id — is registered under its id as `tenant`'s,
+    /// before the client has the answer. A DELETE it accepted is `200` (the SDKs take `202`
+    /// for a failure).
+    async fn rmcp(
+        &self,
+        mut req: Request<Full<Bytes>>,
+        tenant: &str,
+        pass: Option<Arc<Pass>>,
+    ) -> Response<Body> {
         use tower_service::Service;
-        let (r, created) = CREATED
+        if let Some(p) = pass {
+            req.extensions_mut().insert(Arrival(p));
+        }
+        let delete = req.method() == hyper::Method::DELETE;
+        let asked = req
+            .headers()
+            .get(fast::SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let (mut r, created) = CREATED
             .scope(std::cell::RefCell::new(None), async {
                 let r = self
                     .service
@@ -92,28 +127,12 @@ impl Route {
         let id = r
             .headers()
             .get(fast::SESSION_HEADER)
-            .and_then(|v| v.to_str().ok());
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or(asked);
         if let (Some(session), Some(id)) = (created, id) {
-            let tenant = tenant.unwrap_or_else(|| self.tenant.clone());
-            self.registry.register(id, &session, &tenant);
+            self.sessions.register(&id, &session, tenant);
         }
-        r
-    }
-
-    /// rmcp's answer to a request of a known session (a DELETE it accepted is `200`: the
-    /// SDKs take `202` for a failure).
-    async fn rmcp(&self, mut req: Request<Full<Bytes>>, pass: Option<Arc<Pass>>) -> Response<Body> {
-        use tower_service::Service;
-        if let Some(p) = pass {
-            req.extensions_mut().insert(Arrival(p));
-        }
-        let delete = req.method() == hyper::Method::DELETE;
-        let mut r = self
-            .service
-            .clone()
-            .call(req)
-            .await
-            .unwrap_or_else(|e| match e {});
         if delete && r.status() == hyper::StatusCode::ACCEPTED {
             *r.status_mut() = hyper::StatusCode::OK;
         }
@@ -154,11 +173,17 @@ impl Route {
             .get(fast::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let who = tenant.clone().unwrap_or_else(|| self.tenant.clone());
         // A session is its creator's tenant's: to another tenant's token it does not exist.
         if let Some(id) = &session_id {
-            let who = tenant.as_deref().unwrap_or(&self.tenant);
-            if !self.registry.owned_by(id, who) {
+            if !self.sessions.owned_by(id, &who) {
                 return session_not_found();
+            }
+            // One let go for idleness opens again, if there is room for it.
+            if self.sessions.remembered(id) {
+                if let Err(full) = self.sessions.admit(&who) {
+                    return sessions_full(&full);
+                }
             }
         }
         let (parts, body) = req.into_parts();
@@ -167,18 +192,16 @@ impl Route {
             Err(refused) => return refused,
         };
         let Some(session_id) = session_id else {
-            return self
-                .create(Request::from_parts(parts, Full::new(body)), tenant)
-                .await;
+            let req = Request::from_parts(parts, Full::new(body.clone()));
+            return self.create(req, &who, &body).await;
         };
-        let pass = self.registry.pass(&session_id);
+        let pass = self.sessions.pass(&session_id);
         if fast::eligible(&parts, &self.hosts).is_none() {
-            return self
-                .rmcp(Request::from_parts(parts, Full::new(body)), pass)
-                .await;
+            let req = Request::from_parts(parts, Full::new(body));
+            return self.rmcp(req, &who, pass).await;
         }
-        let who = (session_id.as_str(), tenant);
-        match fast::answer(&self.gateway, &self.registry, who, &body, pass.clone()).await {
+        let asked = (session_id.as_str(), tenant);
+        match fast::answer(&self.gateway, &self.sessions, asked, &body, pass.clone()).await {
             Some(Answer::Json(json)) => json_reply(hyper::StatusCode::OK, json),
             Some(Answer::Events(events)) => {
                 use futures_util::StreamExt;
@@ -186,8 +209,8 @@ impl Route {
             }
             Some(Answer::Accepted) => plain(hyper::StatusCode::ACCEPTED, ""),
             None => {
-                self.rmcp(Request::from_parts(parts, Full::new(body)), pass)
-                    .await
+                let req = Request::from_parts(parts, Full::new(body));
+                self.rmcp(req, &who, pass).await
             }
         }
     }
@@ -409,6 +432,29 @@ fn json_reply(status: hyper::StatusCode, json: Vec<u8>) -> Response<Body> {
     r
 }
 
+/// The answer to an `initialize` (or a remembered session's return) past a session limit.
+fn sessions_full(full: &SessionsFull) -> Response<Body> {
+    let (status, why) = match full {
+        SessionsFull::All(n) => (
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            format!("the gateway holds its limit of {n} sessions ([serve.limits] sessions); end one (DELETE) or try again later"),
+        ),
+        SessionsFull::Tenant(n) => (
+            hyper::StatusCode::TOO_MANY_REQUESTS,
+            format!("this tenant holds its limit of {n} sessions ([serve.limits] sessions_per_tenant); end one (DELETE) or try again later"),
+        ),
+    };
+    let mut r = json_reply(
+        status,
+        super::stdio::error(&serde_json::Value::Null, -32000, &why),
+    );
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("5"),
+    );
+    r
+}
+
 /// The answer to a session id this client cannot use (unknown, or another tenant's), as rmcp
 /// answers an unknown one.
 fn session_not_found() -> Response<Body> {
@@ -472,6 +518,12 @@ pub async fn serve(
     } else {
         config.with_allowed_origins(opts.origins)
     };
+    // Sessions idle for `session_idle` are let go; this table remembers them for rmcp to open
+    // again when their client comes back.
+    let table = Arc::new(Sessions::new(&opts.limits));
+    config.session_store = Some(Arc::new(super::sessions::Store(table.clone())));
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(opts.limits.session_idle);
     let (tenant, g) = (opts.tenant.clone(), gateway.clone());
     let service: Service = StreamableHttpService::new(
         move || {
@@ -480,12 +532,12 @@ pub async fn serve(
             let _ = CREATED.try_with(|c| *c.borrow_mut() = Some(h.session().clone()));
             Ok(h)
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(manager),
         config.clone(),
     );
     let route = Arc::new(Route {
         gateway,
-        registry: Registry::default(),
+        sessions: table,
         tenant: opts.tenant,
         service,
         tokens: opts.tokens,

@@ -24,6 +24,7 @@ mod order;
 mod progress;
 mod record;
 mod reload;
+mod sessions;
 mod spend;
 mod status;
 mod stdio;

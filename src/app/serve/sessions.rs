@@ -1,0 +1,245 @@
+//! The HTTP face's sessions by `Mcp-Session-Id`: each bound to the tenant whose token opened
+//! it (another tenant's token finds no such session), bounded in number (`[serve.limits]
+//! sessions`, `sessions_per_tenant`), and let go after `session_idle` without a request —
+//! but remembered: a client that comes back with the id later gets its session opened again
+//! under the same id (rmcp replays its `initialize` from what this table kept, as its
+//! session store), so an SDK that never re-initializes carries on. What is remembered of a
+//! session that is gone is its tenant and its `initialize` parameters, for at most
+//! [`REMEMBERED`] sessions a live one may have, the least recently used forgotten first.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::gateway::Session;
+
+/// How many sessions that are gone are remembered for each live one the limit allows.
+pub const REMEMBERED: usize = 8;
+
+/// A session rmcp serves, as the short way knows it.
+pub struct Live {
+    pub session: Weak<Session>,
+    /// The tenant of calls whose request names none.
+    pub tenant: String,
+    /// Calls in flight on the short way, by JSON-RPC id, to cancel on `notifications/cancelled`.
+    pub inflight: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// One session id's entry: live, or remembered.
+struct Entry {
+    live: Option<Arc<Live>>,
+    /// Whose it is (set when it is registered; kept after it is gone).
+    tenant: Option<String>,
+    /// What rmcp stored at its `initialize`, to open it again.
+    state: Option<SessionState>,
+    /// When it was last used (a tick of [`Sessions::clock`]).
+    used: u64,
+}
+
+impl Entry {
+    fn alive(&self) -> bool {
+        self.live
+            .as_ref()
+            .is_some_and(|l| l.session.strong_count() > 0)
+    }
+}
+
+/// Why a session cannot be opened now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Full {
+    /// The gateway's limit (`sessions`).
+    All(u32),
+    /// The tenant's (`sessions_per_tenant`).
+    Tenant(u32),
+}
+
+/// The session table.
+pub struct Sessions {
+    map: RwLock<HashMap<String, Entry>>,
+    clock: AtomicU64,
+    limit: u32,
+    per_tenant: u32,
+}
+
+impl Sessions {
+    pub fn new(limits: &crate::manifest::ServeLimits) -> Sessions {
+        Sessions {
+            map: RwLock::default(),
+            clock: AtomicU64::new(0),
+            limit: limits.sessions,
+            per_tenant: limits.sessions_per_tenant,
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Register a session rmcp opened (or opened again) under `id`, as `tenant`'s.
+    pub fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
+        let used = self.now();
+        let mut map = self.write();
+        let e = map.entry(id.to_string()).or_insert(Entry {
+            live: None,
+            tenant: None,
+            state: None,
+            used,
+        });
+        e.used = used;
+        e.tenant = Some(tenant.to_string());
+        e.live = Some(Arc::new(Live {
+            session: Arc::downgrade(session),
+            tenant: tenant.to_string(),
+            inflight: Mutex::default(),
+        }));
+        self.forget_oldest(&mut map);
+    }
+
+    /// Beyond what is remembered, the least recently used sessions that are gone.
+    fn forget_oldest(&self, map: &mut HashMap<String, Entry>) {
+        let keep = (self.limit as usize).saturating_mul(REMEMBERED);
+        if map.len() <= keep + self.limit as usize {
+            return;
+        }
+        let mut gone: Vec<(u64, String)> = map
+            .iter()
+            .filter(|(_, e)| !e.alive())
+            .map(|(id, e)| (e.used, id.clone()))
+            .collect();
+        gone.sort_unstable();
+        let excess = map.len().saturating_sub(keep + self.limit as usize);
+        for (_, id) in gone.into_iter().take(excess) {
+            map.remove(&id);
+        }
+    }
+
+    /// The live session `id`, as the short way serves it.
+    pub fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
+        let live = self.read().get(id)?.live.clone()?;
+        let session = live.session.upgrade()?;
+        Some((live, session))
+    }
+
+    /// Whether session `id` may be used by `tenant`: it is (or was) that tenant's, or it is
+    /// unknown here (rmcp then answers for it).
+    pub fn owned_by(&self, id: &str, tenant: &str) -> bool {
+        self.read()
+            .get(id)
+            .is_none_or(|e| e.tenant.as_deref().is_none_or(|t| t == tenant))
+    }
+
+    /// Whether `id` names a session that is gone but remembered (its next request opens it
+    /// again).
+    pub fn remembered(&self, id: &str) -> bool {
+        self.read()
+            .get(id)
+            .is_some_and(|e| !e.alive() && e.state.is_some())
+    }
+
+    /// Whether one more session of `tenant` may be opened.
+    pub fn admit(&self, tenant: &str) -> Result<(), Full> {
+        let map = self.read();
+        let live = map.values().filter(|e| e.alive());
+        let (mut all, mut theirs) = (0u32, 0u32);
+        for e in live {
+            all += 1;
+            theirs += u32::from(e.tenant.as_deref() == Some(tenant));
+        }
+        if all >= self.limit {
+            return Err(Full::All(self.limit));
+        }
+        if theirs >= self.per_tenant {
+            return Err(Full::Tenant(self.per_tenant));
+        }
+        Ok(())
+    }
+
+    /// The next pass of session `id`'s wire (taken as its request comes).
+    pub fn pass(&self, id: &str) -> Option<Arc<super::order::Pass>> {
+        let (_, session) = self.get(id)?;
+        Some(Arc::new(session.turnstile.pass()))
+    }
+}
+
+/// rmcp keeps each session's `initialize` here, and asks for it to open a session again.
+pub struct Store(pub Arc<Sessions>);
+
+#[async_trait::async_trait]
+impl SessionStore for Store {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let used = self.0.now();
+        let mut map = self.0.write();
+        Ok(map.get_mut(session_id).and_then(|e| {
+            e.used = used;
+            e.state.clone()
+        }))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let used = self.0.now();
+        let mut map = self.0.write();
+        let e = map.entry(session_id.to_string()).or_insert(Entry {
+            live: None,
+            tenant: None,
+            state: None,
+            used,
+        });
+        e.state = Some(state.clone());
+        e.used = used;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.0.write().remove(session_id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(sessions: u32, per_tenant: u32) -> crate::manifest::ServeLimits {
+        crate::manifest::ServeLimits {
+            sessions,
+            sessions_per_tenant: per_tenant,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tenants_session_is_its_own_and_past_the_limits_none_is_admitted() {
+        let s = Sessions::new(&limits(3, 2));
+        let one = Arc::new(Session::for_tests());
+        let two = Arc::new(Session::for_tests());
+        s.register("a1", &one, "acme");
+        s.register("a2", &two, "acme");
+        assert!(s.owned_by("a1", "acme") && !s.owned_by("a1", "beta"));
+        assert!(s.owned_by("unknown", "beta"));
+        assert_eq!(s.admit("acme"), Err(Full::Tenant(2)));
+        assert_eq!(s.admit("beta"), Ok(()));
+        let three = Arc::new(Session::for_tests());
+        s.register("b1", &three, "beta");
+        assert_eq!(s.admit("beta"), Err(Full::All(3)));
+        drop(one);
+        assert_eq!(
+            s.admit("acme"),
+            Ok(()),
+            "a session that is gone frees its place"
+        );
+        assert!(!s.owned_by("a1", "beta"), "and stays its tenant's");
+    }
+}
