@@ -1073,3 +1073,106 @@ fn a_read_whose_upstream_dies_mid_call_is_retried_on_a_new_server() {
         log_lines(&starts)
     );
 }
+
+/// The Python of each `mcp` SDK version the tests run (1.x, 2.x), or a skip notice.
+fn sdk_pythons() -> Vec<(&'static str, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for (version, venv) in [("1.x", "target/sqlite-venv"), ("2.x", "target/mcp2-venv")] {
+        let py = crate::common::repo().join(venv).join("bin/python");
+        if py.exists() {
+            out.push((version, py));
+        } else {
+            crate::common::skip(
+                &format!(
+                    "the Python mcp SDK {version} is not installed at {}",
+                    py.display()
+                ),
+                &format!(
+                    "python3 -m venv {venv} && {venv}/bin/pip install 'mcp{}'",
+                    if version == "1.x" { "<2" } else { "==2.3.0" }
+                ),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn an_idle_session_is_let_go_and_both_sdk_versions_carry_on_after_it() {
+    let p = Project::new("");
+    scripted_manifest(&p, "[serve.limits]\nsession_idle = \"1s\"");
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let pythons = sdk_pythons();
+    for (version, py) in &pythons {
+        let out = Command::new(py)
+            .arg(crate::common::repo().join("tests/fixtures/mcp_idle.py"))
+            .args([gw.url.as_str(), "who", "2.5"])
+            .output()
+            .expect("the SDK client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = json_of(text.trim());
+        assert_eq!(
+            r,
+            json!({"first": false, "after_idle": false, "tools": ["who", "peek"]}),
+            "{version}"
+        );
+    }
+    let (_, metrics) = crate::serve_ops::get(&gw, "/metrics", None);
+    let reopened = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flux_tools_sessions_reopened_total "))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    assert_eq!(reopened, Some(pythons.len()), "{metrics}");
+}
+
+#[test]
+fn sessions_past_the_limits_are_refused_with_a_clear_status_until_one_ends() {
+    let p = Project::new("");
+    scripted_manifest(
+        &p,
+        "[serve.tokens]\nacme = \"${env:ACME}\"\nbeta = \"${env:BETA}\"\n[serve.limits]\nsessions = 10\nsessions_per_tenant = 6",
+    );
+    let env = [("ACME", "acme-secret"), ("BETA", "beta-secret")];
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "memory"], &env);
+    let addr = gw.addr();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let open = |token: &str| {
+        let auth = format!("Bearer {token}");
+        let (code, head, body) =
+            request(&addr, ("POST", "/mcp"), &[("Authorization", &auth)], init);
+        let id = head
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp-session-id:"))
+            .map(|v| v.trim().to_string());
+        (code, head, body, id)
+    };
+    let acme: Vec<String> = (0..6)
+        .map(|_| open("acme-secret").3.expect("a session"))
+        .collect();
+    let (code, head, body, _) = open("acme-secret");
+    assert_eq!(code, 429, "{head}");
+    assert!(head.contains("retry-after: 5"), "{head}");
+    assert!(body.contains("sessions_per_tenant"), "{body}");
+    for _ in 0..4 {
+        assert_eq!(open("beta-secret").0, 200);
+    }
+    let (code, _, body, _) = open("beta-secret");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("limit of 10 sessions"), "{body}");
+    let h = [
+        ("Authorization", "Bearer acme-secret"),
+        ("Mcp-Session-Id", acme[0].as_str()),
+    ];
+    let (code, _, _) = request(&addr, ("DELETE", "/mcp"), &h, "");
+    assert_eq!(code, 200);
+    assert_eq!(
+        open("beta-secret").0,
+        200,
+        "a place freed by a session that ended"
+    );
+}

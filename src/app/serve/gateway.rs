@@ -66,6 +66,8 @@ pub struct Gateway {
     metrics: super::metrics::Metrics,
     /// What the status page shows of the last calls and spend.
     status: super::status::Log,
+    /// The HTTP face's sessions.
+    pub http_sessions: Arc<super::sessions::Sessions>,
 }
 
 /// A session's lane store and plan options for one tenant (and the manifest generation they
@@ -184,6 +186,7 @@ impl Gateway {
             history: history.map(Arc::new),
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
+            http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
         }
     }
 
@@ -612,7 +615,9 @@ impl Gateway {
             Some(d) => d.parked().count().await,
             None => 0,
         };
-        self.metrics.render(&self.base().occupancy(), approvals)
+        let sessions = self.http_sessions.counts();
+        self.metrics
+            .render(&self.base().occupancy(), approvals, sessions)
     }
 
     /// The status page's snapshot: lanes, last calls, spend, waiting approvals (the first

@@ -520,7 +520,7 @@ pub async fn serve(
     };
     // Sessions idle for `session_idle` are let go; this table remembers them for rmcp to open
     // again when their client comes back.
-    let table = Arc::new(Sessions::new(&opts.limits));
+    let table = gateway.http_sessions.clone();
     config.session_store = Some(Arc::new(super::sessions::Store(table.clone())));
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(opts.limits.session_idle);

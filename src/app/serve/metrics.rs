@@ -35,6 +35,8 @@ pub struct Metrics {
     lane_in_flight: Family<Labels, Gauge>,
     lane_waiting: Family<Labels, Gauge>,
     approvals: Gauge,
+    sessions: Gauge,
+    reopened: Counter,
 }
 
 impl Default for Metrics {
@@ -50,6 +52,8 @@ impl Default for Metrics {
             lane_in_flight: Family::default(),
             lane_waiting: Family::default(),
             approvals: Gauge::default(),
+            sessions: Gauge::default(),
+            reopened: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -94,6 +98,16 @@ impl Default for Metrics {
             "Calls waiting for approval out of band on this machine",
             m.approvals.clone(),
         );
+        r.register(
+            "sessions",
+            "Live HTTP sessions of this gateway",
+            m.sessions.clone(),
+        );
+        r.register(
+            "sessions_reopened",
+            "HTTP sessions let go for idleness and opened again when their client came back",
+            m.reopened.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -129,7 +143,16 @@ impl Metrics {
     }
 
     /// The text a scrape gets, with the lanes and approvals as they are now.
-    pub fn render(&self, lanes: &[Occupancy], approvals: usize) -> String {
+    pub fn render(
+        &self,
+        lanes: &[Occupancy],
+        approvals: usize,
+        (sessions, reopened): (usize, u64),
+    ) -> String {
+        self.sessions
+            .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+        let seen = self.reopened.get();
+        self.reopened.inc_by(reopened.saturating_sub(seen));
         for l in lanes {
             let labels = vec![("lane", l.lane.clone())];
             if let Some(limit) = l.limit {

@@ -62,6 +62,8 @@ pub enum Full {
 pub struct Sessions {
     map: RwLock<HashMap<String, Entry>>,
     clock: AtomicU64,
+    /// Sessions opened again after they were let go.
+    reopened: AtomicU64,
     limit: u32,
     per_tenant: u32,
 }
@@ -71,6 +73,7 @@ impl Sessions {
         Sessions {
             map: RwLock::default(),
             clock: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
             limit: limits.sessions,
             per_tenant: limits.sessions_per_tenant,
         }
@@ -99,6 +102,9 @@ impl Sessions {
             used,
         });
         e.used = used;
+        if e.live.is_some() && !e.alive() {
+            self.reopened.fetch_add(1, Ordering::Relaxed);
+        }
         e.tenant = Some(tenant.to_string());
         e.live = Some(Arc::new(Live {
             session: Arc::downgrade(session),
@@ -165,6 +171,12 @@ impl Sessions {
             return Err(Full::Tenant(self.per_tenant));
         }
         Ok(())
+    }
+
+    /// How many sessions live, and how many were opened again after they were let go.
+    pub fn counts(&self) -> (usize, u64) {
+        let live = self.read().values().filter(|e| e.alive()).count();
+        (live, self.reopened.load(Ordering::Relaxed))
     }
 
     /// The next pass of session `id`'s wire (taken as its request comes).
