@@ -26,6 +26,9 @@ mod tools;
 mod turns;
 mod validate;
 
+/// The gateway's message entry (for the fuzz target).
+pub use serve::entry as gateway_entry;
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::entry::Short;
 use super::gateway::{CallCx, Gateway, ProgressSink, Session};
 use super::sessions::{Live, Sessions};
 use crate::tools::Progress;
@@ -90,49 +91,28 @@ pub async fn answer(
     gateway: &Arc<Gateway>,
     sessions: &Sessions,
     (session_id, tenant): (&str, Option<String>),
-    body: &Bytes,
+    message: Short,
     arrival: Option<Arc<super::order::Pass>>,
 ) -> Option<Answer> {
     let (live, session) = sessions.get(session_id)?;
-    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
-        return None;
-    };
-    if msg.get("jsonrpc")? != "2.0" {
-        return None;
-    }
-    let method = msg.get("method")?.as_str()?;
-    if method == "notifications/cancelled" && !msg.contains_key("id") {
-        let key = msg.get("params")?.get("requestId")?.to_string();
-        let token = live.inflight.lock().ok()?.get(&key)?.clone();
-        token.cancel();
-        return Some(Answer::Accepted);
-    }
-    if method != "tools/call" {
-        return None;
-    }
-    let id = msg
-        .remove("id")
-        .filter(|id| id.is_string() || id.is_i64())?;
-    let Some(Value::Object(mut params)) = msg.remove("params") else {
-        return None;
-    };
-    let (token, traceparent) = match params.remove("_meta") {
-        None => (None, None),
-        Some(Value::Object(meta)) => known_meta(meta)?,
-        Some(_) => return None,
-    };
-    let Some(Value::String(name)) = params.remove("name") else {
-        return None;
+    let (id, name, args, token, traceparent) = match message {
+        Short::Cancel { key } => {
+            let token = live.inflight.lock().ok()?.get(&key)?.clone();
+            token.cancel();
+            return Some(Answer::Accepted);
+        }
+        Short::Call {
+            id,
+            name,
+            args,
+            progress,
+            traceparent,
+        } => (id, name, args, progress, traceparent),
     };
     if gateway.may_ask_client(&name) {
         // Its approval may be asked through the client: rmcp's, which can ask it.
         return None;
     }
-    let args = match params.remove("arguments") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(a)) => a,
-        Some(_) => return None,
-    };
     let tenant = tenant.unwrap_or_else(|| live.tenant.clone());
     let (tx, mut said) = mpsc::unbounded_channel::<Progress>();
     let progress: Option<ProgressSink> = token.as_ref().map(|_| {
@@ -178,23 +158,6 @@ pub async fn answer(
     });
     use futures_util::StreamExt;
     Some(Answer::Events(Box::pin(head.chain(rest))))
-}
-
-/// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
-fn known_meta(mut meta: Map<String, Value>) -> Option<(Option<Value>, Option<String>)> {
-    let token = meta.remove("progressToken");
-    if token
-        .as_ref()
-        .is_some_and(|t| !(t.is_string() || t.is_i64()))
-    {
-        return None;
-    }
-    let traceparent = match meta.remove("traceparent") {
-        None => None,
-        Some(Value::String(t)) => Some(t),
-        Some(_) => return None,
-    };
-    meta.is_empty().then_some((token, traceparent))
 }
 
 /// The JSON-RPC answer to request `id`: the call's result, or (a protocol fault, as the

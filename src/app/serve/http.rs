@@ -18,6 +18,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::entry::HttpEntry;
 use super::fast::{self, Answer};
 use super::gateway::{Gateway, Session};
 use super::handler::{Handler, Tenant};
@@ -192,16 +193,31 @@ impl Route {
             Err(refused) => return refused,
         };
         let Some(session_id) = session_id else {
+            if let HttpEntry::Refused { status, body } =
+                super::entry::http_request(&parts, &self.hosts, &body)
+            {
+                let status =
+                    hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_REQUEST);
+                return json_reply(status, body);
+            }
             let req = Request::from_parts(parts, Full::new(body.clone()));
             return self.create(req, &who, &body).await;
         };
         let pass = self.sessions.pass(&session_id);
-        if fast::eligible(&parts, &self.hosts).is_none() {
-            let req = Request::from_parts(parts, Full::new(body));
-            return self.rmcp(req, &who, pass).await;
-        }
+        let message = match super::entry::http_request(&parts, &self.hosts, &body) {
+            HttpEntry::Refused { status, body } => {
+                let status =
+                    hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_REQUEST);
+                return json_reply(status, body);
+            }
+            HttpEntry::Rmcp => {
+                let req = Request::from_parts(parts, Full::new(body));
+                return self.rmcp(req, &who, pass).await;
+            }
+            HttpEntry::Short(message) => message,
+        };
         let asked = (session_id.as_str(), tenant);
-        match fast::answer(&self.gateway, &self.sessions, asked, &body, pass.clone()).await {
+        match fast::answer(&self.gateway, &self.sessions, asked, message, pass.clone()).await {
             Some(Answer::Json(json)) => json_reply(hyper::StatusCode::OK, json),
             Some(Answer::Events(events)) => {
                 use futures_util::StreamExt;
@@ -240,20 +256,7 @@ impl Route {
             }
             Ok(Ok(b)) => b.to_bytes(),
         };
-        match super::stdio::read_line(&body) {
-            super::stdio::Line::Refused(error) => {
-                let status = match serde_json::from_slice::<serde_json::Value>(&error)
-                    .ok()
-                    .and_then(|e| e["error"]["code"].as_i64())
-                {
-                    // A call's malformed params are the call's answer.
-                    Some(-32602) => hyper::StatusCode::OK,
-                    _ => hyper::StatusCode::BAD_REQUEST,
-                };
-                Err(json_reply(status, error))
-            }
-            _ => Ok(body),
-        }
+        Ok(body)
     }
 }
 

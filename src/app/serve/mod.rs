@@ -13,6 +13,7 @@
 mod answer;
 mod approve;
 mod catalog;
+pub mod entry;
 mod fast;
 mod gateway;
 mod handler;

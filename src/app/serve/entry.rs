@@ -1,0 +1,238 @@
+//! What a client's message is, decided before anything runs — the gateway's message entry on
+//! both faces, pure and synchronous, so it can be fuzzed (`fuzz/fuzz_targets/gateway_entry.rs`)
+//! and property-tested here. A stdio line is a message for rmcp or an error to write back
+//! ([`stdio_line`]); an HTTP request's headers and body are refused as JSON-RPC says, taken
+//! on the short way (a plain `tools/call`, or a cancel of one), or left to rmcp
+//! ([`http_request`]).
+
+use serde_json::{Map, Value};
+
+pub use super::stdio::{read_line as stdio_line, Line};
+
+/// A plain `tools/call` or a cancel, as the short way takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Short {
+    /// `notifications/cancelled` of request `key` (its id as JSON text).
+    Cancel { key: String },
+    Call {
+        id: Value,
+        name: String,
+        args: Map<String, Value>,
+        /// `_meta.progressToken`, `_meta.traceparent`.
+        progress: Option<Value>,
+        traceparent: Option<String>,
+    },
+}
+
+/// What an HTTP request to `/mcp` is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpEntry {
+    /// Answered at once: this status and JSON-RPC error body.
+    Refused { status: u16, body: Vec<u8> },
+    /// The short way's.
+    Short(Short),
+    /// rmcp's.
+    Rmcp,
+}
+
+/// Decide an HTTP request: `parts` its head, `hosts` the allowed `Host` names, `body` what it
+/// sent (empty for a GET or DELETE).
+pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8]) -> HttpEntry {
+    if parts.method == http::Method::POST {
+        if let Line::Refused(error) = stdio_line(body) {
+            let code = serde_json::from_slice::<Value>(&error)
+                .ok()
+                .and_then(|e| e["error"]["code"].as_i64());
+            // A call's malformed params are the call's answer; the rest is a bad request.
+            let status = if code == Some(-32602) { 200 } else { 400 };
+            return HttpEntry::Refused {
+                status,
+                body: error,
+            };
+        }
+    }
+    if super::fast::eligible(parts, hosts).is_none() {
+        return HttpEntry::Rmcp;
+    }
+    short(body).map_or(HttpEntry::Rmcp, HttpEntry::Short)
+}
+
+/// A plain `tools/call` (its `_meta` at most a progress token and a `traceparent`) or a cancel;
+/// `None`: anything else.
+pub fn short(body: &[u8]) -> Option<Short> {
+    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    if msg.get("jsonrpc")? != "2.0" {
+        return None;
+    }
+    let method = msg.get("method")?.as_str()?;
+    if method == "notifications/cancelled" && !msg.contains_key("id") {
+        let key = msg.get("params")?.get("requestId")?.to_string();
+        return Some(Short::Cancel { key });
+    }
+    if method != "tools/call" {
+        return None;
+    }
+    let id = msg
+        .remove("id")
+        .filter(|id| id.is_string() || id.is_i64())?;
+    let Some(Value::Object(mut params)) = msg.remove("params") else {
+        return None;
+    };
+    let (progress, traceparent) = match params.remove("_meta") {
+        None => (None, None),
+        Some(Value::Object(meta)) => known_meta(meta)?,
+        Some(_) => return None,
+    };
+    let Some(Value::String(name)) = params.remove("name") else {
+        return None;
+    };
+    let args = match params.remove("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(a)) => a,
+        Some(_) => return None,
+    };
+    Some(Short::Call {
+        id,
+        name,
+        args,
+        progress,
+        traceparent,
+    })
+}
+
+/// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
+fn known_meta(mut meta: Map<String, Value>) -> Option<(Option<Value>, Option<String>)> {
+    let token = meta.remove("progressToken");
+    if token
+        .as_ref()
+        .is_some_and(|t| !(t.is_string() || t.is_i64()))
+    {
+        return None;
+    }
+    let traceparent = match meta.remove("traceparent") {
+        None => None,
+        Some(Value::String(t)) => Some(t),
+        Some(_) => return None,
+    };
+    meta.is_empty().then_some((token, traceparent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn head(method: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut b = http::Request::builder().method(method).uri("/mcp");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("a request").into_parts().0
+    }
+
+    const PLAIN: [(&str, &str); 4] = [
+        ("host", "127.0.0.1:8808"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-session-id", "s1"),
+    ];
+
+    fn hosts() -> Vec<String> {
+        vec!["127.0.0.1".into()]
+    }
+
+    #[test]
+    fn a_plain_call_goes_the_short_way_and_the_rest_is_refused_or_rmcps() {
+        let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{"a":1},"_meta":{"progressToken":"p"}}}"#;
+        let HttpEntry::Short(Short::Call {
+            id, name, progress, ..
+        }) = http_request(&head("POST", &PLAIN), &hosts(), call)
+        else {
+            panic!("the short way");
+        };
+        assert_eq!(
+            (id, name, progress),
+            (3.into(), "t".to_string(), Some("p".into()))
+        );
+        let origin = [&PLAIN[..], &[("origin", "http://x")]].concat();
+        assert_eq!(
+            http_request(&head("POST", &origin), &hosts(), call),
+            HttpEntry::Rmcp
+        );
+        let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(
+            http_request(&head("POST", &PLAIN), &hosts(), list),
+            HttpEntry::Rmcp
+        );
+        let bad = http_request(&head("POST", &PLAIN), &hosts(), b"{oops");
+        assert!(
+            matches!(bad, HttpEntry::Refused { status: 400, .. }),
+            "{bad:?}"
+        );
+        assert_eq!(
+            http_request(&head("DELETE", &PLAIN), &hosts(), b""),
+            HttpEntry::Rmcp
+        );
+    }
+
+    /// What the fuzz target holds, on every run of `cargo test`: any head and body is decided
+    /// without a panic; a refusal is a JSON-RPC error (400, or 200 for a call's params); the
+    /// short way takes only a `tools/call` or a cancel.
+    fn holds(method: &str, headers: &[(String, String)], body: &[u8]) {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let Ok(parts) = std::panic::catch_unwind(|| head(method, &headers)) else {
+            return;
+        };
+        match http_request(&parts, &hosts(), body) {
+            HttpEntry::Refused { status, body } => {
+                assert!(status == 400 || status == 200);
+                let e: Value = serde_json::from_slice(&body).expect("a JSON-RPC error");
+                assert!(e["error"]["code"].is_i64());
+            }
+            HttpEntry::Short(_) => {
+                let text = String::from_utf8_lossy(body);
+                assert!(text.contains("tools/call") || text.contains("notifications/cancelled"));
+            }
+            HttpEntry::Rmcp => {}
+        }
+        let _ = stdio_line(body);
+    }
+
+    #[test]
+    fn the_committed_corpus_is_decided_without_a_panic() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gateway_entry");
+        let plain: Vec<(String, String)> = PLAIN
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).expect("the corpus").flatten() {
+            let data = std::fs::read(e.path()).expect("a case");
+            holds("POST", &plain, &data);
+            n += 1;
+        }
+        assert!(n >= 8, "{n} cases in {}", dir.display());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn any_request_is_decided_without_a_panic(
+            method in prop::sample::select(vec!["POST", "GET", "DELETE", "PUT"]),
+            extra in prop::collection::vec(("[a-z-]{1,12}", "[ -~]{0,20}"), 0..3),
+            body in prop::collection::vec(any::<u8>(), 0..200),
+            framed in "\\{\"jsonrpc\":\"2.0\",\"id\":[0-9a\"]{1,3},\"method\":\"(tools/call|notifications/cancelled|tools/list)\",\"params\":[ -~]{0,60}\\}",
+        ) {
+            let mut headers: Vec<(String, String)> = PLAIN.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            headers.extend(extra);
+            holds(method, &headers, &body);
+            holds(method, &headers, framed.as_bytes());
+        }
+    }
+}
