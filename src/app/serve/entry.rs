@@ -13,15 +13,21 @@ pub use super::stdio::{read_line as stdio_line, Line};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Short {
     /// `notifications/cancelled` of request `key` (its id as JSON text).
-    Cancel { key: String },
-    Call {
-        id: Value,
-        name: String,
-        args: Map<String, Value>,
-        /// `_meta.progressToken`, `_meta.traceparent`.
-        progress: Option<Value>,
-        traceparent: Option<String>,
+    Cancel {
+        key: String,
     },
+    Call(Box<Call>),
+}
+
+/// A plain `tools/call`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: Value,
+    pub name: String,
+    pub args: Map<String, Value>,
+    /// `_meta.progressToken`, `_meta.traceparent`.
+    pub progress: Option<Value>,
+    pub traceparent: Option<String>,
 }
 
 /// What an HTTP request to `/mcp` is.
@@ -93,13 +99,13 @@ pub fn short(body: &[u8]) -> Option<Short> {
         Some(Value::Object(a)) => a,
         Some(_) => return None,
     };
-    Some(Short::Call {
+    Some(Short::Call(Box::new(Call {
         id,
         name,
         args,
         progress,
         traceparent,
-    })
+    })))
 }
 
 /// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
@@ -146,14 +152,12 @@ mod tests {
     #[test]
     fn a_plain_call_goes_the_short_way_and_the_rest_is_refused_or_rmcps() {
         let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{"a":1},"_meta":{"progressToken":"p"}}}"#;
-        let HttpEntry::Short(Short::Call {
-            id, name, progress, ..
-        }) = http_request(&head("POST", &PLAIN), &hosts(), call)
+        let HttpEntry::Short(Short::Call(c)) = http_request(&head("POST", &PLAIN), &hosts(), call)
         else {
             panic!("the short way");
         };
         assert_eq!(
-            (id, name, progress),
+            (c.id, c.name, c.progress),
             (3.into(), "t".to_string(), Some("p".into()))
         );
         let origin = [&PLAIN[..], &[("origin", "http://x")]].concat();

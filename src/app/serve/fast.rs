@@ -101,13 +101,10 @@ pub async fn answer(
             token.cancel();
             return Some(Answer::Accepted);
         }
-        Short::Call {
-            id,
-            name,
-            args,
-            progress,
-            traceparent,
-        } => (id, name, args, progress, traceparent),
+        Short::Call(c) => {
+            let c = *c;
+            (c.id, c.name, c.args, c.progress, c.traceparent)
+        }
     };
     if gateway.may_ask_client(&name) {
         // Its approval may be asked through the client: rmcp's, which can ask it.
