@@ -1176,3 +1176,40 @@ fn sessions_past_the_limits_are_refused_with_a_clear_status_until_one_ends() {
         "a place freed by a session that ended"
     );
 }
+
+#[test]
+fn a_call_cancelled_over_http_gets_no_response() {
+    let p = Project::new("");
+    let log = job_manifest(&p, "read");
+    let gw = crate::serve::HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let h = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let (a, i) = (addr.clone(), id.clone());
+    let call = std::thread::spawn(move || {
+        let h = [
+            ("Mcp-Session-Id", i.as_str()),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ];
+        let body = r#"{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"job","arguments":{"tag":"long","secs":"30"}}}"#;
+        request(&a, ("POST", "/mcp"), &h, body)
+    });
+    let until = Instant::now() + Duration::from_secs(10);
+    while !log_lines(&log).iter().any(|l| l.starts_with("start long")) {
+        assert!(Instant::now() < until, "the call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancel =
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41}}"#;
+    let (code, _, _) = request(&addr, ("POST", "/mcp"), &h, cancel);
+    assert_eq!(code, 202);
+    let (code, head, body) = call.join().expect("the call's request");
+    assert_eq!(code, 200, "{head}");
+    assert!(
+        !body.contains("\"id\":41"),
+        "a cancelled call is not answered: {body}"
+    );
+}

@@ -126,6 +126,9 @@ pub async fn answer(
         arrival,
     };
     let key = id.to_string();
+    // Cancelled by the client (`notifications/cancelled`): no response, as the specification
+    // says — the request's stream ends empty.
+    let cancelled = cx.cancel.clone();
     let mut run = Box::pin(call(
         gateway.clone(),
         (live, session),
@@ -135,7 +138,12 @@ pub async fn answer(
     ));
     let first = tokio::select! {
         biased;
-        r = &mut run => return Some(Answer::Json(reply(&id, r))),
+        r = &mut run => {
+            if cancelled.is_cancelled() {
+                return Some(Answer::Events(Box::pin(futures_util::stream::empty())));
+            }
+            return Some(Answer::Json(reply(&id, r)));
+        }
         Some(p) = said.recv() => p,
     };
     // Something is said before the answer: the answer comes as an event stream.
@@ -144,11 +152,17 @@ pub async fn answer(
     let rest = futures_util::stream::unfold(Some((run, said)), move |state| {
         let token = token.clone();
         let id = id.clone();
+        let cancelled = cancelled.clone();
         async move {
             let (mut run, mut said) = state?;
             tokio::select! {
                 biased;
-                r = &mut run => Some((event(&reply(&id, r)), None)),
+                r = &mut run => {
+                    if cancelled.is_cancelled() {
+                        return None;
+                    }
+                    Some((event(&reply(&id, r)), None))
+                }
                 Some(p) = said.recv() => Some((event(&notice(&token, p)), Some((run, said)))),
             }
         }

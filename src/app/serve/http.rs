@@ -231,9 +231,8 @@ impl Route {
         }
     }
 
-    /// A POST's body, read within the body timeout and the size limit, and refused as
-    /// JSON-RPC says when it is not one message (`-32700` not JSON, `-32600` a batch) or is
-    /// a `tools/call` with params of the wrong shape (`-32602`). Other methods have no body.
+    /// A POST's body, read within the body timeout (`408` past it) and the size limit (`413`);
+    /// what it says is judged by `entry.rs`. Other methods have no body.
     async fn read_body(
         &self,
         parts: &http::request::Parts,
