@@ -179,8 +179,9 @@ impl Parked {
         self.board.clone().ids().await.map_or(0, |ids| ids.len())
     }
 
-    /// The orphaned entries: those whose gateway stopped beating. Only their entries are read.
-    pub async fn orphans(&self) -> Vec<(Waiting, String)> {
+    /// The orphaned entries: those whose gateway stopped beating (never `own`'s). Only their
+    /// entries are read.
+    pub async fn orphans(&self, own: &str) -> Vec<(Waiting, String)> {
         let ids = self.board.clone().ids().await.unwrap_or_default();
         let beats = self.beats().await;
         let now = unix_now();
@@ -188,7 +189,7 @@ impl Parked {
             .into_iter()
             .filter(|id| {
                 let gw = gateway_of(id);
-                !beats.get(gw).is_some_and(|t| t + STALE >= now)
+                gw != own && !beats.get(gw).is_some_and(|t| t + STALE >= now)
             })
             .collect();
         let texts = self.board.clone().get(dead).await.unwrap_or_default();
@@ -541,7 +542,7 @@ mod tests {
             .await
             .expect("answer");
         let retry = waiting("gw2-7", unix_now());
-        let orphans = parked.orphans().await;
+        let orphans = parked.orphans("gw2").await;
         let place = parked.adopt(&retry, &orphans).await.expect("taken over");
         assert_eq!(place.waiting().id, "gw1-1");
         let answers = parked.answers().await;
@@ -557,7 +558,7 @@ mod tests {
         };
         assert!(
             parked
-                .adopt(&other, &parked.orphans().await)
+                .adopt(&other, &parked.orphans("gw2").await)
                 .await
                 .is_none(),
             "another tenant's call"

@@ -66,6 +66,8 @@ struct Held {
     polling: bool,
     /// The last look for orphaned entries, and when.
     orphans: Option<(tokio::time::Instant, Orphans)>,
+    /// Whether a look is under way (the calls parking meanwhile use the last one).
+    looking: bool,
 }
 
 /// Orphaned entries as read, each with the text it is stored as.
@@ -164,6 +166,8 @@ impl Desk {
             !std::mem::replace(&mut h.polling, true)
         };
         if start {
+            // Said at once, not a poll later: this gateway's entries are never taken for orphans.
+            self.parked.beat(&self.gateway).await;
             tokio::spawn(self.clone().poll());
         }
         Ok(Parking {
@@ -173,15 +177,22 @@ impl Desk {
         })
     }
 
-    /// The orphaned entries, looked for at most once a [`ORPHANS_FOR`].
+    /// The orphaned entries, looked for at most once a [`ORPHANS_FOR`] by one call at a time
+    /// (a flood of calls parking at once reads the board once, not once each).
     async fn orphans(&self) -> Orphans {
-        if let Some((at, list)) = &self.lock().orphans {
-            if at.elapsed() < ORPHANS_FOR {
-                return list.clone();
+        {
+            let mut h = self.lock();
+            let last = h.orphans.clone();
+            match last {
+                Some((at, list)) if at.elapsed() < ORPHANS_FOR || h.looking => return list,
+                None if h.looking => return Orphans::default(),
+                _ => h.looking = true,
             }
         }
-        let list = Arc::new(self.parked.orphans().await);
-        self.lock().orphans = Some((tokio::time::Instant::now(), list.clone()));
+        let list = Arc::new(self.parked.orphans(&self.gateway).await);
+        let mut h = self.lock();
+        h.orphans = Some((tokio::time::Instant::now(), list.clone()));
+        h.looking = false;
         list
     }
 
