@@ -158,7 +158,6 @@ impl Drop for Ticket {
 #[derive(Default)]
 pub struct Turnstile {
     state: Mutex<Turns>,
-    moved: Notify,
 }
 
 #[derive(Default)]
@@ -169,6 +168,9 @@ struct Turns {
     next: u64,
     /// Passes through ahead of `next`.
     through: BTreeSet<u64>,
+    /// Who waits for which pass to be next (each is woken alone: ten thousand calls in flight
+    /// on one session cost one wake-up each, not one each per call before them).
+    waiting: HashMap<u64, Arc<Notify>>,
 }
 
 /// A request's place on the wire: [`Pass::wait`] until every earlier request of its session is
@@ -200,15 +202,21 @@ impl Turnstile {
 impl Pass {
     /// Wait until every earlier pass of the session is through.
     pub async fn wait(&self) {
-        loop {
-            let notified = self.turnstile.moved.notified();
-            tokio::pin!(notified);
-            // Registered before the look: a move between the two is not lost.
-            notified.as_mut().enable();
-            if self.turnstile.lock().next >= self.n {
+        let wake = {
+            let mut t = self.turnstile.lock();
+            if t.next >= self.n {
                 return;
             }
-            notified.await;
+            t.waiting.entry(self.n).or_default().clone()
+        };
+        loop {
+            // A wake-up given before this wait is kept (`notify_one` stores it).
+            wake.notified().await;
+            let mut t = self.turnstile.lock();
+            if t.next >= self.n {
+                t.waiting.remove(&self.n);
+                return;
+            }
         }
     }
 
@@ -218,16 +226,17 @@ impl Pass {
             return;
         }
         let mut t = self.turnstile.lock();
+        t.waiting.remove(&self.n);
         t.through.insert(self.n);
-        let mut moved = false;
+        let before = t.next;
         while t.through.first() == Some(&t.next) {
             t.through.pop_first();
             t.next += 1;
-            moved = true;
         }
-        drop(t);
-        if moved {
-            self.turnstile.moved.notify_waiters();
+        if t.next != before {
+            if let Some(w) = t.waiting.get(&t.next) {
+                w.notify_one();
+            }
         }
     }
 }
