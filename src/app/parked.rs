@@ -1,7 +1,7 @@
 //! Calls of `mcp serve` parked for approval out of band, on a board every process that
 //! shares the lane store sees: with the `local` (or `memory`) store, files in the manifest's
-//! private lane folder (mode 0700, one `ID.json` per waiting call and `ID.answer`, each
-//! written whole by rename); with Redis, two hashes every replica reads. `flux-tools
+//! private lane folder (mode 0700, one `ID.json` per waiting call, `answers/ID.answer` and
+//! `beats/GW.beat`, each written whole by rename); with Redis, two hashes every replica reads. `flux-tools
 //! approvals` lists the waiting calls; `flux-tools approve ID@HASH` (or `deny ID`), from any
 //! terminal or replica, answers one. An approval names the hash of the arguments it was given
 //! for: a wrong hash is refused, and the waiting gateway checks the hash again, so changed
@@ -83,14 +83,8 @@ impl Parked {
         let root = crate::run::runtime_dir().map_err(|e| e.to_string())?;
         let key = crate::hash::fnv(manifest.as_os_str().as_encoded_bytes());
         let dir = root.join(format!("{key:016x}")).join("approvals");
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         Ok(Parked {
-            board: Arc::new(Files { dir }),
+            board: Arc::new(Files::new(dir)?),
         })
     }
 
@@ -323,19 +317,47 @@ impl Drop for Place {
     }
 }
 
-/// The board as files in a private folder.
+/// The board as files in a private folder: an entry per parked call (`ID.json`), and beside
+/// them the answers (`answers/ID.answer`) and the gateways' beats (`beats/GW.beat`) — in
+/// folders of their own, so a gateway looking for answers every 100 ms reads only answers,
+/// not every parked call's entry.
 struct Files {
     dir: PathBuf,
 }
 
 impl Files {
-    fn path(&self, id: &str, ext: &str) -> PathBuf {
-        self.dir.join(format!("{id}.{ext}"))
+    /// The board in `dir`, its folders made private (0700) when missing.
+    fn new(dir: PathBuf) -> Result<Files, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        for d in [dir.clone(), dir.join(ANSWERS), dir.join(BEATS)] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        Ok(Files { dir })
     }
 
-    /// The files named `NAME.ext` in the folder: each name and path.
+    /// Where the file `NAME.ext` is: an entry in the folder, answers and beats in theirs.
+    fn path(&self, id: &str, ext: &str) -> PathBuf {
+        self.folder(ext).join(format!("{id}.{ext}"))
+    }
+
+    fn folder(&self, ext: &str) -> PathBuf {
+        match ext {
+            "answer" => self.dir.join(ANSWERS),
+            "beat" => self.dir.join(BEATS),
+            _ => self.dir.clone(),
+        }
+    }
+
+    /// The files named `NAME.ext` in their folder: each name and path.
     fn names(&self, ext: &str) -> Vec<(String, PathBuf)> {
-        let files = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        let files = std::fs::read_dir(self.folder(ext))
+            .into_iter()
+            .flatten()
+            .flatten();
         files
             .filter_map(|e| {
                 let path = e.path();
@@ -460,6 +482,9 @@ impl Board for Files {
     }
 }
 
+const ANSWERS: &str = "answers";
+const BEATS: &str = "beats";
+
 /// Write `path` whole: a temporary file beside it, renamed over it (never a partial file, and
 /// never through a symlink someone put there).
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -526,9 +551,7 @@ mod tests {
     #[tokio::test]
     async fn an_orphaned_file_entry_is_taken_over_once_with_its_answer() {
         let dir = tempfile::tempdir().expect("a folder");
-        let board = Arc::new(Files {
-            dir: dir.path().to_path_buf(),
-        });
+        let board = Arc::new(Files::new(dir.path().to_path_buf()).expect("the board"));
         let parked = Parked {
             board: board.clone(),
         };

@@ -277,7 +277,9 @@ impl Gateway {
                 () = cx.cancel.cancelled() => return Ok(cancelled()),
             }
         }
-        let mut planned = match self.prepare(session, name, args, &cx.tenant).await? {
+        // The big futures (planning with a server's start, the run) are boxed: a call that waits
+        // (its turn, its place, its approval) holds only what it waits with.
+        let mut planned = match Box::pin(self.prepare(session, name, args, &cx.tenant)).await? {
             Ok(p) => p,
             Err(answer) => return Ok(answer),
         };
@@ -302,7 +304,10 @@ impl Gateway {
             () = cx.cancel.cancelled() => false,
         };
         let (answer, reached) = if waited {
-            self.run(session, planned, &cx.cancel, reporter).await
+            if let Some(approver) = planned.approver.take() {
+                planned.approver = Some(ask_first(&planned, approver).await);
+            }
+            Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
         } else {
             (cancelled(), false)
         };
@@ -699,6 +704,19 @@ fn one_call(seq: u64, tool: &str, args: Map<String, Value>) -> Batch {
     b
 }
 
+/// Ask for the call's approval before its run starts, so a call parked for approval holds its
+/// plan and its question, not a scheduler; the run's gate then hears the ruling at once
+/// (and runs the `before_call` hook after it, as in a batch).
+async fn ask_first(p: &Planned, approver: Arc<dyn run::Approver>) -> Arc<dyn run::Approver> {
+    let call = &p.plan.calls[0];
+    let request = run::ApprovalRequest {
+        id: call.id.clone(),
+        tool: call.tool_name.clone(),
+        args: Value::Object(call.args.value.clone()),
+    };
+    Arc::new(run::gate::Answered(approver.ask(request).await))
+}
+
 fn cancelled() -> Value {
     answer::error("cancelled: the client cancelled the call")
 }
@@ -758,5 +776,36 @@ impl Drop for Users<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, with no value made.
+    pub(crate) fn output_size<F, A, B, C, Fut>(_: &F) -> usize
+    where
+        F: Fn(A, B, C) -> Fut,
+    {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A call that waits (its turn, its place, its approval) holds its future and little
+    /// else: the planning's and the run's big states are boxed only while they are needed
+    /// (the run's alone is several KB; ten thousand parked calls held it each).
+    #[test]
+    fn a_waiting_call_is_small() {
+        let call = |g: Arc<Gateway>, s: Arc<Session>, cx: CallCx| async move {
+            g.call(&s, "t", Map::new(), cx).await
+        };
+        let run = |g: Arc<Gateway>, s: Arc<Session>, p: Planned| async move {
+            g.run(&s, p, &CancellationToken::new(), None).await
+        };
+        let (call, run) = (output_size(&call), output_size(&run));
+        assert!(
+            call < 4096 && call < run,
+            "a call's future: {call} bytes, its run's {run}"
+        );
     }
 }

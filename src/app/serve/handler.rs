@@ -129,7 +129,9 @@ impl ServerHandler for Handler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.tell_changes(&context.peer);
         let mut tools = Vec::new();
-        for v in self.gateway.catalog.list().await {
+        // Boxed: listing may start upstream servers, a big future every request task would
+        // otherwise reserve room for (a parked call included).
+        for v in Box::pin(self.gateway.catalog.list()).await {
             let name = v["name"].as_str().unwrap_or_default().to_string();
             match serde_json::from_value::<Tool>(v) {
                 Ok(t) => tools.push(t),
@@ -168,8 +170,8 @@ impl ServerHandler for Handler {
             arrival: arrival(&context),
         };
         let args = request.arguments.unwrap_or_default();
-        let call = self.gateway.call(&self.session, &request.name, args, cx);
-        tokio::pin!(call);
+        // Boxed: rmcp's task for each request reserves room for its largest handler's future.
+        let mut call = Box::pin(self.gateway.call(&self.session, &request.name, args, cx));
         let answer = tokio::select! {
             biased;
             r = &mut call => r,
@@ -229,4 +231,36 @@ fn elicit(context: &RequestContext<RoleServer>) -> Option<super::approve::Elicit
             })
         }) as super::approve::Asking
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::serve::gateway::tests::output_size;
+
+    /// rmcp gives each request a task sized for its largest handler's future, a parked call's
+    /// included: listing (which may start upstream servers) and the call are boxed, so that
+    /// task stays small.
+    #[test]
+    fn every_request_task_is_small() {
+        let list = |h: Arc<Handler>,
+                    r: Option<PaginatedRequestParams>,
+                    c: RequestContext<RoleServer>| async move {
+            h.list_tools(r, c).await
+        };
+        let call = |h: Arc<Handler>, r: CallToolRequestParams, c: RequestContext<RoleServer>| async move {
+            h.call_tool(r, c).await
+        };
+        let handle = |h: Arc<Handler>,
+                      r: rmcp::model::ClientRequest,
+                      c: RequestContext<RoleServer>| async move {
+            use rmcp::Service;
+            h.handle_request(r, c).await
+        };
+        let sizes = [output_size(&list), output_size(&call), output_size(&handle)];
+        assert!(
+            sizes[0] < 2048 && sizes[1] < 2048 && sizes[2] < 8192,
+            "list_tools, call_tool, a request: {sizes:?} bytes"
+        );
+    }
 }

@@ -12,7 +12,7 @@
 //! ([`Turnstile`]), and a call takes its places only once every earlier request of its session
 //! has taken its own or is gone — however the tasks that serve them are scheduled.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -41,16 +41,44 @@ pub fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Clai
     out
 }
 
-struct Entry {
-    seq: u64,
-    claim: Claim,
-    wake: Arc<Notify>,
+/// One key's queue: the calls holding each kind of claim on it, by arrival number, each with
+/// how to wake it. Kept by kind, a call finds what it waits behind, and a leaving call whom
+/// to wake, among the claims that conflict only: ten thousand reads parked on the gateway's
+/// key cost a read nothing.
+#[derive(Default)]
+struct Queue {
+    by_claim: [std::collections::BTreeMap<u64, Arc<Notify>>; 3],
+}
+
+const KINDS: [Claim; 3] = [Claim::Read, Claim::Write, Claim::ConcurrentWrite];
+
+fn kind(c: Claim) -> usize {
+    match c {
+        Claim::Read => 0,
+        Claim::Write => 1,
+        Claim::ConcurrentWrite => 2,
+    }
+}
+
+impl Queue {
+    /// How many calls before `seq` hold a claim that `claim` waits for.
+    fn ahead(&self, seq: u64, claim: Claim) -> usize {
+        KINDS
+            .iter()
+            .filter(|k| claim.waits_for(**k))
+            .map(|k| self.by_claim[kind(*k)].range(..seq).count())
+            .sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_claim.iter().all(|m| m.is_empty())
+    }
 }
 
 /// Every key's queue, in arrival order.
 #[derive(Default)]
 pub struct Order {
-    queues: Mutex<HashMap<String, VecDeque<Entry>>>,
+    queues: Mutex<HashMap<String, Queue>>,
 }
 
 /// What a waiting call waits behind: the first key that holds it back, and how many
@@ -70,7 +98,7 @@ pub struct Ticket {
 }
 
 impl Order {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, VecDeque<Entry>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
         // Every update is one step: a panic elsewhere leaves the queues consistent.
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -80,11 +108,8 @@ impl Order {
         let wake = Arc::new(Notify::new());
         let mut q = self.lock();
         for (k, claim) in &keys {
-            q.entry(k.clone()).or_default().push_back(Entry {
-                seq,
-                claim: *claim,
-                wake: wake.clone(),
-            });
+            let queue = q.entry(k.clone()).or_default();
+            queue.by_claim[kind(*claim)].insert(seq, wake.clone());
         }
         drop(q);
         Ticket {
@@ -102,12 +127,11 @@ impl Ticket {
         let q = self.order.lock();
         for (k, claim) in &self.keys {
             let Some(queue) = q.get(k) else { continue };
-            let earlier = queue.iter().take_while(|e| e.seq != self.seq);
-            let blocking = earlier.filter(|e| claim.waits_for(e.claim)).count();
-            if blocking > 0 {
+            let ahead = queue.ahead(self.seq, *claim);
+            if ahead > 0 {
                 return Some(Behind {
                     key: k.clone(),
-                    ahead: blocking,
+                    ahead,
                 });
             }
         }
@@ -138,13 +162,14 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut q = self.order.lock();
-        for (k, _) in &self.keys {
+        for (k, claim) in &self.keys {
             let Some(queue) = q.get_mut(k) else { continue };
-            if let Some(i) = queue.iter().position(|e| e.seq == self.seq) {
-                queue.remove(i);
-                // Whoever is behind may go now: each looks for itself.
-                for e in queue.iter().skip(i) {
-                    e.wake.notify_one();
+            if queue.by_claim[kind(*claim)].remove(&self.seq).is_some() {
+                // Whoever behind it waited for it may go now: each looks for itself.
+                for later in KINDS.iter().filter(|l| l.waits_for(*claim)) {
+                    for wake in queue.by_claim[kind(*later)].range(self.seq..).map(|e| e.1) {
+                        wake.notify_one();
+                    }
                 }
             }
             if queue.is_empty() {
