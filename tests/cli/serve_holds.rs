@@ -28,6 +28,15 @@ impl StdioGateway {
     /// Start it in folder `dir`, with global options `global` (`--manifest`) and options
     /// of `mcp serve` `extra`.
     pub(crate) fn start_in(dir: &std::path::Path, global: &[&str], extra: &[&str]) -> StdioGateway {
+        StdioGateway::start_with(dir, (global, extra), Stdio::null())
+    }
+
+    /// Start it with its stderr going to `stderr`.
+    fn start_with(
+        dir: &std::path::Path,
+        (global, extra): (&[&str], &[&str]),
+        stderr: Stdio,
+    ) -> StdioGateway {
         let mut child = Command::new(flux_bin())
             .current_dir(dir)
             .args(global)
@@ -40,7 +49,7 @@ impl StdioGateway {
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start the gateway");
         let out = child.stdout.take().expect("stdout");
@@ -1212,4 +1221,27 @@ fn a_call_cancelled_over_http_gets_no_response() {
         !body.contains("\"id\":41"),
         "a cancelled call is not answered: {body}"
     );
+}
+
+/// A launcher that never reads the gateway's stderr slows nothing: 2,000 calls parked, each
+/// said on stderr (far more than a pipe holds), and a plain call is still answered at once.
+#[test]
+fn a_stderr_nobody_reads_blocks_nothing() {
+    let p = Project::new("");
+    scripted_manifest(
+        &p,
+        "approval_timeout = \"1h\"\n\n[serve.limits]\nparked_per_session = 5000",
+    );
+    // A pipe whose reading end is held open and never read.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let mut gw = StdioGateway::start_with(p.path(), (&[], &[]), Stdio::from(writer));
+    for i in 0..2000 {
+        gw.call(i, "peek", json!({"what": format!("w{i}")}));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    gw.call("plain", "who", json!({}));
+    let answered = std::iter::from_fn(|| gw.recv(Duration::from_secs(20)))
+        .find(|m| m["id"] == "plain");
+    assert!(answered.is_some(), "the plain call was not answered");
+    drop(reader);
 }

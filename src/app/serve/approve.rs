@@ -145,10 +145,10 @@ impl Desk {
         let orphans = self.orphans().await;
         let place = match self.parked.adopt(&w, &orphans).await {
             Some(p) => {
-                eprintln!(
+                super::say::line(format!(
                     "flux-tools mcp serve: call `{}` of `{}`, parked by a gateway that stopped, is taken over here by the client's retry",
                     p.waiting().id, w.tool
-                );
+                ));
                 self.lock().orphans = None;
                 p
             }
@@ -329,10 +329,10 @@ impl CallApprover {
             Err(why) => return Ruling::Denied(why),
         };
         let id = parking.place.waiting().id.clone();
-        eprintln!(
+        super::say::line(format!(
             "flux-tools mcp serve: call `{id}` of `{}` waits for approval: flux-tools approve {id}@{hash}",
             req.tool
-        );
+        ));
         self.say(format!(
             "waiting for approval: flux-tools approve {id}@{hash}"
         ));

@@ -135,7 +135,9 @@ impl ServerHandler for Handler {
             let name = v["name"].as_str().unwrap_or_default().to_string();
             match serde_json::from_value::<Tool>(v) {
                 Ok(t) => tools.push(t),
-                Err(e) => eprintln!("warning: mcp serve: tool `{name}` cannot be listed: {e}"),
+                Err(e) => super::say::line(format!(
+                    "warning: mcp serve: tool `{name}` cannot be listed: {e}"
+                )),
             }
         }
         Ok(ListToolsResult::with_all_items(tools))

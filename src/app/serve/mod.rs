@@ -25,6 +25,7 @@ mod order;
 mod progress;
 mod record;
 mod reload;
+mod say;
 mod sessions;
 mod spend;
 mod status;
