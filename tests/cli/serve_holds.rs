@@ -1240,8 +1240,8 @@ fn a_stderr_nobody_reads_blocks_nothing() {
     }
     std::thread::sleep(Duration::from_millis(1500));
     gw.call("plain", "who", json!({}));
-    let answered = std::iter::from_fn(|| gw.recv(Duration::from_secs(20)))
-        .find(|m| m["id"] == "plain");
+    let answered =
+        std::iter::from_fn(|| gw.recv(Duration::from_secs(20))).find(|m| m["id"] == "plain");
     assert!(answered.is_some(), "the plain call was not answered");
     drop(reader);
 }
