@@ -778,34 +778,3 @@ impl Drop for Users<'_> {
         }
     }
 }
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// The size of what `f` returns, with no value made.
-    pub(crate) fn output_size<F, A, B, C, Fut>(_: &F) -> usize
-    where
-        F: Fn(A, B, C) -> Fut,
-    {
-        std::mem::size_of::<Fut>()
-    }
-
-    /// A call that waits (its turn, its place, its approval) holds its future and little
-    /// else: the planning's and the run's big states are boxed only while they are needed
-    /// (the run's alone is several KB; ten thousand parked calls held it each).
-    #[test]
-    fn a_waiting_call_is_small() {
-        let call = |g: Arc<Gateway>, s: Arc<Session>, cx: CallCx| async move {
-            g.call(&s, "t", Map::new(), cx).await
-        };
-        let run = |g: Arc<Gateway>, s: Arc<Session>, p: Planned| async move {
-            g.run(&s, p, &CancellationToken::new(), None).await
-        };
-        let (call, run) = (output_size(&call), output_size(&run));
-        assert!(
-            call < 4096 && call < run,
-            "a call's future: {call} bytes, its run's {run}"
-        );
-    }
-}

@@ -238,7 +238,26 @@ fn elicit(context: &RequestContext<RoleServer>) -> Option<super::approve::Elicit
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::serve::gateway::tests::output_size;
+
+    /// The size of what `f` returns, with no value made.
+    fn output_size<F, A, B, C, Fut>(_: &F) -> usize
+    where
+        F: Fn(A, B, C) -> Fut,
+    {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A call that waits (its turn, its place, its approval) holds its future and little
+    /// else: the planning's and the run's big states are boxed only while they are needed
+    /// (the run's alone is several KB, and ten thousand parked calls held it each).
+    #[test]
+    fn a_waiting_call_is_small() {
+        let call = |g: Arc<Gateway>, s: Arc<Session>, cx: CallCx| async move {
+            g.call(&s, "t", serde_json::Map::new(), cx).await
+        };
+        let size = output_size(&call);
+        assert!(size < 4096, "a call's future: {size} bytes");
+    }
 
     /// rmcp gives each request a task sized for its largest handler's future, a parked call's
     /// included: listing (which may start upstream servers) and the call are boxed, so that
