@@ -36,7 +36,7 @@ const LAYERS: &[&[&str]] = &[
     // The reporters.
     &["history", "report"],
     // The face: the command line's words, then what the commands do with them.
-    &["cli", "config"],
+    &["cli"],
     &["app"],
 ];
 
@@ -64,7 +64,6 @@ const KNOWN: &[(&str, &str)] = &[
     ("cli", "history"),
     ("cli", "model_formats"),
     ("cli", "report"),
-    ("config", "cli"),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {

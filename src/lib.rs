@@ -15,7 +15,6 @@
 pub mod app;
 pub mod batch;
 pub mod cli;
-pub mod config;
 pub mod duration;
 pub mod error;
 pub mod events;

@@ -32,7 +32,7 @@ fn registry(
     args: &Args,
     store: Option<&LaneStoreChoice>,
 ) -> Result<(std::path::PathBuf, Parked, tokio::runtime::Runtime), Error> {
-    let path = crate::config::manifest_path(args.manifest.as_deref())?;
+    let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
     let canonical = path
         .canonicalize()
         .map_err(|e| Error::Usage(format!("cannot read manifest `{}`: {e}", path.display())))?;

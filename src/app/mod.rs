@@ -10,6 +10,7 @@
 //! approver that asks on `/dev/tty`).
 
 mod approvals;
+pub(crate) mod config;
 mod engine;
 mod mcp;
 mod options;
@@ -35,7 +36,6 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use crate::cli::{Args, Command, McpCommand};
-use crate::config;
 use crate::error::{self, render_all, Diagnostic, Error};
 use crate::events::Outcome;
 use crate::manifest::Manifest;

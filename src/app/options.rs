@@ -140,7 +140,7 @@ impl RunOptions {
         let stdout = match (emit, format) {
             (Some(e), _) => Stdout::Emit(e),
             (None, ResultsFormat::Table) => Stdout::Table {
-                color: crate::config::use_color(args.color, terminal.stdout),
+                color: crate::app::config::use_color(args.color, terminal.stdout),
             },
             (None, ResultsFormat::Json) => Stdout::Json,
             (None, ResultsFormat::Jsonl) => Stdout::Jsonl,
@@ -158,7 +158,7 @@ impl RunOptions {
             .into_iter()
             .flatten()
         {
-            crate::config::check_output_path(path)?;
+            crate::app::config::check_output_path(path)?;
         }
         Ok(RunOptions {
             batch: r.common.batch.clone(),
@@ -211,7 +211,7 @@ impl RunOptions {
             plan: PlanOptions {
                 tenant: s.tenant.clone(),
                 max_concurrent_tools: s.max_concurrent_tools,
-                max_processes: Some(crate::config::process_cap(s.max_processes)),
+                max_processes: Some(crate::app::config::process_cap(s.max_processes)),
                 ..PlanOptions::default()
             },
             stdout: Stdout::Json,
@@ -261,7 +261,7 @@ fn plan_options(r: &RunArgs) -> Result<PlanOptions, Error> {
         max_cost: r.max_cost,
         max_calls: r.max_calls,
         external: None,
-        max_processes: Some(crate::config::process_cap(r.max_processes)),
+        max_processes: Some(crate::app::config::process_cap(r.max_processes)),
         lanes: None,
     })
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::cli::ListFormat;
-use crate::config;
+use crate::app::config;
 use crate::error::{self, Error};
 use crate::history::analysis::{self, Period};
 use crate::report;

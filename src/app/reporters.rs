@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use super::options::{Live, RunOptions, Stdout};
-use crate::config;
+use crate::app::config;
 use crate::error::Error;
 use crate::report::output::{self, RunDocument, StreamWriter};
 use crate::report::progress::Progress;

@@ -3,7 +3,7 @@
 use super::stdout_write;
 use crate::batch::Batch;
 use crate::cli::{Args, ListFormat};
-use crate::config;
+use crate::app::config;
 use crate::error::{self, render_all, Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, PlanOptions};

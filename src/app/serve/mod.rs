@@ -96,7 +96,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         lanes,
         (opts.plan.clone(), opts.otlp.clone(), history),
     ));
-    let path = crate::config::manifest_path(args.manifest.as_deref())?;
+    let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
     rt.spawn(reload::reloads(gateway.clone(), path, s.watch, args.quiet));
     let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
     let served = match &s.http {

@@ -26,7 +26,7 @@ pub(in crate::app) fn first_jsonl_line() -> Result<Option<(usize, String)>, Erro
             .read_line(&mut line)
             .map_err(|e| Error::io("cannot read stdin", e))?;
         if n == 0 {
-            crate::config::unread_stdin(seen);
+            crate::app::config::unread_stdin(seen);
             return Ok(None);
         }
         if line.trim().is_empty() {
@@ -41,7 +41,7 @@ pub(in crate::app) fn first_jsonl_line() -> Result<Option<(usize, String)>, Erro
             return Ok(Some((blank, line)));
         }
         seen.push_str(&line);
-        crate::config::unread_stdin(seen);
+        crate::app::config::unread_stdin(seen);
         return Ok(None);
     }
 }
