@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::run::gate::Approvals;
-
 /// A closed set that lives below the Face, as the command line names it: clap reads this
 /// copy, and `From` maps it onto the layer's own enum (so nothing below sees a clap type).
 macro_rules! face_enum {
@@ -375,8 +373,8 @@ pub struct RunArgs {
     /// calls as ID@HASH (that call, only for the arguments with that hash, as `approvals`
     /// shows them); others are asked on the terminal, or refused when there is none. With
     /// --resume it answers the calls a paused run waits on
-    #[arg(long, value_name = "ANSWER", value_parser = Approvals::parse)]
-    pub approve: Option<Approvals>,
+    #[arg(long, value_name = "ANSWER", value_parser = approvals)]
+    pub approve: Option<Approve>,
 
     /// Write the results as the messages to send back to the model: openai (tool messages),
     /// openai-responses (function_call_output items), anthropic (one user message of
@@ -510,4 +508,56 @@ mod tests {
     fn verify_cli() {
         Args::command().debug_assert();
     }
+}
+
+/// `--approve`, as the command line says it (the face maps it onto the gate's `Approvals`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approve {
+    All,
+    None,
+    Some(Vec<Granted>),
+}
+
+/// One item of an `--approve` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Granted {
+    Tool(String),
+    Call { id: String, hash: String },
+}
+
+/// Sixteen lower-case hex digits: an approval hash as `flux-tools approvals` shows it.
+fn is_hash(s: &str) -> bool {
+    s.len() == 16
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `--approve`: `all`, `none` or a comma-separated list of tools and `ID@HASH` calls (clap's
+/// value parser).
+pub fn approvals(s: &str) -> Result<Approve, String> {
+    Ok(match s {
+        "all" => Approve::All,
+        "none" => Approve::None,
+        list => {
+            let mut grants = Vec::new();
+            for item in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                grants.push(match item.split_once('@') {
+                    Some((id, hash)) if !id.is_empty() && is_hash(hash) => Granted::Call {
+                        id: id.to_string(),
+                        hash: hash.to_string(),
+                    },
+                    Some(_) => {
+                        return Err(format!(
+                            "`{item}`: a call is approved as ID@HASH, the hash as `flux-tools approvals JOURNAL` shows it"
+                        ))
+                    }
+                    None => Granted::Tool(item.to_string()),
+                });
+            }
+            if grants.is_empty() {
+                return Err("use all, none or a comma-separated list of tools or ID@HASH".into());
+            }
+            Approve::Some(grants)
+        }
+    })
 }

@@ -53,17 +53,16 @@ const SIDEWAYS: &[(&str, &str)] = &[
     ("schema", "error"),
 ];
 
+/// Edges the layers would allow but the design does not: the command line's words are its
+/// own, mapped by the face onto the runner's (nothing of the runner is parsed in `cli.rs`).
+const NEVER: &[(&str, &str)] = &[("cli", "run"), ("cli", "tools"), ("cli", "plan")];
+
 /// Back-arrows and sideways edges that exist today and are to go (issue 47).
 const KNOWN: &[(&str, &str)] = &[
     ("manifest", "batch"),
     ("reference", "batch"),
     ("manifest", "tools"),
     ("tools", "run"),
-    ("cli", "run"),
-    ("cli", "batch"),
-    ("cli", "history"),
-    ("cli", "model_formats"),
-    ("cli", "report"),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -149,6 +148,9 @@ fn edges() -> Vec<((String, String), PathBuf)> {
 
 /// Whether an edge goes the way the layers allow.
 fn allowed(from: &str, to: &str) -> bool {
+    if NEVER.contains(&(from, to)) {
+        return false;
+    }
     match (rank(from), rank(to)) {
         (Some(a), Some(b)) if b < a => true,
         (Some(a), Some(b)) if a == b => SIDEWAYS.contains(&(from, to)),
@@ -182,9 +184,12 @@ fn layers_point_one_way() {
     assert!(bad.is_empty(), "{bad:#?}");
     let stale: Vec<&(&str, &str)> = KNOWN
         .iter()
-        .filter(|(a, b)| !all.iter().any(|((x, y), _)| x == a && y == b))
+        .filter(|(a, b)| allowed(a, b) || !all.iter().any(|((x, y), _)| x == a && y == b))
         .collect();
-    assert!(stale.is_empty(), "gone, take them off KNOWN: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "gone or allowed, take them off KNOWN: {stale:?}"
+    );
 }
 
 #[test]

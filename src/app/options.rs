@@ -180,7 +180,7 @@ impl RunOptions {
             },
             quiet: args.quiet,
             lane_store: r.common.lane_store.clone(),
-            approvals: r.approve.clone().unwrap_or_default(),
+            approvals: r.approve.clone().map(approvals).unwrap_or_default(),
             cache: match (r.no_cache, r.refresh) {
                 (true, _) => CacheUse::Off,
                 (false, true) => CacheUse::Refresh,
@@ -275,4 +275,23 @@ fn otlp_target(url: Option<&String>) -> Option<Option<String>> {
     let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
     (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
         .then_some(None)
+}
+
+/// `--approve` as the gate takes it.
+fn approvals(a: crate::cli::Approve) -> crate::run::Approvals {
+    use crate::cli::{Approve, Granted};
+    use crate::run::gate::Grant;
+    match a {
+        Approve::All => crate::run::Approvals::All,
+        Approve::None => crate::run::Approvals::None,
+        Approve::Some(items) => crate::run::Approvals::Some(
+            items
+                .into_iter()
+                .map(|g| match g {
+                    Granted::Tool(t) => Grant::Tool(t),
+                    Granted::Call { id, hash } => Grant::Call { id, hash },
+                })
+                .collect(),
+        ),
+    }
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::{load_manifest, print_warnings};
+use crate::app::config;
 use crate::batch::{Batch, Reading};
 use crate::cli::{Args, LaneStoreChoice};
-use crate::app::config;
 use crate::error::{Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, LaneSpec, Plan, PlanOptions};

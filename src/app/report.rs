@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use crate::cli::ListFormat;
 use crate::app::config;
+use crate::cli::ListFormat;
 use crate::error::{self, Error};
 use crate::history::analysis::{self, Period};
 use crate::report;

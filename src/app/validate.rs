@@ -1,9 +1,9 @@
 //! `flux-tools validate [BATCH…]`: every problem of the manifest and the batches, located.
 
 use super::stdout_write;
+use crate::app::config;
 use crate::batch::Batch;
 use crate::cli::{Args, ListFormat};
-use crate::app::config;
 use crate::error::{self, render_all, Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, PlanOptions};

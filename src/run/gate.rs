@@ -44,38 +44,6 @@ pub enum Grant {
 }
 
 impl Approvals {
-    /// `--approve`: `all`, `none` or a comma-separated list of tools and `ID@HASH` calls
-    /// (clap's value parser).
-    pub fn parse(s: &str) -> Result<Approvals, String> {
-        Ok(match s {
-            "all" => Approvals::All,
-            "none" => Approvals::None,
-            list => {
-                let mut grants = Vec::new();
-                for item in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                    grants.push(match item.split_once('@') {
-                        Some((id, hash)) if !id.is_empty() && is_hash(hash) => Grant::Call {
-                            id: id.to_string(),
-                            hash: hash.to_string(),
-                        },
-                        Some(_) => {
-                            return Err(format!(
-                                "`{item}`: a call is approved as ID@HASH, the hash as `flux-tools approvals JOURNAL` shows it"
-                            ))
-                        }
-                        None => Grant::Tool(item.to_string()),
-                    });
-                }
-                if grants.is_empty() {
-                    return Err(
-                        "use all, none or a comma-separated list of tools or ID@HASH".into(),
-                    );
-                }
-                Approvals::Some(grants)
-            }
-        })
-    }
-
     /// The `ID@HASH` grants.
     pub fn calls(&self) -> Vec<(&str, &str)> {
         match self {
@@ -89,13 +57,6 @@ impl Approvals {
             _ => Vec::new(),
         }
     }
-}
-
-/// Sixteen lower-case hex digits.
-fn is_hash(s: &str) -> bool {
-    s.len() == HASH_LEN
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 const HASH_LEN: usize = 16;
