@@ -201,9 +201,8 @@ impl RunOptions {
     /// each session's.
     pub fn for_serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<RunOptions, Error> {
         if let Some(t) = &s.tenant {
-            crate::batch::check_id(t).map_err(|e| {
-                Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant")))
-            })?;
+            crate::reference::check_id("tenant", t)
+                .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
         }
         Ok(RunOptions {
             batch: None,
@@ -250,8 +249,8 @@ fn plan_options(r: &RunArgs) -> Result<PlanOptions, Error> {
         ));
     }
     if let Some(t) = &r.common.tenant {
-        crate::batch::check_id(t)
-            .map_err(|e| Error::Usage(format!("--tenant: {}", e.replace("call id", "tenant"))))?;
+        crate::reference::check_id("tenant", t)
+            .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
     }
     Ok(PlanOptions {
         tenant: r.common.tenant.clone(),

@@ -98,34 +98,6 @@ const DOC_KEYS: &[&str] = &[
 ];
 const CALL_KEYS: &[&str] = &["id", "tool", "args", "after"];
 
-/// Longest call id accepted.
-pub const MAX_ID_LEN: usize = 128;
-
-/// Call ids are untrusted and end up in file names, environment variables and references:
-/// letters, digits, `_`, `-` and `:` only.
-pub fn check_id(id: &str) -> Result<(), String> {
-    if id.is_empty() {
-        return Err("a call id cannot be empty".into());
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(format!(
-            "call id is {} characters long; the limit is {MAX_ID_LEN}",
-            id.len()
-        ));
-    }
-    if let Some(c) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':')))
-    {
-        return Err(format!(
-            "call id `{}` contains `{}`; ids may use letters, digits, `_`, `-` and `:`",
-            id.escape_default(),
-            c.escape_default()
-        ));
-    }
-    Ok(())
-}
-
 impl Batch {
     /// A batch of no calls and no settings of its own.
     pub fn empty(name: &str) -> Batch {

@@ -3,6 +3,7 @@
 //! narrowing, deadline and budget.
 
 use super::*;
+use crate::reference::check_id;
 
 pub(super) struct Parser<'a> {
     pub(super) file: &'a SourceFile,
@@ -78,9 +79,9 @@ impl Parser<'_> {
 
     pub(super) fn tenant(&mut self, t: &Value) -> Option<String> {
         match t {
-            Value::String(t) if !t.is_empty() && check_id(t).is_ok() => Some(t.clone()),
+            Value::String(t) if !t.is_empty() && check_id("call id", t).is_ok() => Some(t.clone()),
             Value::String(t) => {
-                let why = check_id(t)
+                let why = check_id("call id", t)
                     .err()
                     .unwrap_or_default()
                     .replace("call id", "tenant");
@@ -304,7 +305,7 @@ impl Parser<'_> {
     pub(super) fn call_id(&mut self, index: usize, id: Option<Value>) -> Option<String> {
         match id {
             None | Some(Value::Null) => Some(format!("c{}", self.id_offset + index + 1)),
-            Some(Value::String(s)) => match check_id(&s) {
+            Some(Value::String(s)) => match check_id("call id", &s) {
                 Ok(()) => Some(s),
                 Err(e) => {
                     let msg = format!("call #{}: {e}", index + 1);
