@@ -15,8 +15,9 @@ use crate::cli::{Args, RunArgs};
 use crate::error::Error;
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
+use crate::plan::lease;
 use crate::plan::Plan;
-use crate::run::{self, lease, Cassette, Journal, Resume};
+use crate::run::{self, Cassette, Journal, Resume};
 
 pub(super) fn run(args: &Args, r: &RunArgs, terminal: Terminal) -> Result<u8, Error> {
     let opts = RunOptions::resolve(args, r, terminal)?;
@@ -45,7 +46,11 @@ fn run_whole(args: &Args, opts: &RunOptions) -> Result<u8, Error> {
     let rt = super::runtime_with(workers)?;
     let (manifest, mut plan, mcp) = inputs.plan(args, &opts.plan, &rt)?;
     print_warnings(args, &plan.warnings);
-    lease::borrow(&mut plan.lanes, &manifest);
+    lease::borrow(
+        &mut plan.lanes,
+        &manifest,
+        std::env::var(lease::LEASE_ENV).ok().as_deref(),
+    );
     let lanes = open_lanes(&opts.lane_store, &plan.lanes, &manifest, &rt)?;
     let (mut run_id, journal, resume, journal_thread) = open_journal(opts, &manifest, &plan)?;
     let replay = match &opts.files.replay {

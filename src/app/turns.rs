@@ -29,10 +29,11 @@ use crate::cli::Args;
 use crate::error::{Diagnostic, Error, SourceFile, EXIT_INVALID, EXIT_OK};
 use crate::manifest::Manifest;
 use crate::plan;
+use crate::plan::lease;
 use crate::report::emit::{self, Emit};
 use crate::report::output::RunDocument;
 use crate::run::LaneStore;
-use crate::run::{self, lease, RunReport};
+use crate::run::{self, RunReport};
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::ToolKind;
 
@@ -175,7 +176,11 @@ impl Turns<'_> {
         let mut plan = plan::build(&session.manifest, &batch, &self.opts.plan)?;
         print_warnings(self.args, &warnings);
         print_warnings(self.args, &plan.warnings);
-        lease::borrow(&mut plan.lanes, &session.manifest);
+        lease::borrow(
+            &mut plan.lanes,
+            &session.manifest,
+            std::env::var(lease::LEASE_ENV).ok().as_deref(),
+        );
         let lanes = self
             .store
             .for_lanes(&plan.lanes, &run::Flow::default())

@@ -4,13 +4,15 @@
 //!
 //! Layout: [`model`](self) the types; `graph` the build steps (ids, tools, phases, edges,
 //! cycles, the write chain); `lanes` the lane table and narrowed settings; `checks` the
-//! guardrail on literal arguments, weights and fan-out warnings; `schedule` the simulation.
+//! guardrail on literal arguments, weights and fan-out warnings; `schedule` the simulation;
+//! `lease` the lanes a nested run borrows from the call that started it.
 
 mod checks;
 mod graph;
 #[cfg(test)]
 mod hazard_tests;
 mod lanes;
+pub mod lease;
 mod model;
 mod schedule;
 

@@ -17,7 +17,6 @@ pub mod cassette;
 pub mod gate;
 pub mod journal;
 pub mod lanes;
-pub mod lease;
 pub mod scheduler;
 pub mod stats;
 

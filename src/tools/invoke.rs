@@ -200,7 +200,7 @@ impl Invocation {
 
     /// `FLUX_TOOLS_LEASE`: the permits this call holds, for nested runs.
     pub fn lease(&self) -> String {
-        use crate::run::lease::{HeldLane, Lease};
+        use crate::plan::lease::{HeldLane, Lease};
         let call = &self.plan.calls[self.pos];
         let lanes = call.lanes.iter().map(|&l| HeldLane {
             lane: &self.plan.lanes[l].name,

@@ -32,8 +32,9 @@ use crate::cli::Args;
 use crate::error::Error;
 use crate::events::{Event, LaneInfo, Outcome};
 use crate::model_formats::InputFormat;
+use crate::plan::lease;
 use crate::plan::{self, PlanOptions};
-use crate::run::{self, lease};
+use crate::run;
 use crate::tools::ToolKind;
 
 mod chunks;
@@ -69,7 +70,11 @@ fn open_stream(
         .collect();
     let mcp = start_mcp(args, &mut manifest, &mcp_tools, rt)?;
     let mut table = plan::lane_table(&manifest, &opts);
-    lease::borrow(&mut table, &manifest);
+    lease::borrow(
+        &mut table,
+        &manifest,
+        std::env::var(lease::LEASE_ENV).ok().as_deref(),
+    );
     let lanes = open_lanes(&run_opts.lane_store, &table, &manifest, rt)?;
     let infos = table
         .iter()

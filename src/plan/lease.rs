@@ -27,12 +27,13 @@ pub struct HeldLane<'a> {
     pub weight: u32,
 }
 
-/// Apply the lease in the environment, if any, to a run's lanes. Returns the lanes borrowed.
-pub fn borrow(lanes: &mut [LaneSpec], manifest: &Manifest) -> Vec<String> {
-    let Some(text) = std::env::var_os(LEASE_ENV) else {
+/// Apply `lease` (what [`LEASE_ENV`] says, if set: the face reads it) to a run's lanes.
+/// Returns the lanes borrowed.
+pub fn borrow(lanes: &mut [LaneSpec], manifest: &Manifest, lease: Option<&str>) -> Vec<String> {
+    let Some(text) = lease else {
         return Vec::new();
     };
-    let Ok(lease) = serde_json::from_str::<serde_json::Value>(&text.to_string_lossy()) else {
+    let Ok(lease) = serde_json::from_str::<serde_json::Value>(text) else {
         return Vec::new();
     };
     if lease["manifest"].as_str() != Some(&manifest.path.display().to_string()) {
