@@ -21,7 +21,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::entry::Short;
-use super::gateway::{CallCx, Gateway, ProgressSink, Session};
+use super::gateway::{CallCx, Gateway, Session};
+use super::progress::ProgressSink;
 use super::sessions::{Live, Sessions};
 use crate::tools::Progress;
 

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::answer;
 use super::catalog::Catalog;
 use super::order::{self, Order};
-use super::progress::Reporter;
+use super::progress::{ProgressSink, Reporter};
 use super::spend::Spend;
 use crate::app::engine::{CallKit, Scope};
 use crate::batch::{Batch, Call};
@@ -25,11 +25,8 @@ use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
 use crate::report::otlp;
 use crate::run::{self, Control, LaneStore};
-use crate::tools::{Progress, Relay, ToolKind};
+use crate::tools::{Relay, ToolKind};
 use crate::trace_context::TraceContext;
-
-/// Where a call's progress goes: the client's progress token, wrapped by the transport.
-pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The gateway's shared state.
 pub struct Gateway {

@@ -14,7 +14,8 @@ use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::gateway::{CallCx, Gateway, ProgressSink, Session};
+use super::gateway::{CallCx, Gateway, Session};
+use super::progress::ProgressSink;
 use crate::tools::Progress;
 
 /// The tenant an HTTP request's bearer token names (put in the request by [`super::http`]).

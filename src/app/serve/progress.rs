@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::gateway::ProgressSink;
 use crate::events::Event;
 use crate::tools::Progress;
+
+/// Where a call's progress goes: the client's progress token, wrapped by the transport.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// How often a call that waits tells its client so.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
