@@ -5,7 +5,41 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::events::{CallResult, Status};
+use crate::events::{CallResult, ErrorKind, Status};
+
+/// A call the gateway answers itself, not its tool: refused before it ran (a session's limit,
+/// a bad argument, the lane store away) or ended around its run. Made into an answer here only.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// `KIND: why`, as a results document names a failure.
+    Failed(ErrorKind, String),
+    /// The client cancelled the call (an answer it never sees, on either face).
+    Cancelled,
+}
+
+impl Refusal {
+    pub fn new(kind: ErrorKind, why: impl Into<String>) -> Refusal {
+        Refusal::Failed(kind, why.into())
+    }
+
+    /// The answer's one text.
+    pub fn text(&self) -> String {
+        match self {
+            Refusal::Failed(kind, why) => format!("{kind}: {why}"),
+            Refusal::Cancelled => {
+                format!(
+                    "{}: the client cancelled the call",
+                    Status::Cancelled.as_str()
+                )
+            }
+        }
+    }
+
+    /// The `CallToolResult` (as JSON).
+    pub fn answer(&self) -> Value {
+        error(&self.text())
+    }
+}
 
 /// The `CallToolResult` (as JSON) for `result`; `raw`: the upstream's own answer, if the
 /// tool was an upstream MCP tool that answered.
@@ -91,7 +125,10 @@ mod tests {
         };
         let r = of(&result(Status::TimedOut, Value::Null, Some(e)), None);
         assert_eq!(r["isError"], true);
-        assert_eq!(r["content"][0]["text"], "timeout: no answer within 1s");
+        assert_eq!(
+            r["content"][0]["text"],
+            format!("{}: no answer within 1s", ErrorKind::Timeout)
+        );
         let raw = json!({"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}], "isError": false});
         assert_eq!(
             of(&result(Status::Ok, json!([]), None), Some(raw.clone())),

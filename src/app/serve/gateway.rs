@@ -14,13 +14,14 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::answer;
+use super::answer::{self, Refusal};
 use super::catalog::Catalog;
 use super::order::{self, Order};
 use super::progress::{ProgressSink, Reporter};
 use super::spend::Spend;
 use crate::app::engine::{CallKit, Scope};
 use crate::batch::{Batch, Call};
+use crate::events::ErrorKind;
 use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
 use crate::report::otlp;
@@ -271,7 +272,7 @@ impl Gateway {
         if let Some(pass) = &turn.0 {
             tokio::select! {
                 () = pass.wait() => {}
-                () = cx.cancel.cancelled() => return Ok(cancelled()),
+                () = cx.cancel.cancelled() => return Ok(Refusal::Cancelled.answer()),
             }
         }
         // The big futures (planning with a server's start, the run) are boxed: a call that waits
@@ -286,7 +287,7 @@ impl Gateway {
         let limits = &planned.manifest.serve.session;
         let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
             Ok(s) => s,
-            Err(why) => return Ok(answer::error(&why)),
+            Err(why) => return Ok(why.answer()),
         };
         let reporter = cx
             .progress
@@ -306,7 +307,7 @@ impl Gateway {
             }
             Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
         } else {
-            (cancelled(), false)
+            (Refusal::Cancelled.answer(), false)
         };
         if !reached {
             session.spend.give_back(share);
@@ -327,8 +328,8 @@ impl Gateway {
         let first = self.catalog.manifest();
         let t = self.catalog.served(&first, name)?;
         if self.closing.load(Ordering::SeqCst) {
-            let why = "run_ended: the gateway is shutting down; the call was not made";
-            return Ok(Err(answer::error(why)));
+            let why = "the gateway is shutting down; the call was not made";
+            return Ok(Err(Refusal::new(ErrorKind::RunEnded, why).answer()));
         }
         if let ToolKind::Mcp(spec) = &first.tools[t].kind {
             // Its server's annotations settle the call's effect; a server that will not start
@@ -342,15 +343,15 @@ impl Gateway {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let (lanes, opts) = match self.lanes_for(session, tenant, (now.generation, &manifest)) {
             Ok(l) => l,
-            Err(e) => return Ok(Err(answer::error(&format!("lane_store: {e}")))),
+            Err(e) => return Ok(Err(Refusal::new(ErrorKind::LaneStore, e).answer())),
         };
         let tool = &manifest.tools[t];
         let plan = match plan::build(&manifest, &one_call(seq, &tool.name, args), &opts) {
             Ok(p) => p,
             Err(d) => {
                 let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
-                let why = format!("invalid_call: {}", msg.join("; "));
-                return Ok(Err(answer::error(&why)));
+                let why = Refusal::new(ErrorKind::InvalidCall, msg.join("; "));
+                return Ok(Err(why.answer()));
             }
         };
         let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
@@ -529,7 +530,8 @@ impl Gateway {
         self.forget(p.seq);
         session.record.ended(&report.stats);
         let Some(r) = report.results.first() else {
-            return (answer::error("run_ended: the call got no result"), false);
+            let why = Refusal::new(ErrorKind::RunEnded, "the call got no result");
+            return (why.answer(), false);
         };
         let reached = r.attempts > 0 && !r.cached;
         self.metrics.record(&p.tenant, r, cost);
@@ -545,7 +547,7 @@ impl Gateway {
             self.export(span, to.clone());
         }
         if interrupted {
-            return (cancelled(), reached);
+            return (Refusal::Cancelled.answer(), reached);
         }
         (answer::of(r, relay.take()), reached)
     }
@@ -712,10 +714,6 @@ async fn ask_first(p: &Planned, approver: Arc<dyn run::Approver>) -> Arc<dyn run
         args: Value::Object(call.args.value.clone()),
     };
     Arc::new(run::gate::Answered(approver.ask(request).await))
-}
-
-fn cancelled() -> Value {
-    answer::error("cancelled: the client cancelled the call")
 }
 
 /// What an order wait is behind, for a person.

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::answer::Refusal;
+use crate::events::ErrorKind;
 use crate::manifest::SessionLimits;
 
 /// Slack for sums of decimal costs (`0.1 + 0.2`).
@@ -31,34 +33,43 @@ pub struct Share {
 }
 
 impl Spend {
-    /// Reserve one call of `tool` costing `cost`; `Err` is the answer's `KIND: message`.
-    pub fn reserve(&self, limits: &SessionLimits, tool: &str, cost: f64) -> Result<Share, String> {
+    /// Reserve one call of `tool` costing `cost`; `Err` says which limit refused it.
+    pub fn reserve(&self, limits: &SessionLimits, tool: &str, cost: f64) -> Result<Share, Refusal> {
         let mut t = self
             .totals
             .lock()
-            .map_err(|_| "run_ended: session state lost")?;
+            .map_err(|_| Refusal::new(ErrorKind::RunEnded, "session state lost"))?;
         if let Some(max) = limits.max_calls {
             if t.calls >= max {
-                return Err(format!(
-                    "call_limit: this session has made its {max} calls ([serve.session] max_calls); \
-                     the call was not made — start a new session"
+                return Err(Refusal::new(
+                    ErrorKind::CallLimit,
+                    format!(
+                        "this session has made its {max} calls ([serve.session] max_calls); \
+                         the call was not made — start a new session"
+                    ),
                 ));
             }
         }
         if let Some(&max) = limits.per_tool.get(tool) {
             if t.per_tool.get(tool).copied().unwrap_or(0) >= max {
-                return Err(format!(
-                    "call_limit: this session has made its {max} calls of `{tool}` \
-                     ([serve.session.per_tool]); the call was not made"
+                return Err(Refusal::new(
+                    ErrorKind::CallLimit,
+                    format!(
+                        "this session has made its {max} calls of `{tool}` \
+                         ([serve.session.per_tool]); the call was not made"
+                    ),
                 ));
             }
         }
         if let Some(max) = limits.max_cost {
             if t.cost + cost > max + EPSILON {
-                return Err(format!(
-                    "budget_exhausted: this session has spent {:.2} of its max_cost {max:.2} and \
-                     `{tool}` costs {cost:.2}; the call was not made",
-                    t.cost
+                return Err(Refusal::new(
+                    ErrorKind::BudgetExhausted,
+                    format!(
+                        "this session has spent {:.2} of its max_cost {max:.2} and \
+                         `{tool}` costs {cost:.2}; the call was not made",
+                        t.cost
+                    ),
                 ));
             }
         }
@@ -108,8 +119,10 @@ mod tests {
             .iter()
             .find_map(|r| r.as_ref().err())
             .expect("a refusal");
-        assert!(refused.starts_with("budget_exhausted: "), "{refused}");
-        assert!(refused.contains("0.90 of its max_cost 1.00"), "{refused}");
+        assert!(
+            matches!(refused, Refusal::Failed(ErrorKind::BudgetExhausted, why) if why.contains("0.90 of its max_cost 1.00")),
+            "{refused:?}"
+        );
     }
 
     #[test]
@@ -126,7 +139,10 @@ mod tests {
         let (s, l) = (Spend::default(), limits(Some(3), None, &[("rm", 1)]));
         let first = s.reserve(&l, "rm", 0.0).expect("first rm");
         let e = s.reserve(&l, "rm", 0.0).err().expect("second rm refused");
-        assert!(e.starts_with("call_limit: ") && e.contains("`rm`"), "{e}");
+        assert!(
+            matches!(&e, Refusal::Failed(ErrorKind::CallLimit, why) if why.contains("`rm`")),
+            "{e:?}"
+        );
         s.give_back(first);
         assert!(s.reserve(&l, "rm", 0.0).is_ok(), "given back: rm may run");
         assert!(s.reserve(&l, "ls", 0.0).is_ok());
@@ -134,7 +150,8 @@ mod tests {
         let e = s
             .reserve(&l, "ls", 0.0)
             .err()
-            .expect("a fourth call refused");
+            .expect("a fourth call refused")
+            .text();
         assert!(e.contains("its 3 calls"), "{e}");
     }
 
