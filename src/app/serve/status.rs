@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::app::parked::{Decision, Waiting};
-use crate::events::CallResult;
+use crate::events::{CallResult, ErrorKind, Status};
 use crate::run::lanes::Occupancy;
 
 /// The page itself.
@@ -32,8 +32,9 @@ pub struct Recent {
     pub tool: String,
     pub tenant: String,
     pub session: u64,
-    pub status: &'static str,
-    pub kind: &'static str,
+    pub status: Status,
+    /// What kind of failure (none when it succeeded).
+    pub kind: Option<ErrorKind>,
     pub duration_ms: Option<u64>,
     pub queued_ms: Option<u64>,
 }
@@ -52,8 +53,8 @@ impl Log {
             tool: r.tool.clone(),
             tenant: tenant.to_string(),
             session,
-            status: r.status.as_str(),
-            kind: r.error.as_ref().map_or("", |e| e.kind.as_str()),
+            status: r.status,
+            kind: r.error.as_ref().map(|e| e.kind),
             duration_ms: r.duration_ms,
             queued_ms: r.queued_ms,
         };
