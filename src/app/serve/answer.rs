@@ -7,6 +7,24 @@ use serde_json::{json, Map, Value};
 
 use crate::events::{CallResult, ErrorKind, Status};
 
+/// What a served call came to, before it is put into words.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Its run's result, and its upstream's own answer when it had one.
+    Ran(Box<CallResult>, Option<Value>),
+    Refused(Refusal),
+}
+
+impl Outcome {
+    /// The `CallToolResult` (as JSON).
+    pub fn answer(self) -> Value {
+        match self {
+            Outcome::Ran(r, raw) => of(&r, raw),
+            Outcome::Refused(r) => r.answer(),
+        }
+    }
+}
+
 /// A call the gateway answers itself, not its tool: refused before it ran (a session's limit,
 /// a bad argument, the lane store away) or ended around its run. Made into an answer here only.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::answer::Outcome;
 use super::entry::Short;
 use super::gateway::{CallCx, Gateway, Session};
 use super::progress::ProgressSink;
@@ -225,7 +226,10 @@ fn call(
         m.insert(key.clone(), cancel.clone());
     }
     let run = async move {
-        let r = gateway.call(&session, &name, args, cx).await;
+        let r = gateway
+            .call(&session, &name, args, cx)
+            .await
+            .map(Outcome::answer);
         if let Ok(mut m) = live.inflight.lock() {
             m.remove(&key);
         }

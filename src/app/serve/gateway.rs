@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::{self, Refusal};
+use super::answer::{Outcome, Refusal};
 use super::catalog::Catalog;
 use super::order::{self, Order};
 use super::progress::{ProgressSink, Reporter};
@@ -267,19 +267,19 @@ impl Gateway {
         name: &str,
         args: Map<String, Value>,
         cx: CallCx,
-    ) -> Result<Value, String> {
+    ) -> Result<Outcome, String> {
         let turn = Through(cx.arrival.clone());
         if let Some(pass) = &turn.0 {
             tokio::select! {
                 () = pass.wait() => {}
-                () = cx.cancel.cancelled() => return Ok(Refusal::Cancelled.answer()),
+                () = cx.cancel.cancelled() => return Ok(Outcome::Refused(Refusal::Cancelled)),
             }
         }
         // The big futures (planning with a server's start, the run) are boxed: a call that waits
         // (its turn, its place, its approval) holds only what it waits with.
         let mut planned = match Box::pin(self.prepare(session, name, args, &cx.tenant)).await? {
             Ok(p) => p,
-            Err(answer) => return Ok(answer),
+            Err(why) => return Ok(Outcome::Refused(why)),
         };
         planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.otlp.is_some());
         planned.tenant = cx.tenant.clone();
@@ -287,7 +287,7 @@ impl Gateway {
         let limits = &planned.manifest.serve.session;
         let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
             Ok(s) => s,
-            Err(why) => return Ok(why.answer()),
+            Err(why) => return Ok(Outcome::Refused(why)),
         };
         let reporter = cx
             .progress
@@ -307,7 +307,7 @@ impl Gateway {
             }
             Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
         } else {
-            (Refusal::Cancelled.answer(), false)
+            (Outcome::Refused(Refusal::Cancelled), false)
         };
         if !reached {
             session.spend.give_back(share);
@@ -316,7 +316,7 @@ impl Gateway {
         Ok(answer)
     }
 
-    /// The call planned as a batch of one, with its arrival number; `Ok(Err(answer))`: it
+    /// The call planned as a batch of one, with its arrival number; `Ok(Err(why))`: it
     /// cannot be made (the answer says why); `Err`: no such tool.
     async fn prepare(
         &self,
@@ -324,12 +324,12 @@ impl Gateway {
         name: &str,
         args: Map<String, Value>,
         tenant: &str,
-    ) -> Result<Result<Planned, Value>, String> {
+    ) -> Result<Result<Planned, Refusal>, String> {
         let first = self.catalog.manifest();
         let t = self.catalog.served(&first, name)?;
         if self.closing.load(Ordering::SeqCst) {
             let why = "the gateway is shutting down; the call was not made";
-            return Ok(Err(Refusal::new(ErrorKind::RunEnded, why).answer()));
+            return Ok(Err(Refusal::new(ErrorKind::RunEnded, why)));
         }
         if let ToolKind::Mcp(spec) = &first.tools[t].kind {
             // Its server's annotations settle the call's effect; a server that will not start
@@ -343,7 +343,7 @@ impl Gateway {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let (lanes, opts) = match self.lanes_for(session, tenant, (now.generation, &manifest)) {
             Ok(l) => l,
-            Err(e) => return Ok(Err(Refusal::new(ErrorKind::LaneStore, e).answer())),
+            Err(e) => return Ok(Err(Refusal::new(ErrorKind::LaneStore, e))),
         };
         let tool = &manifest.tools[t];
         let plan = match plan::build(&manifest, &one_call(seq, &tool.name, args), &opts) {
@@ -351,7 +351,7 @@ impl Gateway {
             Err(d) => {
                 let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
                 let why = Refusal::new(ErrorKind::InvalidCall, msg.join("; "));
-                return Ok(Err(why.answer()));
+                return Ok(Err(why));
             }
         };
         let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
@@ -477,7 +477,7 @@ impl Gateway {
         p: Planned,
         cancel: &CancellationToken,
         reporter: Option<Arc<Reporter>>,
-    ) -> (Value, bool) {
+    ) -> (Outcome, bool) {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let relay = Arc::new(Relay {
             raw: Mutex::default(),
@@ -529,13 +529,13 @@ impl Gateway {
         };
         self.forget(p.seq);
         session.record.ended(&report.stats);
-        let Some(r) = report.results.first() else {
+        let Some(r) = report.results.into_iter().next() else {
             let why = Refusal::new(ErrorKind::RunEnded, "the call got no result");
-            return (why.answer(), false);
+            return (Outcome::Refused(why), false);
         };
         let reached = r.attempts > 0 && !r.cached;
-        self.metrics.record(&p.tenant, r, cost);
-        self.status.record((&p.tenant, session.id), r, cost);
+        self.metrics.record(&p.tenant, &r, cost);
+        self.status.record((&p.tenant, session.id), &r, cost);
         if let (Some(trace), Some(to)) = (p.trace, &self.otlp) {
             let span = Span {
                 trace,
@@ -547,9 +547,9 @@ impl Gateway {
             self.export(span, to.clone());
         }
         if interrupted {
-            return (Refusal::Cancelled.answer(), reached);
+            return (Outcome::Refused(Refusal::Cancelled), reached);
         }
-        (answer::of(r, relay.take()), reached)
+        (Outcome::Ran(Box::new(r), relay.take()), reached)
     }
 
     /// Send a call's span on a task of its own (the answer does not wait for the collector);

@@ -181,7 +181,7 @@ impl ServerHandler for Handler {
             () = watch => call.await,
         };
         let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
-        let mut result: CallToolResult = serde_json::from_value(answer)
+        let mut result: CallToolResult = serde_json::from_value(answer.answer())
             .map_err(|e| ErrorData::internal_error(format!("cannot answer the call: {e}"), None))?;
         // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
         // upstream's answer from an older server has none.
