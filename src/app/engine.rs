@@ -589,19 +589,10 @@ fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Re
 /// Forward SIGINT and SIGTERM to every running batch: the first stops gracefully, the second
 /// at once.
 fn forward_signals(controls: Controls, interrupted: Arc<AtomicBool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
+    let mut signals = super::signals::subscribe();
     tokio::spawn(async move {
         loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
+            super::signals::next(&mut signals).await;
             interrupted.store(true, Ordering::SeqCst);
             tell(&controls, Control::Interrupt);
         }

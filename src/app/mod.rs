@@ -21,6 +21,7 @@ mod report;
 mod reporters;
 mod run;
 mod serve;
+mod signals;
 mod stream;
 mod terminal;
 mod tools;

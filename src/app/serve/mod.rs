@@ -153,17 +153,8 @@ fn tokens(manifest: &Manifest) -> Result<http::Tokens, Error> {
 
 /// SIGTERM or SIGINT.
 async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
+    let mut signals = crate::app::signals::subscribe();
+    crate::app::signals::next(&mut signals).await;
 }
 
 /// One session on stdin and stdout, until stdin closes (its calls in flight are cancelled:
