@@ -590,6 +590,28 @@ impl Manifest {
         suggest(name, self.tools.iter().map(|t| t.name.as_str()))
     }
 
+    /// `--tools`: the positions of the tools `select` names (manifest or exported names, each
+    /// once, in the order given), else of every tool. `Err` names an unknown one, with a
+    /// suggestion.
+    pub fn select_tools(&self, select: Option<&[String]>) -> Result<Vec<usize>, String> {
+        let Some(names) = select else {
+            return Ok((0..self.tools.len()).collect());
+        };
+        let mut out = Vec::new();
+        for n in names {
+            let Some(i) = self.tool_position(n) else {
+                let hint = self
+                    .suggest_tool(n)
+                    .map_or_else(String::new, |h| format!(" ({h})"));
+                return Err(format!("--tools: no tool `{n}` in the manifest{hint}"));
+            };
+            if !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
     /// The manifest's file name, for messages.
     pub fn name(&self) -> &str {
         &self.file.name

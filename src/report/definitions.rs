@@ -28,22 +28,11 @@ pub fn offers(
     strict: bool,
     remote: &HashMap<String, Value>,
 ) -> Result<(Vec<Offer>, Vec<String>), String> {
-    let tools: Vec<&Tool> = match select {
-        None => manifest.tools.iter().collect(),
-        Some(names) => {
-            let mut out = Vec::new();
-            for n in names {
-                let Some(t) = manifest.tool(n) else {
-                    let hint = manifest
-                        .suggest_tool(n)
-                        .map_or_else(String::new, |h| format!(" ({h})"));
-                    return Err(format!("--tools: no tool `{n}` in the manifest{hint}"));
-                };
-                out.push(t);
-            }
-            out
-        }
-    };
+    let tools: Vec<&Tool> = manifest
+        .select_tools(select)?
+        .into_iter()
+        .map(|i| &manifest.tools[i])
+        .collect();
     let mut notes = Vec::new();
     let offers = tools
         .into_iter()

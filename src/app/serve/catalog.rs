@@ -81,7 +81,7 @@ impl Catalog {
         hub: Option<Arc<McpHub>>,
         quiet: bool,
     ) -> Result<Catalog, String> {
-        let served = served_of(&manifest, select)?;
+        let served = manifest.select_tools(select)?;
         Ok(Catalog {
             now: RwLock::new(Current {
                 manifest: Arc::new(manifest),
@@ -107,7 +107,7 @@ impl Catalog {
         manifest: Manifest,
         hub: Option<Arc<McpHub>>,
     ) -> Result<u64, String> {
-        let served = served_of(&manifest, self.select.as_deref())?;
+        let served = manifest.select_tools(self.select.as_deref())?;
         let _one = self.starting.lock().await;
         let generation = {
             let mut now = self.now.write().unwrap_or_else(|e| e.into_inner());
@@ -130,32 +130,6 @@ impl Catalog {
     pub fn now(&self) -> Current {
         self.now.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
-}
-
-/// The served tools of `manifest`: `select` (manifest or exported names; an unknown one is an
-/// error with a suggestion), else all.
-fn served_of(manifest: &Manifest, select: Option<&[String]>) -> Result<Vec<usize>, String> {
-    Ok({
-        let served = match select {
-            None => (0..manifest.tools.len()).collect(),
-            Some(names) => {
-                let mut out = Vec::new();
-                for n in names {
-                    let Some(i) = manifest.tool_position(n) else {
-                        let hint = manifest
-                            .suggest_tool(n)
-                            .map_or_else(String::new, |h| format!(" ({h})"));
-                        return Err(format!("--tools: no tool `{n}` in the manifest{hint}"));
-                    };
-                    if !out.contains(&i) {
-                        out.push(i);
-                    }
-                }
-                out
-            }
-        };
-        served
-    })
 }
 
 impl Catalog {
