@@ -51,8 +51,19 @@ pub fn traces_url(url: &str) -> String {
 }
 
 /// Export the run's spans to `endpoint` (`None`: wherever `OTEL_EXPORTER_OTLP_*` say).
-/// Returns how many spans were sent.
+/// Returns how many spans were sent; `Err` says "could not be exported to WHERE: why", the
+/// endpoint's password never shown.
 pub async fn export(endpoint: Option<&str>, run: &RunSpans<'_>) -> Result<usize, String> {
+    send(endpoint, run).await.map_err(|e| {
+        let to = endpoint.map_or_else(
+            || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
+            crate::run::redact_url,
+        );
+        format!("could not be exported to {to}: {e}")
+    })
+}
+
+async fn send(endpoint: Option<&str>, run: &RunSpans<'_>) -> Result<usize, String> {
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)

@@ -569,11 +569,7 @@ impl Gateway {
             };
             if let Err(e) = otlp::export(to.as_deref(), &run).await {
                 if !failed.swap(true, Ordering::Relaxed) {
-                    let to = to.as_deref().map_or_else(
-                        || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
-                        crate::run::redact_url,
-                    );
-                    eprintln!("warning: mcp serve: a call's span could not be exported to {to}: {e} (said once)");
+                    eprintln!("warning: mcp serve: a call's span {e} (said once)");
                 }
             }
         });
