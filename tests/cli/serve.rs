@@ -858,7 +858,7 @@ fn a_server_that_fails_to_start_is_left_out_then_listed_when_it_comes_up() {
 }
 
 /// Wait until a line starting with `prefix` is in the log.
-fn wait_for_line(log: &Path, prefix: &str) {
+pub(crate) fn wait_for_line(log: &Path, prefix: &str) {
     let until = Instant::now() + Duration::from_secs(20);
     while !log_lines(log).iter().any(|l| l.starts_with(prefix)) {
         assert!(

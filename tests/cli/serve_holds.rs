@@ -190,7 +190,10 @@ fn a_call_cancelled_while_queued_over_stdio_gets_no_response() {
     let p = Project::new("");
     let log = job_manifest(&p, "read");
     let mut gw = StdioGateway::start(&p, &["--max-concurrent-tools", "1"]);
-    gw.call(1, "job", json!({"tag": "first", "secs": "0.6"}));
+    gw.call(1, "job", json!({"tag": "first", "secs": "2"}));
+    // The first holds the only slot before the second comes (two reads may start in either
+    // order; on a loaded machine the second could take the slot first).
+    crate::serve::wait_for_line(&log, "start first");
     gw.call(2, "job", json!({"tag": "queued", "secs": "0"}));
     std::thread::sleep(Duration::from_millis(200));
     gw.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"changed my mind"}}"#);
