@@ -75,6 +75,13 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every source file under `src/`.
+fn all_sources() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    files
+}
+
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
@@ -127,8 +134,7 @@ fn rank(module: &str) -> Option<usize> {
 
 /// Every edge between top-level modules, with a file that makes it.
 fn edges() -> Vec<((String, String), PathBuf)> {
-    let mut files = Vec::new();
-    sources(&src(), &mut files);
+    let files = all_sources();
     let mut out = Vec::new();
     for f in files {
         let Some(from) = module_of(&f) else { continue };
@@ -156,8 +162,7 @@ fn allowed(from: &str, to: &str) -> bool {
 
 #[test]
 fn every_module_has_a_layer() {
-    let mut files = Vec::new();
-    sources(&src(), &mut files);
+    let files = all_sources();
     let missing: BTreeSet<String> = files
         .iter()
         .filter_map(|f| module_of(f))
@@ -197,8 +202,7 @@ fn the_edge_reader_sees_groups_and_skips_comments() {
 
 #[test]
 fn no_source_file_is_over_800_lines() {
-    let mut files = Vec::new();
-    sources(&src(), &mut files);
+    let files = all_sources();
     let long: Vec<String> = files
         .iter()
         .filter_map(|f| {
