@@ -9,21 +9,22 @@
 //! summary and the exit status), then closes once ([`Engine::close`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::controls::{Controls, Running};
+use super::finish::Finish;
 use super::options::{CacheUse, RunOptions};
-use crate::events::{CallResult, Event, Outcome, Stats, Status};
+use crate::events::{Event, Outcome, Stats, Status};
 use crate::history;
 use crate::manifest::Manifest;
 use crate::model_formats::{InputFormat, Usage};
 use crate::plan::Plan;
-use crate::report::otlp;
 use crate::report::Reporter;
-use crate::run::{self, Control, RunConfig, RunReport};
+use crate::run::{self, Control, Ended, RunConfig, RunEnd, RunReport};
 use crate::run::{Approvals, Approver, Cache, Cassette, Journal, LaneStore, Resume};
 use crate::tools::mcp::McpHub;
 use crate::trace_context::TraceContext;
@@ -32,9 +33,6 @@ use crate::trace_context::TraceContext;
 const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 /// How many empty looks, a pause apart, before the reporters' thread parks until the next event.
 const REPORTER_IDLE_LOOKS: u32 = 3;
-
-/// The controls of the batches running now.
-type Controls = Arc<Mutex<Vec<mpsc::UnboundedSender<Control>>>>;
 
 /// What every batch of one run shares.
 pub(super) struct Engine {
@@ -46,7 +44,7 @@ pub(super) struct Engine {
     lane_events: bool,
     events: Option<mpsc::UnboundedSender<Event>>,
     consumer: Option<std::thread::JoinHandle<()>>,
-    controls: Controls,
+    controls: Arc<Controls>,
     /// Set when stdout went away: nothing more is dispatched, and the run exits 0.
     pub drained: Arc<AtomicBool>,
     /// Set on SIGINT/SIGTERM: a stream stops reading.
@@ -61,9 +59,6 @@ pub(super) struct Engine {
     cache: Option<Arc<Cache>>,
     /// The trace the run belongs to (`TRACEPARENT`, and whether its spans are exported).
     pub trace: Option<TraceContext>,
-    /// Where spans go: `Some(None)` for `OTEL_EXPORTER_OTLP_*`, `Some(Some(url))` for
-    /// `--otlp URL`, `None`: nowhere.
-    pub otlp: Option<Option<String>>,
     /// When the run began, on the wall clock (for spans).
     pub started_wall: std::time::SystemTime,
     /// The tools, ready to invoke, built for the first batch and kept for the others (one HTTP
@@ -73,8 +68,8 @@ pub(super) struct Engine {
     approver: Arc<dyn Approver>,
     /// `$TRACEPARENT`, for each run's span.
     traceparent: Option<String>,
-    /// Where a run's history line goes (`--history`, else the manifest's).
-    history: Option<std::path::PathBuf>,
+    /// Where its runs' spans and history lines go.
+    finish: Arc<Finish>,
     quiet: bool,
 }
 
@@ -91,28 +86,13 @@ impl RunShape {
     /// gives the width is not free at 100,000 calls: without a history it is not run).
     pub fn of(plan: &Plan, engine: &Engine) -> RunShape {
         RunShape {
-            width: if engine.keeps_history() {
+            width: if engine.finish.keeps_history() {
                 crate::plan::simulate(plan).width
             } else {
                 0
             },
             input_format: plan.input_format,
             usage: plan.usage.clone(),
-        }
-    }
-}
-
-impl<'a> Ending<'a> {
-    /// A run that was one batch (a whole batch, a turn): everything from its report.
-    pub fn of_report(tenant: &'a str, report: &'a RunReport, shape: RunShape) -> Ending<'a> {
-        Ending {
-            tenant,
-            outcome: report.outcome,
-            stats: &report.stats,
-            results: Some(&report.results),
-            statuses: report.results.iter().map(|r| r.status).collect(),
-            shape,
-            peak_in_flight: None,
         }
     }
 }
@@ -131,21 +111,6 @@ impl Summary {
         }
         self.status
     }
-}
-
-/// How a run (a whole batch, a stream, a turn) ended.
-pub(super) struct Ending<'a> {
-    pub tenant: &'a str,
-    pub outcome: Outcome,
-    pub stats: &'a Stats,
-    /// Each call's result: for spans (`None`: the face kept none).
-    pub results: Option<&'a [CallResult]>,
-    /// Each call's status, for the summary.
-    pub statuses: Vec<Status>,
-    pub shape: RunShape,
-    /// The most calls in flight at once (`None`: measured from `results` when the history
-    /// needs it).
-    pub peak_in_flight: Option<usize>,
 }
 
 /// What every batch of an engine shares — its tools, MCP sessions, cache, approvals and
@@ -235,17 +200,9 @@ pub(super) struct Durability {
     pub replay: Option<Arc<Cassette>>,
 }
 
-/// Send `c` to every batch still running.
-fn tell(controls: &Controls, c: Control) {
-    if let Ok(list) = controls.lock() {
-        for tx in list.iter() {
-            let _ = tx.send(c);
-        }
-    }
-}
-
 impl Engine {
-    /// Start the reporters and the signal forwarder.
+    /// Start the reporters (a face that stops on SIGINT/SIGTERM says so:
+    /// [`Engine::interrupt_on_signals`]).
     pub fn open(
         opts: &RunOptions,
         manifest: Manifest,
@@ -253,14 +210,13 @@ impl Engine {
         lanes: Arc<dyn LaneStore>,
         run_id: String,
         approver: Arc<dyn Approver>,
-        rt: &tokio::runtime::Runtime,
     ) -> Engine {
-        let controls: Controls = Arc::default();
+        let controls: Arc<Controls> = Arc::default();
         let drained = Arc::new(AtomicBool::new(false));
         let (c, d) = (controls.clone(), drained.clone());
         let reporters = super::reporters::live(opts, move || {
             d.store(true, Ordering::SeqCst);
-            tell(&c, Control::Drain);
+            c.tell(Control::Drain);
         });
         if opts.streaming {
             watch_reader(controls.clone(), drained.clone());
@@ -273,8 +229,6 @@ impl Engine {
             (Some(tx), Some(consumer))
         };
         let interrupted = Arc::new(AtomicBool::new(false));
-        let (c, i) = (controls.clone(), interrupted.clone());
-        rt.block_on(async move { forward_signals(c, i) });
         let cache = Cache::with_lookups(
             lanes.cache_store(),
             &run_id,
@@ -282,8 +236,10 @@ impl Engine {
             opts.cache != CacheUse::Off,
         );
         let history = opts.history.clone().or_else(|| manifest.history.clone());
+        let manifest = Arc::new(manifest);
+        let finish = Finish::new(manifest.clone(), history, opts.otlp.clone(), opts.quiet);
         Engine {
-            manifest: Arc::new(manifest),
+            manifest,
             mcp,
             approvals: opts.approvals.clone(),
             lane_events: opts.live != super::options::Live::Off,
@@ -297,16 +253,29 @@ impl Engine {
             calls_made: 0,
             cache: Some(cache),
             trace: TraceContext::new(opts.traceparent.as_deref(), opts.otlp.is_some()),
-            otlp: opts.otlp.clone(),
             started_wall: std::time::SystemTime::now(),
             tools: None,
             lanes,
             run_id,
             approver,
             traceparent: opts.traceparent.clone(),
-            history,
+            finish: Arc::new(finish),
             quiet: opts.quiet,
         }
+    }
+
+    /// SIGINT and SIGTERM reach every run of this engine: the first stops them gracefully,
+    /// the second at once (the CLI faces; the gateway drains on its own terms).
+    pub fn interrupt_on_signals(&self, rt: &tokio::runtime::Runtime) {
+        let (controls, interrupted) = (self.controls.clone(), self.interrupted.clone());
+        let mut signals = rt.block_on(async { super::signals::subscribe() });
+        rt.spawn(async move {
+            loop {
+                super::signals::next(&mut signals).await;
+                interrupted.store(true, Ordering::SeqCst);
+                controls.tell(Control::Interrupt);
+            }
+        });
     }
 
     /// Start another run in this process (a `--turns` turn): a new run id (idempotency keys
@@ -359,15 +328,11 @@ impl Engine {
         plan: &Plan,
         d: Durability,
         segment: Option<usize>,
-    ) -> (RunConfig, mpsc::UnboundedReceiver<Control>) {
+    ) -> (RunConfig, Running, mpsc::UnboundedReceiver<Control>) {
         let kit = self.kit(plan);
-        let (tx, rx) = mpsc::unbounded_channel::<Control>();
+        let (running, rx) = self.controls.enter();
         if self.drained.load(Ordering::SeqCst) {
-            let _ = tx.send(Control::Drain);
-        }
-        if let Ok(mut list) = self.controls.lock() {
-            list.retain(|c| !c.is_closed());
-            list.push(tx);
+            self.controls.tell(Control::Drain);
         }
         let scope = Scope {
             run_id: self.run_id.clone(),
@@ -384,7 +349,7 @@ impl Engine {
         config.retry_indeterminate = d.retry_indeterminate;
         config.record = d.record;
         config.replay = d.replay;
-        (config, rx)
+        (config, running, rx)
     }
 
     /// Run a whole batch to its end. The caller may keep a clone of `plan`: then the run
@@ -395,9 +360,10 @@ impl Engine {
         plan: Arc<Plan>,
         d: Durability,
     ) -> RunReport {
-        let (config, rx) = self.config(&plan, d, None);
+        let (config, running, rx) = self.config(&plan, d, None);
         let manifest = self.manifest.clone();
         let report = rt.block_on(run::execute_spawned(manifest, plan, config, rx));
+        drop(running);
         self.spent = report.spent;
         self.calls_made = report.calls_made;
         report
@@ -411,13 +377,13 @@ impl Engine {
         plan: Plan,
         base: usize,
     ) -> JoinHandle<RunReport> {
-        let (config, rx) = self.config(&plan, Durability::default(), Some(base));
-        rt.spawn(run::execute(
-            self.manifest.clone(),
-            Arc::new(plan),
-            config,
-            rx,
-        ))
+        let (config, running, rx) = self.config(&plan, Durability::default(), Some(base));
+        let manifest = self.manifest.clone();
+        rt.spawn(async move {
+            let report = run::execute(manifest, Arc::new(plan), config, rx).await;
+            drop(running);
+            report
+        })
     }
 
     /// End the run: MCP sessions closed, every event rendered.
@@ -439,99 +405,84 @@ impl Engine {
 }
 
 impl Engine {
-    /// A run is over: its spans go out (if they go anywhere), and its one history line is
-    /// appended. A collector that is away, or a history that cannot be written, is a warning.
-    pub fn end_run(&self, rt: &tokio::runtime::Runtime, e: &Ending<'_>) {
-        self.send_spans(rt, e);
-        self.append_history(e);
+    /// Where this engine's runs end (the gateway's calls and sessions end there too).
+    pub fn finish(&self) -> Arc<Finish> {
+        self.finish.clone()
+    }
+
+    /// What runs on this engine now (the gateway registers its calls there too).
+    pub fn controls(&self) -> Arc<Controls> {
+        self.controls.clone()
     }
 
     /// Whether runs append a history line (a face may skip what only the history needs).
     pub fn keeps_history(&self) -> bool {
-        self.history.is_some()
+        self.finish.keeps_history()
     }
 
-    /// Where runs append their history line (a face that writes its own records: the gateway).
-    pub fn history_path(&self) -> Option<&std::path::Path> {
-        self.history.as_deref()
-    }
-
-    /// The run's spans, if it kept its results and they go anywhere.
-    pub fn send_spans(&self, rt: &tokio::runtime::Runtime, e: &Ending<'_>) {
-        let wall = std::time::Duration::from_millis(e.stats.wall_ms);
-        if let Some(results) = e.results {
-            self.export_spans(rt, e.tenant, e.outcome.as_str(), wall, results);
-        }
-    }
-
-    /// The run's one history line — the record is built here and nowhere else.
-    pub fn append_history(&self, e: &Ending<'_>) {
-        let Some(path) = &self.history else { return };
-        let facts = history::RunFacts {
+    /// The end of the run now ending, with what it did (`results`: none when the face kept
+    /// none; `peak_in_flight`: 0 until the face says).
+    pub fn run_end<'a>(
+        &'a self,
+        tenant: &'a str,
+        outcome: Outcome,
+        stats: &'a Stats,
+        shape: &'a RunShape,
+    ) -> RunEnd<'a> {
+        RunEnd {
+            ended: Ended::Run,
             run_id: &self.run_id,
-            tenant: e.tenant,
-            input_format: e.shape.input_format.name(),
-            outcome: e.outcome.as_str(),
-            width: e.shape.width,
-            peak_in_flight: e
-                .peak_in_flight
-                .unwrap_or_else(|| e.results.map_or(0, history::peak_in_flight)),
-            stats: e.stats,
-            usage: e.shape.usage.as_ref(),
-        };
-        let record = history::Record::of(&facts, &self.manifest);
-        if let Err(err) = history::append(path, &record) {
-            if !self.quiet {
-                let path = path.display();
-                eprintln!("warning: cannot append to the history `{path}`: {err}");
-            }
+            tenant,
+            input_format: shape.input_format.name(),
+            outcome,
+            started: self.started_wall,
+            wall: std::time::Duration::from_millis(stats.wall_ms),
+            stats,
+            results: None,
+            width: shape.width,
+            peak_in_flight: 0,
+            usage: shape.usage.as_ref(),
+            trace: self.trace.as_ref(),
         }
+    }
+
+    /// The end of a run that was one batch (a whole batch, a turn): everything from its
+    /// report.
+    pub fn report_end<'a>(
+        &'a self,
+        tenant: &'a str,
+        report: &'a RunReport,
+        shape: &'a RunShape,
+    ) -> RunEnd<'a> {
+        let mut end = self.run_end(tenant, report.outcome, &report.stats, shape);
+        end.results = Some(&report.results);
+        if self.keeps_history() {
+            end.peak_in_flight = history::peak_in_flight(&report.results);
+        }
+        end
+    }
+
+    /// A run is over: its spans go out (if they go anywhere), and its one history line is
+    /// appended.
+    pub fn end_run(&self, rt: &tokio::runtime::Runtime, end: &RunEnd<'_>) {
+        rt.block_on(self.finish.finish(end));
     }
 
     /// The run's summary — one line and the lane lines, after `label` (e.g. `turn 3: `) —
     /// and its exit status. Printed by [`Summary::print`] (a face prints it after its
     /// outputs).
-    pub fn summary(&self, e: &Ending<'_>, label: Option<&str>) -> Summary {
+    pub fn summary(&self, end: &RunEnd<'_>, statuses: &[Status], label: Option<&str>) -> Summary {
         let mut lines = Vec::new();
         if !self.quiet {
-            let line = crate::report::summary::line(e.outcome, e.stats, &e.statuses);
+            let line = crate::report::summary::line(end.outcome, end.stats, statuses);
             lines.push(format!("{}{line}", label.unwrap_or("")));
-            for l in crate::report::summary::lane_lines(e.stats) {
+            for l in crate::report::summary::lane_lines(end.stats) {
                 lines.push(format!("  {l}"));
             }
         }
         Summary {
             lines,
-            status: super::exit_code(e.outcome, e.stats.failed),
-        }
-    }
-
-    /// Send the run's spans, if they go anywhere. A collector that is away is a warning.
-    fn export_spans(
-        &self,
-        rt: &tokio::runtime::Runtime,
-        tenant: &str,
-        outcome: &str,
-        wall: std::time::Duration,
-        results: &[CallResult],
-    ) {
-        let (Some(target), Some(trace)) = (&self.otlp, &self.trace) else {
-            return;
-        };
-        let run = otlp::RunSpans {
-            trace,
-            run_id: &self.run_id,
-            tenant,
-            outcome,
-            started: self.started_wall,
-            wall,
-            results,
-            served: false,
-        };
-        if let Err(e) = rt.block_on(otlp::export(target.as_deref(), &run)) {
-            if !self.quiet {
-                eprintln!("warning: the run's spans {e}");
-            }
+            status: super::exit_code(end.outcome, end.stats.failed),
         }
     }
 }
@@ -582,22 +533,9 @@ fn consume(mut rx: mpsc::UnboundedReceiver<Event>, mut reporters: Vec<Box<dyn Re
     }
 }
 
-/// Forward SIGINT and SIGTERM to every running batch: the first stops gracefully, the second
-/// at once.
-fn forward_signals(controls: Controls, interrupted: Arc<AtomicBool>) {
-    let mut signals = super::signals::subscribe();
-    tokio::spawn(async move {
-        loop {
-            super::signals::next(&mut signals).await;
-            interrupted.store(true, Ordering::SeqCst);
-            tell(&controls, Control::Interrupt);
-        }
-    });
-}
-
 /// When stdout is a pipe, notice at once when its reader goes away (`| head -1`), not at the
 /// next write: nothing more is dispatched, and the run ends when its calls in flight do.
-fn watch_reader(controls: Controls, drained: Arc<AtomicBool>) {
+fn watch_reader(controls: Arc<Controls>, drained: Arc<AtomicBool>) {
     use std::os::fd::AsRawFd;
     let fd = std::io::stdout().as_raw_fd();
     // SAFETY: fstat on our own stdout into a zeroed struct; failure is reported by the result.
@@ -619,7 +557,7 @@ fn watch_reader(controls: Controls, drained: Arc<AtomicBool>) {
         let n = unsafe { libc::poll(&mut p, 1, -1) };
         if n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
             drained.store(true, Ordering::SeqCst);
-            tell(&controls, Control::Drain);
+            controls.tell(Control::Drain);
             return;
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {

@@ -11,7 +11,9 @@
 
 mod approvals;
 pub(crate) mod config;
+mod controls;
 mod engine;
+mod finish;
 mod mcp;
 mod options;
 mod parked;

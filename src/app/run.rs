@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::engine::{Durability, Ending, Engine, RunShape};
+use super::engine::{Durability, Engine, RunShape};
 use super::options::{RunOptions, Terminal};
 use super::prepare::{open_lanes, read_inputs};
 use super::print_warnings;
@@ -64,7 +64,8 @@ fn run_whole(args: &Args, opts: &RunOptions) -> Result<u8, Error> {
     };
     let tenant = plan.settings.tenant.clone();
     let approver = Arc::new(TerminalApprover);
-    let mut engine = Engine::open(opts, manifest, mcp, lanes, run_id, approver, &rt);
+    let mut engine = Engine::open(opts, manifest, mcp, lanes, run_id, approver);
+    engine.interrupt_on_signals(&rt);
     let shape = RunShape::of(&plan, &engine);
     let durability = Durability {
         journal: journal.clone(),
@@ -75,10 +76,11 @@ fn run_whole(args: &Args, opts: &RunOptions) -> Result<u8, Error> {
     };
     let plan = Arc::new(plan);
     let report = engine.execute(&rt, plan.clone(), durability);
-    let ending = Ending::of_report(&tenant, &report, shape);
-    engine.end_run(&rt, &ending);
+    let end = engine.report_end(&tenant, &report, &shape);
+    engine.end_run(&rt, &end);
     let drained = engine.drained.load(std::sync::atomic::Ordering::SeqCst);
-    let summary = engine.summary(&ending, None);
+    let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
+    let summary = engine.summary(&end, &statuses, None);
     engine.close(rt);
     if let Some(j) = journal {
         j.record(serde_json::json!({"type": "end", "outcome": report.outcome}));

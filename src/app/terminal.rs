@@ -15,11 +15,19 @@ pub(super) struct TerminalApprover;
 
 impl Approver for TerminalApprover {
     fn ask(self: Arc<Self>, request: ApprovalRequest) -> BoxFuture<'static, Ruling> {
-        // A prompt blocks until the person answers: on the blocking pool, not a runtime thread.
+        // A prompt blocks until the person answers: on a thread of its own (questions come
+        // one at a time), never a runtime thread or the runtime's blocking pool.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let asked = std::thread::Builder::new()
+            .name("approve".into())
+            .spawn(move || {
+                let _ = tx.send(rule(&request));
+            });
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || rule(&request))
-                .await
-                .unwrap_or(Ruling::Unanswered)
+            match asked {
+                Ok(_) => rx.await.unwrap_or(Ruling::Unanswered),
+                Err(_) => Ruling::Unanswered,
+            }
         })
     }
 }

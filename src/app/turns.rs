@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::engine::{Durability, Ending, Engine, RunShape};
+use super::engine::{Durability, Engine, RunShape};
 use super::options::{RunOptions, Stdout};
 use super::prepare::open_lanes;
 use super::terminal::TerminalApprover;
@@ -70,8 +70,8 @@ pub(super) fn run_turns(
         store.clone(),
         run_id,
         approver,
-        &rt,
     );
+    session.interrupt_on_signals(&rt);
     let mut turns = Turns {
         args,
         opts: &opts,
@@ -146,10 +146,11 @@ impl Turns<'_> {
         session.new_run();
         let tenant = plan.settings.tenant.clone();
         let report = session.execute(rt, Arc::new(plan), Durability::default());
-        let ending = Ending::of_report(&tenant, &report, shape);
-        session.end_run(rt, &ending);
+        let end = session.report_end(&tenant, &report, &shape);
+        session.end_run(rt, &end);
         let label = format!("turn {n}: ");
-        let status = session.summary(&ending, Some(&label)).print();
+        let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
+        let status = session.summary(&end, &statuses, Some(&label)).print();
         self.worst = self.worst.max(status);
         self.write(&answer(self.emit(), &report))
     }

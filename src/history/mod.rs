@@ -11,9 +11,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::{CallResult, Stats};
+use crate::events::CallResult;
 use crate::manifest::Manifest;
 use crate::model_formats::Usage;
+use crate::run::RunEnd;
 
 pub mod analysis;
 
@@ -74,22 +75,9 @@ pub struct ModelRecord {
     pub cost: Option<f64>,
 }
 
-/// What a finished run hands the history.
-pub struct RunFacts<'a> {
-    pub run_id: &'a str,
-    pub tenant: &'a str,
-    pub input_format: &'a str,
-    pub outcome: &'a str,
-    pub width: usize,
-    /// The most calls in flight at once (see [`peak_in_flight`]).
-    pub peak_in_flight: usize,
-    pub stats: &'a Stats,
-    pub usage: Option<&'a Usage>,
-}
-
 impl Record {
     /// The record of a run that ended now.
-    pub fn of(facts: &RunFacts<'_>, manifest: &Manifest) -> Record {
+    pub fn of(facts: &RunEnd<'_>, manifest: &Manifest) -> Record {
         let s = facts.stats;
         Record {
             time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -97,7 +85,7 @@ impl Record {
             tenant: facts.tenant.to_string(),
             manifest: manifest.fingerprint(),
             input_format: facts.input_format.to_string(),
-            outcome: facts.outcome.to_string(),
+            outcome: facts.outcome.as_str().to_string(),
             calls: s.calls,
             width: facts.width,
             peak_in_flight: facts.peak_in_flight,

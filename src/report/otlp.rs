@@ -19,23 +19,9 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 use opentelemetry_sdk::Resource;
 
-use crate::events::{CallResult, Status as CallStatus};
+use crate::events::{CallResult, Outcome, Status as CallStatus};
+use crate::run::{Ended, RunEnd};
 use crate::trace_context::TraceContext;
-
-/// A finished run, as the exporter needs it.
-pub struct RunSpans<'a> {
-    pub trace: &'a TraceContext,
-    pub run_id: &'a str,
-    pub tenant: &'a str,
-    pub outcome: &'a str,
-    /// When the run began, on the wall clock, and how long it took.
-    pub started: SystemTime,
-    pub wall: Duration,
-    pub results: &'a [CallResult],
-    /// A gateway's call (`mcp serve`): no run span; the call's span is the child of the
-    /// client's.
-    pub served: bool,
-}
 
 /// How long an export may take before it is given up (with a warning).
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,7 +39,7 @@ pub fn traces_url(url: &str) -> String {
 /// Export the run's spans to `endpoint` (`None`: wherever `OTEL_EXPORTER_OTLP_*` say).
 /// Returns how many spans were sent; `Err` says "could not be exported to WHERE: why", the
 /// endpoint's password never shown.
-pub async fn export(endpoint: Option<&str>, run: &RunSpans<'_>) -> Result<usize, String> {
+pub async fn export(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String> {
     send(endpoint, run).await.map_err(|e| {
         let to = endpoint.map_or_else(
             || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
@@ -63,7 +49,7 @@ pub async fn export(endpoint: Option<&str>, run: &RunSpans<'_>) -> Result<usize,
     })
 }
 
-async fn send(endpoint: Option<&str>, run: &RunSpans<'_>) -> Result<usize, String> {
+async fn send(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String> {
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -111,17 +97,19 @@ fn context(trace: &TraceContext, span: u64) -> SpanContext {
 }
 
 /// The run's span and one per call.
-pub fn spans(run: &RunSpans<'_>) -> Vec<SpanData> {
+pub fn spans(run: &RunEnd<'_>) -> Vec<SpanData> {
     let scope = InstrumentationScope::builder("flux-tools")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
-    let t = run.trace;
+    let (Some(t), Some(results), true) = (run.trace, run.results, run.has_spans()) else {
+        return Vec::new();
+    };
     let end = run.started + run.wall;
-    let mut out = Vec::with_capacity(run.results.len() + 1);
-    let failed = run.results.iter().filter(|r| !r.is_ok()).count();
-    if run.served {
-        for r in run.results {
-            out.push(call_span(run, r, end, &scope));
+    let mut out = Vec::with_capacity(results.len() + 1);
+    let failed = results.iter().filter(|r| !r.is_ok()).count();
+    if run.ended == Ended::ServedCall {
+        for r in results {
+            out.push(call_span(run, t, r, end, &scope));
         }
         return out;
     }
@@ -136,35 +124,36 @@ pub fn spans(run: &RunSpans<'_>) -> Vec<SpanData> {
         attributes: vec![
             KeyValue::new("flux_tools.run_id", run.run_id.to_string()),
             KeyValue::new("flux_tools.tenant", run.tenant.to_string()),
-            KeyValue::new("flux_tools.outcome", run.outcome.to_string()),
-            KeyValue::new("flux_tools.calls", run.results.len() as i64),
+            KeyValue::new("flux_tools.outcome", run.outcome.as_str()),
+            KeyValue::new("flux_tools.calls", results.len() as i64),
             KeyValue::new("flux_tools.failed", failed as i64),
         ],
         dropped_attributes_count: 0,
         events: SpanEvents::default(),
         links: SpanLinks::default(),
-        status: if run.outcome == "completed" {
+        status: if run.outcome == Outcome::Completed {
             Status::Unset
         } else {
-            Status::error(format!("run {}", run.outcome))
+            Status::error(format!("run {}", run.outcome.as_str()))
         },
         instrumentation_scope: scope.clone(),
     });
-    for r in run.results {
-        out.push(call_span(run, r, end, &scope));
+    for r in results {
+        out.push(call_span(run, t, r, end, &scope));
     }
     out
 }
 
 /// One call's `execute_tool` span. A call never dispatched is a point at the run's end.
 fn call_span(
-    run: &RunSpans<'_>,
+    run: &RunEnd<'_>,
+    t: &TraceContext,
     r: &CallResult,
     run_end: SystemTime,
     scope: &InstrumentationScope,
 ) -> SpanData {
-    let t = run.trace;
-    let parent = if run.served {
+    let served = run.ended == Ended::ServedCall;
+    let parent = if served {
         t.parent.unwrap_or(0)
     } else {
         t.run_span
@@ -208,7 +197,7 @@ fn call_span(
     SpanData {
         span_context: context(t, t.call_span(&r.id)),
         parent_span_id: SpanId::from_bytes(parent.to_be_bytes()),
-        parent_span_is_remote: run.served && t.parent.is_some(),
+        parent_span_is_remote: served && t.parent.is_some(),
         span_kind: SpanKind::Internal,
         name: Cow::Owned(format!("execute_tool {}", r.tool)),
         start_time: start,

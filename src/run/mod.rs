@@ -14,6 +14,7 @@
 pub mod cache;
 mod call;
 pub mod cassette;
+mod end;
 pub mod gate;
 pub mod journal;
 pub mod lanes;
@@ -22,6 +23,7 @@ pub mod stats;
 
 pub use cache::Cache;
 pub use cassette::Cassette;
+pub use end::{Ended, RunEnd};
 pub use gate::{ApprovalRequest, Approvals, Approver, Ruling};
 pub use journal::{result_from_json, Journal, Resume};
 pub use lanes::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};

@@ -5,7 +5,7 @@
 //! must follow by arrival ([`super::order`]). A client's cancellation stops the call where
 //! it is: waiting for its turn, in a lane, or in flight at its tool.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -19,13 +19,14 @@ use super::catalog::Catalog;
 use super::order::{self, Order};
 use super::progress::{ProgressSink, Reporter};
 use super::spend::Spend;
+use crate::app::controls::Controls;
 use crate::app::engine::{CallKit, Scope};
+use crate::app::finish::Finish;
 use crate::batch::{Batch, Call};
-use crate::events::ErrorKind;
+use crate::events::{CallResult, ErrorKind, Outcome as RunOutcome, Stats};
 use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
-use crate::report::otlp;
-use crate::run::{self, Control, LaneStore};
+use crate::run::{self, Control, Ended, LaneStore, RunEnd};
 use crate::tools::{Relay, ToolKind};
 use crate::trace_context::TraceContext;
 
@@ -46,20 +47,16 @@ pub struct Gateway {
     seq: AtomicU64,
     sessions: AtomicU64,
     id: String,
-    /// Calls in flight, to cancel on shutdown.
-    active: Mutex<BTreeMap<u64, mpsc::UnboundedSender<Control>>>,
+    /// Calls in flight, to cancel on shutdown (the engine's registry).
+    controls: Arc<Controls>,
     /// Each lane's calls in this gateway (arrival numbers), for "how many ahead".
     users: Mutex<HashMap<String, BTreeSet<u64>>>,
     /// Set once the gateway is shutting down: new calls are refused.
     closing: std::sync::atomic::AtomicBool,
-    /// Where each call's span goes (`--otlp`; `Some(None)`: the `OTEL_EXPORTER_OTLP_*` endpoint).
-    otlp: Option<Option<String>>,
-    /// Whether an export failed already (warned once).
-    export_failed: Arc<std::sync::atomic::AtomicBool>,
+    /// Where each call's spans and each session's history lines go (the engine's).
+    finish: Arc<Finish>,
     /// Where calls wait for approval out of band (`None`: the folder could not be made).
     desk: Option<Arc<super::approve::Desk>>,
-    /// Where each session's history record goes (`--history`, `[history] path`).
-    history: Option<Arc<super::record::Sink>>,
     /// What `/metrics` reports.
     metrics: super::metrics::Metrics,
     /// What the status page shows of the last calls and spend.
@@ -107,16 +104,6 @@ struct Planned {
     kit: Arc<CallKit>,
 }
 
-/// A finished call's span, to export.
-struct Span {
-    trace: TraceContext,
-    run_id: String,
-    tenant: String,
-    /// When its run began on the wall clock, and how long it took.
-    started: (std::time::SystemTime, Duration),
-    result: crate::events::CallResult,
-}
-
 /// What a call brings besides its tool and arguments.
 pub struct CallCx {
     pub tenant: String,
@@ -152,11 +139,9 @@ impl Gateway {
         catalog: Catalog,
         kit: Arc<CallKit>,
         store: Arc<dyn LaneStore>,
-        (opts, otlp, history): (
-            PlanOptions,
-            Option<Option<String>>,
-            Option<super::record::Sink>,
-        ),
+        opts: PlanOptions,
+        finish: Arc<Finish>,
+        controls: Arc<Controls>,
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
         let limits = catalog.manifest().serve.limits.clone();
@@ -175,13 +160,11 @@ impl Gateway {
             seq: AtomicU64::new(1),
             sessions: AtomicU64::new(1),
             id,
-            active: Mutex::default(),
+            controls,
             users: Mutex::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
-            otlp,
-            export_failed: Arc::default(),
+            finish,
             desk,
-            history: history.map(Arc::new),
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
             http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
@@ -194,7 +177,10 @@ impl Gateway {
         let run_id = format!("{}-s{id}", self.id);
         Arc::new(Session {
             id,
-            record: super::record::SessionRecord::new(self.history.clone(), run_id.clone()),
+            record: super::record::SessionRecord::new(
+                self.finish.keeps_history().then(|| self.finish.clone()),
+                run_id.clone(),
+            ),
             run_id,
             lanes: Mutex::default(),
             spend: Spend::default(),
@@ -281,7 +267,7 @@ impl Gateway {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };
-        planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.otlp.is_some());
+        planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
         planned.tenant = cx.tenant.clone();
         let tool = &planned.manifest.tools[planned.tool];
         let limits = &planned.manifest.serve.session;
@@ -498,10 +484,7 @@ impl Gateway {
         if let Some(a) = p.approver {
             config.approver = a;
         }
-        let (ctl, ctl_rx) = mpsc::unbounded_channel();
-        if let Ok(mut a) = self.active.lock() {
-            a.insert(p.seq, ctl.clone());
-        }
+        let (running, ctl_rx) = self.controls.enter();
         let names = self.lane_progress(p.seq, p.lane_names);
         let watch = async move {
             match reporter {
@@ -522,12 +505,12 @@ impl Gateway {
                 r = &mut job => break (r, false),
                 () = &mut watch, if watching => watching = false,
                 () = cancel.cancelled() => {
-                    let _ = ctl.send(Control::Interrupt);
+                    running.tell(Control::Interrupt);
                     break ((&mut job).await, true);
                 }
             }
         };
-        self.forget(p.seq);
+        drop(running);
         session.record.ended(&report.stats);
         let Some(r) = report.results.into_iter().next() else {
             let why = Refusal::new(ErrorKind::RunEnded, "the call got no result");
@@ -536,15 +519,10 @@ impl Gateway {
         let reached = r.attempts > 0 && !r.cached;
         self.metrics.record(&p.tenant, &r, cost);
         self.status.record((&p.tenant, session.id), &r, cost);
-        if let (Some(trace), Some(to)) = (p.trace, &self.otlp) {
-            let span = Span {
-                trace,
-                run_id: session.run_id.clone(),
-                tenant: p.tenant,
-                started: (started.0, started.1.elapsed()),
-                result: r.clone(),
-            };
-            self.export(span, to.clone());
+        if let Some(trace) = p.trace.filter(|_| self.finish.exports()) {
+            let wall = started.1.elapsed();
+            let call = (session.run_id.clone(), p.tenant, r.clone(), report.stats);
+            self.export(trace, (started.0, wall), call);
         }
         if interrupted {
             return (Outcome::Refused(Refusal::Cancelled), reached);
@@ -552,33 +530,33 @@ impl Gateway {
         (Outcome::Ran(Box::new(r), relay.take()), reached)
     }
 
-    /// Send a call's span on a task of its own (the answer does not wait for the collector);
-    /// a collector that is away is warned of once.
-    fn export(&self, span: Span, to: Option<String>) {
-        let failed = self.export_failed.clone();
+    /// End a call's run on a task of its own (the answer does not wait for the collector):
+    /// its span goes out through the engine's [`Finish`].
+    fn export(
+        &self,
+        trace: TraceContext,
+        (started, wall): (std::time::SystemTime, Duration),
+        (run_id, tenant, result, stats): (String, String, CallResult, Stats),
+    ) {
+        let finish = self.finish.clone();
         tokio::spawn(async move {
-            let run = otlp::RunSpans {
-                trace: &span.trace,
-                run_id: &span.run_id,
-                tenant: &span.tenant,
-                outcome: "completed",
-                started: span.started.0,
-                wall: span.started.1,
-                results: std::slice::from_ref(&span.result),
-                served: true,
+            let end = RunEnd {
+                ended: Ended::ServedCall,
+                run_id: &run_id,
+                tenant: &tenant,
+                input_format: "mcp",
+                outcome: RunOutcome::Completed,
+                started,
+                wall,
+                stats: &stats,
+                results: Some(std::slice::from_ref(&result)),
+                width: 1,
+                peak_in_flight: 1,
+                usage: None,
+                trace: Some(&trace),
             };
-            if let Err(e) = otlp::export(to.as_deref(), &run).await {
-                if !failed.swap(true, Ordering::Relaxed) {
-                    eprintln!("warning: mcp serve: a call's span {e} (said once)");
-                }
-            }
+            finish.spans(&end).await;
         });
-    }
-
-    fn forget(&self, seq: u64) {
-        if let Ok(mut a) = self.active.lock() {
-            a.remove(&seq);
-        }
     }
 
     /// For progress: a function that says, for lane index `i` of the call, how many earlier
@@ -652,23 +630,10 @@ impl Gateway {
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
     pub async fn drain(&self, grace: Duration) {
         self.closing.store(true, Ordering::SeqCst);
-        let until = tokio::time::Instant::now() + grace;
-        while tokio::time::Instant::now() < until && !self.idle() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if !self.controls.idle_within(grace).await {
+            self.controls.tell(Control::Interrupt);
+            self.controls.idle_within(Duration::from_secs(5)).await;
         }
-        if let Ok(a) = self.active.lock() {
-            for c in a.values() {
-                let _ = c.send(Control::Interrupt);
-            }
-        }
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while tokio::time::Instant::now() < until && !self.idle() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn idle(&self) -> bool {
-        self.active.lock().map(|a| a.is_empty()).unwrap_or(true)
     }
 }
 

@@ -81,20 +81,17 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
     let lanes = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     let approver = Arc::new(crate::run::gate::NoApprover);
     let run_id = crate::run::new_run_id();
-    let mut engine = Engine::open(&opts, manifest, hub, lanes.clone(), run_id, approver, &rt);
+    let mut engine = Engine::open(&opts, manifest, hub, lanes.clone(), run_id, approver);
     let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
         .map_err(Error::Invalid)?;
     let kit = engine.kit(&empty);
-    let history = engine.history_path().map(|path| record::Sink {
-        path: path.to_path_buf(),
-        manifest: engine.manifest.clone(),
-        quiet: args.quiet,
-    });
     let gateway = Arc::new(Gateway::new(
         catalog,
         kit,
         lanes,
-        (opts.plan.clone(), opts.otlp.clone(), history),
+        opts.plan.clone(),
+        engine.finish(),
+        engine.controls(),
     ));
     let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
     rt.spawn(reload::reloads(gateway.clone(), path, s.watch, args.quiet));

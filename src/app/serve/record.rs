@@ -2,24 +2,18 @@
 //! new one every hour of a long session — as a batch run writes one per run, so `report
 //! --history` shows the gateway's sessions beside the runs: calls, cost, 429s, cache hits, and
 //! each lane's peak with what other sessions and processes held while this session's calls
-//! waited. Written when the session ends (its last handle drops) or its hour is up.
+//! waited. Written through the engine's [`Finish`] when the session ends (its last handle
+//! drops) or its hour is up.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::events::Stats;
-use crate::history;
-use crate::manifest::Manifest;
+use crate::app::finish::Finish;
+use crate::events::{Outcome, Stats};
+use crate::run::{Ended, RunEnd};
 
 /// How long one record of a long session covers.
 const PERIOD: Duration = Duration::from_secs(3600);
-
-/// Where records go.
-pub struct Sink {
-    pub path: std::path::PathBuf,
-    pub manifest: Arc<Manifest>,
-    pub quiet: bool,
-}
 
 /// What a session's calls added up to since its last record.
 #[derive(Default)]
@@ -34,15 +28,15 @@ struct Tally {
 
 /// A session's history: its calls, summed until written.
 pub struct SessionRecord {
-    sink: Option<Arc<Sink>>,
+    finish: Option<Arc<Finish>>,
     run_id: String,
     tally: Mutex<Tally>,
 }
 
 impl SessionRecord {
-    pub fn new(sink: Option<Arc<Sink>>, run_id: String) -> SessionRecord {
+    pub fn new(finish: Option<Arc<Finish>>, run_id: String) -> SessionRecord {
         SessionRecord {
-            sink,
+            finish,
             run_id,
             tally: Mutex::default(),
         }
@@ -54,7 +48,7 @@ impl SessionRecord {
 
     /// A call of the session starts running (for the peak in flight).
     pub fn started(&self, tenant: &str) {
-        if self.sink.is_none() {
+        if self.finish.is_none() {
             return;
         }
         let mut t = self.tally();
@@ -68,7 +62,7 @@ impl SessionRecord {
 
     /// A call ended with its run's figures (`lanes`: the session's, so far).
     pub fn ended(&self, s: &Stats) {
-        if self.sink.is_none() {
+        if self.finish.is_none() {
             return;
         }
         let mut t = self.tally();
@@ -94,7 +88,7 @@ impl SessionRecord {
 
     /// Write what the tally holds, and start the next period.
     fn write(&self, t: &mut Tally) {
-        let (Some(sink), Some(since)) = (&self.sink, t.since) else {
+        let (Some(finish), Some(since)) = (&self.finish, t.since) else {
             return;
         };
         if t.stats.calls == 0 {
@@ -106,23 +100,23 @@ impl SessionRecord {
             1 => self.run_id.clone(),
             n => format!("{}-h{n}", self.run_id),
         };
-        let facts = history::RunFacts {
+        let wall = since.elapsed();
+        let now = std::time::SystemTime::now();
+        finish.record(&RunEnd {
+            ended: Ended::Session,
             run_id: &run_id,
             tenant: &t.tenant,
             input_format: "mcp",
-            outcome: "completed",
+            outcome: Outcome::Completed,
+            started: now.checked_sub(wall).unwrap_or(now),
+            wall,
+            stats: &t.stats,
+            results: None,
             width: t.peak,
             peak_in_flight: t.peak,
-            stats: &t.stats,
             usage: None,
-        };
-        let record = history::Record::of(&facts, &sink.manifest);
-        if let Err(e) = history::append(&sink.path, &record) {
-            if !sink.quiet {
-                let path = sink.path.display();
-                eprintln!("warning: mcp serve: cannot append to the history `{path}`: {e}");
-            }
-        }
+            trace: None,
+        });
         let (tenant, part, in_flight) = (std::mem::take(&mut t.tenant), t.part, t.in_flight);
         *t = Tally {
             since: (in_flight > 0).then(Instant::now),

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::engine::{Ending, Engine, RunShape};
+use super::engine::{Engine, RunShape};
 use super::load_manifest;
 use super::options::RunOptions;
 use super::prepare::{open_lanes, start_mcp};
@@ -87,7 +87,8 @@ fn open_stream(
     opts.lanes = Some(table);
     let run_id = run::new_run_id();
     let approver = Arc::new(TerminalApprover);
-    let engine = Engine::open(run_opts, manifest, mcp, lanes, run_id, approver, rt);
+    let engine = Engine::open(run_opts, manifest, mcp, lanes, run_id, approver);
+    engine.interrupt_on_signals(rt);
     engine.emit(Event::RunStarted {
         run_id: engine.run_id.clone(),
         total: 0,
@@ -119,7 +120,7 @@ pub(super) fn run_stream(
         capped: opts.max_calls.is_some() || session.manifest.budget.max_calls.is_some(),
         width: 0,
         peak: 0,
-        kept: session.otlp.is_some().then(Vec::new),
+        kept: session.finish().exports().then(Vec::new),
     };
     let tenant = opts.tenant.clone().unwrap_or_else(|| "default".into());
     let stop = vec![session.interrupted.clone(), session.drained.clone()];
@@ -196,27 +197,26 @@ fn finish_stream(
         outcome: ledger.outcome,
         stats: Box::new(stats.clone()),
     });
-    let ending = Ending {
-        tenant,
-        outcome: ledger.outcome,
-        stats: &stats,
-        results: ledger.kept.as_deref(),
-        statuses: std::mem::take(&mut ledger.failures),
-        shape: RunShape {
-            width: ledger.width,
-            input_format: InputFormat::Jsonl,
-            usage: None,
-        },
-        peak_in_flight: Some(ledger.peak),
+    let shape = RunShape {
+        width: ledger.width,
+        input_format: InputFormat::Jsonl,
+        usage: None,
     };
-    session.send_spans(&rt, &ending);
+    let mut end = session.run_end(tenant, ledger.outcome, &stats, &shape);
+    end.results = ledger.kept.as_deref();
+    end.peak_in_flight = ledger.peak;
+    let finish = session.finish();
+    rt.block_on(finish.spans(&end));
     let drained = session.drained.load(Ordering::SeqCst);
     if let Some(e) = failed {
+        drop(end);
         session.close(rt);
         return Err(e);
     }
-    session.append_history(&ending);
-    let summary = session.summary(&ending, None);
+    // A stream that failed part-way (a segment that would not plan) leaves no history line.
+    finish.record(&end);
+    let summary = session.summary(&end, &ledger.failures, None);
+    drop(end);
     session.close(rt);
     let status = summary.print();
     if drained {
