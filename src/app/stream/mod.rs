@@ -209,14 +209,12 @@ fn finish_stream(
     rt.block_on(finish.spans(&end));
     let drained = session.drained.load(Ordering::SeqCst);
     if let Some(e) = failed {
-        drop(end);
         session.close(rt);
         return Err(e);
     }
     // A stream that failed part-way (a segment that would not plan) leaves no history line.
     finish.record(&end);
     let summary = session.summary(&end, &ledger.failures, None);
-    drop(end);
     session.close(rt);
     let status = summary.print();
     if drained {
