@@ -11,6 +11,7 @@
 //! tool and arguments) through any gateway takes it over — with its id, deadline and any answer
 //! given meanwhile — instead of parking a new one.
 
+use crate::run::lanes::{Answers, Beats, Entries};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -370,7 +371,7 @@ impl Files {
     }
 }
 
-impl Board for Files {
+impl Entries for Files {
     fn put(
         self: Arc<Self>,
         id: String,
@@ -391,23 +392,6 @@ impl Board for Files {
         Box::pin(std::future::ready(Ok(out)))
     }
 
-    fn set_answer(
-        self: Arc<Self>,
-        id: String,
-        answer: String,
-    ) -> BoxFuture<'static, Result<(), LaneError>> {
-        let done = write_whole(&self.path(&id, "answer"), answer.as_bytes()).map_err(LaneError);
-        Box::pin(std::future::ready(done))
-    }
-
-    fn answer(
-        self: Arc<Self>,
-        id: String,
-    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
-        let text = std::fs::read_to_string(self.path(&id, "answer")).ok();
-        Box::pin(std::future::ready(Ok(text)))
-    }
-
     fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
         let ids = self.names("json").into_iter().map(|(id, _)| id).collect();
         Box::pin(std::future::ready(Ok(ids)))
@@ -420,35 +404,6 @@ impl Board for Files {
         let out = ids
             .iter()
             .filter_map(|id| std::fs::read_to_string(self.path(id, "json")).ok())
-            .collect();
-        Box::pin(std::future::ready(Ok(out)))
-    }
-
-    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
-        let out = self
-            .names("answer")
-            .into_iter()
-            .filter_map(|(id, path)| Some((id, std::fs::read_to_string(path).ok()?)))
-            .collect();
-        Box::pin(std::future::ready(Ok(out)))
-    }
-
-    fn beat(
-        self: Arc<Self>,
-        gateway: String,
-        at: f64,
-    ) -> BoxFuture<'static, Result<(), LaneError>> {
-        let done = write_whole(&self.path(&gateway, "beat"), at.to_string().as_bytes());
-        Box::pin(std::future::ready(done.map_err(LaneError)))
-    }
-
-    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
-        let out = self
-            .names("beat")
-            .into_iter()
-            .filter_map(|(gw, path)| {
-                Some((gw, std::fs::read_to_string(path).ok()?.trim().parse().ok()?))
-            })
             .collect();
         Box::pin(std::future::ready(Ok(out)))
     }
@@ -479,6 +434,56 @@ impl Board for Files {
             let _ = std::fs::remove_file(self.path(&id, "answer"));
         }
         Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl Answers for Files {
+    fn set_answer(
+        self: Arc<Self>,
+        id: String,
+        answer: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let done = write_whole(&self.path(&id, "answer"), answer.as_bytes()).map_err(LaneError);
+        Box::pin(std::future::ready(done))
+    }
+
+    fn answer(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
+        let text = std::fs::read_to_string(self.path(&id, "answer")).ok();
+        Box::pin(std::future::ready(Ok(text)))
+    }
+
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
+        let out = self
+            .names("answer")
+            .into_iter()
+            .filter_map(|(id, path)| Some((id, std::fs::read_to_string(path).ok()?)))
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
+    }
+}
+
+impl Beats for Files {
+    fn beat(
+        self: Arc<Self>,
+        gateway: String,
+        at: f64,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let done = write_whole(&self.path(&gateway, "beat"), at.to_string().as_bytes());
+        Box::pin(std::future::ready(done.map_err(LaneError)))
+    }
+
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        let out = self
+            .names("beat")
+            .into_iter()
+            .filter_map(|(gw, path)| {
+                Some((gw, std::fs::read_to_string(path).ok()?.trim().parse().ok()?))
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
     }
 }
 

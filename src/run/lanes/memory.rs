@@ -2,6 +2,8 @@
 //! in call order within a flow, fairly across flows), rate tokens from a bucket on tokio's clock, so a test on the paused clock
 //! sees exact waits. The other stores keep their in-process half here too.
 
+use crate::run::lanes::Backends;
+use crate::run::lanes::{Connection, LaneFigures, Lanes, TenantSpend};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -209,7 +211,7 @@ impl MemoryLanes {
     }
 }
 
-impl LaneStore for MemoryLanes {
+impl Connection for MemoryLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
         Ok(Arc::new(self.renewed(specs, flow)))
     }
@@ -217,7 +219,9 @@ impl LaneStore for MemoryLanes {
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         self.cache.clone()
     }
+}
 
+impl Lanes for MemoryLanes {
     fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
         let l = self.lanes.get(lane)?;
         let w = u64::from(weight);
@@ -252,24 +256,23 @@ impl LaneStore for MemoryLanes {
         Answer::Now(self.admit(lane))
     }
 
-    fn charge(
-        self: Arc<Self>,
-        tenant: String,
-        window: crate::manifest::TenantWindow,
-        cost: f64,
-    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
-        let got = self.ledger.charge(&tenant, &window, cost);
-        Box::pin(std::future::ready(Ok(got)))
-    }
-
-    fn refund(self: Arc<Self>, tenant: String, id: String) {
-        self.ledger.refund(&tenant, &id);
-    }
-
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.pause(lane, wait);
     }
 
+    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
+        if let Some(l) = self.lanes.get(lane) {
+            let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+            l.counters.wait_ns.fetch_add(ns, Ordering::Relaxed);
+            l.counters.waits.fetch_add(1, Ordering::Relaxed);
+            if token {
+                l.counters.rate_waits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl LaneFigures for MemoryLanes {
     fn occupancy(&self) -> Vec<super::Occupancy> {
         self.occupancy_of(false)
     }
@@ -285,17 +288,6 @@ impl LaneStore for MemoryLanes {
         let n = sem.held().saturating_sub(self.held_here(lane));
         self.note_elsewhere(lane, n);
         Answer::Now(Some(n))
-    }
-
-    fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
-        if let Some(l) = self.lanes.get(lane) {
-            let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-            l.counters.wait_ns.fetch_add(ns, Ordering::Relaxed);
-            l.counters.waits.fetch_add(1, Ordering::Relaxed);
-            if token {
-                l.counters.rate_waits.fetch_add(1, Ordering::Relaxed);
-            }
-        }
     }
 
     fn stats(&self) -> Vec<LaneStats> {
@@ -317,6 +309,25 @@ impl LaneStore for MemoryLanes {
                     .checked_sub(1),
             })
             .collect()
+    }
+}
+
+/// One process: the plan and the gateway's arrival order keep its backends.
+impl Backends for MemoryLanes {}
+
+impl TenantSpend for MemoryLanes {
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        let got = self.ledger.charge(&tenant, &window, cost);
+        Box::pin(std::future::ready(Ok(got)))
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        self.ledger.refund(&tenant, &id);
     }
 }
 

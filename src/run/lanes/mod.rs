@@ -145,32 +145,22 @@ pub struct Occupancy {
 
 /// Entries every process sharing a store sees, under ids: the calls `mcp serve` parks for
 /// approval (the Redis store keeps them for every replica; other stores have none, and the
-/// gateway keeps files).
-pub trait Board: Send + Sync {
+/// gateway keeps files): its three facets.
+pub trait Board: Entries + Answers + Beats {}
+
+impl<T: Entries + Answers + Beats> Board for T {}
+
+/// The board's entries: one per parked call, under its id.
+pub trait Entries: Send + Sync {
     fn put(self: Arc<Self>, id: String, entry: String)
         -> BoxFuture<'static, Result<(), LaneError>>;
     fn entries(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
-    fn set_answer(
-        self: Arc<Self>,
-        id: String,
-        answer: String,
-    ) -> BoxFuture<'static, Result<(), LaneError>>;
-    fn answer(self: Arc<Self>, id: String)
-        -> BoxFuture<'static, Result<Option<String>, LaneError>>;
     fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>>;
     /// The ids of every entry (cheap: no entry is read).
     fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
     /// The entries of `ids` that exist.
     fn get(self: Arc<Self>, ids: Vec<String>)
         -> BoxFuture<'static, Result<Vec<String>, LaneError>>;
-    /// Every answer given, as (id, answer): what a waiting gateway looks at, once for all its
-    /// parked calls.
-    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>>;
-    /// Say that gateway `gateway` lives (Unix seconds `at`); its entries are renewed with it.
-    fn beat(self: Arc<Self>, gateway: String, at: f64)
-        -> BoxFuture<'static, Result<(), LaneError>>;
-    /// When each gateway last said it lives.
-    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
     /// Replace entry `id` by `entry` only if it still reads `old` (one replica takes over a
     /// call another left); whether it did.
     fn claim(
@@ -181,13 +171,45 @@ pub trait Board: Send + Sync {
     ) -> BoxFuture<'static, Result<bool, LaneError>>;
 }
 
+/// The board's answers: given under a parked call's id, looked at by the gateway that waits.
+pub trait Answers: Send + Sync {
+    fn set_answer(
+        self: Arc<Self>,
+        id: String,
+        answer: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>>;
+    fn answer(self: Arc<Self>, id: String)
+        -> BoxFuture<'static, Result<Option<String>, LaneError>>;
+    /// Every answer given, as (id, answer): what a waiting gateway looks at, once for all its
+    /// parked calls.
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>>;
+}
+
+/// The board's heartbeats: which gateways live (a parked call of a gateway that died is
+/// taken over by another).
+pub trait Beats: Send + Sync {
+    /// Say that gateway `gateway` lives (Unix seconds `at`); its entries are renewed with it.
+    fn beat(self: Arc<Self>, gateway: String, at: f64)
+        -> BoxFuture<'static, Result<(), LaneError>>;
+    /// When each gateway last said it lives.
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
+}
+
 /// Why a lane could not be acquired.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("lane store: {0}")]
 pub struct LaneError(pub String);
 
-/// Where lane permits and tokens live.
-pub trait LaneStore: Send + Sync {
+/// Where lane permits and tokens live, and what else runs share through a store — in
+/// facets, so a store implements what it offers (the defaults are what a store that is not
+/// shared answers): every type with the five is a `LaneStore`.
+pub trait LaneStore: Connection + Lanes + LaneFigures + Backends + TenantSpend {}
+
+impl<T: Connection + Lanes + LaneFigures + Backends + TenantSpend> LaneStore for T {}
+
+/// A store's connection: the same store for another run's lane table, where it keeps
+/// cached results and parked approvals, and whether it answers.
+pub trait Connection: Send + Sync {
     /// Where this store keeps cached results (`cache = "…"` tools).
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore>;
     /// The same store (its connection, its files, its in-process permits and buckets of
@@ -195,6 +217,23 @@ pub trait LaneStore: Send + Sync {
     /// `flow` (each turn of `run --turns` plans its own lanes; each session of `mcp serve` is
     /// a flow of its own, served fairly beside the others).
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError>;
+    /// The board of parked approvals this store shares with other machines (Redis), if any.
+    fn board(&self) -> Option<Arc<dyn Board>> {
+        None
+    }
+    /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.
+    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Resolves once what the process still has to tell the store (permits given back as
+    /// calls ended) has been said — awaited, briefly, before the process ends.
+    fn settle(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Lane permits and rate tokens: what a call waits for before its tool starts.
+pub trait Lanes: Send + Sync {
     /// `weight` permits of `lane` at once, when that needs no I/O and nobody waits for the
     /// lane (`None`: ask [`acquire`](Self::acquire), which queues in call order). What a call
     /// on a lane without a limit, or with room, pays: no future, no allocation.
@@ -244,6 +283,10 @@ pub trait LaneStore: Send + Sync {
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration);
     /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
+}
+
+/// What a store can say of its lanes: figures for the stats and the status page.
+pub trait LaneFigures: Send + Sync {
     /// Figures for the stats.
     fn stats(&self) -> Vec<LaneStats>;
     /// For a lane shared with other runs: how many of its permits they hold now (counted into
@@ -252,32 +295,12 @@ pub trait LaneStore: Send + Sync {
         let _ = lane;
         Answer::Now(None)
     }
-    /// Reserve `cost` of `tenant`'s spend over `window` (`[budget] per_tenant`), counted
-    /// with every run and gateway sharing the store: granted (with an id to give it back
-    /// under) or refused, with when enough of the window frees up.
-    fn charge(
-        self: Arc<Self>,
-        tenant: String,
-        window: crate::manifest::TenantWindow,
-        cost: f64,
-    ) -> BoxFuture<'static, Result<Charge, LaneError>>;
-    /// Give back a reservation of `charge` (the call never reached its tool).
-    fn refund(self: Arc<Self>, tenant: String, id: String);
-    /// The board of parked approvals this store shares with other machines (Redis), if any.
-    fn board(&self) -> Option<Arc<dyn Board>> {
-        None
-    }
     /// Each limited lane's permits held and calls waiting in this process.
     fn occupancy(&self) -> Vec<Occupancy>;
-    /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.
-    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
-        Box::pin(async { Ok(()) })
-    }
-    /// Resolves once what the process still has to tell the store (permits given back as
-    /// calls ended) has been said — awaited, briefly, before the process ends.
-    fn settle(self: Arc<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(std::future::ready(()))
-    }
+}
+
+/// The order of side effects across every run and gateway sharing the store.
+pub trait Backends: Send + Sync {
     /// Whether calls hold their backends here ([`LaneStore::backend`]): a store other
     /// processes share. Inside one process the plan (a batch) or the gateway's arrival order
     /// already keeps them.
@@ -315,6 +338,21 @@ pub trait LaneStore: Send + Sync {
         let _ = key;
         Box::pin(async { Ok(None) })
     }
+}
+
+/// Each tenant's spend over a window, shared by every run and gateway of the store.
+pub trait TenantSpend: Send + Sync {
+    /// Reserve `cost` of `tenant`'s spend over `window` (`[budget] per_tenant`), counted
+    /// with every run and gateway sharing the store: granted (with an id to give it back
+    /// under) or refused, with when enough of the window frees up.
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<Charge, LaneError>>;
+    /// Give back a reservation of `charge` (the call never reached its tool).
+    fn refund(self: Arc<Self>, tenant: String, id: String);
 }
 
 #[derive(Default)]

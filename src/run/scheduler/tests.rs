@@ -3,6 +3,8 @@
 //! The scheduler on virtual time: scripted tools sleep on tokio's paused clock, so these
 //! assert exact makespans and orderings from the collected events, never wall-clock time.
 
+use crate::run::lanes::Backends;
+use crate::run::lanes::{Connection, LaneFigures, Lanes, TenantSpend};
 use std::path::PathBuf;
 
 use super::*;
@@ -224,10 +226,11 @@ impl Drop for SlowHold {
     }
 }
 
-impl LaneStore for SlowToRelease {
+impl Connection for SlowToRelease {
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         self.inner.cache_store()
     }
+
     fn for_lanes(
         &self,
         specs: &[crate::plan::LaneSpec],
@@ -235,6 +238,9 @@ impl LaneStore for SlowToRelease {
     ) -> Result<Arc<dyn LaneStore>, LaneError> {
         self.inner.for_lanes(specs, flow)
     }
+}
+
+impl Lanes for SlowToRelease {
     fn acquire(
         self: Arc<Self>,
         lane: usize,
@@ -246,18 +252,33 @@ impl LaneStore for SlowToRelease {
             Ok(lease.with_shared(Box::new(SlowHold(self.given_back.clone()))))
         })
     }
+
     fn admission(self: Arc<Self>, lane: usize) -> Answer<Result<Admission, LaneError>> {
         self.inner.clone().admission(lane)
     }
+
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.inner.clone().back_off(lane, wait)
     }
+
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         self.inner.record_wait(lane, wait, token)
     }
+}
+
+impl LaneFigures for SlowToRelease {
     fn stats(&self) -> Vec<crate::events::LaneStats> {
         self.inner.stats()
     }
+
+    fn occupancy(&self) -> Vec<Occupancy> {
+        self.inner.occupancy()
+    }
+}
+
+impl Backends for SlowToRelease {}
+
+impl TenantSpend for SlowToRelease {
     fn charge(
         self: Arc<Self>,
         tenant: String,
@@ -266,11 +287,9 @@ impl LaneStore for SlowToRelease {
     ) -> BoxFuture<'static, Result<Charge, LaneError>> {
         self.inner.clone().charge(tenant, window, cost)
     }
+
     fn refund(self: Arc<Self>, tenant: String, id: String) {
         self.inner.clone().refund(tenant, id)
-    }
-    fn occupancy(&self) -> Vec<Occupancy> {
-        self.inner.occupancy()
     }
 }
 

@@ -15,6 +15,7 @@
 //! Per-run lanes (the turn, the batch's narrowed copies) and lanes borrowed from a parent run
 //! (`FLUX_TOOLS_LEASE`) stay in memory.
 
+use crate::run::lanes::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -404,7 +405,7 @@ impl LocalLanes {
     }
 }
 
-impl LaneStore for LocalLanes {
+impl Connection for LocalLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
         let mem = self.mem.renewed(specs, flow);
         let store = LocalLanes::with(self.root.clone(), mem, specs, self.backends.clone())?;
@@ -415,6 +416,15 @@ impl LaneStore for LocalLanes {
         Arc::new(crate::run::cache::FileCache::new(&self.root))
     }
 
+    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
+        let found = std::fs::metadata(&self.root)
+            .map(|_| ())
+            .map_err(|e| LaneError(format!("the lane folder {}: {e}", self.root.display())));
+        Box::pin(std::future::ready(found))
+    }
+}
+
+impl Lanes for LocalLanes {
     fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
         match self.file(lane) {
             Some(f) if f.slots > 0 => None,
@@ -483,7 +493,9 @@ impl LaneStore for LocalLanes {
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         self.mem.record_wait(lane, wait, token);
     }
+}
 
+impl LaneFigures for LocalLanes {
     fn stats(&self) -> Vec<LaneStats> {
         self.mem.stats()
     }
@@ -493,38 +505,12 @@ impl LaneStore for LocalLanes {
         Answer::Now(self.probe_elsewhere(lane))
     }
 
-    fn charge(
-        self: Arc<Self>,
-        tenant: String,
-        window: crate::manifest::TenantWindow,
-        cost: f64,
-    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
-        Box::pin(async move {
-            let root = self.root.clone();
-            tokio::task::spawn_blocking(move || spend::charge(&root, &tenant, &window, cost))
-                .await
-                .map_err(|e| LaneError(format!("tenant window: {e}")))?
-        })
-    }
-
-    fn refund(self: Arc<Self>, tenant: String, id: String) {
-        let root = self.root.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn_blocking(move || spend::refund(&root, &tenant, &id));
-        }
-    }
-
     fn occupancy(&self) -> Vec<super::Occupancy> {
         self.mem.occupancy_of(true)
     }
+}
 
-    fn ping(self: Arc<Self>) -> BoxFuture<'static, Result<(), LaneError>> {
-        let found = std::fs::metadata(&self.root)
-            .map(|_| ())
-            .map_err(|e| LaneError(format!("the lane folder {}: {e}", self.root.display())));
-        Box::pin(std::future::ready(found))
-    }
-
+impl Backends for LocalLanes {
     fn orders_backends(&self) -> bool {
         true
     }
@@ -574,6 +560,29 @@ impl LaneStore for LocalLanes {
             .map_err(|e| LaneError(format!("keyed lock: {e}")))??;
             Ok(Some(Box::new(file) as Box<dyn Send + Sync>))
         })
+    }
+}
+
+impl TenantSpend for LocalLanes {
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        Box::pin(async move {
+            let root = self.root.clone();
+            tokio::task::spawn_blocking(move || spend::charge(&root, &tenant, &window, cost))
+                .await
+                .map_err(|e| LaneError(format!("tenant window: {e}")))?
+        })
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        let root = self.root.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || spend::refund(&root, &tenant, &id));
+        }
     }
 }
 

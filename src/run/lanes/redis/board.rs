@@ -4,10 +4,11 @@
 //! replica; one that stopped being renewed is taken over (by a script that compares and sets)
 //! by the replica the client's retry reaches.
 
+use crate::run::lanes::{Answers, Beats, Entries};
 use redis::aio::ConnectionManager;
 
 use super::store_error;
-use crate::run::lanes::{Board, BoxFuture, LaneError};
+use crate::run::lanes::{BoxFuture, LaneError};
 use std::sync::Arc;
 
 /// Set entry ARGV[1] to ARGV[3] if it still reads ARGV[2].
@@ -50,7 +51,7 @@ impl RedisBoard {
     }
 }
 
-impl Board for RedisBoard {
+impl Entries for RedisBoard {
     fn put(
         self: Arc<Self>,
         id: String,
@@ -66,26 +67,6 @@ impl Board for RedisBoard {
         let mut cmd = redis::cmd("HVALS");
         cmd.arg(self.keys().0);
         self.run::<Vec<String>>(cmd)
-    }
-
-    fn set_answer(
-        self: Arc<Self>,
-        id: String,
-        answer: String,
-    ) -> BoxFuture<'static, Result<(), LaneError>> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.keys().1).arg(id).arg(answer);
-        let run = self.run::<i64>(cmd);
-        Box::pin(async move { run.await.map(|_| ()) })
-    }
-
-    fn answer(
-        self: Arc<Self>,
-        id: String,
-    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys().1).arg(id);
-        self.run::<Option<String>>(cmd)
     }
 
     fn ids(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<String>, LaneError>> {
@@ -105,29 +86,6 @@ impl Board for RedisBoard {
         cmd.arg(self.keys().0).arg(ids);
         let run = self.run::<Vec<Option<String>>>(cmd);
         Box::pin(async move { run.await.map(|v| v.into_iter().flatten().collect()) })
-    }
-
-    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(self.keys().1);
-        self.run::<Vec<(String, String)>>(cmd)
-    }
-
-    fn beat(
-        self: Arc<Self>,
-        gateway: String,
-        at: f64,
-    ) -> BoxFuture<'static, Result<(), LaneError>> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.beats_key()).arg(gateway).arg(at);
-        let run = self.run::<i64>(cmd);
-        Box::pin(async move { run.await.map(|_| ()) })
-    }
-
-    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(self.beats_key());
-        self.run::<Vec<(String, f64)>>(cmd)
     }
 
     fn claim(
@@ -161,5 +119,52 @@ impl Board for RedisBoard {
                 .await
                 .map_err(|e| store_error(&self.url, e))
         })
+    }
+}
+
+impl Answers for RedisBoard {
+    fn set_answer(
+        self: Arc<Self>,
+        id: String,
+        answer: String,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.keys().1).arg(id).arg(answer);
+        let run = self.run::<i64>(cmd);
+        Box::pin(async move { run.await.map(|_| ()) })
+    }
+
+    fn answer(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys().1).arg(id);
+        self.run::<Option<String>>(cmd)
+    }
+
+    fn answers(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, String)>, LaneError>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(self.keys().1);
+        self.run::<Vec<(String, String)>>(cmd)
+    }
+}
+
+impl Beats for RedisBoard {
+    fn beat(
+        self: Arc<Self>,
+        gateway: String,
+        at: f64,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.beats_key()).arg(gateway).arg(at);
+        let run = self.run::<i64>(cmd);
+        Box::pin(async move { run.await.map(|_| ()) })
+    }
+
+    fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(self.beats_key());
+        self.run::<Vec<(String, f64)>>(cmd)
     }
 }

@@ -13,6 +13,7 @@
 //! process's runs, is a flow (`scripts.rs`). A backend's read/write order is a lane of its own,
 //! queued by arrival alone; a tenant's window spend is a sorted set.
 
+use crate::run::lanes::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -586,58 +587,9 @@ impl Drop for Permits {
     }
 }
 
-impl LaneStore for RedisLanes {
+impl Connection for RedisLanes {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError> {
         Ok(Arc::new(self.renewed(specs, flow)))
-    }
-
-    fn charge(
-        self: Arc<Self>,
-        tenant: String,
-        window: crate::manifest::TenantWindow,
-        cost: f64,
-    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
-        Box::pin(async move {
-            let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
-            let id = format!("{:016x}", fastrand::u64(..));
-            let cost_text = cost.to_string();
-            let window_ms = u64::try_from(window.window.as_millis()).unwrap_or(u64::MAX);
-            let script = Script::new(SPEND);
-            let mut inv = script.key(&key);
-            inv.arg(window_ms)
-                .arg(window.max_cost.to_string())
-                .arg(&cost_text)
-                .arg(&id);
-            let mut conn = self.conn.clone();
-            let (granted, spent, ms): (i64, String, i64) = inv
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| store_error(&self.url, e))?;
-            Ok(if granted == 1 {
-                super::Charge::Granted(format!("{id}|{cost_text}"))
-            } else {
-                super::Charge::Refused {
-                    spent: spent.parse().unwrap_or(0.0),
-                    frees_in: u64::try_from(ms).ok().map(Duration::from_millis),
-                }
-            })
-        })
-    }
-
-    fn refund(self: Arc<Self>, tenant: String, id: String) {
-        let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
-        let mut conn = self.conn.clone();
-        self.pending.spawn(async move {
-            let _: Result<i64, _> = redis::cmd("ZREM")
-                .arg(&key)
-                .arg(&id)
-                .query_async(&mut conn)
-                .await;
-        });
-    }
-
-    fn occupancy(&self) -> Vec<super::Occupancy> {
-        self.mem.occupancy_of(true)
     }
 
     fn board(&self) -> Option<Arc<dyn super::Board>> {
@@ -667,29 +619,6 @@ impl LaneStore for RedisLanes {
         })
     }
 
-    fn orders_backends(&self) -> bool {
-        true
-    }
-
-    fn backend(
-        self: Arc<Self>,
-        backend: String,
-        claim: crate::plan::Claim,
-    ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
-        Box::pin(async move {
-            let key = self.backend_key(&backend);
-            // A concurrent write overlaps its like (and, across processes, reads).
-            let weight = match claim {
-                crate::plan::Claim::Read | crate::plan::Claim::ConcurrentWrite => 1,
-                crate::plan::Claim::Write => BACKEND_SLOTS,
-            };
-            let (held, _, _) = self
-                .take_key(&key, BACKEND_SLOTS, weight, ("", 1), None)
-                .await?;
-            Ok(Box::new(held) as Box<dyn Send + Sync>)
-        })
-    }
-
     fn cache_store(&self) -> Arc<dyn crate::run::cache::CacheStore> {
         Arc::new(crate::run::cache::RedisCache::new(
             self.conn.clone(),
@@ -697,7 +626,9 @@ impl LaneStore for RedisLanes {
             &self.url,
         ))
     }
+}
 
+impl Lanes for RedisLanes {
     fn acquire(
         self: Arc<Self>,
         lane: usize,
@@ -765,6 +696,12 @@ impl LaneStore for RedisLanes {
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         self.mem.record_wait(lane, wait, token);
     }
+}
+
+impl LaneFigures for RedisLanes {
+    fn occupancy(&self) -> Vec<super::Occupancy> {
+        self.mem.occupancy_of(true)
+    }
 
     fn stats(&self) -> Vec<LaneStats> {
         self.mem.stats()
@@ -786,5 +723,77 @@ impl LaneStore for RedisLanes {
             self.mem.note_elsewhere(lane, n);
             Some(n)
         }))
+    }
+}
+
+impl Backends for RedisLanes {
+    fn orders_backends(&self) -> bool {
+        true
+    }
+
+    fn backend(
+        self: Arc<Self>,
+        backend: String,
+        claim: crate::plan::Claim,
+    ) -> BoxFuture<'static, Result<Box<dyn Send + Sync>, LaneError>> {
+        Box::pin(async move {
+            let key = self.backend_key(&backend);
+            // A concurrent write overlaps its like (and, across processes, reads).
+            let weight = match claim {
+                crate::plan::Claim::Read | crate::plan::Claim::ConcurrentWrite => 1,
+                crate::plan::Claim::Write => BACKEND_SLOTS,
+            };
+            let (held, _, _) = self
+                .take_key(&key, BACKEND_SLOTS, weight, ("", 1), None)
+                .await?;
+            Ok(Box::new(held) as Box<dyn Send + Sync>)
+        })
+    }
+}
+
+impl TenantSpend for RedisLanes {
+    fn charge(
+        self: Arc<Self>,
+        tenant: String,
+        window: crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> BoxFuture<'static, Result<super::Charge, LaneError>> {
+        Box::pin(async move {
+            let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
+            let id = format!("{:016x}", fastrand::u64(..));
+            let cost_text = cost.to_string();
+            let window_ms = u64::try_from(window.window.as_millis()).unwrap_or(u64::MAX);
+            let script = Script::new(SPEND);
+            let mut inv = script.key(&key);
+            inv.arg(window_ms)
+                .arg(window.max_cost.to_string())
+                .arg(&cost_text)
+                .arg(&id);
+            let mut conn = self.conn.clone();
+            let (granted, spent, ms): (i64, String, i64) = inv
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| store_error(&self.url, e))?;
+            Ok(if granted == 1 {
+                super::Charge::Granted(format!("{id}|{cost_text}"))
+            } else {
+                super::Charge::Refused {
+                    spent: spent.parse().unwrap_or(0.0),
+                    frees_in: u64::try_from(ms).ok().map(Duration::from_millis),
+                }
+            })
+        })
+    }
+
+    fn refund(self: Arc<Self>, tenant: String, id: String) {
+        let key = format!("flux-tools:{}:spend:{tenant}", self.ns);
+        let mut conn = self.conn.clone();
+        self.pending.spawn(async move {
+            let _: Result<i64, _> = redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await;
+        });
     }
 }
