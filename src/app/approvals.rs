@@ -43,7 +43,7 @@ fn registry(
             let lanes = rt
                 .block_on(crate::run::RedisLanes::connect(url, &[], &ns))
                 .map_err(|e| Error::Usage(e.to_string()))?;
-            crate::run::lanes::Connection::board(&lanes)
+            crate::run::store::Connection::board(&lanes)
         }
         _ => None,
     };

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use crate::run::lanes::BoxFuture;
+use crate::run::store::BoxFuture;
 use crate::run::{ApprovalRequest, Approver, Ruling};
 
 /// Asks on `/dev/tty`; no terminal means no answer.

@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::events::ErrorKind;
-use crate::run::lanes::BoxFuture;
+use crate::run::store::BoxFuture;
 use crate::template::Template;
 
 /// `--approve`: answers given in advance.

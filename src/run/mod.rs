@@ -6,7 +6,7 @@
 //!   time in call order, phase barriers, `on_tool_error`, deadlines and signals. It emits
 //!   [`Event`](crate::events::Event)s and never prints.
 //! - Each dispatched call is one task: it takes its lanes in the fixed order through a
-//!   [`lanes::LaneStore`], invokes its [`tools::ToolImpl`] (retrying transient failures of
+//!   [`store::LaneStore`], invokes its [`tools::ToolImpl`] (retrying transient failures of
 //!   idempotent tools), classifies how it ended, and sends the result back to the coordinator.
 //! - Stopping flows one way: the coordinator flips a `watch` channel (graceful, then force);
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
@@ -17,16 +17,16 @@ pub mod cassette;
 mod end;
 pub mod gate;
 pub mod journal;
-pub mod lanes;
 pub mod scheduler;
 pub mod stats;
+pub mod store;
 
 pub use cache::Cache;
 pub use cassette::Cassette;
 pub use end::{Ended, RunEnd};
 pub use gate::{ApprovalRequest, Approvals, Approver, Ruling};
 pub use journal::{result_from_json, Journal, Resume};
-pub use lanes::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 pub use scheduler::{
     execute, execute_spawned, new_run_id, tool_impls, Control, RunConfig, RunReport,
 };
+pub use store::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::progress::Reporter;
 use crate::app::parked::{self, Decision, Parked, Place, Waiting};
-use crate::run::lanes::BoxFuture;
+use crate::run::store::BoxFuture;
 use crate::run::{ApprovalRequest, Approver, Ruling};
 
 /// How long a parked call waits unless the manifest says otherwise.

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::events::CallResult;
-use crate::run::lanes::Occupancy;
+use crate::run::store::Occupancy;
 
 type Labels = Vec<(&'static str, String)>;
 

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::app::parked::{Decision, Waiting};
 use crate::events::{CallResult, ErrorKind, Status};
-use crate::run::lanes::Occupancy;
+use crate::run::store::Occupancy;
 
 /// The page itself.
 pub const PAGE: &str = include_str!("status.html");

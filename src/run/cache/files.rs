@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{CacheError, CacheStore, Claim, Entry};
-use crate::run::lanes::{Answer, BoxFuture};
+use crate::run::store::{Answer, BoxFuture};
 
 /// Entries as files under `dir`.
 pub struct FileCache {

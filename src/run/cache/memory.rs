@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{CacheError, CacheStore, Claim, Entry};
-use crate::run::lanes::{Answer, BoxFuture};
+use crate::run::store::{Answer, BoxFuture};
 
 /// Entries with the instant each expires.
 #[derive(Default)]

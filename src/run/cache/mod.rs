@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::lanes::{Answer, BoxFuture};
+use super::store::{Answer, BoxFuture};
 
 mod files;
 mod memory;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 use super::{CacheError, CacheStore, Claim, Entry};
-use crate::run::lanes::{Answer, BoxFuture};
+use crate::run::store::{Answer, BoxFuture};
 
 /// Deletes the lead key only if it still holds our token (it may have lapsed and been taken).
 const LET_GO: &str = r#"

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{never, Emitter, Job};
 use crate::events::{CallResult, ErrorKind, Event};
 use crate::plan::Plan;
-use crate::run::lanes::{Admission, Answer, BoxFuture, Claims, LaneError, LaneStore, Lease};
+use crate::run::store::{Admission, Answer, BoxFuture, Claims, LaneError, LaneStore, Lease};
 use crate::tools::StopLevel;
 
 /// A lane acquisition in progress.

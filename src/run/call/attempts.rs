@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{backoff, Job};
 use crate::events::{CallResult, ErrorInfo, ErrorKind, Event, Status};
 use crate::plan::LaneKey;
-use crate::run::lanes::{LaneStore, Lease};
+use crate::run::store::{LaneStore, Lease};
 use crate::tools::{Failure, Stop, StopCause, StopLevel};
 
 impl Job {

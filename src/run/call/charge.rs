@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::events::ErrorKind;
 use crate::manifest::TenantWindow;
-use crate::run::lanes::{refusal, Charge, LaneError, LaneStore};
+use crate::run::store::{refusal, Charge, LaneError, LaneStore};
 
 type Answer = Result<Charge, LaneError>;
 
@@ -121,7 +121,7 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::lanes::MemoryLanes;
+    use crate::run::store::MemoryLanes;
     use std::time::Duration;
 
     fn window(max: f64) -> Arc<TenantWindow> {

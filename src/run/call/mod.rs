@@ -18,7 +18,7 @@ mod acquire;
 mod attempts;
 mod charge;
 
-use super::lanes::{LaneStore, Lease};
+use super::store::{LaneStore, Lease};
 use crate::duration::millis;
 use crate::events::ErrorKind;
 use crate::events::{CallResult, ErrorInfo, Event, Status};

@@ -12,7 +12,7 @@ use crate::events::ErrorKind;
 use crate::plan::Claim;
 use crate::run::call::{begin_acquire, never_dispatched, Charger, Job, Ticket};
 use crate::run::gate::GateJob;
-use crate::run::lanes::Claims;
+use crate::run::store::Claims;
 use crate::tools::Invocation;
 
 impl Coordinator {
@@ -53,7 +53,7 @@ impl Coordinator {
     }
 
     /// Whether call `p`'s backend `claims` are one read it may take with its last lane
-    /// ([`LaneStore::acquire_along`](crate::run::lanes::LaneStore::acquire_along)): not a
+    /// ([`LaneStore::acquire_along`](crate::run::store::LaneStore::acquire_along)): not a
     /// write (whose cache marks change before it holds its backend), nor a call that holds
     /// the lock of a `parallel_safe = false` tool first.
     fn reads_alone(&self, p: usize, claims: &Claims) -> bool {

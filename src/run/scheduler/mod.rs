@@ -39,7 +39,7 @@ use super::call::Emitter;
 use super::cassette::Cassette;
 use super::gate::{Approvals, Approver};
 use super::journal::{Journal, Resume};
-use super::lanes::LaneStore;
+use super::store::LaneStore;
 use crate::events::{CallResult, Event, LaneInfo, Outcome, Stats};
 use crate::manifest::Manifest;
 use crate::plan::Plan;

@@ -20,7 +20,7 @@ use crate::run::call::{Completion, Emitter};
 use crate::run::cassette::Cassette;
 use crate::run::gate::GateJob;
 use crate::run::journal::{Journal, Resume};
-use crate::run::lanes::{Claims, LaneStore};
+use crate::run::store::{Claims, LaneStore};
 use crate::tools::{RunInfo, StopLevel, ToolImpl};
 
 /// The run's state, owned by the coordinator task.

@@ -3,8 +3,8 @@
 //! The scheduler on virtual time: scripted tools sleep on tokio's paused clock, so these
 //! assert exact makespans and orderings from the collected events, never wall-clock time.
 
-use crate::run::lanes::Backends;
-use crate::run::lanes::{Connection, LaneFigures, Lanes, TenantSpend};
+use crate::run::store::Backends;
+use crate::run::store::{Connection, LaneFigures, Lanes, TenantSpend};
 use std::path::PathBuf;
 
 use super::*;
@@ -12,7 +12,7 @@ use crate::batch::Batch;
 use crate::error::SourceFile;
 use crate::events::Status;
 use crate::plan::{build, PlanOptions};
-use crate::run::lanes::{
+use crate::run::store::{
     Admission, Answer, BoxFuture, Charge, Flow, LaneError, LaneStore, Lease, MemoryLanes, Occupancy,
 };
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -60,7 +60,7 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
     let (b, _) = Batch::parse(SourceFile::new("b.yaml", batch)).unwrap();
     let plan = Arc::new(build(&m, &b, &PlanOptions::default()).unwrap());
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let lanes: Arc<dyn crate::run::lanes::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
+    let lanes: Arc<dyn crate::run::store::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
     let cache = crate::run::cache::Cache::new(lanes.cache_store(), "run-test", false);
     let config = RunConfig {
         events: Some(tx),

@@ -21,7 +21,7 @@ use crate::error::SourceFile;
 use crate::events::{ErrorKind, Status};
 use crate::plan::{build, PlanOptions};
 use crate::run::gate::{ApprovalRequest, Grant};
-use crate::run::lanes::MemoryLanes;
+use crate::run::store::MemoryLanes;
 
 const BACKENDS: [&str; 2] = ["a", "b"];
 
@@ -202,7 +202,7 @@ impl crate::run::gate::Approver for Decide {
     fn ask(
         self: Arc<Self>,
         r: ApprovalRequest,
-    ) -> crate::run::lanes::BoxFuture<'static, crate::run::Ruling> {
+    ) -> crate::run::store::BoxFuture<'static, crate::run::Ruling> {
         use crate::run::Ruling;
         let ruling = match self.0.get(&r.id) {
             Some(Answer::Grant) => Ruling::Approved,
@@ -272,7 +272,7 @@ use sequential::Sequential;
 struct Runner {
     manifest: Arc<Manifest>,
     plan: Arc<Plan>,
-    lanes: Arc<dyn crate::run::lanes::LaneStore>,
+    lanes: Arc<dyn crate::run::store::LaneStore>,
     cache: Arc<crate::run::cache::Cache>,
     tools: Arc<Vec<Arc<crate::tools::ToolImpl>>>,
     dir: tempfile::TempDir,
@@ -280,7 +280,7 @@ struct Runner {
 
 impl Runner {
     fn new(manifest: Arc<Manifest>, plan: Arc<Plan>) -> Runner {
-        let lanes: Arc<dyn crate::run::lanes::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
+        let lanes: Arc<dyn crate::run::store::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
         let cache = crate::run::cache::Cache::new(lanes.cache_store(), "run-d", false);
         let tools = Arc::new(tool_impls(&manifest, &plan, None));
         Runner {

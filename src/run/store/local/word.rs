@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::open_rw;
-use crate::run::lanes::LaneError;
+use crate::run::store::LaneError;
 
 /// Bytes mapped: one `u64`.
 const LEN: usize = std::mem::size_of::<u64>();

@@ -4,11 +4,11 @@
 //! replica; one that stopped being renewed is taken over (by a script that compares and sets)
 //! by the replica the client's retry reaches.
 
-use crate::run::lanes::{Answers, Beats, Entries};
 use redis::aio::ConnectionManager;
 
 use super::store_error;
-use crate::run::lanes::{BoxFuture, LaneError};
+use crate::run::store::{Answers, Beats, Entries};
+use crate::run::store::{BoxFuture, LaneError};
 use std::sync::Arc;
 
 /// Set entry ARGV[1] to ARGV[3] if it still reads ARGV[2].

@@ -28,6 +28,7 @@ mod redis;
 pub(crate) mod window;
 use crate::events::LaneStats;
 pub use fair::{Flow, OrderedSemaphore};
+pub(crate) use local::FileBoard;
 pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
 pub use redis::{redact_url, RedisLanes};

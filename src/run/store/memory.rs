@@ -2,8 +2,8 @@
 //! in call order within a flow, fairly across flows), rate tokens from a bucket on tokio's clock, so a test on the paused clock
 //! sees exact waits. The other stores keep their in-process half here too.
 
-use crate::run::lanes::Backends;
-use crate::run::lanes::{Connection, LaneFigures, Lanes, TenantSpend};
+use crate::run::store::Backends;
+use crate::run::store::{Connection, LaneFigures, Lanes, TenantSpend};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

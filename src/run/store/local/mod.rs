@@ -15,7 +15,6 @@
 //! Per-run lanes (the turn, the batch's narrowed copies) and lanes borrowed from a parent run
 //! (`FLUX_TOOLS_LEASE`) stay in memory.
 
-use crate::run::lanes::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -31,11 +30,14 @@ use super::{
 };
 
 mod backend;
+mod board;
+pub(crate) use board::FileBoard;
 mod bell;
 mod spend;
 mod word;
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
+use crate::run::store::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 
 /// The per-user folder the local store keeps its lock files in.
 pub fn runtime_dir() -> Result<PathBuf, LaneError> {

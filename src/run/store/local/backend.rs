@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use super::word::{Announced, Word};
 use super::{flock, lane_folder, open_rw};
 use crate::plan::Claim;
-use crate::run::lanes::LaneError;
+use crate::run::store::LaneError;
 
 /// How long a shared hold outlives its last read, for the next one.
 const LINGER: Duration = Duration::from_millis(1);

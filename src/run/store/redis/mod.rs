@@ -13,7 +13,6 @@
 //! process's runs, is a flow (`scripts.rs`). A backend's read/write order is a lane of its own,
 //! queued by arrival alone; a tenant's window spend is a sorted set.
 
-use crate::run::lanes::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use super::{
 };
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
+use crate::run::store::{Backends, Connection, LaneFigures, Lanes, TenantSpend};
 
 /// How long a lease lasts without renewal (`FLUX_TOOLS_LEASE_MS` overrides, for tests).
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);
@@ -36,8 +36,12 @@ const SETTLE_FOR: Duration = Duration::from_secs(2);
 
 mod bell;
 mod board;
+mod connect;
 mod pending;
+mod permits;
 mod scripts;
+pub use connect::redact_url;
+use connect::store_error;
 use scripts::{ACQUIRE, LEAVE, RELEASE, RELEASE_ALONG, RENEW, SPEND, TOKENS};
 
 /// The longest a waiter waits for a "freed" message before trying again (a lost message costs
@@ -107,95 +111,7 @@ fn redis_lanes(specs: &[LaneSpec], ns: &str) -> Vec<Option<RedisLane>> {
         .collect()
 }
 
-fn store_error(url: &str, e: impl std::fmt::Display) -> LaneError {
-    let e = e.to_string();
-    match tls_cause(&e) {
-        Some(why) => LaneError(format!(
-            "{url} is unreachable: {why} ({e})\nhint: make a CA, sign the server's certificate with it (its subjectAltName naming the host of the URL), and trust the CA: SSL_CERT_FILE=ca.pem (docs/src/semantics.md, \"Redis over TLS\")"
-        )),
-        None => LaneError(format!("{url} is unreachable: {e}")),
-    }
-}
-
-/// A TLS certificate refusal, in rustls' words, said in ours.
-fn tls_cause(e: &str) -> Option<&'static str> {
-    [
-        ("CaUsedAsEndEntity", "the server presents a CA certificate as its own (a self-signed certificate, as `openssl req -x509` makes one), which TLS refuses even when it is trusted"),
-        ("UnknownIssuer", "the server's certificate is signed by a CA this machine does not trust"),
-        ("NotValidForName", "the server's certificate does not name the host of the URL"),
-        ("Expired", "the server's certificate has expired"),
-    ]
-    .into_iter()
-    .find(|(word, _)| e.contains(word))
-    .map(|(_, why)| why)
-}
-
-/// The URL as shown in any message: a password (`redis://user:secret@host`) as `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    let user = rest[..at].split(':').next().unwrap_or("");
-    format!("{scheme}://{user}:***@{}", &rest[at + 1..])
-}
-
 impl RedisLanes {
-    /// Connect; `namespace` (the manifest's canonical path) separates manifests sharing a Redis.
-    pub async fn connect(
-        url: &str,
-        specs: &[LaneSpec],
-        namespace: &str,
-    ) -> Result<RedisLanes, LaneError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| LaneError(format!("--lane-store {}: {e}", redact_url(url))))?;
-        // Short timeouts and one retry a request: the store's own loop retries for
-        // `UNREACHABLE_FOR`, and a Redis that is gone must not stretch each attempt.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200))
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(2)));
-        let conn = tokio::time::timeout(
-            UNREACHABLE_FOR,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await
-        .map_err(|_| store_error(&redact_url(url), "no answer"))?
-        .map_err(|e| store_error(&redact_url(url), e))?;
-        load_scripts(&mut conn.clone()).await;
-        let lease = std::env::var("FLUX_TOOLS_LEASE_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(DEFAULT_LEASE, Duration::from_millis)
-            .max(Duration::from_millis(300));
-        let ns = format!("{:016x}", crate::hash::fnv(namespace.as_bytes()));
-        let lanes = redis_lanes(specs, &ns);
-        Ok(RedisLanes {
-            // Only ever shown, so only ever kept redacted.
-            url: redact_url(url),
-            conn,
-            mem: Arc::new(MemoryLanes::new(specs)),
-            paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
-            lanes,
-            bells: bell::Bells::new(client.clone(), &ns),
-            pending: Arc::default(),
-            ns,
-            lease,
-            acquire: Script::new(ACQUIRE),
-            release: Script::new(RELEASE),
-            release_along: Script::new(RELEASE_ALONG),
-            leave: Script::new(LEAVE),
-            renew: Script::new(RENEW),
-            tokens: Script::new(TOKENS),
-            down_since: std::sync::Mutex::new(None),
-            flow: (format!("run-{:016x}", fastrand::u64(..)).into(), 1),
-        })
-    }
-
     /// The same connection and in-process lanes for another run's lane table; its calls
     /// queue as `flow` (a run's own flow: as this process's runs).
     fn renewed(&self, specs: &[LaneSpec], flow: &Flow) -> RedisLanes {
@@ -229,162 +145,9 @@ impl RedisLanes {
         self.lanes.get(lane).and_then(Option::as_ref)
     }
 
-    /// The lease of `weight` permits of `lane`: this process's first, then the shared ones —
-    /// with the call's backend read along when `along` asks for it and the lane has no rate
-    /// (a wait for a token must not hold the read).
-    fn lease(
-        self: Arc<Self>,
-        lane: usize,
-        weight: u32,
-        order: u64,
-        along: Option<super::Claims>,
-    ) -> BoxFuture<'static, Result<Lease, LaneError>> {
-        Box::pin(async move {
-            let lease = self.mem.clone().acquire(lane, weight, order).await?;
-            let Some(l) = self.lane(lane).filter(|l| l.limit > 0) else {
-                return Ok(lease);
-            };
-            let read = along
-                .filter(|_| l.rate.is_none())
-                .and_then(|a| a.first().map(|(backend, _)| self.backend_key(backend)));
-            let (key, limit, flow) = (l.key.clone(), l.limit, self.flow.clone());
-            let (permits, paused_ms, read) = self
-                .take_key(&key, limit, weight, (&flow.0, flow.1), read.as_deref())
-                .await?;
-            self.note_pause(lane, paused_ms);
-            Ok(match read {
-                Some(read) => {
-                    // Given back with the lane in one script, or alone if the call lets go of
-                    // it first (`Lease::give_back_backend`).
-                    let read = Arc::new(std::sync::Mutex::new(Some(read)));
-                    let mut permits = permits;
-                    permits.along = Some(read.clone());
-                    lease
-                        .with_shared(Box::new(permits))
-                        .with_backend(Box::new(ReadAlong(read)))
-                }
-                None => lease.with_shared(Box::new(permits)),
-            })
-        })
-    }
-
     /// Where backend `name`'s read/write order lives.
     fn backend_key(&self, name: &str) -> String {
         format!("flux-tools:{}:backend:{name}", self.ns)
-    }
-
-    /// Take `weight` of the `limit` permits of the Redis lane `key`, queued as `flow` (an empty
-    /// name: by arrival alone); with how long the lane is paused, in ms, and the read of the
-    /// backend at `along` when it came with them.
-    async fn take_key(
-        self: &Arc<Self>,
-        key: &str,
-        limit: u32,
-        weight: u32,
-        flow: (&str, u32),
-        along: Option<&str>,
-    ) -> Result<(Permits, i64, Option<Permits>), LaneError> {
-        let id = self.bells.ticket();
-        let members: Vec<String> = (0..weight).map(|i| format!("{id}#{i}")).collect();
-        let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
-        let queue_ms = u64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(2_000);
-        let bell = self.bells.bell(&format!("{}{id}", freed(key)));
-        // Until granted, the ticket leaves the queue if this wait is abandoned (giving back
-        // what a release may have granted it meanwhile).
-        let mut place = Place {
-            store: self.clone(),
-            key: key.to_string(),
-            limit,
-            ticket: id.clone(),
-            members: members.clone(),
-            along: along.map(str::to_string),
-            waiting: true,
-        };
-        let (paused_ms, handed, came) = loop {
-            let mut inv = lane_keys(&self.acquire, key);
-            inv.key(format!("{key}:seq"));
-            if let Some(backend) = along {
-                inv.key(backend);
-            }
-            inv.arg(limit).arg(lease_ms).arg(&id).arg(queue_ms);
-            inv.arg(flow.0).arg(flow.1);
-            inv.arg(u32::from(along.is_some())).arg(BACKEND_SLOTS);
-            for m in &members {
-                inv.arg(m);
-            }
-            let mut conn = self.conn.clone();
-            let answer = inv.invoke_async::<(i64, i64, i64)>(&mut conn).await;
-            let (paused_ms, earlier, came) = answer
-                .as_ref()
-                .map_or((0, false, false), |(g, ms, b)| (*ms, *g == 2, *b == 1));
-            if self.note_answer(&answer.map(|(granted, _, _)| granted))? {
-                break (paused_ms, earlier, came);
-            }
-            // A message sent between the try and this wait is kept by the bell
-            // (`notify_one`), so it is never missed; one that says the release granted this
-            // ticket ends the wait with no script.
-            let _ = tokio::time::timeout(FALLBACK, bell.notify.notified()).await;
-            if let Some((ms, came)) = bell.granted() {
-                break (ms, true, came);
-            }
-        };
-        place.waiting = false;
-        let read = along.filter(|_| came).map(|backend| {
-            let members = vec![format!("{id}#0")];
-            self.permits(backend, BACKEND_SLOTS, members, handed)
-        });
-        Ok((self.permits(key, limit, members, handed), paused_ms, read))
-    }
-
-    /// `members` of lane `key` just granted, renewed while the call runs.
-    fn permits(
-        self: &Arc<Self>,
-        key: &str,
-        limit: u32,
-        members: Vec<String>,
-        handed: bool,
-    ) -> Permits {
-        let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(10_000);
-        Permits {
-            store: self.clone(),
-            key: key.to_string(),
-            limit,
-            renewer: self.renew_while_held(key, &members, lease_ms, handed),
-            members,
-            along: None,
-        }
-    }
-
-    /// Renew `members` while the call runs, every third of a lease — the first time within
-    /// half a queue lease when a release granted them (until the ticket's queue lease only,
-    /// which its last try had just pushed a queue lease ahead): a call shorter than that
-    /// renews nothing.
-    fn renew_while_held(
-        self: &Arc<Self>,
-        key: &str,
-        members: &[String],
-        lease_ms: u64,
-        handed: bool,
-    ) -> tokio::task::JoinHandle<()> {
-        let (me, key, members) = (self.clone(), key.to_string(), members.to_vec());
-        tokio::spawn(async move {
-            let mut first = handed;
-            loop {
-                let every = me.lease / 3;
-                if std::mem::take(&mut first) {
-                    tokio::time::sleep(every.min(QUEUE_LEASE / 2)).await;
-                } else {
-                    tokio::time::sleep(every).await;
-                }
-                let mut inv = me.renew.key(&key);
-                inv.arg(lease_ms);
-                for m in &members {
-                    inv.arg(m);
-                }
-                let mut conn = me.conn.clone();
-                let _ = inv.invoke_async::<i64>(&mut conn).await;
-            }
-        })
     }
 
     /// What the grant said of the lane's pause (another process's Retry-After): admissions
@@ -449,141 +212,6 @@ impl RedisLanes {
             wait: Duration::from_micros(wait_us.max(0) as u64),
             token: token == 1,
         })
-    }
-}
-
-/// Load every script up front (best effort). A script Redis does not know yet costs its first
-/// run a `NOSCRIPT` answer and a second round trip: a release would then reach Redis after the
-/// waiter it freed in this process had asked, and queue it behind its own permits. (A Redis
-/// that restarts later forgets them; each is loaded again as it is first run.)
-async fn load_scripts(conn: &mut ConnectionManager) {
-    let mut pipe = redis::pipe();
-    for code in [ACQUIRE, RELEASE, RELEASE_ALONG, LEAVE, RENEW, TOKENS, SPEND] {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
-    }
-    let _: Result<(), _> = pipe.query_async(conn).await;
-}
-
-/// The prefix of the channels on which lane `key`'s waiters hear that a permit was freed and
-/// they are next (`PREFIX` + their ticket).
-fn freed(key: &str) -> String {
-    format!("{key}:freed:")
-}
-
-/// The keys every lane script starts with, in the order `scripts.rs` names them.
-fn lane_keys<'a>(script: &'a Script, key: &str) -> redis::ScriptInvocation<'a> {
-    let mut inv = script.key(key);
-    for k in ["queue", "qlease", "want", "flows", "rate"] {
-        inv.key(format!("{key}:{k}"));
-    }
-    inv.key(freed(key));
-    inv
-}
-
-/// A waiter's ticket in a lane's queue: taken out (so the next waiter is the head) when the
-/// wait is abandoned before the grant.
-struct Place {
-    store: Arc<RedisLanes>,
-    key: String,
-    limit: u32,
-    ticket: String,
-    members: Vec<String>,
-    /// The backend whose read the ticket asked for along with the lane.
-    along: Option<String>,
-    waiting: bool,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.store
-            .bells
-            .forget(&format!("{}{}", freed(&self.key), self.ticket));
-        if !self.waiting {
-            return;
-        }
-        let store = self.store.clone();
-        let mut conn = store.conn.clone();
-        let (key, ticket, members, limit) = (
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.ticket),
-            std::mem::take(&mut self.members),
-            self.limit,
-        );
-        let along = self.along.take();
-        // If this never runs, the ticket (and anything granted to it) lapses after
-        // `QUEUE_LEASE`.
-        store.pending.clone().spawn(async move {
-            let mut inv = lane_keys(&store.leave, &key);
-            inv.arg(limit).arg(&ticket).arg(&members);
-            let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
-            if let Some(backend) = along {
-                // A read a release granted along with the lane meanwhile.
-                let mut inv = lane_keys(&store.release, &backend);
-                inv.arg(BACKEND_SLOTS).arg(format!("{ticket}#0"));
-                let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
-            }
-        });
-    }
-}
-
-/// Permits held in Redis for one lease.
-struct Permits {
-    store: Arc<RedisLanes>,
-    key: String,
-    limit: u32,
-    members: Vec<String>,
-    renewer: tokio::task::JoinHandle<()>,
-    /// The backend read that came with these permits, while the call holds it.
-    along: Option<Arc<std::sync::Mutex<Option<Permits>>>>,
-}
-
-/// A backend read taken with its lane ([`LaneStore::acquire_along`]): the lane's [`Permits`]
-/// give it back with their own release, in one script; dropped first, it goes back alone.
-struct ReadAlong(Arc<std::sync::Mutex<Option<Permits>>>);
-
-impl Drop for ReadAlong {
-    fn drop(&mut self) {
-        drop(self.0.lock().unwrap_or_else(|e| e.into_inner()).take());
-    }
-}
-
-impl Drop for Permits {
-    fn drop(&mut self) {
-        self.renewer.abort();
-        if self.members.is_empty() {
-            return; // given back with the lane it came with
-        }
-        let store = self.store.clone();
-        let key = std::mem::take(&mut self.key);
-        let members = std::mem::take(&mut self.members);
-        let limit = self.limit;
-        let read = self.along.take().and_then(|a| {
-            let mut read = a.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-            read.renewer.abort();
-            Some((
-                std::mem::take(&mut read.key),
-                std::mem::take(&mut read.members),
-                read.limit,
-            ))
-        });
-        // If this never runs, the lease lapses on its own.
-        store.pending.clone().spawn(async move {
-            let mut inv = match &read {
-                Some((backend, read, backend_limit)) => {
-                    let mut inv = lane_keys(&store.release_along, &key);
-                    inv.key(backend).arg(limit).arg(backend_limit).arg(read);
-                    inv
-                }
-                None => {
-                    let mut inv = lane_keys(&store.release, &key);
-                    inv.arg(limit);
-                    inv
-                }
-            };
-            inv.arg(&members);
-            let mut conn = store.conn.clone();
-            let _: Result<i64, _> = inv.invoke_async(&mut conn).await;
-        });
     }
 }
 

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use super::{flock, lane_folder, open_rw, private_dir};
 use crate::manifest::TenantWindow;
-use crate::run::lanes::window::{self, Charge, Entry};
-use crate::run::lanes::LaneError;
+use crate::run::store::window::{self, Charge, Entry};
+use crate::run::store::LaneError;
 
 /// Run `f` on `tenant`'s entries under the file's lock, and write them back.
 fn with_entries<T>(
