@@ -12,25 +12,29 @@
 //! - [`report`]: events in, text out — results, progress, plans, summaries.
 //! - [`error`]: diagnostics with locations and hints; exit codes.
 
-pub mod app;
+#![warn(unreachable_pub)]
+
+mod app;
 pub mod batch;
-pub mod cli;
-pub mod duration;
+mod cli;
+mod duration;
 pub mod error;
-pub mod events;
+mod events;
 pub mod hash;
-pub mod history;
+mod history;
 pub mod manifest;
 pub mod model_formats;
 pub mod plan;
 pub mod reference;
-pub mod report;
+mod report;
 pub mod run;
-pub mod schema;
-pub mod template;
+mod schema;
+mod template;
 pub mod tools;
-pub mod trace_context;
-pub mod yaml;
+mod trace_context;
+mod yaml;
 
 #[cfg(test)]
 mod layout_tests;
+
+pub use app::{gateway_entry, main};

@@ -5,7 +5,7 @@
 //! `tools/call` or a cancel.
 #![no_main]
 
-use flux_tools::app::gateway_entry::{http_request, stdio_line, HttpEntry, Line};
+use flux_tools::gateway_entry::{http_request, stdio_line, HttpEntry, Line};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
