@@ -43,10 +43,7 @@ fn one_call(seq: usize) -> Batch {
     b
 }
 
-fn config(
-    lanes: Arc<dyn LaneStore>,
-    tools: &Arc<Vec<Arc<flux_tools::tools::ToolImpl>>>,
-) -> RunConfig {
+fn config(lanes: Arc<dyn LaneStore>, tools: &Arc<Vec<Arc<flux_tools::ToolImpl>>>) -> RunConfig {
     RunConfig {
         tools: Some(tools.clone()),
         ..RunConfig::bare("run-bench", lanes)

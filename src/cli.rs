@@ -10,7 +10,7 @@ macro_rules! face_enum {
     ($(#[$m:meta])* $name:ident => $target:ty { $($(#[$vm:meta])* $v:ident,)* }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-        pub enum $name {
+        pub(crate) enum $name {
             $($(#[$vm])* $v,)*
         }
 
@@ -95,7 +95,7 @@ face_enum! {
 /// classified results.
 #[derive(Debug, Parser)]
 #[command(name = "flux-tools", version, about, max_term_width = 100)]
-pub struct Args {
+pub(crate) struct Args {
     /// The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]
     #[arg(long, global = true, env = "FLUX_TOOLS_MANIFEST", value_name = "PATH")]
     pub manifest: Option<PathBuf>,
@@ -113,7 +113,7 @@ pub struct Args {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Execute a batch
     Run(Box<RunArgs>),
     /// Dry run: phases, dependency graph, lanes, critical path; executes nothing
@@ -208,7 +208,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum McpCommand {
+pub(crate) enum McpCommand {
     /// Print [tools.*] TOML for a server's tools (effect, idempotent, argument schema), ready to paste
     Import {
         /// The server, as named in [mcp_servers.NAME]
@@ -229,7 +229,7 @@ pub enum McpCommand {
 
 /// `mcp serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
@@ -283,7 +283,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     pub common: BatchArgs,
 
@@ -391,7 +391,7 @@ pub struct RunArgs {
 /// What `run` and `plan` both take: the batch, how to read it, the tenant, the turn lane and
 /// the lane store.
 #[derive(Debug, clap::Args)]
-pub struct BatchArgs {
+pub(crate) struct BatchArgs {
     /// The batch file ("-" or absent with piped stdin: read stdin)
     pub batch: Option<String>,
 
@@ -422,7 +422,7 @@ pub struct BatchArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
     pub common: BatchArgs,
 
@@ -433,7 +433,7 @@ pub struct PlanArgs {
 
 /// `run --format`: how results are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ResultsFormat {
+pub(crate) enum ResultsFormat {
     Table,
     Json,
     Jsonl,
@@ -441,7 +441,7 @@ pub enum ResultsFormat {
 
 /// `plan --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PlanFormat {
+pub(crate) enum PlanFormat {
     Table,
     /// Pretty JSON.
     Json,
@@ -454,7 +454,7 @@ pub enum PlanFormat {
 
 /// `tools --format` and `validate --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListFormat {
+pub(crate) enum ListFormat {
     Table,
     Json,
     /// The same JSON (one line).
@@ -463,7 +463,7 @@ pub enum ListFormat {
 
 /// `--lane-store`: where the shared lanes live.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LaneStoreChoice {
+pub(crate) enum LaneStoreChoice {
     /// Advisory file locks beside the manifest's canonical path: every process on this machine.
     Local,
     /// This run only.
@@ -473,7 +473,7 @@ pub enum LaneStoreChoice {
 }
 
 impl LaneStoreChoice {
-    pub fn parse(s: &str) -> Result<LaneStoreChoice, String> {
+    pub(crate) fn parse(s: &str) -> Result<LaneStoreChoice, String> {
         match s {
             "local" => Ok(LaneStoreChoice::Local),
             "memory" => Ok(LaneStoreChoice::Memory),
@@ -486,14 +486,14 @@ impl LaneStoreChoice {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     Auto,
     Always,
     Never,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProgressChoice {
+pub(crate) enum ProgressChoice {
     Auto,
     Always,
     Never,
@@ -512,7 +512,7 @@ mod tests {
 
 /// `--approve`, as the command line says it (the face maps it onto the gate's `Approvals`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Approve {
+pub(crate) enum Approve {
     All,
     None,
     Some(Vec<Granted>),
@@ -520,7 +520,7 @@ pub enum Approve {
 
 /// One item of an `--approve` list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Granted {
+pub(crate) enum Granted {
     Tool(String),
     Call { id: String, hash: String },
 }
@@ -534,7 +534,7 @@ fn is_hash(s: &str) -> bool {
 
 /// `--approve`: `all`, `none` or a comma-separated list of tools and `ID@HASH` calls (clap's
 /// value parser).
-pub fn approvals(s: &str) -> Result<Approve, String> {
+pub(crate) fn approvals(s: &str) -> Result<Approve, String> {
     Ok(match s {
         "all" => Approve::All,
         "none" => Approve::None,

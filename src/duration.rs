@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Parse `250ms`, `5s`, `1.5s`, `2m`, `1h`, or any humantime form (`1m 30s`).
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if t.is_empty() {
         return Err("empty duration".into());
@@ -26,7 +26,7 @@ fn bad(text: &str) -> String {
 }
 
 /// Seconds as a duration, refusing negatives, NaN and absurd sizes.
-pub fn from_secs_f64(secs: f64) -> Option<Duration> {
+pub(crate) fn from_secs_f64(secs: f64) -> Option<Duration> {
     if secs.is_finite() && (0.0..=1.0e9).contains(&secs) {
         Some(Duration::from_secs_f64(secs))
     } else {
@@ -35,7 +35,7 @@ pub fn from_secs_f64(secs: f64) -> Option<Duration> {
 }
 
 /// Print a duration the way SPEC writes them: `0ms`, `250ms`, `1.25s`, `2m05s`.
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms}ms")
@@ -51,7 +51,7 @@ pub fn format(d: Duration) -> String {
 }
 
 /// Milliseconds to the nearest whole millisecond, for result fields.
-pub fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -327,7 +327,7 @@ impl Event {
 }
 
 /// A cost or other amount without trailing zeros (`0.25`, `3`).
-pub fn trim_float(v: f64) -> String {
+pub(crate) fn trim_float(v: f64) -> String {
     let s = format!("{v:.6}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

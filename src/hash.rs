@@ -10,7 +10,7 @@ pub fn fnv(bytes: &[u8]) -> u64 {
 }
 
 /// [`fnv`] as sixteen hex digits.
-pub fn fnv_hex(bytes: &[u8]) -> String {
+pub(crate) fn fnv_hex(bytes: &[u8]) -> String {
     format!("{:016x}", fnv(bytes))
 }
 

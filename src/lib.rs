@@ -2,17 +2,19 @@
 //! and returns the results in the order they were asked for, with every failure classified.
 //!
 //! # Layout
-//! - [`cli`]: the clap command line; [`config`]: discovery and I/O around it; [`app`]: the
-//!   commands and exit codes.
-//! - [`manifest`] (`tools.toml`), [`batch`] (the calls), [`reference`] (`${id.path}`),
-//!   [`schema`] (argument guardrails), [`template`] (`${env:…}` and `{arg}` in the manifest),
-//!   [`yaml`] (the only module that touches serde_yaml).
-//! - [`plan`]: phases, edges, lanes and the simulated schedule — pure, no I/O.
-//! - [`run`]: the scheduler and lanes. It emits [`events`] and never prints.
-//! - [`report`]: events in, text out — results, progress, plans, summaries.
-//! - [`error`]: diagnostics with locations and hints; exit codes.
+//! The layers, lowest first (`ARCHITECTURE.md`; `layout_tests.rs` keeps them): the ground
+//! (`events`, `error`, `duration`, `hash`, `trace_context`, `yaml` — the only module that
+//! touches serde_yaml —, `schema`); the model (`template`, `model_formats`, `reference`,
+//! `manifest`, `batch`); `plan` (pure, no I/O); `tools`; `run` (the scheduler and the lane
+//! store: it emits events and never prints); the reporters (`history`, `report`); the face
+//! (`cli`, then `app`).
+//!
+//! # Surface
+//! Everything is `pub(crate)` unless the benchmarks, the fuzz targets or the tests use it
+//! (`#![deny(unreachable_pub)]` keeps it so): the modules below that are `pub`, and the few
+//! items re-exported at the end.
 
-#![warn(unreachable_pub)]
+#![deny(unreachable_pub)]
 
 mod app;
 pub mod batch;
@@ -20,7 +22,7 @@ mod cli;
 mod duration;
 pub mod error;
 mod events;
-pub mod hash;
+mod hash;
 mod history;
 pub mod manifest;
 pub mod model_formats;
@@ -30,7 +32,7 @@ mod report;
 pub mod run;
 mod schema;
 mod template;
-pub mod tools;
+mod tools;
 mod trace_context;
 mod yaml;
 
@@ -38,3 +40,7 @@ mod yaml;
 mod layout_tests;
 
 pub use app::{gateway_entry, main};
+/// The digest that names a manifest's lane folder (the tests look into it).
+pub use hash::fnv;
+/// What a run of a plan holds its tools in (the benchmarks build them once).
+pub use tools::ToolImpl;

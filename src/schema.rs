@@ -441,7 +441,7 @@ fn type_phrase(t: ArgType) -> &'static str {
 }
 
 /// A short name for a JSON value's type, for messages.
-pub fn value_kind(v: &Value) -> &'static str {
+pub(crate) fn value_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

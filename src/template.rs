@@ -150,7 +150,7 @@ pub enum RenderError {
 }
 
 /// A JSON value as placeholder text: strings as they are, anything else as compact JSON.
-pub fn value_text(v: &Value) -> String {
+pub(crate) fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -170,7 +170,7 @@ fn is_ident(s: &str) -> bool {
 }
 
 /// A map of templates as JSON, every secret shown as `***`.
-pub fn redacted_map(m: &std::collections::BTreeMap<String, Template>) -> serde_json::Value {
+pub(crate) fn redacted_map(m: &std::collections::BTreeMap<String, Template>) -> serde_json::Value {
     serde_json::Value::Object(
         m.iter()
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.redacted())))
@@ -179,7 +179,7 @@ pub fn redacted_map(m: &std::collections::BTreeMap<String, Template>) -> serde_j
 }
 
 /// Replace every `${env:…}` in raw text with `***` (for messages about malformed text).
-pub fn redact_raw(text: &str) -> String {
+pub(crate) fn redact_raw(text: &str) -> String {
     let mut out = String::new();
     let mut rest = text;
     while let Some(i) = rest.find("${env:") {

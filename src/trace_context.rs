@@ -19,7 +19,7 @@ pub struct TraceContext {
 }
 
 /// An incoming `traceparent`: version 00, a non-zero trace id and span id, flags.
-pub fn parse(s: &str) -> Option<(u128, u64, u8)> {
+pub(crate) fn parse(s: &str) -> Option<(u128, u64, u8)> {
     let parts: Vec<&str> = s.trim().split('-').collect();
     let [version, trace, span, flags] = parts.as_slice() else {
         return None;

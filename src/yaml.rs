@@ -12,14 +12,14 @@ use serde_json::Value;
 
 /// A YAML syntax or structure error with its position (1-based).
 #[derive(Debug, Clone)]
-pub struct YamlError {
+pub(crate) struct YamlError {
     pub message: String,
     pub line: Option<usize>,
     pub col: Option<usize>,
 }
 
 /// Parse a YAML (or JSON) document into JSON values.
-pub fn parse(text: &str) -> Result<Value, YamlError> {
+pub(crate) fn parse(text: &str) -> Result<Value, YamlError> {
     serde_yaml::from_str::<Value>(text).map_err(|e| {
         let loc = e.location();
         let mut message = e.to_string();

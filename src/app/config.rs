@@ -9,7 +9,7 @@ use crate::error::{Error, SourceFile};
 
 /// Where the manifest is: `--manifest` / `$FLUX_TOOLS_MANIFEST` (clap fills both), else
 /// `tools.toml` in the current directory or the nearest parent.
-pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
+pub(crate) fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
     if let Some(p) = given {
         return Ok(p.to_path_buf());
     }
@@ -34,7 +34,7 @@ pub fn manifest_path(given: Option<&Path>) -> Result<PathBuf, Error> {
 }
 
 /// Whether to color stdout (`stdout_terminal`: stdout is a terminal).
-pub fn use_color(choice: ColorChoice, stdout_terminal: bool) -> bool {
+pub(crate) fn use_color(choice: ColorChoice, stdout_terminal: bool) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
@@ -47,20 +47,20 @@ pub fn use_color(choice: ColorChoice, stdout_terminal: bool) -> bool {
 }
 
 /// Largest batch accepted, to keep memory bounded on hostile input.
-pub const MAX_BATCH_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_BATCH_BYTES: u64 = 256 << 20;
 
 /// Text already read from stdin (to see whether it is a JSON Lines stream) that a whole-batch
 /// read must put back in front of the rest.
 static STDIN_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Give back text read from stdin ahead of time.
-pub fn unread_stdin(text: String) {
+pub(crate) fn unread_stdin(text: String) {
     let _ = STDIN_PREFIX.set(text);
 }
 
 /// Read the batch: a path, `-` for stdin, or stdin when nothing is given and it is piped
 /// (`stdin_terminal`: it is not).
-pub fn read_batch(arg: Option<&str>, stdin_terminal: bool) -> Result<SourceFile, Error> {
+pub(crate) fn read_batch(arg: Option<&str>, stdin_terminal: bool) -> Result<SourceFile, Error> {
     let from_stdin = match arg {
         Some("-") => true,
         Some(_) => false,
@@ -113,7 +113,7 @@ pub fn read_batch(arg: Option<&str>, stdin_terminal: bool) -> Result<SourceFile,
 
 /// Check before running that an `--output` file can be written (its folder exists and it is
 /// not a directory), so nothing runs only to fail at the end.
-pub fn check_output_path(path: &Path) -> Result<(), Error> {
+pub(crate) fn check_output_path(path: &Path) -> Result<(), Error> {
     if path.is_dir() {
         return Err(Error::Usage(format!(
             "--output `{}` is a directory",
@@ -135,7 +135,7 @@ pub fn check_output_path(path: &Path) -> Result<(), Error> {
 }
 
 /// Write `bytes` to `path` as [`write_atomic_with`] does.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
@@ -171,7 +171,7 @@ fn target_of(path: &Path) -> Target {
 /// Write a file the run produces (`--output`, `--record`, `--trace`, `report --svg`): a regular
 /// file atomically (temporary file, fsync, rename), through a symlink to its target, and a
 /// device, FIFO or socket in place — never replacing what is not ours.
-pub fn write_atomic_with(
+pub(crate) fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), Error> {
@@ -220,7 +220,7 @@ fn replace(
 /// (three pipes and a spare) out of `ulimit -n`, less 64 kept for everything else, and a
 /// process out of `ulimit -u` (of which half is left for the rest of the user's processes).
 /// `asked` (`--max-processes`) can only lower it.
-pub fn process_cap(asked: Option<u32>) -> u32 {
+pub(crate) fn process_cap(asked: Option<u32>) -> u32 {
     let limit = |res| {
         let mut r = libc::rlimit {
             rlim_cur: 0,

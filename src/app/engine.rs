@@ -84,7 +84,7 @@ pub(super) struct RunShape {
 impl RunShape {
     /// The shape of `plan`, for an engine that keeps a history (the simulated schedule that
     /// gives the width is not free at 100,000 calls: without a history it is not run).
-    pub fn of(plan: &Plan, engine: &Engine) -> RunShape {
+    pub(super) fn of(plan: &Plan, engine: &Engine) -> RunShape {
         RunShape {
             width: if engine.finish.keeps_history() {
                 crate::plan::simulate(plan).width
@@ -105,7 +105,7 @@ pub(super) struct Summary {
 
 impl Summary {
     /// The lines on stderr; the exit status.
-    pub fn print(self) -> u8 {
+    pub(super) fn print(self) -> u8 {
         for l in &self.lines {
             eprintln!("{l}");
         }
@@ -141,7 +141,7 @@ pub(super) struct Scope {
 impl CallKit {
     /// The same kit for another manifest (the gateway's reload): its tools built anew, on the
     /// MCP sessions of `mcp`; events, approvals and the cache as they were.
-    pub fn for_manifest(
+    pub(super) fn for_manifest(
         &self,
         manifest: &Manifest,
         plan: &Plan,
@@ -160,7 +160,11 @@ impl CallKit {
 
     /// The configuration of one run in `scope`; `events`: where its events go instead of
     /// the engine's reporters (with lane events), `None`: the engine's.
-    pub fn config(&self, scope: Scope, events: Option<mpsc::UnboundedSender<Event>>) -> RunConfig {
+    pub(super) fn config(
+        &self,
+        scope: Scope,
+        events: Option<mpsc::UnboundedSender<Event>>,
+    ) -> RunConfig {
         let (events, lane_events) = match events {
             Some(tx) => (Some(tx), true),
             None => (self.events.clone(), self.lane_events),
@@ -203,7 +207,7 @@ pub(super) struct Durability {
 impl Engine {
     /// Start the reporters (a face that stops on SIGINT/SIGTERM says so:
     /// [`Engine::interrupt_on_signals`]).
-    pub fn open(
+    pub(super) fn open(
         opts: &RunOptions,
         manifest: Manifest,
         mcp: Option<Arc<McpHub>>,
@@ -266,7 +270,7 @@ impl Engine {
 
     /// SIGINT and SIGTERM reach every run of this engine: the first stops them gracefully,
     /// the second at once (the CLI faces; the gateway drains on its own terms).
-    pub fn interrupt_on_signals(&self, rt: &tokio::runtime::Runtime) {
+    pub(super) fn interrupt_on_signals(&self, rt: &tokio::runtime::Runtime) {
         let (controls, interrupted) = (self.controls.clone(), self.interrupted.clone());
         let mut signals = rt.block_on(async { super::signals::subscribe() });
         rt.spawn(async move {
@@ -280,7 +284,7 @@ impl Engine {
 
     /// Start another run in this process (a `--turns` turn): a new run id (idempotency keys
     /// are per run) and a new span in the same trace.
-    pub fn new_run(&mut self) {
+    pub(super) fn new_run(&mut self) {
         self.run_id = run::new_run_id();
         self.started_wall = std::time::SystemTime::now();
         self.start = Instant::now();
@@ -292,19 +296,19 @@ impl Engine {
     }
 
     /// The lane store the next batches use (a turn's own lane table, same store).
-    pub fn set_lanes(&mut self, lanes: Arc<dyn LaneStore>) {
+    pub(super) fn set_lanes(&mut self, lanes: Arc<dyn LaneStore>) {
         self.lanes = lanes;
     }
 
     /// Tell the reporters something the batches do not (a stream's start, growth and end).
-    pub fn emit(&self, e: Event) {
+    pub(super) fn emit(&self, e: Event) {
         if let Some(tx) = &self.events {
             let _ = tx.send(e);
         }
     }
 
     /// What every batch (or every gateway call) of this engine shares, built for the first.
-    pub fn kit(&mut self, plan: &Plan) -> Arc<CallKit> {
+    pub(super) fn kit(&mut self, plan: &Plan) -> Arc<CallKit> {
         let tools = self
             .tools
             .get_or_insert_with(|| {
@@ -354,7 +358,7 @@ impl Engine {
 
     /// Run a whole batch to its end. The caller may keep a clone of `plan`: then the run
     /// ends without freeing it (see `run_whole`).
-    pub fn execute(
+    pub(super) fn execute(
         &mut self,
         rt: &tokio::runtime::Runtime,
         plan: Arc<Plan>,
@@ -371,7 +375,7 @@ impl Engine {
 
     /// Start one segment of a stream (its calls numbered from `base` in the run); it runs
     /// beside whatever segments are running.
-    pub fn spawn_segment(
+    pub(super) fn spawn_segment(
         &mut self,
         rt: &tokio::runtime::Runtime,
         plan: Plan,
@@ -387,7 +391,7 @@ impl Engine {
     }
 
     /// End the run: MCP sessions closed, every event rendered.
-    pub fn close(mut self, rt: tokio::runtime::Runtime) {
+    pub(super) fn close(mut self, rt: tokio::runtime::Runtime) {
         if let Some(hub) = &self.mcp {
             rt.block_on(hub.shutdown());
         }
@@ -406,23 +410,23 @@ impl Engine {
 
 impl Engine {
     /// Where this engine's runs end (the gateway's calls and sessions end there too).
-    pub fn finish(&self) -> Arc<Finish> {
+    pub(super) fn finish(&self) -> Arc<Finish> {
         self.finish.clone()
     }
 
     /// What runs on this engine now (the gateway registers its calls there too).
-    pub fn controls(&self) -> Arc<Controls> {
+    pub(super) fn controls(&self) -> Arc<Controls> {
         self.controls.clone()
     }
 
     /// Whether runs append a history line (a face may skip what only the history needs).
-    pub fn keeps_history(&self) -> bool {
+    pub(super) fn keeps_history(&self) -> bool {
         self.finish.keeps_history()
     }
 
     /// The end of the run now ending, with what it did (`results`: none when the face kept
     /// none; `peak_in_flight`: 0 until the face says).
-    pub fn run_end<'a>(
+    pub(super) fn run_end<'a>(
         &'a self,
         tenant: &'a str,
         outcome: Outcome,
@@ -448,7 +452,7 @@ impl Engine {
 
     /// The end of a run that was one batch (a whole batch, a turn): everything from its
     /// report.
-    pub fn report_end<'a>(
+    pub(super) fn report_end<'a>(
         &'a self,
         tenant: &'a str,
         report: &'a RunReport,
@@ -464,14 +468,19 @@ impl Engine {
 
     /// A run is over: its spans go out (if they go anywhere), and its one history line is
     /// appended.
-    pub fn end_run(&self, rt: &tokio::runtime::Runtime, end: &RunEnd<'_>) {
+    pub(super) fn end_run(&self, rt: &tokio::runtime::Runtime, end: &RunEnd<'_>) {
         rt.block_on(self.finish.finish(end));
     }
 
     /// The run's summary — one line and the lane lines, after `label` (e.g. `turn 3: `) —
     /// and its exit status. Printed by [`Summary::print`] (a face prints it after its
     /// outputs).
-    pub fn summary(&self, end: &RunEnd<'_>, statuses: &[Status], label: Option<&str>) -> Summary {
+    pub(super) fn summary(
+        &self,
+        end: &RunEnd<'_>,
+        statuses: &[Status],
+        label: Option<&str>,
+    ) -> Summary {
         let mut lines = Vec::new();
         if !self.quiet {
             let line = crate::report::summary::line(end.outcome, end.stats, statuses);

@@ -14,7 +14,7 @@ use crate::run::Approvals;
 
 /// Which standard streams are terminals, and whether this is CI: asked once, in [`Terminal::detect`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Terminal {
+pub(super) struct Terminal {
     pub stdin: bool,
     pub stdout: bool,
     pub stderr: bool,
@@ -22,7 +22,7 @@ pub struct Terminal {
 }
 
 impl Terminal {
-    pub fn detect() -> Terminal {
+    pub(super) fn detect() -> Terminal {
         Terminal {
             stdin: std::io::stdin().is_terminal(),
             stdout: std::io::stdout().is_terminal(),
@@ -34,7 +34,7 @@ impl Terminal {
 
 /// How results reach stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stdout {
+pub(super) enum Stdout {
     /// A table at the end (`color`: ANSI colors in it).
     Table { color: bool },
     /// One results document at the end.
@@ -47,7 +47,7 @@ pub enum Stdout {
 
 /// The live display on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Live {
+pub(super) enum Live {
     Off,
     /// Shown because stderr is a terminal (and this is not CI).
     Auto,
@@ -57,7 +57,7 @@ pub enum Live {
 
 /// The read cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheUse {
+pub(super) enum CacheUse {
     On,
     /// `--no-cache`: nothing answered or stored (writes still mark their backends).
     Off,
@@ -67,7 +67,7 @@ pub enum CacheUse {
 
 /// The files a run reads and writes besides stdin and stdout.
 #[derive(Debug, Clone, Default)]
-pub struct Files {
+pub(super) struct Files {
     pub output: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub record: Option<PathBuf>,
@@ -80,7 +80,7 @@ pub struct Files {
 impl Files {
     /// The first option that needs a whole batch, if any is set (`--output`, `--journal`,
     /// `--resume`, `--record`, `--replay`, `--trace`).
-    pub fn whole_batch_option(&self) -> Option<&'static str> {
+    pub(super) fn whole_batch_option(&self) -> Option<&'static str> {
         [
             (
                 self.journal.is_some() || self.resume.is_some(),
@@ -100,7 +100,7 @@ impl Files {
 
 /// Everything a run is told, resolved.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
+pub(super) struct RunOptions {
     /// The batch: a path, `-`, or `None` (stdin when it is piped).
     pub batch: Option<String>,
     pub reading: Reading,
@@ -130,7 +130,11 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Resolve `run`'s command line.
-    pub fn resolve(args: &Args, r: &RunArgs, terminal: Terminal) -> Result<RunOptions, Error> {
+    pub(super) fn resolve(
+        args: &Args,
+        r: &RunArgs,
+        terminal: Terminal,
+    ) -> Result<RunOptions, Error> {
         let format = r.format.unwrap_or(if terminal.stdout {
             ResultsFormat::Table
         } else {
@@ -199,7 +203,11 @@ impl RunOptions {
     /// Resolve `mcp serve`'s command line: nothing is ever written to stdout (over stdio it
     /// is the MCP channel), no live display, no history; the tenant and the turn lane are
     /// each session's.
-    pub fn for_serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<RunOptions, Error> {
+    pub(super) fn for_serve(
+        args: &Args,
+        s: &ServeArgs,
+        terminal: Terminal,
+    ) -> Result<RunOptions, Error> {
         if let Some(t) = &s.tenant {
             crate::reference::check_id("tenant", t)
                 .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;

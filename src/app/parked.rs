@@ -25,7 +25,7 @@ const STALE: f64 = 10.0;
 
 /// One call waiting for approval.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Waiting {
+pub(super) struct Waiting {
     pub id: String,
     pub tool: String,
     pub args: Value,
@@ -50,24 +50,24 @@ pub struct Waiting {
 
 /// What `approve`/`deny` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(super) enum Decision {
     Approve,
     Deny,
 }
 
 /// The board of one manifest's parked calls.
 #[derive(Clone)]
-pub struct Parked {
+pub(super) struct Parked {
     board: Arc<dyn Board>,
 }
 
 /// A parked call's place: its entry goes when it drops.
-pub struct Place {
+pub(super) struct Place {
     board: Arc<dyn Board>,
     waiting: Waiting,
 }
 
-pub fn unix_now() -> f64 {
+pub(super) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -76,7 +76,7 @@ pub fn unix_now() -> f64 {
 impl Parked {
     /// The parked calls of `store`'s board when it shares one (Redis), else of the files of
     /// the manifest at canonical path `manifest`.
-    pub fn of(manifest: &Path, store: Option<Arc<dyn Board>>) -> Result<Parked, String> {
+    pub(super) fn of(manifest: &Path, store: Option<Arc<dyn Board>>) -> Result<Parked, String> {
         if let Some(board) = store {
             return Ok(Parked { board });
         }
@@ -86,7 +86,7 @@ impl Parked {
     }
 
     /// Park `w`: listed from now until the place drops (renew it with [`Place::renew`]).
-    pub async fn park(&self, mut w: Waiting) -> Result<Place, String> {
+    pub(super) async fn park(&self, mut w: Waiting) -> Result<Place, String> {
         w.seen = unix_now();
         let text = serde_json::to_string(&w).map_err(|e| e.to_string())?;
         self.board
@@ -107,7 +107,7 @@ impl Parked {
     }
 
     /// Say that gateway `gateway` (the prefix of its calls' ids) lives.
-    pub async fn beat(&self, gateway: &str) {
+    pub(super) async fn beat(&self, gateway: &str) {
         let _ = self
             .board
             .clone()
@@ -148,13 +148,13 @@ impl Parked {
     }
 
     /// The calls waiting now, oldest first.
-    pub async fn list(&self) -> Vec<Waiting> {
+    pub(super) async fn list(&self) -> Vec<Waiting> {
         self.entries().await.into_iter().map(|(w, _)| w).collect()
     }
 
     /// At most `max` of the calls waiting now (the first by id), oldest first, and how many
     /// wait in all: what a page that refreshes every second may read.
-    pub async fn some(&self, max: usize) -> (Vec<Waiting>, usize) {
+    pub(super) async fn some(&self, max: usize) -> (Vec<Waiting>, usize) {
         let mut ids = self.board.clone().ids().await.unwrap_or_default();
         let total = ids.len();
         ids.sort_by(|a, b| by_id(a).cmp(&by_id(b)));
@@ -166,13 +166,13 @@ impl Parked {
     }
 
     /// How many calls wait (no entry is read).
-    pub async fn count(&self) -> usize {
+    pub(super) async fn count(&self) -> usize {
         self.board.clone().ids().await.map_or(0, |ids| ids.len())
     }
 
     /// The orphaned entries: those whose gateway stopped beating (never `own`'s). Only their
     /// entries are read.
-    pub async fn orphans(&self, own: &str) -> Vec<(Waiting, String)> {
+    pub(super) async fn orphans(&self, own: &str) -> Vec<(Waiting, String)> {
         let ids = self.board.clone().ids().await.unwrap_or_default();
         let beats = self.beats().await;
         let now = unix_now();
@@ -191,7 +191,7 @@ impl Parked {
 
     /// Take over the oldest of `orphans` for the same call as `w` (tenant, tool, hash): it
     /// keeps its id, deadline and answer, and lives from here on with this gateway's beat.
-    pub async fn adopt(&self, w: &Waiting, orphans: &[(Waiting, String)]) -> Option<Place> {
+    pub(super) async fn adopt(&self, w: &Waiting, orphans: &[(Waiting, String)]) -> Option<Place> {
         let now = unix_now();
         for (old, text) in orphans {
             if (&old.tenant, &old.tool, &old.hash) != (&w.tenant, &w.tool, &w.hash) {
@@ -222,13 +222,13 @@ impl Parked {
     }
 
     /// Every answer given so far, by call id.
-    pub async fn answers(&self) -> Vec<(String, String)> {
+    pub(super) async fn answers(&self) -> Vec<(String, String)> {
         self.board.clone().answers().await.unwrap_or_default()
     }
 
     /// Answer the parked call `id`; `hash` (required to approve) must be the hash of its
     /// arguments. The waiting call it answered.
-    pub async fn answer(
+    pub(super) async fn answer(
         &self,
         id: &str,
         hash: Option<&str>,
@@ -264,14 +264,14 @@ impl Parked {
 
 impl Place {
     /// The entry as it waits.
-    pub fn waiting(&self) -> &Waiting {
+    pub(super) fn waiting(&self) -> &Waiting {
         &self.waiting
     }
 }
 
 /// What answer `text` decides for a call waiting with arguments hash `hash` (an approval for
 /// other arguments decides nothing).
-pub fn decision(text: &str, hash: &str) -> Option<Decision> {
+pub(super) fn decision(text: &str, hash: &str) -> Option<Decision> {
     let mut words = text.split_whitespace();
     match (words.next(), words.next()) {
         (Some("approve"), Some(h)) if h == hash => Some(Decision::Approve),

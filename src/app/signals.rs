@@ -10,7 +10,7 @@ static SEEN: OnceLock<watch::Sender<u64>> = OnceLock::new();
 
 /// A receiver that changes with each SIGINT or SIGTERM. The first call starts the listener on
 /// the current runtime (call it inside one); without signals to listen to, it never changes.
-pub fn subscribe() -> watch::Receiver<u64> {
+pub(super) fn subscribe() -> watch::Receiver<u64> {
     SEEN.get_or_init(|| {
         let (tx, _) = watch::channel(0);
         listen(tx.clone());
@@ -39,7 +39,7 @@ fn listen(seen: watch::Sender<u64>) {
 }
 
 /// Wait for the next signal (forever, when there is no listener).
-pub async fn next(rx: &mut watch::Receiver<u64>) {
+pub(super) async fn next(rx: &mut watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
     }

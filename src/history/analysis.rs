@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// How runs are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Period {
+pub(crate) enum Period {
     Hour,
     Day,
 }
@@ -66,7 +66,7 @@ struct ModelLine {
 
 /// One period's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub period: String,
     pub turns: usize,
     pub width_p50: usize,
@@ -85,7 +85,7 @@ pub struct Row {
 
 /// The first period whose width moved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Shift {
+pub(crate) struct Shift {
     pub period: String,
     /// `up` or `down`.
     pub direction: &'static str,
@@ -97,7 +97,7 @@ pub struct Shift {
 
 /// A history, grouped.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     pub by: Period,
     pub runs: usize,
     /// Lines that are not run records (torn, foreign): skipped.
@@ -173,7 +173,7 @@ fn round9(v: f64) -> f64 {
 }
 
 /// The nearest-rank percentile of sorted values (0 when empty).
-pub fn percentile(sorted: &[usize], p: usize) -> usize {
+pub(crate) fn percentile(sorted: &[usize], p: usize) -> usize {
     if sorted.is_empty() {
         return 0;
     }
@@ -183,7 +183,7 @@ pub fn percentile(sorted: &[usize], p: usize) -> usize {
 
 /// Read a history and group it. `by: None` picks days when the runs span more than three
 /// days, else hours. A shift needs `min_turns` runs in the period and before it.
-pub fn analyse(
+pub(crate) fn analyse(
     reader: impl BufRead,
     by: Option<Period>,
     min_turns: usize,

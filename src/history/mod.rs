@@ -16,11 +16,11 @@ use crate::manifest::Manifest;
 use crate::model_formats::Usage;
 use crate::run::RunEnd;
 
-pub mod analysis;
+pub(crate) mod analysis;
 
 /// One run, as the history keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// When the run ended (RFC 3339, UTC).
     pub time: String,
     pub run_id: String,
@@ -55,7 +55,7 @@ pub struct Record {
 
 /// A lane's figures in one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LaneRecord {
+pub(crate) struct LaneRecord {
     pub lane: String,
     pub limit: Option<u32>,
     pub peak: u64,
@@ -67,7 +67,7 @@ pub struct LaneRecord {
 
 /// A model reply's usage and what it cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelRecord {
+pub(crate) struct ModelRecord {
     pub name: Option<String>,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -77,7 +77,7 @@ pub struct ModelRecord {
 
 impl Record {
     /// The record of a run that ended now.
-    pub fn of(facts: &RunEnd<'_>, manifest: &Manifest) -> Record {
+    pub(crate) fn of(facts: &RunEnd<'_>, manifest: &Manifest) -> Record {
         let s = facts.stats;
         Record {
             time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -114,7 +114,7 @@ impl Record {
 }
 
 /// A reply's usage priced with the manifest's `[models]`.
-pub fn model_record(u: &Usage, manifest: &Manifest) -> ModelRecord {
+pub(crate) fn model_record(u: &Usage, manifest: &Manifest) -> ModelRecord {
     let price = u.model.as_deref().and_then(|m| manifest.model_price(m));
     ModelRecord {
         name: u.model.clone(),
@@ -129,7 +129,7 @@ pub fn model_record(u: &Usage, manifest: &Manifest) -> ModelRecord {
 }
 
 /// The most invocations that overlapped (cache hits invoked nothing).
-pub fn peak_in_flight(results: &[CallResult]) -> usize {
+pub(crate) fn peak_in_flight(results: &[CallResult]) -> usize {
     let mut edges: Vec<(u64, i32)> = results
         .iter()
         .filter(|r| !r.cached)
@@ -148,7 +148,7 @@ pub fn peak_in_flight(results: &[CallResult]) -> usize {
 
 /// Append `record` as one line to `path`, holding an exclusive lock on the file so lines of
 /// concurrent runs never interleave.
-pub fn append(path: &Path, record: &Record) -> std::io::Result<()> {
+pub(crate) fn append(path: &Path, record: &Record) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     let mut file = std::fs::OpenOptions::new()

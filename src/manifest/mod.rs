@@ -14,7 +14,7 @@
 //! what needs the whole manifest (declared lanes, weights against limits, placeholders).
 
 mod checks;
-pub mod reader;
+pub(crate) mod reader;
 mod sections;
 #[cfg(test)]
 mod tests;

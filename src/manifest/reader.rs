@@ -16,7 +16,7 @@ use crate::error::{suggest, Diagnostic, SourceFile};
 use crate::template::Template;
 
 /// Default bound on a tool's captured output.
-pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
+pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
 
 /// Walks the spanned TOML tree, collecting diagnostics.
 pub struct Reader<'a> {
@@ -24,7 +24,7 @@ pub struct Reader<'a> {
     pub diags: Vec<Diagnostic>,
 }
 
-pub type Entry<'a, 'i> = (
+pub(crate) type Entry<'a, 'i> = (
     &'a Spanned<std::borrow::Cow<'i, str>>,
     &'a Spanned<DeValue<'i>>,
 );
@@ -320,7 +320,7 @@ impl<'a> Reader<'a> {
 }
 
 /// A table key as TOML writes it: bare when it can be, quoted otherwise.
-pub fn quote_key(k: &str) -> String {
+pub(crate) fn quote_key(k: &str) -> String {
     if k.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
@@ -331,7 +331,7 @@ pub fn quote_key(k: &str) -> String {
 }
 
 /// A TOML value as JSON (datetimes become strings).
-pub fn de_to_json(v: &DeValue<'_>) -> Value {
+pub(crate) fn de_to_json(v: &DeValue<'_>) -> Value {
     match v {
         DeValue::String(s) => Value::String(s.to_string()),
         DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
@@ -367,7 +367,7 @@ fn de_kind(v: &DeValue<'_>) -> &'static str {
 }
 
 /// Parse a byte size: `1048576`, `512KiB`, `1MiB`, `10MB`, `1GiB`.
-pub fn parse_size(s: &str) -> Option<u64> {
+pub(crate) fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);

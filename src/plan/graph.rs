@@ -109,13 +109,13 @@ pub(super) struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    pub fn error(&mut self, d: Diagnostic) {
+    pub(super) fn error(&mut self, d: Diagnostic) {
         self.diags.push(d.in_file(&self.batch.file.name));
     }
 
     /// A problem with call `i` alone: for a model's reply the call becomes invalid (its
     /// first problem, with the hint, is its answer); for a batch it is an error.
-    pub fn call_error(&mut self, i: usize, d: Diagnostic) {
+    pub(super) fn call_error(&mut self, i: usize, d: Diagnostic) {
         let c = &self.batch.calls[i];
         let d = d.for_call(&c.id, &c.tool);
         if !self.batch.from_model {
@@ -537,7 +537,7 @@ pub(crate) mod tests {
     use crate::error::SourceFile;
     use std::path::PathBuf;
 
-    pub const MANIFEST: &str = r#"
+    pub(crate) const MANIFEST: &str = r#"
 [concurrency]
 max_concurrent_tools = 8
 per_tenant = 16
@@ -579,7 +579,7 @@ parallel_safe = false
 latency = "1s"
 "#;
 
-    pub fn manifest() -> Manifest {
+    pub(crate) fn manifest() -> Manifest {
         Manifest::parse(
             SourceFile::new("tools.toml", MANIFEST),
             PathBuf::from("/tmp/tools.toml"),
@@ -587,12 +587,12 @@ latency = "1s"
         .unwrap()
     }
 
-    pub fn plan_of(batch: &str) -> Result<Plan, Vec<Diagnostic>> {
+    pub(crate) fn plan_of(batch: &str) -> Result<Plan, Vec<Diagnostic>> {
         let (b, _) = Batch::parse(SourceFile::new("b.yaml", batch))?;
         build(&manifest(), &b, &PlanOptions::default())
     }
 
-    pub const REFUND: &str = r#"
+    pub(crate) const REFUND: &str = r#"
 tenant: acme
 calls:
   - id: search

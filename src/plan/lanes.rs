@@ -24,7 +24,7 @@ pub(super) struct LaneTable {
 
 impl LaneTable {
     /// The table for `settings`, starting from `seed` when given (a stream's fixed table).
-    pub fn new(
+    pub(super) fn new(
         manifest: &Manifest,
         batch: &Batch,
         settings: &RunSettings,
@@ -82,7 +82,7 @@ impl LaneTable {
     }
 
     /// The lanes of a call to tool `t`, in acquisition order.
-    pub fn of_tool(
+    pub(super) fn of_tool(
         &mut self,
         manifest: &Manifest,
         batch: &Batch,

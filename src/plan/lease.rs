@@ -9,11 +9,11 @@ use crate::manifest::Manifest;
 use crate::plan::LaneSpec;
 
 /// The environment variable carrying a call's lease.
-pub const LEASE_ENV: &str = "FLUX_TOOLS_LEASE";
+pub(crate) const LEASE_ENV: &str = "FLUX_TOOLS_LEASE";
 
 /// What [`LEASE_ENV`] says: written for each command call, so straight from borrowed text.
 #[derive(serde::Serialize)]
-pub struct Lease<'a> {
+pub(crate) struct Lease<'a> {
     pub run_id: &'a str,
     pub manifest: &'a str,
     pub call: &'a str,
@@ -22,14 +22,18 @@ pub struct Lease<'a> {
 
 /// One lane a call holds, and its weight there.
 #[derive(serde::Serialize)]
-pub struct HeldLane<'a> {
+pub(crate) struct HeldLane<'a> {
     pub lane: &'a str,
     pub weight: u32,
 }
 
 /// Apply `lease` (what [`LEASE_ENV`] says, if set: the face reads it) to a run's lanes.
 /// Returns the lanes borrowed.
-pub fn borrow(lanes: &mut [LaneSpec], manifest: &Manifest, lease: Option<&str>) -> Vec<String> {
+pub(crate) fn borrow(
+    lanes: &mut [LaneSpec],
+    manifest: &Manifest,
+    lease: Option<&str>,
+) -> Vec<String> {
     let Some(text) = lease else {
         return Vec::new();
     };

@@ -12,7 +12,7 @@ mod graph;
 #[cfg(test)]
 mod hazard_tests;
 mod lanes;
-pub mod lease;
+pub(crate) mod lease;
 mod model;
 mod schedule;
 

@@ -4,7 +4,7 @@
 use crate::events::Awaiting;
 
 /// One block per call: its id, tool, resolved arguments and the `--approve` that runs it.
-pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
+pub(crate) fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
     if waiting.is_empty() {
         return format!("no call awaits approval in {journal} (run {run_id})\n");
     }
@@ -34,7 +34,7 @@ pub fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> String {
 
 /// The calls `mcp serve` holds for approval out of band (`left`: how long each may still
 /// wait), with the command that approves each.
-pub fn parked_to_text(
+pub(crate) fn parked_to_text(
     manifest: &str,
     waiting: &[Awaiting],
     left: &[(std::time::Duration, bool)],
@@ -68,7 +68,7 @@ pub fn parked_to_text(
 }
 
 /// `[{index, id, tool, args, hash}]`.
-pub fn to_json(waiting: &[Awaiting]) -> String {
+pub(crate) fn to_json(waiting: &[Awaiting]) -> String {
     serde_json::to_string(waiting).unwrap_or_else(|_| "[]".into())
 }
 

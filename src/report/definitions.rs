@@ -11,7 +11,7 @@ use crate::manifest::{export_name, Manifest, Tool};
 use crate::report::emit::Emit;
 
 /// One tool as offered to a model.
-pub struct Offer {
+pub(crate) struct Offer {
     pub name: String,
     pub description: Option<String>,
     pub parameters: Value,
@@ -22,7 +22,7 @@ pub struct Offer {
 /// The tools to offer: `select` (manifest or exported names; all when `None`), with MCP
 /// tools' input schemas from `remote` (by tool name). `Err` names an unknown tool. The notes
 /// say which tools cannot be strict, and why.
-pub fn offers(
+pub(crate) fn offers(
     manifest: &Manifest,
     select: Option<&[String]>,
     strict: bool,
@@ -66,7 +66,7 @@ pub fn offers(
 }
 
 /// The `tools` value of a request to `emit`'s API.
-pub fn document(emit: Emit, offers: &[Offer]) -> Value {
+pub(crate) fn document(emit: Emit, offers: &[Offer]) -> Value {
     let desc = |o: &Offer| o.description.clone().unwrap_or_default();
     match emit {
         Emit::Openai => Value::Array(

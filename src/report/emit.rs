@@ -20,7 +20,7 @@ use crate::events::CallResult;
 
 /// Which provider's messages to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Emit {
+pub(crate) enum Emit {
     /// OpenAI chat completions: tool messages.
     Openai,
     /// OpenAI Responses API: `function_call_output` items.
@@ -33,7 +33,7 @@ pub enum Emit {
 
 /// The text a model gets back for a call: its output (a string as it is, anything else as
 /// JSON text), or for a failure `ERROR (status, kind): message`.
-pub fn model_text(r: &CallResult) -> String {
+pub(crate) fn model_text(r: &CallResult) -> String {
     match &r.error {
         Some(e) => format!("ERROR ({}, {}): {}", r.status.as_str(), e.kind, e.message),
         None => match &r.output {
@@ -44,7 +44,7 @@ pub fn model_text(r: &CallResult) -> String {
 }
 
 /// One call's answer: a message, item, block or part.
-pub fn item(emit: Emit, r: &CallResult) -> Value {
+pub(crate) fn item(emit: Emit, r: &CallResult) -> Value {
     match emit {
         Emit::Openai => json!({"role": "tool", "tool_call_id": r.id, "content": model_text(r)}),
         Emit::OpenaiResponses => {
@@ -85,7 +85,7 @@ fn is_default_id(id: &str) -> bool {
 }
 
 /// The whole run's answers as one document, or `None` when the provider refuses an empty one.
-pub fn document(emit: Emit, results: &[CallResult]) -> Option<Value> {
+pub(crate) fn document(emit: Emit, results: &[CallResult]) -> Option<Value> {
     let items: Vec<Value> = results.iter().map(|r| item(emit, r)).collect();
     Some(match emit {
         Emit::Openai | Emit::OpenaiResponses => Value::Array(items),
@@ -97,7 +97,7 @@ pub fn document(emit: Emit, results: &[CallResult]) -> Option<Value> {
 
 /// The whole run's answers as one document (pretty JSON and a newline), or nothing when
 /// the provider refuses an empty one.
-pub fn write(w: &mut dyn Write, emit: Emit, results: &[CallResult]) -> io::Result<()> {
+pub(crate) fn write(w: &mut dyn Write, emit: Emit, results: &[CallResult]) -> io::Result<()> {
     let Some(doc) = document(emit, results) else {
         return Ok(());
     };

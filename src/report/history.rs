@@ -9,7 +9,7 @@ use crate::events::trim_float;
 use crate::history::analysis::{Analysis, Period};
 
 /// A table per period, then the shift verdict.
-pub fn to_table(a: &Analysis) -> String {
+pub(crate) fn to_table(a: &Analysis) -> String {
     let mut out = String::new();
     let by = match a.by {
         Period::Hour => "hour",
@@ -77,13 +77,13 @@ pub fn to_table(a: &Analysis) -> String {
 }
 
 /// The analysis as one JSON document.
-pub fn to_json(a: &Analysis) -> String {
+pub(crate) fn to_json(a: &Analysis) -> String {
     serde_json::to_string(a).unwrap_or_else(|_| "{}".into())
 }
 
 /// Width (p50, p95, max) and cost per turn over the periods, as an SVG line chart; the
 /// shift, if any, is marked.
-pub fn svg(a: &Analysis) -> String {
+pub(crate) fn svg(a: &Analysis) -> String {
     const W: f64 = 900.0;
     const H: f64 = 240.0;
     const LEFT: f64 = 60.0;

@@ -10,7 +10,7 @@ use serde_json::Value;
 /// that expose the same names fit in one manifest. A tool whose name matches one of `reads`
 /// (`*` any run of characters, `?` one) is imported as a read, whatever it declares. A tool
 /// whose server declared nothing gets a comment saying so and what the default means.
-pub fn import_toml(
+pub(crate) fn import_toml(
     server: &str,
     tools: &[Value],
     prefix: Option<&str>,
@@ -100,7 +100,7 @@ fn text_toml(d: &str) -> String {
 }
 
 /// `pattern` matches all of `name`: `*` any run of characters, `?` one.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     // The classic two-pointer match, going back to the last `*` on a mismatch.
     let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);

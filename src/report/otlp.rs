@@ -24,11 +24,11 @@ use crate::run::{Ended, RunEnd};
 use crate::trace_context::TraceContext;
 
 /// How long an export may take before it is given up (with a warning).
-pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The OTLP/HTTP traces endpoint for `--otlp URL`: the URL as given when it names
 /// `/v1/traces`, else with it appended (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read).
-pub fn traces_url(url: &str) -> String {
+pub(crate) fn traces_url(url: &str) -> String {
     if url.trim_end_matches('/').ends_with("/v1/traces") {
         url.to_string()
     } else {
@@ -39,7 +39,7 @@ pub fn traces_url(url: &str) -> String {
 /// Export the run's spans to `endpoint` (`None`: wherever `OTEL_EXPORTER_OTLP_*` say).
 /// Returns how many spans were sent; `Err` says "could not be exported to WHERE: why", the
 /// endpoint's password never shown.
-pub async fn export(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String> {
+pub(crate) async fn export(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String> {
     send(endpoint, run).await.map_err(|e| {
         let to = endpoint.map_or_else(
             || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
@@ -97,7 +97,7 @@ fn context(trace: &TraceContext, span: u64) -> SpanContext {
 }
 
 /// The run's span and one per call.
-pub fn spans(run: &RunEnd<'_>) -> Vec<SpanData> {
+pub(crate) fn spans(run: &RunEnd<'_>) -> Vec<SpanData> {
     let scope = InstrumentationScope::builder("flux-tools")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();

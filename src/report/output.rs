@@ -14,7 +14,7 @@ use crate::events::{CallResult, Event, Outcome, Stats, Status};
 
 /// What a finished run looks like to the writers (serialized as the `json` document).
 #[derive(serde::Serialize)]
-pub struct RunDocument<'a> {
+pub(crate) struct RunDocument<'a> {
     pub run_id: &'a str,
     pub outcome: Outcome,
     pub results: &'a [CallResult],
@@ -23,7 +23,7 @@ pub struct RunDocument<'a> {
 
 /// One result as a JSON line, made in `line` (cleared first) and written whole: serde_json
 /// writes a result in dozens of small pieces, each a call through `w` otherwise.
-pub fn write_jsonl_line(
+pub(crate) fn write_jsonl_line(
     w: &mut dyn Write,
     line: &mut Vec<u8>,
     r: &impl Serialize,
@@ -34,7 +34,7 @@ pub fn write_jsonl_line(
     w.write_all(line)
 }
 
-pub fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
+pub(crate) fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
     let mut line = Vec::with_capacity(512);
     for r in doc.results {
         write_jsonl_line(w, &mut line, r)?;
@@ -42,13 +42,13 @@ pub fn write_jsonl(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
     Ok(())
 }
 
-pub fn write_json(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
+pub(crate) fn write_json(w: &mut dyn Write, doc: &RunDocument<'_>) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *w, doc)?;
     w.write_all(b"\n")
 }
 
 /// A short, single-line rendering of a value for tables.
-pub fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() <= max {
         one_line
@@ -68,7 +68,7 @@ fn status_color(s: Status) -> Color {
     }
 }
 
-pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io::Result<()> {
+pub(crate) fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io::Result<()> {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED).set_header([
         "#",
@@ -116,11 +116,11 @@ pub fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool) -> io:
 }
 
 /// Renders one result as a JSON line's value (for `--emit` formats).
-pub type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
+pub(crate) type RenderFn = Box<dyn Fn(&CallResult) -> Value + Send>;
 
 /// Prints results as JSON lines in call order while the run goes on: a result is written
 /// once it and every earlier call have resolved.
-pub struct StreamWriter<W: Write + Send> {
+pub(crate) struct StreamWriter<W: Write + Send> {
     out: W,
     next: usize,
     waiting: BTreeMap<usize, CallResult>,
@@ -135,7 +135,7 @@ pub struct StreamWriter<W: Write + Send> {
 }
 
 impl<W: Write + Send> StreamWriter<W> {
-    pub fn new(out: W, render: Option<RenderFn>) -> Self {
+    pub(crate) fn new(out: W, render: Option<RenderFn>) -> Self {
         StreamWriter {
             out,
             next: 0,
@@ -148,7 +148,7 @@ impl<W: Write + Send> StreamWriter<W> {
     }
 
     /// Call `f` once if stdout goes away (`| head -1`).
-    pub fn on_broken(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+    pub(crate) fn on_broken(mut self, f: impl FnOnce() + Send + 'static) -> Self {
         self.on_broken = Some(Box::new(f));
         self
     }

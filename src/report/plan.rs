@@ -133,7 +133,7 @@ struct ToolView<'a> {
 
 /// Write the plan as JSON, streaming (a 100,000-call plan is never built as a JSON tree).
 /// The plan as JSON; `cached[p]`: call `p` would be a cache hit now.
-pub fn write_json(
+pub(crate) fn write_json(
     w: &mut dyn std::io::Write,
     plan: &Plan,
     est: &Estimate,
@@ -279,7 +279,7 @@ fn tool_views<'a>(
 }
 
 /// The plan as a table per phase; a call the read cache would answer now is marked.
-pub fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
+pub(crate) fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
     let mut out = String::new();
     let waves = waves(plan, est);
     for (i, ph) in plan.phases.iter().enumerate() {
@@ -364,7 +364,7 @@ fn dot_id(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-pub fn to_dot(plan: &Plan, est: &Estimate) -> String {
+pub(crate) fn to_dot(plan: &Plan, est: &Estimate) -> String {
     let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
     let on_path = |a: usize, b: usize| est.critical_path.windows(2).any(|w| w[0] == a && w[1] == b);
     for (i, ph) in plan.phases.iter().enumerate() {
@@ -415,7 +415,7 @@ fn mermaid_id(p: usize) -> String {
     format!("n{p}")
 }
 
-pub fn to_mermaid(plan: &Plan) -> String {
+pub(crate) fn to_mermaid(plan: &Plan) -> String {
     let mut out = String::from("flowchart LR\n");
     let pos: std::collections::HashMap<usize, usize> = plan
         .calls

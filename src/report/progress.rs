@@ -31,7 +31,7 @@ static ON_SCREEN: std::sync::Mutex<Option<MultiProgress>> = std::sync::Mutex::ne
 
 /// Run `f` (a question on the terminal) with the live display taken off the screen, and put
 /// it back after: nothing redraws over the question while it waits for its answer.
-pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn suspend<R>(f: impl FnOnce() -> R) -> R {
     let shown = ON_SCREEN.lock().ok().and_then(|m| m.clone());
     match shown {
         Some(multi) => multi.suspend(f),
@@ -40,7 +40,7 @@ pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// The live display.
-pub struct Progress {
+pub(crate) struct Progress {
     multi: MultiProgress,
     overall: ProgressBar,
     lanes: Vec<LaneLine>,
@@ -112,7 +112,7 @@ impl Default for Progress {
 
 impl Progress {
     /// Drawn on stderr, terminal or not (`--progress auto` chooses it only for a terminal).
-    pub fn new() -> Progress {
+    pub(crate) fn new() -> Progress {
         let target = ProgressDrawTarget::term_like_with_hz(Box::new(RawStderr), 10);
         let multi = MultiProgress::with_draw_target(target);
         let overall = multi.add(ProgressBar::new(0));

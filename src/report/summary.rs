@@ -10,7 +10,7 @@ fn ms(v: u64) -> String {
 }
 
 /// `5 calls: 4 ok, 1 failed (1 timed_out) in 1.02s · tool time 3.9s · speed-up 3.8× · critical path 1s`
-pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
+pub(crate) fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
     let count = |s: Status| statuses.iter().filter(|x| **x == s).count();
     let mut kinds = Vec::new();
     for s in [
@@ -55,7 +55,7 @@ pub fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> String {
 }
 
 /// Lanes that held calls back: `lane tool:search: peak 4/4, waited 1.2s over 6 calls`.
-pub fn lane_lines(stats: &Stats) -> Vec<String> {
+pub(crate) fn lane_lines(stats: &Stats) -> Vec<String> {
     stats
         .lanes
         .iter()
@@ -81,7 +81,7 @@ pub fn lane_lines(stats: &Stats) -> Vec<String> {
 }
 
 /// `1 call`, `2 calls`: a count with its noun (`noun` is the singular; plurals add `s`).
-pub fn plural(n: usize, noun: &str) -> String {
+pub(crate) fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {

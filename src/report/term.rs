@@ -2,7 +2,7 @@
 //! tables on stdout. `None` when the descriptor is not a terminal.
 
 /// (columns, rows) of the terminal on descriptor `fd`.
-pub fn size(fd: i32) -> Option<(u16, u16)> {
+pub(crate) fn size(fd: i32) -> Option<(u16, u16)> {
     let mut ws = libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -16,7 +16,7 @@ pub fn size(fd: i32) -> Option<(u16, u16)> {
 
 /// The width of stdout's terminal, or `None` when stdout is not one (tables keep their
 /// natural width in a pipe or file). `COLUMNS` overrides it when stdout is a terminal.
-pub fn stdout_width() -> Option<u16> {
+pub(crate) fn stdout_width() -> Option<u16> {
     let (cols, _) = size(1)?;
     let set = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok());
     Some(set.unwrap_or(cols))
@@ -24,7 +24,7 @@ pub fn stdout_width() -> Option<u16> {
 
 /// Fit `t` to stdout's terminal (long cells wrap), or keep its natural width when stdout is
 /// not a terminal, or one too narrow to believe.
-pub fn fit(t: &mut comfy_table::Table) {
+pub(crate) fn fit(t: &mut comfy_table::Table) {
     use comfy_table::ContentArrangement;
     match stdout_width() {
         Some(w) if w >= 20 => {
@@ -39,7 +39,7 @@ pub fn fit(t: &mut comfy_table::Table) {
 
 /// Whether a Ctrl-C on the terminal of `fd` is echoed there as `^C`: the terminal makes
 /// signals of it and echoes control characters, and this process is in its foreground.
-pub fn echoes_ctrl_c(fd: i32) -> bool {
+pub(crate) fn echoes_ctrl_c(fd: i32) -> bool {
     // SAFETY: tcgetattr fills the termios we own; tcgetpgrp and getpgrp only read.
     unsafe {
         let mut t: libc::termios = std::mem::zeroed();
@@ -54,7 +54,7 @@ pub fn echoes_ctrl_c(fd: i32) -> bool {
 /// A table of `header` and `rows` for stdout: at its natural width in a pipe; on a terminal
 /// narrower than that, the columns named in `drop` go first (in that order, until it fits),
 /// then long cells wrap.
-pub fn table(header: &[&str], rows: &[Vec<String>], drop: &[&str]) -> comfy_table::Table {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>], drop: &[&str]) -> comfy_table::Table {
     let build = |keep: &[bool]| {
         let mut t = comfy_table::Table::new();
         t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::events::{CallResult, Status};
 
 /// Track (slot) of each dispatched call; `None` for calls never dispatched.
-pub fn slots(results: &[CallResult]) -> Vec<Option<usize>> {
+pub(crate) fn slots(results: &[CallResult]) -> Vec<Option<usize>> {
     let mut order: Vec<usize> = (0..results.len())
         .filter(|&i| results[i].started_ms.is_some())
         .collect();
@@ -38,7 +38,7 @@ pub fn slots(results: &[CallResult]) -> Vec<Option<usize>> {
 
 /// Chrome trace-event JSON: per dispatched call a complete span for its queue wait and one for
 /// its execution, on its slot's track.
-pub fn chrome_trace(run_id: &str, results: &[CallResult]) -> Value {
+pub(crate) fn chrome_trace(run_id: &str, results: &[CallResult]) -> Value {
     let slots = slots(results);
     let mut events = vec![
         json!({"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": format!("flux-tools {run_id}")}}),
@@ -86,7 +86,7 @@ fn color(s: Status) -> &'static str {
 
 /// A Gantt chart: one row per call; queue wait light, execution dark (red when it failed);
 /// phase boundaries as dashed lines; a time axis.
-pub fn svg(run_id: &str, outcome: &str, results: &[CallResult]) -> String {
+pub(crate) fn svg(run_id: &str, outcome: &str, results: &[CallResult]) -> String {
     let (label_w, row_h, top, plot_w) = (220.0, 22.0, 40.0, 760.0);
     let end_ms = results
         .iter()

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::manifest::{Manifest, Origin, Tool};
 
 /// What the tool invokes, in one line (secrets as `***`).
-pub fn target(t: &Tool) -> String {
+pub(crate) fn target(t: &Tool) -> String {
     t.kind.target()
 }
 
@@ -29,7 +29,7 @@ fn origin(o: Origin) -> &'static str {
     }
 }
 
-pub fn tool_json(t: &Tool) -> Value {
+pub(crate) fn tool_json(t: &Tool) -> Value {
     let pending = t.effect_origin == Origin::Default && t.kind.announces_effect();
     let kind = t.kind.settings();
     json!({
@@ -57,7 +57,7 @@ pub fn tool_json(t: &Tool) -> Value {
     })
 }
 
-pub fn to_json(m: &Manifest) -> Value {
+pub(crate) fn to_json(m: &Manifest) -> Value {
     json!({
         "manifest": m.file.name,
         "concurrency": {
@@ -82,7 +82,7 @@ const DROPPED_FIRST: [&str; 6] = [
     "idempotent",
 ];
 
-pub fn to_table(m: &Manifest) -> String {
+pub(crate) fn to_table(m: &Manifest) -> String {
     let mut rows = Vec::new();
     for tool in &m.tools {
         let effect = match tool.effect_origin {

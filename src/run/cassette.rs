@@ -75,7 +75,7 @@ impl Cassette {
 }
 
 /// The cassette document for a finished run.
-pub fn document(
+pub(crate) fn document(
     run_id: &str,
     results: &[CallResult],
     fingerprints: &[Option<String>],

@@ -10,7 +10,7 @@ use crate::trace_context::TraceContext;
 
 /// What ended, which says what it leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// A run of a face (a batch, a stream, a turn): a history line, and a run span over
     /// its calls' spans.
     Run,
@@ -23,7 +23,7 @@ pub enum Ended {
 }
 
 /// A finished run.
-pub struct RunEnd<'a> {
+pub(crate) struct RunEnd<'a> {
     pub ended: Ended,
     pub run_id: &'a str,
     pub tenant: &'a str,
@@ -46,12 +46,12 @@ pub struct RunEnd<'a> {
 
 impl RunEnd<'_> {
     /// Whether it leaves a history line.
-    pub fn has_record(&self) -> bool {
+    pub(crate) fn has_record(&self) -> bool {
         self.ended != Ended::ServedCall
     }
 
     /// Whether it has spans to send: a trace, and results to make them of.
-    pub fn has_spans(&self) -> bool {
+    pub(crate) fn has_spans(&self) -> bool {
         self.ended != Ended::Session && self.trace.is_some() && self.results.is_some()
     }
 }

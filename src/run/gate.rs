@@ -63,7 +63,7 @@ const HASH_LEN: usize = 16;
 
 /// What an approval is bound to: a SHA-256 of the tool and its resolved arguments (keys
 /// sorted), its first 16 hex digits.
-pub fn approval_hash(tool: &str, args: &Map<String, Value>) -> String {
+pub(crate) fn approval_hash(tool: &str, args: &Map<String, Value>) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     h.update(tool.as_bytes());
@@ -104,7 +104,7 @@ pub trait Approver: Send + Sync {
 }
 
 /// Nobody to ask: every question is unanswered.
-pub struct NoApprover;
+pub(crate) struct NoApprover;
 
 impl Approver for NoApprover {
     fn ask(self: Arc<Self>, _: ApprovalRequest) -> BoxFuture<'static, Ruling> {
@@ -114,7 +114,7 @@ impl Approver for NoApprover {
 
 /// A question already answered: every ask gets this ruling at once (the gateway asks before
 /// a call's run starts, so a call parked for approval holds no scheduler).
-pub struct Answered(pub Ruling);
+pub(crate) struct Answered(pub Ruling);
 
 impl Approver for Answered {
     fn ask(self: Arc<Self>, _: ApprovalRequest) -> BoxFuture<'static, Ruling> {
@@ -123,7 +123,7 @@ impl Approver for Answered {
 }
 
 /// One call waiting at the gate.
-pub struct GateJob {
+pub(crate) struct GateJob {
     pub pos: usize,
     pub id: String,
     pub tool: String,
@@ -133,7 +133,7 @@ pub struct GateJob {
 }
 
 /// What the gate decided.
-pub enum Verdict {
+pub(crate) enum Verdict {
     Proceed {
         pos: usize,
         resolved: Option<Map<String, Value>>,
@@ -160,7 +160,7 @@ enum NotApproved {
 }
 
 /// Everything the gate needs.
-pub struct Gate {
+pub(crate) struct Gate {
     /// `[hooks] hook_timeout`.
     pub hook_timeout: Duration,
     pub approvals: Approvals,
@@ -173,7 +173,7 @@ pub struct Gate {
 
 impl Gate {
     /// Handle jobs one at a time, in the order they arrive.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self,
         mut jobs: mpsc::UnboundedReceiver<GateJob>,
         verdicts: mpsc::UnboundedSender<Verdict>,
@@ -285,7 +285,11 @@ fn granted(grants: &[Grant], job: &GateJob) -> Option<Result<(), NotApproved>> {
 /// written from its own task and its stderr read while it runs, so a hook that reads neither
 /// cannot block anything; past the limit its process group is killed. `Err` says why it
 /// failed.
-pub async fn run_hook(argv: &[Template], input: &Value, limit: Duration) -> Result<(), String> {
+pub(crate) async fn run_hook(
+    argv: &[Template],
+    input: &Value,
+    limit: Duration,
+) -> Result<(), String> {
     let no_args = Map::new();
     let mut parts = Vec::with_capacity(argv.len());
     for t in argv {

@@ -22,7 +22,11 @@ use crate::events::{Awaiting, CallResult};
 
 /// A stable fingerprint of a call: its tool, how the tool is invoked (`target`, secrets as
 /// `***`) and its resolved arguments.
-pub fn fingerprint(tool: &str, target: &str, args: &serde_json::Map<String, Value>) -> String {
+pub(crate) fn fingerprint(
+    tool: &str,
+    target: &str,
+    args: &serde_json::Map<String, Value>,
+) -> String {
     let text = format!(
         "{tool}\u{0}{target}\u{0}{}",
         serde_json::to_string(args).unwrap_or_default()
@@ -171,7 +175,7 @@ impl Resume {
 }
 
 /// Parse a result as journaled or recorded.
-pub fn result_from_json(v: Value) -> Option<CallResult> {
+pub(crate) fn result_from_json(v: Value) -> Option<CallResult> {
     serde_json::from_value::<ResultRecord>(v)
         .ok()
         .map(ResultRecord::into_result)

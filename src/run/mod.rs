@@ -11,22 +11,24 @@
 //! - Stopping flows one way: the coordinator flips a `watch` channel (graceful, then force);
 //!   every invocation sees it through its [`tools::Stop`] and cleans up before returning.
 
-pub mod cache;
+pub(crate) mod cache;
 mod call;
-pub mod cassette;
+pub(crate) mod cassette;
 mod end;
-pub mod gate;
-pub mod journal;
-pub mod scheduler;
-pub mod stats;
-pub mod store;
+pub(crate) mod gate;
+pub(crate) mod journal;
+pub(crate) mod scheduler;
+pub(crate) mod stats;
+pub(crate) mod store;
 
-pub use cache::Cache;
-pub use cassette::Cassette;
-pub use end::{Ended, RunEnd};
-pub use gate::{ApprovalRequest, Approvals, Approver, Ruling};
-pub use journal::{result_from_json, Journal, Resume};
-pub use scheduler::{
-    execute, execute_spawned, new_run_id, tool_impls, Control, RunConfig, RunReport,
-};
-pub use store::{redact_url, runtime_dir, Flow, LaneStore, LocalLanes, MemoryLanes, RedisLanes};
+pub(crate) use cache::Cache;
+pub(crate) use cassette::Cassette;
+pub(crate) use end::{Ended, RunEnd};
+pub(crate) use gate::{ApprovalRequest, Approvals, Approver, Ruling};
+pub(crate) use journal::{result_from_json, Journal, Resume};
+pub(crate) use scheduler::{execute_spawned, new_run_id, Control, RunReport};
+pub(crate) use store::{redact_url, Flow, RedisLanes};
+
+/// What the benchmarks drive directly (a run of a plan, outside any face).
+pub use scheduler::{execute, tool_impls, RunConfig};
+pub use store::{runtime_dir, LaneStore, LocalLanes, MemoryLanes};

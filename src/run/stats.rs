@@ -7,7 +7,7 @@ use crate::events::{CallResult, LaneStats, Stats, Status};
 use crate::plan::Plan;
 
 /// Stats for `results` (indexed like `plan.calls`).
-pub fn compute(
+pub(crate) fn compute(
     plan: &Plan,
     results: &[CallResult],
     wall_ms: u64,
@@ -73,7 +73,7 @@ pub fn compute(
 
 /// Fold a later batch of the same run (a stream's chunk) into `total`. Times count from the
 /// run's start and lane figures are the store's running totals, so those are the later ones.
-pub fn merge(total: &mut Stats, next: Stats) {
+pub(crate) fn merge(total: &mut Stats, next: Stats) {
     total.calls += next.calls;
     total.ok += next.ok;
     total.failed += next.failed;

@@ -158,7 +158,7 @@ pub struct HttpTool {
 }
 
 /// Percent-encode everything but RFC 3986's unreserved characters.
-pub fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -171,7 +171,7 @@ pub fn encode(s: &str) -> String {
 }
 
 /// `Retry-After` as seconds or an HTTP date.
-pub fn retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs.min(3600)));

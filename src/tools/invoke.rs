@@ -257,7 +257,7 @@ pub struct ToolContext {
 }
 
 /// A small in-memory key-value store (see [`ToolContext::kv`]).
-pub type KvStore = Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>;
+pub(super) type KvStore = Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>;
 
 impl ToolContext {
     /// Build what the manifest's tools need. `max_idle_per_host`: the pool never keeps more
@@ -287,7 +287,7 @@ impl ToolContext {
 }
 
 /// Parse tool output text: JSON when it is JSON, else the text with one trailing newline trimmed.
-pub fn parse_output(text: &str) -> Value {
+pub(crate) fn parse_output(text: &str) -> Value {
     let trimmed = text
         .strip_suffix('\n')
         .map(|t| t.strip_suffix('\r').unwrap_or(t))

@@ -111,7 +111,7 @@ type Service = RunningService<RoleClient, Upstream>;
 /// Our side of a session: routes the server's progress notifications to the call that asked
 /// (by the progress token rmcp gave its request).
 #[derive(Clone, Default)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     progress: ProgressDispatcher,
 }
 
@@ -641,7 +641,7 @@ impl McpTool {
 
 /// Fill in the `effect` and `idempotent` of MCP tools (those the batch uses, and only where the
 /// manifest is silent) from their servers' annotations, and check that each remote tool exists.
-pub async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) -> Vec<Diagnostic> {
+pub(crate) async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[String]) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
     let file = manifest.file.clone();
     for tool in manifest.tools.iter_mut() {

@@ -14,7 +14,7 @@
 
 mod invoke;
 mod kind;
-pub mod reaper;
+pub(crate) mod reaper;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +22,11 @@ use std::time::Duration;
 use serde_json::Value;
 use toml::de::DeTable;
 
-pub use invoke::{
+pub(crate) use invoke::{
     parse_output, Failure, Invocation, Progress, Relay, RunInfo, Stop, StopCause, StopLevel,
     ToolContext,
 };
-pub use kind::{Invoke, Kind, Site};
+pub(crate) use kind::{Invoke, Kind, Site};
 
 use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
@@ -167,8 +167,8 @@ macro_rules! kinds {
 }
 
 kinds! {
-    pub mod command => Command(CommandSpec),
-    pub mod http => Http(HttpSpec),
-    pub mod mcp => Mcp(McpSpec),
+    pub(crate) mod command => Command(CommandSpec),
+    pub(crate) mod http => Http(HttpSpec),
+    pub(crate) mod mcp => Mcp(McpSpec),
     mod scripted => Scripted(ScriptedSpec),
 }

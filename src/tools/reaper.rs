@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The argument that makes the binary the watchdog.
-pub const ARG: &str = "__reaper";
+pub(crate) const ARG: &str = "__reaper";
 
 static ON: AtomicBool = AtomicBool::new(false);
 static PIPE: Mutex<Option<ChildStdin>> = Mutex::new(None);
 
 /// Start the watchdog for this process (once). `Err`: it could not be started.
-pub fn start() -> std::io::Result<()> {
+pub(crate) fn start() -> std::io::Result<()> {
     let mut pipe = PIPE.lock().unwrap_or_else(|e| e.into_inner());
     if pipe.is_some() {
         return Ok(());
@@ -49,21 +49,21 @@ fn tell(line: String) {
 }
 
 /// Process group `pgid` started: kill it if this process dies first.
-pub fn watch(pgid: i32) {
+pub(crate) fn watch(pgid: i32) {
     if pgid > 0 {
         tell(format!("+{pgid}\n"));
     }
 }
 
 /// Process group `pgid` is gone (killed, its leader reaped): nothing to kill any more.
-pub fn forget(pgid: i32) {
+pub(crate) fn forget(pgid: i32) {
     if pgid > 0 {
         tell(format!("-{pgid}\n"));
     }
 }
 
 /// The watchdog itself: follow the list on stdin until it ends, then kill what is listed.
-pub fn watchdog() -> u8 {
+pub(crate) fn watchdog() -> u8 {
     let mut groups = std::collections::HashSet::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };

@@ -694,7 +694,7 @@ fn doorbells(p: &Project) -> Vec<std::path::PathBuf> {
     let manifest = p.path().join("tools.toml").canonicalize().unwrap();
     let hash = format!(
         "{:016x}",
-        flux_tools::hash::fnv(manifest.as_os_str().as_encoded_bytes())
+        flux_tools::fnv(manifest.as_os_str().as_encoded_bytes())
     );
     let root = flux_tools::run::runtime_dir().unwrap().join(hash);
     std::fs::read_dir(&root)

@@ -9,7 +9,7 @@ use crate::events::{CallResult, ErrorKind, Status};
 
 /// What a served call came to, before it is put into words.
 #[derive(Debug)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// Its run's result, and its upstream's own answer when it had one.
     Ran(Box<CallResult>, Option<Value>),
     Refused(Refusal),
@@ -17,7 +17,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `CallToolResult` (as JSON).
-    pub fn answer(self) -> Value {
+    pub(super) fn answer(self) -> Value {
         match self {
             Outcome::Ran(r, raw) => of(&r, raw),
             Outcome::Refused(r) => r.answer(),
@@ -28,7 +28,7 @@ impl Outcome {
 /// A call the gateway answers itself, not its tool: refused before it ran (a session's limit,
 /// a bad argument, the lane store away) or ended around its run. Made into an answer here only.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// `KIND: why`, as a results document names a failure.
     Failed(ErrorKind, String),
     /// The client cancelled the call (an answer it never sees, on either face).
@@ -36,12 +36,12 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn new(kind: ErrorKind, why: impl Into<String>) -> Refusal {
+    pub(super) fn new(kind: ErrorKind, why: impl Into<String>) -> Refusal {
         Refusal::Failed(kind, why.into())
     }
 
     /// The answer's one text.
-    pub fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         match self {
             Refusal::Failed(kind, why) => format!("{kind}: {why}"),
             Refusal::Cancelled => {
@@ -54,14 +54,14 @@ impl Refusal {
     }
 
     /// The `CallToolResult` (as JSON).
-    pub fn answer(&self) -> Value {
+    pub(super) fn answer(&self) -> Value {
         error(&self.text())
     }
 }
 
 /// The `CallToolResult` (as JSON) for `result`; `raw`: the upstream's own answer, if the
 /// tool was an upstream MCP tool that answered.
-pub fn of(result: &CallResult, raw: Option<Value>) -> Value {
+pub(super) fn of(result: &CallResult, raw: Option<Value>) -> Value {
     // An upstream's answer stands as it came — success or its own `isError` — unless the
     // call failed for a reason of ours after it (its output failed a check, say).
     if let Some(raw) = raw {
@@ -94,7 +94,7 @@ fn ok(output: &Value) -> Value {
 }
 
 /// A failure the model can read and act on.
-pub fn error(text: &str) -> Value {
+pub(super) fn error(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 

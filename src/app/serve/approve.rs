@@ -23,7 +23,7 @@ use crate::run::store::BoxFuture;
 use crate::run::{ApprovalRequest, Approver, Ruling};
 
 /// How long a parked call waits unless the manifest says otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often the desk looks for answers, and how often it says the gateway lives.
 const POLL: Duration = Duration::from_millis(100);
 const BEAT: Duration = Duration::from_secs(1);
@@ -32,21 +32,21 @@ const ORPHANS_FOR: Duration = Duration::from_secs(1);
 
 /// What a client answered an elicitation with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InBand {
+pub(super) enum InBand {
     Accept,
     Decline,
     Cancel,
 }
 
 /// Ask the client (its message); `Err`: it could not be asked.
-pub type Elicit = Arc<dyn Fn(String) -> Asking + Send + Sync>;
+pub(super) type Elicit = Arc<dyn Fn(String) -> Asking + Send + Sync>;
 
 /// A question to the client, under way.
-pub type Asking =
+pub(super) type Asking =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<InBand, String>> + Send>>;
 
 /// The calls one gateway holds for approval out of band.
-pub struct Desk {
+pub(super) struct Desk {
     parked: Arc<Parked>,
     /// The name this gateway beats under (the prefix of its calls' ids).
     gateway: String,
@@ -74,21 +74,21 @@ struct Held {
 type Orphans = Arc<Vec<(Waiting, String)>>;
 
 /// A place among the calls a session and a tenant may park; given back when dropped.
-pub struct Seat {
+pub(super) struct Seat {
     desk: Arc<Desk>,
     session: u64,
     tenant: String,
 }
 
 /// A parked call: its entry, and where its answer comes.
-pub struct Parking {
+pub(super) struct Parking {
     desk: Arc<Desk>,
     place: Place,
     answer: oneshot::Receiver<Decision>,
 }
 
 impl Desk {
-    pub fn new(
+    pub(super) fn new(
         parked: Arc<Parked>,
         gateway: String,
         limits: &crate::manifest::ServeLimits,
@@ -107,13 +107,13 @@ impl Desk {
     }
 
     /// The board.
-    pub fn parked(&self) -> &Arc<Parked> {
+    pub(super) fn parked(&self) -> &Arc<Parked> {
         &self.parked
     }
 
     /// Room for one more parked call of `session` and `tenant`; `Err` says which bound is
     /// reached.
-    pub fn admit(self: &Arc<Self>, session: u64, tenant: &str) -> Result<Seat, String> {
+    pub(super) fn admit(self: &Arc<Self>, session: u64, tenant: &str) -> Result<Seat, String> {
         let mut h = self.lock();
         let s = h.sessions.get(&session).copied().unwrap_or(0);
         if s >= self.per_session {
@@ -140,7 +140,7 @@ impl Desk {
 
     /// Park `w` (or take over an orphaned entry for the same call); its answer comes through
     /// the returned [`Parking`].
-    pub async fn park(self: &Arc<Self>, mut w: Waiting) -> Result<Parking, String> {
+    pub(super) async fn park(self: &Arc<Self>, mut w: Waiting) -> Result<Parking, String> {
         w.gateway = self.gateway.clone();
         let orphans = self.orphans().await;
         let place = match self.parked.adopt(&w, &orphans).await {
@@ -252,7 +252,7 @@ impl Drop for Parking {
 }
 
 /// The approver of one served call.
-pub struct CallApprover {
+pub(super) struct CallApprover {
     /// The client, when it may be asked.
     pub in_band: Option<Elicit>,
     pub desk: Option<Arc<Desk>>,

@@ -40,7 +40,7 @@ enum Upstream {
 /// The manifest in force (a reload replaces it whole; an upstream's annotations give a new
 /// copy of the same generation, with the same tools at the same positions).
 #[derive(Clone)]
-pub struct Current {
+pub(super) struct Current {
     pub manifest: Arc<Manifest>,
     /// The served tools' positions in the manifest (`--tools`, else all).
     served: Arc<Vec<usize>>,
@@ -50,13 +50,13 @@ pub struct Current {
 
 impl Current {
     /// The hub of its MCP servers.
-    pub fn hub(&self) -> Option<Arc<McpHub>> {
+    pub(super) fn hub(&self) -> Option<Arc<McpHub>> {
         self.hub.clone()
     }
 }
 
 /// The served tools and the manifest calls are planned with.
-pub struct Catalog {
+pub(super) struct Catalog {
     now: RwLock<Current>,
     /// `--tools`, kept for a reload.
     select: Option<Vec<String>>,
@@ -75,7 +75,7 @@ pub struct Catalog {
 impl Catalog {
     /// The catalog of `manifest`'s tools, or of `select` (manifest or exported names; an
     /// unknown one is an error with a suggestion).
-    pub fn new(
+    pub(super) fn new(
         manifest: Manifest,
         select: Option<&[String]>,
         hub: Option<Arc<McpHub>>,
@@ -102,7 +102,7 @@ impl Catalog {
     /// Put `manifest` in force (a reload) with `hub` for its MCP servers: its tools are
     /// served from now on, upstream servers are asked again, and every session that listed
     /// the tools is told the list changed. The new generation.
-    pub async fn replace(
+    pub(super) async fn replace(
         &self,
         manifest: Manifest,
         hub: Option<Arc<McpHub>>,
@@ -127,24 +127,24 @@ impl Catalog {
     }
 
     /// The manifest in force, with its generation and served tools.
-    pub fn now(&self) -> Current {
+    pub(super) fn now(&self) -> Current {
         self.now.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
 impl Catalog {
     /// Changes to the list of tools (a server that was left out came up).
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(super) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     /// The manifest as it stands (with every started server's annotations).
-    pub fn manifest(&self) -> Arc<Manifest> {
+    pub(super) fn manifest(&self) -> Arc<Manifest> {
         self.now().manifest
     }
 
     /// The served tool a client calls `name` (its exported or manifest name).
-    pub fn served(&self, manifest: &Manifest, name: &str) -> Result<usize, String> {
+    pub(super) fn served(&self, manifest: &Manifest, name: &str) -> Result<usize, String> {
         let served = self.now().served;
         match manifest.tool_position(name) {
             Some(i) if served.contains(&i) => Ok(i),
@@ -173,7 +173,7 @@ impl Catalog {
 
     /// Start `server` if it is not up (or failed a while ago) and settle its tools' effects.
     /// Returns why it is not up, if it is not.
-    pub async fn ensure(&self, server: &str) -> Result<(), String> {
+    pub(super) async fn ensure(&self, server: &str) -> Result<(), String> {
         let Some(hub) = self.now().hub else {
             return Ok(());
         };
@@ -253,7 +253,7 @@ impl Catalog {
 
     /// `tools/list`: every served tool whose server is up (servers still starting are given
     /// [`LIST_WAIT`]), as MCP `Tool` objects. A server left out is retried in the background.
-    pub async fn list(self: &Arc<Self>) -> Vec<Value> {
+    pub(super) async fn list(self: &Arc<Self>) -> Vec<Value> {
         let servers = self.servers(&self.manifest());
         let starts = servers.iter().map(|s| async move {
             let up = tokio::time::timeout(LIST_WAIT, self.ensure(s)).await;

@@ -28,16 +28,16 @@ use super::sessions::{Live, Sessions};
 use crate::tools::Progress;
 
 /// The session id header of Streamable HTTP.
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 /// Protocol versions whose requests rmcp serves in session mode (older than `2026-07-28`).
 const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// A stream of server-sent events, each a whole `data:` event.
-pub type Events = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
+pub(super) type Events = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
 
 /// What this path answers: a JSON body (200), an event stream (200) or an accepted
 /// notification (202).
-pub enum Answer {
+pub(super) enum Answer {
     Json(Vec<u8>),
     Events(Events),
     Accepted,
@@ -45,7 +45,7 @@ pub enum Answer {
 
 /// Whether a request's headers let this path take it (else rmcp judges it). `hosts` are the
 /// allowed `Host` names (`name` or `name:port`).
-pub fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String> {
+pub(super) fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String> {
     let h = &parts.headers;
     if parts.method != http::Method::POST || h.contains_key(http::header::ORIGIN) {
         return None;
@@ -76,7 +76,7 @@ pub fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String
 }
 
 /// The `Host` header is one of `hosts` exactly (an entry without a port: any port).
-pub fn host_allowed(host: &str, hosts: &[String]) -> bool {
+pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
     let Ok(got) = host.parse::<http::uri::Authority>() else {
         return false;
     };
@@ -89,7 +89,7 @@ pub fn host_allowed(host: &str, hosts: &[String]) -> bool {
 }
 
 /// Answer `body` here if it is a plain `tools/call` or a cancel of one of ours; `None`: rmcp's.
-pub async fn answer(
+pub(super) async fn answer(
     gateway: &Arc<Gateway>,
     sessions: &Sessions,
     (session_id, tenant): (&str, Option<String>),

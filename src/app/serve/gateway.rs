@@ -31,7 +31,7 @@ use crate::tools::{Relay, ToolKind};
 use crate::trace_context::TraceContext;
 
 /// The gateway's shared state.
-pub struct Gateway {
+pub(super) struct Gateway {
     pub catalog: Arc<Catalog>,
     /// The kit of the manifest in force, with its generation (a reload replaces both).
     kit: RwLock<(u64, Arc<CallKit>)>,
@@ -70,7 +70,7 @@ pub struct Gateway {
 type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
 
 /// One client's session: its run id (idempotency keys), its turn lane, per tenant.
-pub struct Session {
+pub(super) struct Session {
     pub id: u64,
     run_id: String,
     lanes: Mutex<HashMap<String, (u64, TenantLanes)>>,
@@ -105,7 +105,7 @@ struct Planned {
 }
 
 /// What a call brings besides its tool and arguments.
-pub struct CallCx {
+pub(super) struct CallCx {
     pub tenant: String,
     /// The client's `_meta.traceparent`: the call's span is its child.
     pub traceparent: Option<String>,
@@ -121,7 +121,7 @@ pub struct CallCx {
 #[cfg(test)]
 impl Session {
     /// A session of no gateway (for tables of sessions).
-    pub fn for_tests() -> Session {
+    pub(super) fn for_tests() -> Session {
         Session {
             id: 0,
             run_id: "test".into(),
@@ -135,7 +135,7 @@ impl Session {
 }
 
 impl Gateway {
-    pub fn new(
+    pub(super) fn new(
         catalog: Catalog,
         kit: Arc<CallKit>,
         store: Arc<dyn LaneStore>,
@@ -172,7 +172,7 @@ impl Gateway {
     }
 
     /// A new client session.
-    pub fn session(&self) -> Arc<Session> {
+    pub(super) fn session(&self) -> Arc<Session> {
         let id = self.sessions.fetch_add(1, Ordering::Relaxed);
         let run_id = format!("{}-s{id}", self.id);
         Arc::new(Session {
@@ -191,7 +191,7 @@ impl Gateway {
 
     /// Whether a call of `name` may need approval asked through the client (so the fast
     /// path, which cannot ask, leaves it to rmcp).
-    pub fn may_ask_client(&self, name: &str) -> bool {
+    pub(super) fn may_ask_client(&self, name: &str) -> bool {
         let m = self.catalog.manifest();
         if !m.serve.approval_in_band {
             return false;
@@ -247,7 +247,7 @@ impl Gateway {
 
     /// One `tools/call`. `Err` is a protocol fault (an unknown tool); every failure of the
     /// call itself is an answer with `isError: true`.
-    pub async fn call(
+    pub(super) async fn call(
         self: &Arc<Self>,
         session: &Session,
         name: &str,
@@ -384,7 +384,10 @@ impl Gateway {
     /// Put `manifest` in force for new calls (SIGHUP, `--watch`): calls already made finish
     /// under the declarations they were planned with; sessions are told the list changed.
     /// `Err`: it was not put in force (the old one stays).
-    pub async fn reload(&self, manifest: crate::manifest::Manifest) -> Result<usize, String> {
+    pub(super) async fn reload(
+        &self,
+        manifest: crate::manifest::Manifest,
+    ) -> Result<usize, String> {
         let _one = self.reloading.lock().await;
         let old = self.catalog.now();
         let same_servers =
@@ -580,7 +583,7 @@ impl Gateway {
     }
 
     /// `/readyz`: ready unless draining or the lane store does not answer.
-    pub async fn ready(&self) -> Result<(), String> {
+    pub(super) async fn ready(&self) -> Result<(), String> {
         if self.closing.load(Ordering::SeqCst) {
             return Err("the gateway is shutting down".into());
         }
@@ -588,7 +591,7 @@ impl Gateway {
     }
 
     /// `/metrics`: the figures, with the lanes and waiting approvals as they are now.
-    pub async fn metrics_text(&self) -> String {
+    pub(super) async fn metrics_text(&self) -> String {
         let approvals = match &self.desk {
             Some(d) => d.parked().count().await,
             None => 0,
@@ -600,7 +603,7 @@ impl Gateway {
 
     /// The status page's snapshot: lanes, last calls, spend, waiting approvals (the first
     /// [`SHOWN`] of them) — all, or (`only`) one tenant's.
-    pub async fn snapshot(&self, only: Option<&str>) -> serde_json::Value {
+    pub(super) async fn snapshot(&self, only: Option<&str>) -> serde_json::Value {
         let (approvals, total) = match &self.desk {
             Some(d) => d.parked().some(SHOWN).await,
             None => (Vec::new(), 0),
@@ -615,7 +618,7 @@ impl Gateway {
     }
 
     /// Answer a parked call (the status page), wherever it waits.
-    pub async fn answer_parked(
+    pub(super) async fn answer_parked(
         &self,
         id: &str,
         hash: &str,
@@ -628,7 +631,7 @@ impl Gateway {
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
-    pub async fn drain(&self, grace: Duration) {
+    pub(super) async fn drain(&self, grace: Duration) {
         self.closing.store(true, Ordering::SeqCst);
         if !self.controls.idle_within(grace).await {
             self.controls.tell(Control::Interrupt);

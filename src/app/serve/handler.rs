@@ -20,11 +20,11 @@ use crate::tools::Progress;
 
 /// The tenant an HTTP request's bearer token names (put in the request by [`super::http`]).
 #[derive(Debug, Clone)]
-pub struct Tenant(pub String);
+pub(super) struct Tenant(pub String);
 
 /// One client session's handler.
 #[derive(Clone)]
-pub struct Handler {
+pub(super) struct Handler {
     gateway: Arc<Gateway>,
     session: Arc<Session>,
     /// The tenant of every call (stdio), or of requests that carry none.
@@ -34,7 +34,7 @@ pub struct Handler {
 }
 
 impl Handler {
-    pub fn new(gateway: Arc<Gateway>, tenant: String) -> Handler {
+    pub(super) fn new(gateway: Arc<Gateway>, tenant: String) -> Handler {
         let session = gateway.session();
         Handler {
             gateway,
@@ -45,7 +45,7 @@ impl Handler {
     }
 
     /// The client session this handler serves.
-    pub fn session(&self) -> &Arc<Session> {
+    pub(super) fn session(&self) -> &Arc<Session> {
         &self.session
     }
 

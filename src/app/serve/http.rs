@@ -27,15 +27,15 @@ use super::sessions::{Full as SessionsFull, Sessions};
 use super::stdio::Arrival;
 
 /// Token digest → tenant.
-pub type Tokens = HashMap<[u8; 32], String>;
+pub(super) type Tokens = HashMap<[u8; 32], String>;
 
 /// The digest a token is looked up by.
-pub fn digest(token: &str) -> [u8; 32] {
+pub(super) fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// What the HTTP face is told.
-pub struct HttpOptions {
+pub(super) struct HttpOptions {
     pub tokens: Tokens,
     /// `[serve] admin_token`'s digest: who may answer approvals on the status page.
     pub admin: Option<[u8; 32]>,
@@ -498,7 +498,7 @@ fn tenant_of(tokens: &Tokens, req: &Request<hyper::body::Incoming>) -> Result<Op
 
 /// Accept connections until `stop` is cancelled; `sessions` ends every MCP session (after
 /// the gateway's drain).
-pub async fn serve(
+pub(super) async fn serve(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     opts: HttpOptions,

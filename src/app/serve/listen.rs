@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What bounds the connections.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(super) struct Bounds {
     pub per_client: u32,
 }
 
@@ -31,11 +31,11 @@ struct Open {
 
 /// The open connections.
 #[derive(Default, Clone)]
-pub struct Conns(Arc<Mutex<Open>>);
+pub(super) struct Conns(Arc<Mutex<Open>>);
 
 /// One connection's place: told when its first request came ([`Conn::spoke`]); gone when it
 /// drops.
-pub struct Conn {
+pub(super) struct Conn {
     conns: Conns,
     id: u64,
     client: IpAddr,
@@ -81,7 +81,7 @@ impl Conns {
 
 impl Conn {
     /// Its first whole request came: it is no longer a candidate to shed.
-    pub fn spoke(&self) {
+    pub(super) fn spoke(&self) {
         if !self.spoke.load(Ordering::Relaxed) {
             let mut o = self.conns.lock();
             self.spoke.store(true, Ordering::Relaxed);
@@ -112,7 +112,7 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
 }
 
 /// Accept until `stop`; each admitted connection is served by `serve` on a task of its own.
-pub async fn accept<F, Fut>(
+pub(super) async fn accept<F, Fut>(
     listener: TcpListener,
     stop: CancellationToken,
     bounds: Bounds,

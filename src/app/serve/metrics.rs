@@ -24,7 +24,7 @@ fn seconds() -> Histogram {
 }
 
 /// Every figure the gateway exports.
-pub struct Metrics {
+pub(super) struct Metrics {
     registry: Registry,
     calls: Family<Labels, Counter>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
@@ -114,7 +114,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A served call of a tool costing `cost` ended with `r`.
-    pub fn record(&self, tenant: &str, r: &CallResult, cost: f64) {
+    pub(super) fn record(&self, tenant: &str, r: &CallResult, cost: f64) {
         let kind = r.error.as_ref().map_or("", |e| e.kind.as_str());
         let labels = vec![
             ("tool", r.tool.clone()),
@@ -143,7 +143,7 @@ impl Metrics {
     }
 
     /// The text a scrape gets, with the lanes and approvals as they are now.
-    pub fn render(
+    pub(super) fn render(
         &self,
         lanes: &[Occupancy],
         approvals: usize,

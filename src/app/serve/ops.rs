@@ -11,14 +11,14 @@ use super::gateway::Gateway;
 
 /// The endpoint a path names, if it is one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(super) enum Endpoint {
     Health,
     Ready,
     Metrics,
 }
 
 impl Endpoint {
-    pub fn of(path: &str) -> Option<Endpoint> {
+    pub(super) fn of(path: &str) -> Option<Endpoint> {
         match path {
             "/healthz" => Some(Endpoint::Health),
             "/readyz" => Some(Endpoint::Ready),
@@ -28,15 +28,15 @@ impl Endpoint {
     }
 
     /// Whether it needs the `Host` check and the token.
-    pub fn guarded(self) -> bool {
+    pub(super) fn guarded(self) -> bool {
         self == Endpoint::Metrics
     }
 }
 
 /// What an endpoint answers: status, content type, body.
-pub type Reply = (hyper::StatusCode, &'static str, String);
+pub(super) type Reply = (hyper::StatusCode, &'static str, String);
 
-pub async fn answer(gateway: &Arc<Gateway>, e: Endpoint) -> Reply {
+pub(super) async fn answer(gateway: &Arc<Gateway>, e: Endpoint) -> Reply {
     const TEXT: &str = "text/plain; charset=utf-8";
     match e {
         Endpoint::Health => (hyper::StatusCode::OK, TEXT, "ok\n".into()),

@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::manifest::{Hazards, Tool};
-pub use crate::plan::Claim;
+pub(super) use crate::plan::Claim;
 
 /// The key every call claims: a `parallel_safe = false` call writes it.
 const ALONE: &str = "*";
 
 /// What a call of `tool`, from session `session`, claims.
-pub fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Claim)> {
+pub(super) fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Claim)> {
     let alone = if tool.parallel_safe {
         Claim::Read
     } else {
@@ -77,20 +77,20 @@ impl Queue {
 
 /// Every key's queue, in arrival order.
 #[derive(Default)]
-pub struct Order {
+pub(super) struct Order {
     queues: Mutex<HashMap<String, Queue>>,
 }
 
 /// What a waiting call waits behind: the first key that holds it back, and how many
 /// earlier calls are queued there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Behind {
+pub(super) struct Behind {
     pub key: String,
     pub ahead: usize,
 }
 
 /// A call's place in the queues of its keys.
-pub struct Ticket {
+pub(super) struct Ticket {
     order: Arc<Order>,
     seq: u64,
     keys: Vec<(String, Claim)>,
@@ -104,7 +104,7 @@ impl Order {
     }
 
     /// Take call `seq`'s place (arrival order: `seq` only grows) in the queues of `keys`.
-    pub fn enter(self: &Arc<Self>, seq: u64, keys: Vec<(String, Claim)>) -> Ticket {
+    pub(super) fn enter(self: &Arc<Self>, seq: u64, keys: Vec<(String, Claim)>) -> Ticket {
         let wake = Arc::new(Notify::new());
         let mut q = self.lock();
         for (k, claim) in &keys {
@@ -123,7 +123,7 @@ impl Order {
 
 impl Ticket {
     /// `None` when the call may go now; else what it waits behind.
-    pub fn behind(&self) -> Option<Behind> {
+    pub(super) fn behind(&self) -> Option<Behind> {
         let q = self.order.lock();
         for (k, claim) in &self.keys {
             let Some(queue) = q.get(k) else { continue };
@@ -140,7 +140,7 @@ impl Ticket {
 
     /// Wait until nothing before the call conflicts with it. `waiting` is told what it
     /// waits behind each time that changes.
-    pub async fn wait(&self, mut waiting: impl FnMut(&Behind)) {
+    pub(super) async fn wait(&self, mut waiting: impl FnMut(&Behind)) {
         let mut last: Option<Behind> = None;
         loop {
             // Registered before the check: a wake between the two is not lost.
@@ -181,7 +181,7 @@ impl Drop for Ticket {
 
 /// One session's requests in the order they came off the wire.
 #[derive(Default)]
-pub struct Turnstile {
+pub(super) struct Turnstile {
     state: Mutex<Turns>,
 }
 
@@ -200,7 +200,7 @@ struct Turns {
 
 /// A request's place on the wire: [`Pass::wait`] until every earlier request of its session is
 /// through, then [`Pass::through`] (dropping it counts as through).
-pub struct Pass {
+pub(super) struct Pass {
     turnstile: Arc<Turnstile>,
     n: u64,
     through: AtomicBool,
@@ -212,7 +212,7 @@ impl Turnstile {
     }
 
     /// The next request's pass (called as it is read, in wire order).
-    pub fn pass(self: &Arc<Self>) -> Pass {
+    pub(super) fn pass(self: &Arc<Self>) -> Pass {
         let mut t = self.lock();
         let n = t.issued;
         t.issued += 1;
@@ -226,7 +226,7 @@ impl Turnstile {
 
 impl Pass {
     /// Wait until every earlier pass of the session is through.
-    pub async fn wait(&self) {
+    pub(super) async fn wait(&self) {
         let wake = {
             let mut t = self.turnstile.lock();
             if t.next >= self.n {
@@ -246,7 +246,7 @@ impl Pass {
     }
 
     /// This request has taken its place (or never will): later ones may take theirs.
-    pub fn through(&self) {
+    pub(super) fn through(&self) {
         if self.through.swap(true, Ordering::SeqCst) {
             return;
         }

@@ -12,14 +12,14 @@ use crate::events::Event;
 use crate::tools::Progress;
 
 /// Where a call's progress goes: the client's progress token, wrapped by the transport.
-pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+pub(super) type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// How often a call that waits tells its client so.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// A call's progress notifications: while it waits (for its turn, in a lane) what it waits
 /// for, again every [`PROGRESS_EVERY`]; once it runs, its upstream's own progress.
-pub struct Reporter {
+pub(super) struct Reporter {
     sink: ProgressSink,
     /// How many notifications went out, and what the call waits for now (`None`: running).
     state: Mutex<(u64, Option<String>)>,
@@ -28,7 +28,7 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn new(sink: ProgressSink) -> Reporter {
+    pub(super) fn new(sink: ProgressSink) -> Reporter {
         Reporter {
             sink,
             state: Mutex::new((0, None)),
@@ -51,7 +51,7 @@ impl Reporter {
         });
     }
 
-    pub fn waiting(self: &Arc<Self>, message: String) {
+    pub(super) fn waiting(self: &Arc<Self>, message: String) {
         if let Ok(mut s) = self.state.lock() {
             s.1 = Some(message.clone());
         }
@@ -83,7 +83,7 @@ impl Reporter {
     }
 
     /// Follow the call's run: lane waits become messages, the upstream's progress is passed on.
-    pub async fn watch(
+    pub(super) async fn watch(
         self: Arc<Self>,
         mut events: mpsc::UnboundedReceiver<Event>,
         mut upstream: mpsc::UnboundedReceiver<Progress>,

@@ -27,14 +27,14 @@ struct Tally {
 }
 
 /// A session's history: its calls, summed until written.
-pub struct SessionRecord {
+pub(super) struct SessionRecord {
     finish: Option<Arc<Finish>>,
     run_id: String,
     tally: Mutex<Tally>,
 }
 
 impl SessionRecord {
-    pub fn new(finish: Option<Arc<Finish>>, run_id: String) -> SessionRecord {
+    pub(super) fn new(finish: Option<Arc<Finish>>, run_id: String) -> SessionRecord {
         SessionRecord {
             finish,
             run_id,
@@ -47,7 +47,7 @@ impl SessionRecord {
     }
 
     /// A call of the session starts running (for the peak in flight).
-    pub fn started(&self, tenant: &str) {
+    pub(super) fn started(&self, tenant: &str) {
         if self.finish.is_none() {
             return;
         }
@@ -61,7 +61,7 @@ impl SessionRecord {
     }
 
     /// A call ended with its run's figures (`lanes`: the session's, so far).
-    pub fn ended(&self, s: &Stats) {
+    pub(super) fn ended(&self, s: &Stats) {
         if self.finish.is_none() {
             return;
         }

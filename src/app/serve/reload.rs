@@ -19,7 +19,7 @@ fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
 
 /// Reload `path` into `gateway` on every SIGHUP (and change, with `watch`), for as long as
 /// the gateway serves.
-pub async fn reloads(gateway: Arc<Gateway>, path: PathBuf, watch: bool, quiet: bool) {
+pub(super) async fn reloads(gateway: Arc<Gateway>, path: PathBuf, watch: bool, quiet: bool) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;

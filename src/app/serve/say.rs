@@ -14,7 +14,7 @@ static LINES: OnceLock<Option<SyncSender<String>>> = OnceLock::new();
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Say `line` on stderr, without waiting for it to be written.
-pub fn line(line: String) {
+pub(super) fn line(line: String) {
     let writer = LINES.get_or_init(|| {
         let (tx, rx) = sync_channel::<String>(QUEUED);
         let spawned = std::thread::Builder::new()

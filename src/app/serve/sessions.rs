@@ -19,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 use super::gateway::Session;
 
 /// How many sessions that are gone are remembered for each live one the limit allows.
-pub const REMEMBERED: usize = 8;
+pub(super) const REMEMBERED: usize = 8;
 
 /// A session rmcp serves, as the short way knows it.
-pub struct Live {
+pub(super) struct Live {
     pub session: Weak<Session>,
     /// The tenant of calls whose request names none.
     pub tenant: String,
@@ -51,7 +51,7 @@ impl Entry {
 
 /// Why a session cannot be opened now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Full {
+pub(super) enum Full {
     /// The gateway's limit (`sessions`).
     All(u32),
     /// The tenant's (`sessions_per_tenant`).
@@ -59,7 +59,7 @@ pub enum Full {
 }
 
 /// The session table.
-pub struct Sessions {
+pub(super) struct Sessions {
     map: RwLock<HashMap<String, Entry>>,
     clock: AtomicU64,
     /// Sessions opened again after they were let go.
@@ -69,7 +69,7 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(limits: &crate::manifest::ServeLimits) -> Sessions {
+    pub(super) fn new(limits: &crate::manifest::ServeLimits) -> Sessions {
         Sessions {
             map: RwLock::default(),
             clock: AtomicU64::new(0),
@@ -92,7 +92,7 @@ impl Sessions {
     }
 
     /// Register a session rmcp opened (or opened again) under `id`, as `tenant`'s.
-    pub fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
+    pub(super) fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
         let used = self.now();
         let mut map = self.write();
         let e = map.entry(id.to_string()).or_insert(Entry {
@@ -133,7 +133,7 @@ impl Sessions {
     }
 
     /// The live session `id`, as the short way serves it.
-    pub fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
+    pub(super) fn get(&self, id: &str) -> Option<(Arc<Live>, Arc<Session>)> {
         let live = self.read().get(id)?.live.clone()?;
         let session = live.session.upgrade()?;
         Some((live, session))
@@ -141,7 +141,7 @@ impl Sessions {
 
     /// Whether session `id` may be used by `tenant`: it is (or was) that tenant's, or it is
     /// unknown here (rmcp then answers for it).
-    pub fn owned_by(&self, id: &str, tenant: &str) -> bool {
+    pub(super) fn owned_by(&self, id: &str, tenant: &str) -> bool {
         self.read()
             .get(id)
             .is_none_or(|e| e.tenant.as_deref().is_none_or(|t| t == tenant))
@@ -149,14 +149,14 @@ impl Sessions {
 
     /// Whether `id` names a session that is gone but remembered (its next request opens it
     /// again).
-    pub fn remembered(&self, id: &str) -> bool {
+    pub(super) fn remembered(&self, id: &str) -> bool {
         self.read()
             .get(id)
             .is_some_and(|e| !e.alive() && e.state.is_some())
     }
 
     /// Whether one more session of `tenant` may be opened.
-    pub fn admit(&self, tenant: &str) -> Result<(), Full> {
+    pub(super) fn admit(&self, tenant: &str) -> Result<(), Full> {
         let map = self.read();
         let live = map.values().filter(|e| e.alive());
         let (mut all, mut theirs) = (0u32, 0u32);
@@ -174,20 +174,20 @@ impl Sessions {
     }
 
     /// How many sessions live, and how many were opened again after they were let go.
-    pub fn counts(&self) -> (usize, u64) {
+    pub(super) fn counts(&self) -> (usize, u64) {
         let live = self.read().values().filter(|e| e.alive()).count();
         (live, self.reopened.load(Ordering::Relaxed))
     }
 
     /// The next pass of session `id`'s wire (taken as its request comes).
-    pub fn pass(&self, id: &str) -> Option<Arc<super::order::Pass>> {
+    pub(super) fn pass(&self, id: &str) -> Option<Arc<super::order::Pass>> {
         let (_, session) = self.get(id)?;
         Some(Arc::new(session.turnstile.pass()))
     }
 }
 
 /// rmcp keeps each session's `initialize` here, and asks for it to open a session again.
-pub struct Store(pub Arc<Sessions>);
+pub(super) struct Store(pub Arc<Sessions>);
 
 #[async_trait::async_trait]
 impl SessionStore for Store {

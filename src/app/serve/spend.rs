@@ -15,7 +15,7 @@ const EPSILON: f64 = 1e-9;
 
 /// A session's running totals.
 #[derive(Default)]
-pub struct Spend {
+pub(super) struct Spend {
     totals: Mutex<Totals>,
 }
 
@@ -27,14 +27,19 @@ struct Totals {
 }
 
 /// One call's share, to give back if it never runs.
-pub struct Share {
+pub(super) struct Share {
     tool: String,
     cost: f64,
 }
 
 impl Spend {
     /// Reserve one call of `tool` costing `cost`; `Err` says which limit refused it.
-    pub fn reserve(&self, limits: &SessionLimits, tool: &str, cost: f64) -> Result<Share, Refusal> {
+    pub(super) fn reserve(
+        &self,
+        limits: &SessionLimits,
+        tool: &str,
+        cost: f64,
+    ) -> Result<Share, Refusal> {
         let mut t = self
             .totals
             .lock()
@@ -83,7 +88,7 @@ impl Spend {
     }
 
     /// Give a share back: its call never reached its tool.
-    pub fn give_back(&self, share: Share) {
+    pub(super) fn give_back(&self, share: Share) {
         if let Ok(mut t) = self.totals.lock() {
             t.calls = t.calls.saturating_sub(1);
             t.cost = (t.cost - share.cost).max(0.0);

@@ -20,14 +20,14 @@ use crate::events::{CallResult, ErrorKind, Status};
 use crate::run::store::Occupancy;
 
 /// The page itself.
-pub const PAGE: &str = include_str!("status.html");
+pub(super) const PAGE: &str = include_str!("status.html");
 
 /// How many of the last calls the page shows.
 const RECENT: usize = 50;
 
 /// One finished call, as the page lists it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Recent {
+pub(super) struct Recent {
     pub at: String,
     pub tool: String,
     pub tenant: String,
@@ -41,13 +41,13 @@ pub struct Recent {
 
 /// What the page is told besides the lanes and approvals.
 #[derive(Default)]
-pub struct Log {
+pub(super) struct Log {
     recent: Mutex<VecDeque<Recent>>,
     spent: Mutex<BTreeMap<String, f64>>,
 }
 
 impl Log {
-    pub fn record(&self, (tenant, session): (&str, u64), r: &CallResult, cost: f64) {
+    pub(super) fn record(&self, (tenant, session): (&str, u64), r: &CallResult, cost: f64) {
         let entry = Recent {
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             tool: r.tool.clone(),
@@ -71,7 +71,7 @@ impl Log {
 
     /// One snapshot for the page: everything, or (`only`) what one tenant may see — its own
     /// waiters, calls, spend and approvals, and no other tenant's lane.
-    pub fn snapshot(
+    pub(super) fn snapshot(
         &self,
         lanes: &[Occupancy],
         approvals: &[Waiting],
@@ -107,7 +107,7 @@ impl Log {
 }
 
 /// What an answer from the page asks: the call, its hash, approve or deny.
-pub fn parse_answer(body: &[u8]) -> Result<(String, String, Decision), String> {
+pub(super) fn parse_answer(body: &[u8]) -> Result<(String, String, Decision), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
     let text = |k: &str| {
         v[k].as_str()
@@ -124,7 +124,7 @@ pub fn parse_answer(body: &[u8]) -> Result<(String, String, Decision), String> {
 
 /// Whether a page request may answer: the header only a script of the page sets, and no
 /// `Origin` other than this gateway's (`host` is the request's `Host`).
-pub fn same_site(headers: &http::HeaderMap, host: &str) -> bool {
+pub(super) fn same_site(headers: &http::HeaderMap, host: &str) -> bool {
     let marked = headers.get("x-flux-tools").is_some_and(|v| v == "answer");
     let origin = headers
         .get(http::header::ORIGIN)

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 use super::order::{Pass, Turnstile};
 
 /// The longest line read (as the HTTP face's body limit).
-pub const MAX_LINE: usize = 4 * 1024 * 1024;
+pub(super) const MAX_LINE: usize = 4 * 1024 * 1024;
 
 /// A `tools/call`'s place on its session's wire (a request extension).
 #[derive(Clone)]
-pub struct Arrival(pub Arc<Pass>);
+pub(super) struct Arrival(pub Arc<Pass>);
 
 /// What one line is: a message for rmcp, or an answer the wire gives itself.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ pub enum Line {
 }
 
 /// A JSON-RPC error response, `id` as given (`null` when it could not be read).
-pub fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
+pub(super) fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
     let v = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     serde_json::to_vec(&v).unwrap_or_default()
 }
@@ -73,7 +73,7 @@ pub fn read_line(line: &[u8]) -> Line {
 }
 
 /// Whether `tools/call` params are `{name: string, arguments?: object, _meta?: object}`.
-pub fn call_params(params: Option<&Value>) -> Result<(), String> {
+pub(super) fn call_params(params: Option<&Value>) -> Result<(), String> {
     let Some(Value::Object(p)) = params else {
         return Err("tools/call takes params {\"name\": …, \"arguments\": {…}}".into());
     };
@@ -107,7 +107,7 @@ struct Calls {
 }
 
 /// The stdio transport of one session.
-pub struct Wire<R> {
+pub(super) struct Wire<R> {
     lines: BufReader<R>,
     out: mpsc::UnboundedSender<Vec<u8>>,
     calls: Arc<Mutex<Calls>>,
@@ -119,7 +119,7 @@ pub struct Wire<R> {
 impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
     /// Read from `input`, write through a task of its own to `output` (one message a line, in
     /// the order sent); calls take passes of `turnstile`.
-    pub fn new<W: AsyncWrite + Unpin + Send + 'static>(
+    pub(super) fn new<W: AsyncWrite + Unpin + Send + 'static>(
         input: R,
         output: W,
         (turnstile, gone): (Arc<Turnstile>, CancellationToken),
@@ -209,7 +209,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
 /// Why the wire failed (its writer is gone).
 #[derive(Debug, thiserror::Error)]
 #[error("stdout is closed")]
-pub struct Closed;
+pub(super) struct Closed;
 
 impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for Wire<R> {
     type Error = Closed;

@@ -66,7 +66,7 @@ pub(in crate::app) struct Chunk {
 
 impl Chunks {
     /// The stream whose first call is `first`, after `blank` blank lines.
-    pub fn new((blank, first): (usize, String), stop: Vec<Arc<AtomicBool>>) -> Chunks {
+    pub(super) fn new((blank, first): (usize, String), stop: Vec<Arc<AtomicBool>>) -> Chunks {
         let (tx, rx) = sync_channel::<(usize, String)>(CHUNK * 2);
         std::thread::spawn(move || {
             if tx.send((blank, first)).is_err() {

@@ -45,7 +45,7 @@ use chunks::Chunks;
 use ledger::{Ledger, Segment, Traits};
 
 /// Most calls in one chunk.
-pub const CHUNK: usize = 2048;
+pub(super) const CHUNK: usize = 2048;
 /// Most segments running at once: memory stays bounded by this many chunks however fast the
 /// stream arrives (results go out in call order, so a later segment cannot get far ahead).
 const MAX_RUNNING: usize = 8;

@@ -20,7 +20,7 @@ use super::{CacheError, CacheStore, Claim, Entry};
 use crate::run::store::{Answer, BoxFuture};
 
 /// Entries as files under `dir`.
-pub struct FileCache {
+pub(crate) struct FileCache {
     dir: PathBuf,
 }
 
@@ -46,7 +46,7 @@ fn error(what: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Cache
 
 impl FileCache {
     /// The cache folder under a local store's private folder (created, mode 0700).
-    pub fn new(root: &std::path::Path) -> FileCache {
+    pub(crate) fn new(root: &std::path::Path) -> FileCache {
         FileCache {
             dir: root.join("cache"),
         }

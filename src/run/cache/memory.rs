@@ -12,13 +12,13 @@ use crate::run::store::{Answer, BoxFuture};
 
 /// Entries with the instant each expires.
 #[derive(Default)]
-pub struct MemoryCache {
+pub(crate) struct MemoryCache {
     entries: Mutex<HashMap<String, (Entry, Instant)>>,
     marks: Mutex<HashMap<String, u64>>,
 }
 
 impl MemoryCache {
-    pub fn new() -> MemoryCache {
+    pub(crate) fn new() -> MemoryCache {
         MemoryCache::default()
     }
 }

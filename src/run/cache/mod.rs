@@ -35,9 +35,9 @@ use super::store::{Answer, BoxFuture};
 mod files;
 mod memory;
 mod redis;
-pub use files::FileCache;
-pub use memory::MemoryCache;
-pub use redis::RedisCache;
+pub(crate) use files::FileCache;
+pub(crate) use memory::MemoryCache;
+pub(crate) use redis::RedisCache;
 
 /// A cached result.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,7 +56,7 @@ pub struct Entry {
 pub struct CacheError(pub String);
 
 /// What a process holds while it leads a key (a file lock, a Redis key).
-pub type Claim = Box<dyn Claimed>;
+pub(crate) type Claim = Box<dyn Claimed>;
 
 /// A held claim: released when its lead is done (dropping it lets the key go too, at once
 /// or in the background).
@@ -335,7 +335,7 @@ impl Lead {
 }
 
 /// The cache key of a call: tenant, tool, invocation target and resolved arguments.
-pub fn key(
+pub(crate) fn key(
     tenant: &str,
     tool: &str,
     target: &str,
@@ -352,7 +352,7 @@ pub fn key(
 }
 
 /// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()
@@ -363,7 +363,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// JSON with every object's keys sorted: the same value always gives the same text.
-pub fn canonical(v: &Value) -> String {
+pub(crate) fn canonical(v: &Value) -> String {
     let mut out = String::new();
     write_canonical(v, &mut out);
     out

@@ -20,7 +20,7 @@ return 0
 "#;
 
 /// Entries in Redis.
-pub struct RedisCache {
+pub(crate) struct RedisCache {
     conn: ConnectionManager,
     /// `flux-tools:NS:cache:`.
     prefix: String,
@@ -31,7 +31,7 @@ pub struct RedisCache {
 }
 
 impl RedisCache {
-    pub fn new(conn: ConnectionManager, namespace: &str, url: &str) -> RedisCache {
+    pub(crate) fn new(conn: ConnectionManager, namespace: &str, url: &str) -> RedisCache {
         RedisCache {
             conn,
             prefix: format!("flux-tools:{namespace}:cache:"),

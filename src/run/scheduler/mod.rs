@@ -179,7 +179,7 @@ enum Ready {
 /// [`execute`] as a task on the runtime's workers rather than on the thread that waits for
 /// it: a call's completion then wakes the coordinator on a worker that is already running,
 /// not a parked thread (a futex and a context switch per call otherwise).
-pub async fn execute_spawned(
+pub(crate) async fn execute_spawned(
     manifest: Arc<Manifest>,
     plan: Arc<Plan>,
     config: RunConfig,
@@ -252,12 +252,12 @@ pub async fn execute(
 }
 
 /// The idempotency key of a write call: stable for the call across retries and resume.
-pub fn idempotency_key(run_id: &str, call_id: &str) -> String {
+pub(crate) fn idempotency_key(run_id: &str, call_id: &str) -> String {
     format!("{run_id}:{call_id}")
 }
 
 /// A run id: time-ordered and unique enough to key idempotency across runs.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -57,7 +57,7 @@ struct State {
 }
 
 /// A counting semaphore served fairly across flows, in key order within one.
-pub struct OrderedSemaphore {
+pub(crate) struct OrderedSemaphore {
     state: Mutex<State>,
     /// Permits whose holders also hold the lane's shared part (a file slot, Redis permits):
     /// in flight, where the rest of `held` still waits for the shared part.
@@ -65,7 +65,7 @@ pub struct OrderedSemaphore {
 }
 
 impl OrderedSemaphore {
-    pub fn new(permits: u64) -> OrderedSemaphore {
+    pub(crate) fn new(permits: u64) -> OrderedSemaphore {
         OrderedSemaphore {
             state: Mutex::new(State {
                 total: permits,
@@ -83,7 +83,7 @@ impl OrderedSemaphore {
 
     /// `weight` permits now if nobody waits and they are free (`false`: queue with
     /// [`acquire`](Self::acquire)).
-    pub fn try_acquire(&self, weight: u64) -> bool {
+    pub(crate) fn try_acquire(&self, weight: u64) -> bool {
         let mut s = self.lock();
         let free = s.flows.is_empty() && s.available >= weight;
         if free {
@@ -93,7 +93,7 @@ impl OrderedSemaphore {
     }
 
     /// Wait for `weight` permits; `key` orders the flow's own waiters (smaller first).
-    pub async fn acquire(self: &Arc<Self>, flow: &Flow, key: u64, weight: u64) {
+    pub(crate) async fn acquire(self: &Arc<Self>, flow: &Flow, key: u64, weight: u64) {
         let mut rx = {
             let mut s = self.lock();
             if s.flows.is_empty() && s.available >= weight {
@@ -120,24 +120,24 @@ impl OrderedSemaphore {
     }
 
     /// `delta` permits got (or gave back) their shared part.
-    pub fn running(&self, delta: i64) {
+    pub(crate) fn running(&self, delta: i64) {
         self.shared_held
             .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Permits held with their shared part.
-    pub fn shared_held(&self) -> u64 {
+    pub(crate) fn shared_held(&self) -> u64 {
         u64::try_from(self.shared_held.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Calls waiting now, in every flow.
-    pub fn waiting(&self) -> u64 {
+    pub(crate) fn waiting(&self) -> u64 {
         let s = self.lock();
         s.flows.values().map(|q| q.waiters.len() as u64).sum()
     }
 
     /// Calls waiting now, per flow: (flow name, tenant, how many).
-    pub fn queue(&self) -> Vec<(String, String, u64)> {
+    pub(crate) fn queue(&self) -> Vec<(String, String, u64)> {
         let s = self.lock();
         let mut out: Vec<(String, String, u64)> = s
             .flows
@@ -156,12 +156,12 @@ impl OrderedSemaphore {
     }
 
     /// Permits held now, by every flow.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         let s = self.lock();
         s.total.saturating_sub(s.available)
     }
 
-    pub fn release(&self, weight: u64) {
+    pub(crate) fn release(&self, weight: u64) {
         let mut s = self.lock();
         s.available += weight;
         s.grant();

@@ -27,18 +27,18 @@ mod memory;
 mod redis;
 pub(crate) mod window;
 use crate::events::LaneStats;
-pub use fair::{Flow, OrderedSemaphore};
+pub(crate) use fair::{Flow, OrderedSemaphore};
 pub(crate) use local::FileBoard;
 pub use local::{runtime_dir, LocalLanes};
 pub use memory::MemoryLanes;
-pub use redis::{redact_url, RedisLanes};
-pub use window::{refusal, Charge};
+pub(crate) use redis::{redact_url, RedisLanes};
+pub(crate) use window::{refusal, Charge};
 
 /// A call's backends and how it holds them, by name.
-pub type Claims = Arc<[(String, crate::plan::Claim)]>;
+pub(crate) type Claims = Arc<[(String, crate::plan::Claim)]>;
 
 /// A boxed future, for the object-safe store trait.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Permits held in one lane; dropping it gives them back.
 pub struct Lease {
@@ -372,13 +372,13 @@ pub(crate) struct Counters {
 
 /// A lane's rate (tokens per second, burst), if it has one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateSpec {
+pub(crate) struct RateSpec {
     pub per_sec: f64,
     pub burst: f64,
 }
 
 impl RateSpec {
-    pub fn of(spec: &LaneSpec) -> Option<RateSpec> {
+    pub(crate) fn of(spec: &LaneSpec) -> Option<RateSpec> {
         spec.rate.map(|r| RateSpec {
             per_sec: r.per_second(),
             burst: f64::from(spec.burst.unwrap_or(r.count)),
@@ -389,7 +389,7 @@ impl RateSpec {
 /// A token bucket and a back-off pause, in seconds on some clock (an `Instant` base in
 /// memory, the Unix epoch when shared through a file). Pure arithmetic, shared by the stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TokenState {
+pub(crate) struct TokenState {
     pub tokens: f64,
     /// Refill is counted from here (pushed into the future by a back-off).
     pub at: f64,
@@ -398,7 +398,7 @@ pub struct TokenState {
 }
 
 impl TokenState {
-    pub fn full(rate: Option<RateSpec>, now: f64) -> TokenState {
+    pub(crate) fn full(rate: Option<RateSpec>, now: f64) -> TokenState {
         TokenState {
             tokens: rate.map_or(0.0, |r| r.burst),
             at: now,
@@ -409,7 +409,7 @@ impl TokenState {
     /// Admit one call at `now`: reserve its token (if the lane has a rate; the token is
     /// reserved even if not there yet, so waiters queue behind each other and the lane never
     /// exceeds its rate) and say how long it must wait.
-    pub fn admit(&mut self, now: f64, rate: Option<RateSpec>) -> Admission {
+    pub(crate) fn admit(&mut self, now: f64, rate: Option<RateSpec>) -> Admission {
         let paused = (self.paused_until - now).max(0.0);
         let Some(r) = rate else {
             return Admission {
@@ -435,7 +435,7 @@ impl TokenState {
     }
 
     /// A partner said "wait": pause admissions, and (for a rate lane) stop refilling, until then.
-    pub fn back_off(&mut self, now: f64, wait: Duration, has_rate: bool) {
+    pub(crate) fn back_off(&mut self, now: f64, wait: Duration, has_rate: bool) {
         let until = now + wait.as_secs_f64();
         self.paused_until = self.paused_until.max(until);
         if has_rate && self.at < until {

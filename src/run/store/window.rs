@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// One reserved call: when (Unix seconds), its cost, and its id (to give it back).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub at: f64,
     pub cost: f64,
     pub id: String,
@@ -35,7 +35,7 @@ const EPSILON: f64 = 1e-9;
 
 /// Decide a call of `cost` at `now` against `entries` (any order; the expired ones are
 /// dropped), reserving it under `id` when it fits.
-pub fn charge(
+pub(crate) fn charge(
     entries: &mut Vec<Entry>,
     (now, window, max): (f64, f64, f64),
     cost: f64,
@@ -74,7 +74,7 @@ fn frees_in(entries: &[Entry], (now, window, max): (f64, f64, f64), cost: f64) -
 }
 
 /// The refusal's words.
-pub fn refusal(
+pub(crate) fn refusal(
     tenant: &str,
     spent: f64,
     frees_in: Option<Duration>,
@@ -96,12 +96,17 @@ pub fn refusal(
 
 /// The windows of this process's tenants (the memory store's).
 #[derive(Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     tenants: Mutex<HashMap<String, Vec<Entry>>>,
 }
 
 impl Ledger {
-    pub fn charge(&self, tenant: &str, w: &crate::manifest::TenantWindow, cost: f64) -> Charge {
+    pub(crate) fn charge(
+        &self,
+        tenant: &str,
+        w: &crate::manifest::TenantWindow,
+        cost: f64,
+    ) -> Charge {
         let id = format!("{:016x}", fastrand::u64(..));
         let mut t = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         let entries = t.entry(tenant.to_string()).or_default();
@@ -113,7 +118,7 @@ impl Ledger {
         )
     }
 
-    pub fn refund(&self, tenant: &str, id: &str) {
+    pub(crate) fn refund(&self, tenant: &str, id: &str) {
         let mut t = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entries) = t.get_mut(tenant) {
             entries.retain(|e| e.id != id);
@@ -121,7 +126,7 @@ impl Ledger {
     }
 }
 
-pub fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -35,7 +35,7 @@ mod spawn;
 
 use capture::{exiting_gone, read_into, trim_tail, Capture};
 use process::{nonblocking, Environment, ExitWatch, GroupGuard, Launch, Reaped};
-pub use process::quiet_child_exits;
+pub(crate) use process::quiet_child_exits;
 
 /// `kind = "command"`: a program run directly, never through a shell.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ pub struct CommandSpec {
 }
 
 /// Default time between SIGTERM and SIGKILL.
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
 impl Kind for CommandSpec {
     const NAME: &'static str = "command";
@@ -541,7 +541,7 @@ struct Proc {
 /// Why the program of `spec` will not start (`None`: it is found, or only known at run time
 /// because its name holds a placeholder or a secret). A name with a `/` is a path (relative to
 /// the manifest's folder); a bare name is looked up on `PATH`.
-pub fn missing_program(spec: &CommandSpec) -> Option<String> {
+pub(crate) fn missing_program(spec: &CommandSpec) -> Option<String> {
     let program = spec.argv.first()?.literal()?;
     if program.contains('/') {
         let path = spec.dir.join(&program);

@@ -179,7 +179,7 @@ pub(super) fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// At J = 8 that was a wake-up for a third of all calls. Blocked everywhere, it wakes nobody
 /// and stays pending (a standard signal is kept once, however many arrive). Without pidfds
 /// (Linux < 5.3) tokio reaps by SIGCHLD, so it is left alone.
-pub fn quiet_child_exits() -> bool {
+pub(crate) fn quiet_child_exits() -> bool {
     // SAFETY: getpid(2) cannot fail.
     if pidfd_open(unsafe { libc::getpid() }).is_none() {
         return false;

@@ -27,7 +27,7 @@ fn tls_cause(e: &str) -> Option<&'static str> {
 }
 
 /// The URL as shown in any message: a password (`redis://user:secret@host`) as `***`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -41,7 +41,7 @@ pub fn redact_url(url: &str) -> String {
 
 impl RedisLanes {
     /// Connect; `namespace` (the manifest's canonical path) separates manifests sharing a Redis.
-    pub async fn connect(
+    pub(crate) async fn connect(
         url: &str,
         specs: &[LaneSpec],
         namespace: &str,

@@ -40,7 +40,7 @@ mod connect;
 mod pending;
 mod permits;
 mod scripts;
-pub use connect::redact_url;
+pub(crate) use connect::redact_url;
 use connect::store_error;
 use scripts::{ACQUIRE, LEAVE, RELEASE, RELEASE_ALONG, RENEW, SPEND, TOKENS};
 
@@ -65,7 +65,7 @@ struct RedisLane {
 }
 
 /// Lanes shared through Redis.
-pub struct RedisLanes {
+pub(crate) struct RedisLanes {
     url: String,
     /// Reconnects by itself when Redis restarts (a request during the outage fails and is
     /// retried by the caller, within `UNREACHABLE_FOR`).
