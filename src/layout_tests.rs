@@ -212,3 +212,199 @@ fn no_source_file_is_over_800_lines() {
         .collect();
     assert!(long.is_empty(), "{long:#?}");
 }
+
+/// The text of every source file under `dir` (relative to `src/`), with its path.
+fn texts_under(dir: &str) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    let root = src().join(dir);
+    if root.is_file() {
+        files.push(root);
+    } else {
+        sources(&root, &mut files);
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            (f, text)
+        })
+        .collect()
+}
+
+/// Where `needle` is written (outside comments) in the sources, as `path:line`.
+fn written(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (f, text) in texts_under("") {
+        if f.ends_with("layout_tests.rs") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            if line.contains(needle) && !line.trim_start().starts_with("//") {
+                let rel = f.strip_prefix(src()).unwrap_or(&f).display().to_string();
+                out.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Every run ends in one place: the history record is made and spans are exported in
+/// `app/finish.rs` alone (ARCHITECTURE.md, "A run's end").
+#[test]
+fn a_run_ends_in_one_place() {
+    for needle in ["Record::of(", "otlp::export(", "history::append("] {
+        let at = written(needle);
+        assert!(
+            !at.is_empty() && at.iter().all(|p| p.starts_with("app/finish.rs")),
+            "{needle} outside app/finish.rs: {at:?}"
+        );
+    }
+}
+
+/// One SIGINT/SIGTERM listener per process: `app/signals.rs`; the faces subscribe.
+#[test]
+fn one_place_listens_for_sigint_and_sigterm() {
+    for needle in [
+        "SignalKind::terminate",
+        "SignalKind::interrupt",
+        "signal::ctrl_c",
+    ] {
+        let at = written(needle);
+        assert!(
+            at.iter().all(|p| p.starts_with("app/signals.rs")),
+            "{needle} outside app/signals.rs: {at:?}"
+        );
+    }
+}
+
+/// Below the options nothing sees the command line: the runners take `RunOptions` or
+/// `ServeOptions` (the one typed value they carry from `cli.rs` is the lane store choice).
+#[test]
+fn the_command_line_stops_at_the_options() {
+    let runners = [
+        "app/engine.rs",
+        "app/finish.rs",
+        "app/controls.rs",
+        "app/prepare.rs",
+        "app/turns.rs",
+        "app/stream",
+        "app/serve",
+    ];
+    let mut bad = Vec::new();
+    for dir in runners {
+        for (f, text) in texts_under(dir) {
+            for line in text.lines().filter(|l| l.contains("crate::cli")) {
+                if !line.contains("cli::LaneStoreChoice") {
+                    bad.push(format!("{}: {}", f.display(), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The approval path never holds a thread: no `spawn_blocking`, no `block_on` (the terminal
+/// approver reads on a thread of its own).
+#[test]
+fn the_approval_path_holds_no_thread() {
+    for dir in ["run/gate.rs", "app/serve/approve.rs", "app/terminal.rs"] {
+        for (f, text) in texts_under(dir) {
+            for needle in ["spawn_blocking", "block_on"] {
+                assert!(!text.contains(needle), "{} uses {needle}", f.display());
+            }
+        }
+    }
+}
+
+/// The gateway speaks `ErrorKind` until the edge: no error kind spelled as a string in
+/// `app/serve` (they are put into words in `answer.rs` through `ErrorKind::as_str`).
+#[test]
+fn the_gateway_spells_no_error_kind() {
+    let kinds = error_kinds();
+    assert!(kinds.len() > 20, "{kinds:?}");
+    for (f, text) in texts_under("app/serve") {
+        for k in &kinds {
+            let quoted = format!("\"{k}:");
+            assert!(
+                !text.contains(&quoted),
+                "{} spells {k} as a string",
+                f.display()
+            );
+        }
+        assert!(!text.contains("kind: &'static str"), "{}", f.display());
+    }
+}
+
+/// Every `ErrorKind` as it is written (snake_case), read from `events.rs`.
+fn error_kinds() -> Vec<String> {
+    let text = std::fs::read_to_string(src().join("events.rs")).unwrap_or_default();
+    let body = text.split("pub enum ErrorKind {").nth(1).unwrap_or("");
+    let body = body.split("\n}").next().unwrap_or("");
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//") && l.ends_with(','))
+        .map(|l| {
+            let mut out = String::new();
+            for (i, c) in l.trim_end_matches(',').chars().enumerate() {
+                if c.is_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_lowercase());
+            }
+            out
+        })
+        .collect()
+}
+
+/// A store implements facets of at most eight methods each (`run/store/mod.rs`).
+#[test]
+fn each_store_facet_is_small() {
+    let text = std::fs::read_to_string(src().join("run/store/mod.rs")).unwrap_or_default();
+    let mut facet: Option<(String, usize)> = None;
+    let mut big = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("pub trait ") {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+            facet = Some((name, 0));
+        } else if line == "}" {
+            if let Some((name, n)) = facet.take() {
+                if n > 8 {
+                    big.push(format!("{name}: {n} methods"));
+                }
+            }
+        } else if line.trim_start().starts_with("fn ") {
+            if let Some((_, n)) = &mut facet {
+                *n += 1;
+            }
+        }
+    }
+    assert!(big.is_empty(), "{big:?}");
+}
+
+/// `pub` only what the benchmarks, the fuzz targets and the tests use (`#![deny
+/// (unreachable_pub)]` keeps the rest `pub(crate)`): fewer than 400 items.
+#[test]
+fn the_public_surface_stays_small() {
+    let words = [
+        "pub fn ",
+        "pub async fn ",
+        "pub struct ",
+        "pub enum ",
+        "pub trait ",
+        "pub type ",
+        "pub const ",
+        "pub static ",
+        "pub mod ",
+        "pub use ",
+    ];
+    let n: usize = texts_under("")
+        .iter()
+        .filter(|(f, _)| !f.ends_with("layout_tests.rs"))
+        .map(|(_, text)| {
+            text.lines()
+                .filter(|l| words.iter().any(|w| l.trim_start().starts_with(w)))
+                .count()
+        })
+        .sum();
+    assert!(n < 400, "{n} pub items");
+}

@@ -118,7 +118,7 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         } => mcp::import(&args, server, prefix.as_deref(), reads),
         Command::Mcp {
             command: McpCommand::Serve(s),
-        } => serve::serve(&args, s, terminal),
+        } => serve::serve(&options::ServeOptions::resolve(&args, s, terminal)?),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p, terminal),
         Command::Approvals {
@@ -167,8 +167,9 @@ fn load_manifest(args: &Args) -> Result<Manifest, Error> {
     Manifest::load(&path).map_err(Error::Invalid)
 }
 
-fn print_warnings(args: &Args, warnings: &[Diagnostic]) {
-    if !args.quiet && !warnings.is_empty() {
+/// Warnings on stderr, unless `--quiet`.
+fn print_warnings(quiet: bool, warnings: &[Diagnostic]) {
+    if !quiet && !warnings.is_empty() {
         eprint!("{}", render_all(warnings));
     }
 }

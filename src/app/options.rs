@@ -101,6 +101,10 @@ impl Files {
 /// Everything a run is told, resolved.
 #[derive(Debug, Clone)]
 pub(super) struct RunOptions {
+    /// The manifest's path (`--manifest`, else found from the current folder).
+    pub manifest: PathBuf,
+    /// `$FLUX_TOOLS_LEASE`: the lanes a parent run lends this one (see `plan::lease`).
+    pub lease: Option<String>,
     /// The batch: a path, `-`, or `None` (stdin when it is piped).
     pub batch: Option<String>,
     pub reading: Reading,
@@ -165,6 +169,8 @@ impl RunOptions {
             crate::app::config::check_output_path(path)?;
         }
         Ok(RunOptions {
+            manifest: crate::app::config::manifest_path(args.manifest.as_deref())?,
+            lease: std::env::var(crate::plan::lease::LEASE_ENV).ok(),
             batch: r.common.batch.clone(),
             reading: Reading {
                 format: r.common.input_format.into(),
@@ -199,48 +205,83 @@ impl RunOptions {
     }
 }
 
-impl RunOptions {
+/// `mcp serve`'s command line, resolved: the engine's options and the gateway's own.
+pub(super) struct ServeOptions {
+    pub run: RunOptions,
+    /// How long calls may finish after SIGTERM before they are cancelled.
+    pub grace: std::time::Duration,
+    /// `--tools NAMES`: the tools served (`None`: all).
+    pub tools: Option<Vec<String>>,
+    /// `--http ADDR`: serve Streamable HTTP there (`None`: stdio).
+    pub http: Option<String>,
+    /// `--watch`: reload the manifest when its file changes.
+    pub watch: bool,
+    pub allow_host: Vec<String>,
+    pub allow_origin: Vec<String>,
+    /// The tenant of calls that name none (`--tenant`, else `default`).
+    pub tenant: String,
+}
+
+impl ServeOptions {
     /// Resolve `mcp serve`'s command line: nothing is ever written to stdout (over stdio it
     /// is the MCP channel), no live display, no history; the tenant and the turn lane are
     /// each session's.
-    pub(super) fn for_serve(
+    pub(super) fn resolve(
         args: &Args,
         s: &ServeArgs,
         terminal: Terminal,
-    ) -> Result<RunOptions, Error> {
+    ) -> Result<ServeOptions, Error> {
         if let Some(t) = &s.tenant {
             crate::reference::check_id("tenant", t)
                 .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
         }
-        Ok(RunOptions {
-            batch: None,
-            reading: Reading::default(),
-            plan: PlanOptions {
-                tenant: s.tenant.clone(),
-                max_concurrent_tools: s.max_concurrent_tools,
-                max_processes: Some(crate::app::config::process_cap(s.max_processes)),
-                ..PlanOptions::default()
-            },
-            stdout: Stdout::Json,
-            streaming: false,
-            stream: false,
-            turns: false,
-            live: Live::Off,
-            quiet: args.quiet,
-            lane_store: s.lane_store.clone(),
-            approvals: Approvals::default(),
-            cache: if s.no_cache {
-                CacheUse::Off
-            } else {
-                CacheUse::On
-            },
-            history: None,
-            otlp: otlp_target(s.otlp.as_ref()),
-            traceparent: None,
-            files: Files::default(),
-            terminal,
+        let grace =
+            crate::duration::parse(&s.grace).map_err(|e| Error::Usage(format!("--grace: {e}")))?;
+        Ok(ServeOptions {
+            run: serve_run(args, s, terminal)?,
+            grace,
+            tools: s.tools.clone(),
+            http: s.http.clone(),
+            watch: s.watch,
+            allow_host: s.allow_host.clone(),
+            allow_origin: s.allow_origin.clone(),
+            tenant: s.tenant.clone().unwrap_or_else(|| "default".into()),
         })
     }
+}
+
+/// The engine's options under `mcp serve`.
+fn serve_run(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<RunOptions, Error> {
+    Ok(RunOptions {
+        manifest: crate::app::config::manifest_path(args.manifest.as_deref())?,
+        lease: None,
+        batch: None,
+        reading: Reading::default(),
+        plan: PlanOptions {
+            tenant: s.tenant.clone(),
+            max_concurrent_tools: s.max_concurrent_tools,
+            max_processes: Some(crate::app::config::process_cap(s.max_processes)),
+            ..PlanOptions::default()
+        },
+        stdout: Stdout::Json,
+        streaming: false,
+        stream: false,
+        turns: false,
+        live: Live::Off,
+        quiet: args.quiet,
+        lane_store: s.lane_store.clone(),
+        approvals: Approvals::default(),
+        cache: if s.no_cache {
+            CacheUse::Off
+        } else {
+            CacheUse::On
+        },
+        history: None,
+        otlp: otlp_target(s.otlp.as_ref()),
+        traceparent: None,
+        files: Files::default(),
+        terminal,
+    })
 }
 
 /// The command line's settings for planning.

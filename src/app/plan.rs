@@ -26,12 +26,13 @@ pub(super) fn plan(args: &Args, p: &PlanArgs, terminal: Terminal) -> Result<u8, 
         id_offset: 0,
     };
     let batch = (c.batch.as_deref(), terminal.stdin);
-    let (manifest, plan, hub) = read_inputs(args, batch, reading)?.plan(args, &opts, &rt)?;
+    let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
+    let (manifest, plan, hub) = read_inputs(&path, batch, reading)?.plan(args.quiet, &opts, &rt)?;
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }
     let cached = cache_hits(&manifest, &plan, &c.lane_store, &rt)?;
-    print_warnings(args, &plan.warnings);
+    print_warnings(args.quiet, &plan.warnings);
     let est = plan::simulate(&plan);
     let format = p.format.unwrap_or(if terminal.stdout {
         PlanFormat::Table

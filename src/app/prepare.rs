@@ -1,12 +1,13 @@
 //! What every face does before a run: load the manifest, read and plan the batch, start the
 //! MCP sessions whose annotations decide a tool's effect, and open the lane store.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use super::{load_manifest, print_warnings};
+use super::print_warnings;
 use crate::app::config;
 use crate::batch::{Batch, Reading};
-use crate::cli::{Args, LaneStoreChoice};
+use crate::cli::LaneStoreChoice;
 use crate::error::{Diagnostic, Error};
 use crate::manifest::Manifest;
 use crate::plan::{self, LaneSpec, Plan, PlanOptions};
@@ -17,7 +18,7 @@ use crate::tools::ToolKind;
 /// Start the MCP sessions of `manifest` (if it has MCP tools) and apply the annotations of the
 /// tools named in `used`. The sessions are returned for the run to reuse.
 pub(super) fn start_mcp(
-    args: &Args,
+    quiet: bool,
     manifest: &mut Manifest,
     used: &[String],
     rt: &tokio::runtime::Runtime,
@@ -35,7 +36,7 @@ pub(super) fn start_mcp(
         rt.block_on(hub.shutdown());
         return Err(Error::Invalid(diags));
     }
-    print_warnings(args, &diags);
+    print_warnings(quiet, &diags);
     Ok(Some(hub))
 }
 
@@ -48,11 +49,11 @@ pub(super) struct Inputs {
 
 /// Read and parse the manifest and the batch (see [`Inputs::plan`]).
 pub(super) fn read_inputs(
-    args: &Args,
+    manifest: &Path,
     (batch_arg, stdin_terminal): (Option<&str>, bool),
     reading: Reading,
 ) -> Result<Inputs, Error> {
-    let manifest = load_manifest(args)?;
+    let manifest = Manifest::load(manifest).map_err(Error::Invalid)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
     Ok(Inputs {
@@ -78,7 +79,7 @@ impl Inputs {
     /// first (see [`start_mcp`]).
     pub(super) fn plan(
         self,
-        args: &Args,
+        quiet: bool,
         opts: &PlanOptions,
         rt: &tokio::runtime::Runtime,
     ) -> Result<(Manifest, Plan, Option<Arc<McpHub>>), Error> {
@@ -98,7 +99,7 @@ impl Inputs {
             .collect();
         used.sort_unstable();
         used.dedup();
-        let hub = start_mcp(args, &mut manifest, &used, rt)?;
+        let hub = start_mcp(quiet, &mut manifest, &used, rt)?;
         let plan = match plan::build(&manifest, &batch, opts) {
             Ok(p) => p,
             Err(d) => {
@@ -108,7 +109,7 @@ impl Inputs {
                 return Err(Error::Invalid(d));
             }
         };
-        print_warnings(args, &warnings);
+        print_warnings(quiet, &warnings);
         Ok((manifest, plan, hub))
     }
 }

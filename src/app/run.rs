@@ -22,16 +22,16 @@ use crate::run::{self, Cassette, Journal, Resume};
 pub(super) fn run(args: &Args, r: &RunArgs, terminal: Terminal) -> Result<u8, Error> {
     let opts = RunOptions::resolve(args, r, terminal)?;
     if opts.turns {
-        return super::turns::run_turns(args, &opts, super::runtime()?);
+        return super::turns::run_turns(&opts, super::runtime()?);
     }
     let stdin = matches!(opts.batch.as_deref(), None | Some("-"));
     let jsonl = matches!(opts.reading.format, InputFormat::Auto | InputFormat::Jsonl);
     if opts.stream && stdin && jsonl {
         if let Some(first) = first_jsonl_line()? {
-            return super::stream::run_stream(args, &opts, first, super::runtime()?);
+            return super::stream::run_stream(&opts, first, super::runtime()?);
         }
     }
-    run_whole(args, &opts)
+    run_whole(&opts)
 }
 
 /// A whole batch: one plan, one execute, every output.
@@ -39,18 +39,14 @@ pub(super) fn run(args: &Args, r: &RunArgs, terminal: Terminal) -> Result<u8, Er
 /// A run that holds one call at a time gets a runtime of one worker: the thread that sees a
 /// call end starts the next, with no hand-off to a second worker, and the next program is
 /// not moved to the other core (see `benches/README.md`, tenth stop).
-fn run_whole(args: &Args, opts: &RunOptions) -> Result<u8, Error> {
+fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
     let batch = (opts.batch.as_deref(), opts.terminal.stdin);
-    let inputs = read_inputs(args, batch, opts.reading)?;
+    let inputs = read_inputs(&opts.manifest, batch, opts.reading)?;
     let workers = inputs.one_at_a_time(&opts.plan).then_some(1);
     let rt = super::runtime_with(workers)?;
-    let (manifest, mut plan, mcp) = inputs.plan(args, &opts.plan, &rt)?;
-    print_warnings(args, &plan.warnings);
-    lease::borrow(
-        &mut plan.lanes,
-        &manifest,
-        std::env::var(lease::LEASE_ENV).ok().as_deref(),
-    );
+    let (manifest, mut plan, mcp) = inputs.plan(opts.quiet, &opts.plan, &rt)?;
+    print_warnings(opts.quiet, &plan.warnings);
+    lease::borrow(&mut plan.lanes, &manifest, opts.lease.as_deref());
     let lanes = open_lanes(&opts.lane_store, &plan.lanes, &manifest, &rt)?;
     let (mut run_id, journal, resume, journal_thread) = open_journal(opts, &manifest, &plan)?;
     let replay = match &opts.files.replay {

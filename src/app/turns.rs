@@ -22,10 +22,9 @@ use serde_json::{json, Value};
 use super::engine::{Durability, Engine, RunShape};
 use super::options::{RunOptions, Stdout};
 use super::prepare::open_lanes;
+use super::print_warnings;
 use super::terminal::TerminalApprover;
-use super::{load_manifest, print_warnings};
 use crate::batch::Batch;
-use crate::cli::Args;
 use crate::error::{Diagnostic, Error, SourceFile, EXIT_INVALID, EXIT_OK};
 use crate::manifest::Manifest;
 use crate::plan;
@@ -40,13 +39,9 @@ use crate::tools::ToolKind;
 /// How often the wait for the next turn looks for Ctrl-C.
 const POLL: Duration = Duration::from_millis(50);
 
-pub(super) fn run_turns(
-    args: &Args,
-    opts: &RunOptions,
-    rt: tokio::runtime::Runtime,
-) -> Result<u8, Error> {
+pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Result<u8, Error> {
     refuse_whole_run_options(opts)?;
-    let manifest = load_manifest(args)?;
+    let manifest = Manifest::load(&opts.manifest).map_err(Error::Invalid)?;
     let table = plan::lane_table(&manifest, &opts.plan);
     let store = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     // Servers start on first use; a tool's annotations are applied the first time a turn
@@ -73,7 +68,6 @@ pub(super) fn run_turns(
     );
     session.interrupt_on_signals(&rt);
     let mut turns = Turns {
-        args,
         opts: &opts,
         store,
         hub,
@@ -110,7 +104,6 @@ pub(super) fn run_turns(
 
 /// What lasts from one turn to the next.
 struct Turns<'a> {
-    args: &'a Args,
     opts: &'a RunOptions,
     /// The lane store as opened; each turn gets it for its own lane table.
     store: Arc<dyn LaneStore>,
@@ -175,12 +168,12 @@ impl Turns<'_> {
         let (batch, warnings) = Batch::parse_with(file, self.opts.reading)?;
         self.annotate(session, rt, &batch)?;
         let mut plan = plan::build(&session.manifest, &batch, &self.opts.plan)?;
-        print_warnings(self.args, &warnings);
-        print_warnings(self.args, &plan.warnings);
+        print_warnings(self.opts.quiet, &warnings);
+        print_warnings(self.opts.quiet, &plan.warnings);
         lease::borrow(
             &mut plan.lanes,
             &session.manifest,
-            std::env::var(lease::LEASE_ENV).ok().as_deref(),
+            self.opts.lease.as_deref(),
         );
         let lanes = self
             .store
@@ -215,7 +208,7 @@ impl Turns<'_> {
         if diags.iter().any(Diagnostic::is_error) {
             return Err(diags);
         }
-        print_warnings(self.args, &diags);
+        print_warnings(self.opts.quiet, &diags);
         self.annotated.extend(new);
         Ok(())
     }

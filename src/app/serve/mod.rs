@@ -38,11 +38,10 @@ use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
-use super::options::{RunOptions, Terminal};
+use super::options::ServeOptions;
 use super::prepare::open_lanes;
-use super::{load_manifest, runtime};
+use super::runtime;
 use crate::batch::Batch;
-use crate::cli::{Args, ServeArgs};
 use crate::error::{Error, EXIT_OK};
 use crate::manifest::Manifest;
 use crate::plan;
@@ -53,15 +52,13 @@ use gateway::Gateway;
 use handler::Handler;
 
 /// Serve until stdin closes (stdio) or SIGTERM/SIGINT.
-pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8, Error> {
-    let opts = RunOptions::for_serve(args, s, terminal)?;
+pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
+    let opts = &s.run;
     // Before anything is started: what the gateway starts dies with it, even under kill -9.
     if let Err(e) = crate::tools::reaper::start() {
         eprintln!("warning: mcp serve: the watchdog that ends this gateway's tools with it could not start: {e}");
     }
-    let grace =
-        crate::duration::parse(&s.grace).map_err(|e| Error::Usage(format!("--grace: {e}")))?;
-    let manifest = load_manifest(args)?;
+    let manifest = Manifest::load(&opts.manifest).map_err(Error::Invalid)?;
     let tokens = tokens(&manifest)?;
     let admin = admin_token(&manifest)?;
     let has_mcp = manifest
@@ -73,7 +70,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         manifest.clone(),
         s.tools.as_deref(),
         hub.clone(),
-        args.quiet,
+        opts.quiet,
     )
     .map_err(Error::Usage)?;
     let rt = runtime()?;
@@ -81,7 +78,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
     let lanes = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     let approver = Arc::new(crate::run::gate::NoApprover);
     let run_id = crate::run::new_run_id();
-    let mut engine = Engine::open(&opts, manifest, hub, lanes.clone(), run_id, approver);
+    let mut engine = Engine::open(opts, manifest, hub, lanes.clone(), run_id, approver);
     let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
         .map_err(Error::Invalid)?;
     let kit = engine.kit(&empty);
@@ -93,11 +90,11 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
         engine.finish(),
         engine.controls(),
     ));
-    let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
-    rt.spawn(reload::reloads(gateway.clone(), path, s.watch, args.quiet));
-    let tenant = s.tenant.clone().unwrap_or_else(|| "default".into());
+    let path = opts.manifest.clone();
+    rt.spawn(reload::reloads(gateway.clone(), path, s.watch, opts.quiet));
+    let tenant = s.tenant.clone();
     let served = match &s.http {
-        None => rt.block_on(stdio(gateway, tenant, grace)),
+        None => rt.block_on(stdio(gateway, tenant, s.grace)),
         Some(addr) => {
             let http = http::HttpOptions {
                 tokens,
@@ -107,7 +104,7 @@ pub(super) fn serve(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<u8
                 tenant,
                 limits: gateway.catalog.manifest().serve.limits.clone(),
             };
-            rt.block_on(serve_http(gateway, addr, http, grace, args.quiet))
+            rt.block_on(serve_http(gateway, addr, http, s.grace, opts.quiet))
         }
     };
     engine.close(rt);

@@ -23,14 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::engine::{Engine, RunShape};
-use super::load_manifest;
 use super::options::RunOptions;
 use super::prepare::{open_lanes, start_mcp};
 use super::terminal::TerminalApprover;
 use crate::batch::{Batch, Reading};
-use crate::cli::Args;
 use crate::error::Error;
 use crate::events::{Event, LaneInfo, Outcome};
+use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::lease;
 use crate::plan::{self, PlanOptions};
@@ -56,25 +55,20 @@ const GATHER: Duration = Duration::from_millis(5);
 /// one lane table for all its chunks, and the run announced. Returns the plan options its
 /// chunks are planned with (that table in them).
 fn open_stream(
-    args: &Args,
     run_opts: &RunOptions,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(Engine, PlanOptions), Error> {
     let mut opts = run_opts.plan.clone();
-    let mut manifest = load_manifest(args)?;
+    let mut manifest = Manifest::load(&run_opts.manifest).map_err(Error::Invalid)?;
     let mcp_tools: Vec<String> = manifest
         .tools
         .iter()
         .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
         .map(|t| t.name.clone())
         .collect();
-    let mcp = start_mcp(args, &mut manifest, &mcp_tools, rt)?;
+    let mcp = start_mcp(run_opts.quiet, &mut manifest, &mcp_tools, rt)?;
     let mut table = plan::lane_table(&manifest, &opts);
-    lease::borrow(
-        &mut table,
-        &manifest,
-        std::env::var(lease::LEASE_ENV).ok().as_deref(),
-    );
+    lease::borrow(&mut table, &manifest, run_opts.lease.as_deref());
     let lanes = open_lanes(&run_opts.lane_store, &table, &manifest, rt)?;
     let infos = table
         .iter()
@@ -100,7 +94,6 @@ fn open_stream(
 /// A stream of JSON Lines: one session, its chunks run as segments, results written as they
 /// resolve in call order.
 pub(super) fn run_stream(
-    args: &Args,
     run_opts: &RunOptions,
     first: (usize, String),
     rt: tokio::runtime::Runtime,
@@ -110,7 +103,7 @@ pub(super) fn run_stream(
             "{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin"
         )));
     }
-    let (mut session, mut opts) = open_stream(args, run_opts, &rt)?;
+    let (mut session, mut opts) = open_stream(run_opts, &rt)?;
     let mut ledger = Ledger {
         running: VecDeque::new(),
         external: Arc::default(),
