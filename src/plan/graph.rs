@@ -382,7 +382,7 @@ fn split_phases(manifest: &Manifest, tool_of: &[Option<usize>]) -> (Vec<Phase>, 
     let mut phase_of = vec![0usize; tool_of.len()];
     let mut phases: Vec<Phase> = Vec::new();
     for (i, t) in tool_of.iter().enumerate() {
-        let alone = t.is_some_and(|t| !manifest.tools[t].parallel_safe);
+        let alone = t.is_some_and(|t| super::claims::alone(&manifest.tools[t]));
         match phases.last_mut() {
             Some(p) if !alone && !p.alone => p.end = i + 1,
             _ => phases.push(Phase {
@@ -436,7 +436,7 @@ fn order_side_effects(
             }
         };
         if tool.is_write() {
-            if let Some(w) = last_write.filter(|_| !tool.concurrent_writes) {
+            if let Some(w) = last_write.filter(|_| super::claims::chained(tool)) {
                 add(edges, w, EdgeReason::WriteChain, None);
             }
             last_write = Some(i);

@@ -8,6 +8,7 @@
 //! `lease` the lanes a nested run borrows from the call that started it.
 
 mod checks;
+pub(crate) mod claims;
 mod graph;
 #[cfg(test)]
 mod hazard_tests;
@@ -16,10 +17,11 @@ pub(crate) mod lease;
 mod model;
 mod schedule;
 
+pub use claims::{backend_claims, Claim};
 pub use graph::build;
 pub use lanes::lane_table;
 pub use model::{
-    backend_claims, CallPlan, Claim, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan,
-    PlanOptions, RunSettings, ASSUMED_LATENCY,
+    CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
+    ASSUMED_LATENCY,
 };
 pub use schedule::{critical_path, simulate, Estimate};

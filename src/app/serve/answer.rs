@@ -2,10 +2,19 @@
 //! `structuredContent` when it is a JSON object; an upstream MCP tool's result exactly as it
 //! came (content blocks, `structuredContent`, `isError`); every other failure as
 //! `isError: true` with one text naming its kind and message, as in a results document.
+//!
+//! The one room where a call's answer becomes MCP: its `CallToolResult`, its progress
+//! notifications and, for the short HTTP path that writes its own bodies, the JSON-RPC
+//! messages around them — all as rmcp's types, so both faces say the same thing.
 
+use rmcp::model::{
+    CallToolResult, ErrorData, Notification, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerJsonRpcMessage, ServerNotification, ServerResult,
+};
 use serde_json::{json, Map, Value};
 
 use crate::events::{CallResult, ErrorKind, Status};
+use crate::tools::Progress;
 
 /// What a served call came to, before it is put into words.
 #[derive(Debug)]
@@ -17,12 +26,55 @@ pub(super) enum Outcome {
 
 impl Outcome {
     /// The `CallToolResult` (as JSON).
-    pub(super) fn answer(self) -> Value {
+    fn answer(self) -> Value {
         match self {
             Outcome::Ran(r, raw) => of(&r, raw),
             Outcome::Refused(r) => r.answer(),
         }
     }
+
+    /// The `CallToolResult`. An upstream's answer that is not one becomes a failure saying so.
+    pub(super) fn result(self) -> CallToolResult {
+        serde_json::from_value(self.answer()).unwrap_or_else(|e| {
+            let text = format!("{}: cannot answer the call: {e}", ErrorKind::InvalidOutput);
+            serde_json::from_value(error(&text)).unwrap_or_default()
+        })
+    }
+}
+
+/// The JSON-RPC answer to request `id`: the call's `CallToolResult`, or (a protocol fault,
+/// as rmcp's handler answers it) invalid params.
+pub(super) fn reply(id: &Value, r: Result<Outcome, String>) -> Vec<u8> {
+    let id = serde_json::from_value::<RequestId>(id.clone()).ok();
+    let message = match (r, id) {
+        (Ok(o), Some(id)) => {
+            ServerJsonRpcMessage::response(ServerResult::CallToolResult(o.result()), id)
+        }
+        (Ok(_), None) => {
+            ServerJsonRpcMessage::error(ErrorData::invalid_request("no request id", None), None)
+        }
+        (Err(e), id) => ServerJsonRpcMessage::error(ErrorData::invalid_params(e, None), id),
+    };
+    serde_json::to_vec(&message).unwrap_or_default()
+}
+
+/// A progress notification's parameters on the client's `token`.
+pub(super) fn progress(token: ProgressToken, p: Progress) -> ProgressNotificationParam {
+    let mut n = ProgressNotificationParam::new(token, p.progress);
+    if let Some(t) = p.total {
+        n = n.with_total(t);
+    }
+    if let Some(m) = p.message {
+        n = n.with_message(m);
+    }
+    n
+}
+
+/// A progress notification on `token` as JSON-RPC (`None`: not a progress token).
+pub(super) fn progress_message(token: &Value, p: Progress) -> Option<Vec<u8>> {
+    let token = serde_json::from_value::<ProgressToken>(token.clone()).ok()?;
+    let n = ServerNotification::ProgressNotification(Notification::new(progress(token, p)));
+    serde_json::to_vec(&ServerJsonRpcMessage::notification(n)).ok()
 }
 
 /// A call the gateway answers itself, not its tool: refused before it ran (a session's limit,

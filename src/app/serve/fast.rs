@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::Outcome;
+use super::answer::{self, Outcome};
 use super::entry::Short;
 use super::gateway::{CallCx, Gateway, Session};
 use super::progress::ProgressSink;
@@ -144,13 +144,13 @@ pub(super) async fn answer(
             if cancelled.is_cancelled() {
                 return Some(Answer::Events(Box::pin(futures_util::stream::empty())));
             }
-            return Some(Answer::Json(reply(&id, r)));
+            return Some(Answer::Json(answer::reply(&id, r)));
         }
         Some(p) = said.recv() => p,
     };
     // Something is said before the answer: the answer comes as an event stream.
     let token = token.unwrap_or_default();
-    let head = futures_util::stream::iter([event(&notice(&token, first))]);
+    let head = futures_util::stream::iter(notice(&token, first));
     let rest = futures_util::stream::unfold(Some((run, said)), move |state| {
         let token = token.clone();
         let id = id.clone();
@@ -163,9 +163,12 @@ pub(super) async fn answer(
                     if cancelled.is_cancelled() {
                         return None;
                     }
-                    Some((event(&reply(&id, r)), None))
+                    Some((event(&answer::reply(&id, r)), None))
                 }
-                Some(p) = said.recv() => Some((event(&notice(&token, p)), Some((run, said)))),
+                Some(p) = said.recv() => {
+                    let said_now = notice(&token, p).unwrap_or_default();
+                    Some((said_now, Some((run, said))))
+                }
             }
         }
     });
@@ -173,34 +176,9 @@ pub(super) async fn answer(
     Some(Answer::Events(Box::pin(head.chain(rest))))
 }
 
-/// The JSON-RPC answer to request `id`: the call's result, or (a protocol fault, as the
-/// handler answers it) invalid params.
-fn reply(id: &Value, r: Result<Value, String>) -> Vec<u8> {
-    let mut out = Map::new();
-    out.insert("jsonrpc".into(), "2.0".into());
-    out.insert("id".into(), id.clone());
-    match r {
-        Ok(result) => out.insert("result".into(), result),
-        Err(e) => out.insert(
-            "error".into(),
-            serde_json::json!({"code": -32602, "message": e}),
-        ),
-    };
-    serde_json::to_vec(&out).unwrap_or_default()
-}
-
-/// A progress notification on the client's token.
-fn notice(token: &Value, p: Progress) -> Vec<u8> {
-    let mut params = serde_json::json!({"progressToken": token, "progress": p.progress});
-    if let Some(t) = p.total {
-        params["total"] = t.into();
-    }
-    if let Some(m) = p.message {
-        params["message"] = m.into();
-    }
-    let n =
-        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-    serde_json::to_vec(&n).unwrap_or_default()
+/// A progress notification on the client's token, as one event.
+fn notice(token: &Value, p: Progress) -> Option<Bytes> {
+    answer::progress_message(token, p).map(|json| event(&json))
 }
 
 /// One server-sent event carrying `json`.
@@ -220,16 +198,13 @@ fn call(
     key: String,
     (name, args): (String, Map<String, Value>),
     cx: CallCx,
-) -> Finish<impl Future<Output = Result<Value, String>> + Send + 'static> {
+) -> Finish<impl Future<Output = Result<Outcome, String>> + Send + 'static> {
     let cancel = cx.cancel.clone();
     if let Ok(mut m) = live.inflight.lock() {
         m.insert(key.clone(), cancel.clone());
     }
     let run = async move {
-        let r = gateway
-            .call(&session, &name, args, cx)
-            .await
-            .map(Outcome::answer);
+        let r = gateway.call(&session, &name, args, cx).await;
         if let Ok(mut m) = live.inflight.lock() {
             m.remove(&key);
         }

@@ -340,7 +340,11 @@ impl Gateway {
                 return Ok(Err(why));
             }
         };
-        let claims = order::claims(tool, manifest.concurrency.hazards, &session.id.to_string());
+        let claims = crate::plan::claims::claims(
+            tool,
+            manifest.concurrency.hazards,
+            &session.id.to_string(),
+        );
         Ok(Ok(Planned {
             trace: None,
             tenant: tenant.to_string(),

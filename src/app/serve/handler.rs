@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -90,13 +90,7 @@ fn progress_sink(cx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
     tokio::spawn(async move {
         while let Some(p) = rx.recv().await {
-            let mut n = ProgressNotificationParam::new(token.clone(), p.progress);
-            if let Some(t) = p.total {
-                n = n.with_total(t);
-            }
-            if let Some(m) = p.message {
-                n = n.with_message(m);
-            }
+            let n = super::answer::progress(token.clone(), p);
             if peer.notify_progress(n).await.is_err() {
                 return;
             }
@@ -181,8 +175,7 @@ impl ServerHandler for Handler {
             () = watch => call.await,
         };
         let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
-        let mut result: CallToolResult = serde_json::from_value(answer.answer())
-            .map_err(|e| ErrorData::internal_error(format!("cannot answer the call: {e}"), None))?;
+        let mut result = answer.result();
         // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
         // upstream's answer from an older server has none.
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);

@@ -18,28 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::manifest::{Hazards, Tool};
 pub(super) use crate::plan::Claim;
-
-/// The key every call claims: a `parallel_safe = false` call writes it.
-const ALONE: &str = "*";
-
-/// What a call of `tool`, from session `session`, claims.
-pub(super) fn claims(tool: &Tool, hazards: Hazards, session: &str) -> Vec<(String, Claim)> {
-    let alone = if tool.parallel_safe {
-        Claim::Read
-    } else {
-        Claim::Write
-    };
-    let mut out = vec![(ALONE.to_string(), alone)];
-    if tool.is_write() && !tool.concurrent_writes {
-        out.push((format!("session:{session}"), Claim::Write));
-    }
-    for (b, c) in crate::plan::backend_claims(tool, hazards) {
-        out.push((format!("backend:{b}"), c));
-    }
-    out
-}
 
 /// One key's queue: the calls holding each kind of claim on it, by arrival number, each with
 /// how to wake it. Kept by kind, a call finds what it waits behind, and a leaving call whom

@@ -32,7 +32,7 @@ impl Traits {
         let mut t = Traits::default();
         for c in &batch.calls {
             if let Some(tool) = manifest.tool(&c.tool) {
-                t.alone |= !tool.parallel_safe;
+                t.alone |= crate::plan::claims::alone(tool);
                 t.writes |= tool.is_write();
             }
             t.outside |= c.args.refs().any(|(_, r)| !ids.contains(r.target.as_str()))
