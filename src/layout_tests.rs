@@ -86,10 +86,33 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The top-level module a source file belongs to (`None`: the crate's root files).
+/// The folder each layer of [`LAYERS`] lives in under `src/` (`None`: each of its modules is
+/// a folder of its own at the top).
+const FOLDERS: &[Option<&str>] = &[
+    Some("ground"),
+    Some("model"),
+    None,
+    None,
+    None,
+    Some("reporters"),
+    Some("face"),
+    Some("face"),
+];
+
+/// The module a source file belongs to, as the crate names it (`crate::events`, whose file is
+/// `ground/events.rs`); `None`: the crate's root files and the layer folders' own `mod.rs`.
 fn module_of(file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src()).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?;
+    let mut parts = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap_or(""));
+    let mut first = parts.next()?;
+    if FOLDERS.contains(&Some(first)) {
+        first = parts.next()?;
+        if first == "mod.rs" {
+            return None;
+        }
+    }
     let name = first.strip_suffix(".rs").unwrap_or(first);
     (!["lib", "main", "layout_tests"].contains(&name)).then(|| name.to_string())
 }
@@ -106,6 +129,12 @@ fn named(code: &str) -> BTreeSet<String> {
         let mut rest = line;
         while let Some(at) = rest.find("crate::") {
             rest = &rest[at + "crate::".len()..];
+            // A layer's folder (`crate::face::app`) names the module inside it.
+            for folder in FOLDERS.iter().flatten() {
+                if let Some(inner) = rest.strip_prefix(folder).and_then(|r| r.strip_prefix("::")) {
+                    rest = inner;
+                }
+            }
             let group = rest
                 .strip_prefix('{')
                 .map(|g| g.split('}').next().unwrap_or(g));
@@ -158,6 +187,27 @@ fn allowed(from: &str, to: &str) -> bool {
         (Some(a), Some(b)) if a == b => SIDEWAYS.contains(&(from, to)),
         _ => false,
     }
+}
+
+/// `src/` shows the layers as folders: each module sits in its layer's folder.
+#[test]
+fn each_module_sits_in_its_layers_folder() {
+    assert_eq!(LAYERS.len(), FOLDERS.len());
+    let mut bad = BTreeSet::new();
+    for f in all_sources() {
+        let Some(m) = module_of(&f) else { continue };
+        let Some(layer) = rank(&m) else { continue };
+        let rel = f.strip_prefix(src()).unwrap_or(&f);
+        let top = rel
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().to_string());
+        let want = FOLDERS[layer].map_or(m.clone(), str::to_string);
+        if top.as_deref() != Some(want.as_str()) {
+            bad.insert(format!("{}: `{m}` belongs in {want}/", rel.display()));
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
@@ -255,8 +305,8 @@ fn a_run_ends_in_one_place() {
     for needle in ["Record::of(", "otlp::export(", "history::append("] {
         let at = written(needle);
         assert!(
-            !at.is_empty() && at.iter().all(|p| p.starts_with("app/finish.rs")),
-            "{needle} outside app/finish.rs: {at:?}"
+            !at.is_empty() && at.iter().all(|p| p.starts_with("face/app/finish.rs")),
+            "{needle} outside face/app/finish.rs: {at:?}"
         );
     }
 }
@@ -271,8 +321,8 @@ fn one_place_listens_for_sigint_and_sigterm() {
     ] {
         let at = written(needle);
         assert!(
-            at.iter().all(|p| p.starts_with("app/signals.rs")),
-            "{needle} outside app/signals.rs: {at:?}"
+            at.iter().all(|p| p.starts_with("face/app/signals.rs")),
+            "{needle} outside face/app/signals.rs: {at:?}"
         );
     }
 }
@@ -282,13 +332,13 @@ fn one_place_listens_for_sigint_and_sigterm() {
 #[test]
 fn the_command_line_stops_at_the_options() {
     let runners = [
-        "app/engine.rs",
-        "app/finish.rs",
-        "app/controls.rs",
-        "app/prepare.rs",
-        "app/turns.rs",
-        "app/stream",
-        "app/serve",
+        "face/app/engine.rs",
+        "face/app/finish.rs",
+        "face/app/controls.rs",
+        "face/app/prepare.rs",
+        "face/app/turns.rs",
+        "face/app/stream",
+        "face/app/serve",
     ];
     let mut bad = Vec::new();
     for dir in runners {
@@ -307,7 +357,11 @@ fn the_command_line_stops_at_the_options() {
 /// approver reads on a thread of its own).
 #[test]
 fn the_approval_path_holds_no_thread() {
-    for dir in ["run/gate.rs", "app/serve/approve.rs", "app/terminal.rs"] {
+    for dir in [
+        "run/gate.rs",
+        "face/app/serve/approve.rs",
+        "face/app/terminal.rs",
+    ] {
         for (f, text) in texts_under(dir) {
             for needle in ["spawn_blocking", "block_on"] {
                 assert!(!text.contains(needle), "{} uses {needle}", f.display());
@@ -322,7 +376,7 @@ fn the_approval_path_holds_no_thread() {
 fn the_gateway_spells_no_error_kind() {
     let kinds = error_kinds();
     assert!(kinds.len() > 20, "{kinds:?}");
-    for (f, text) in texts_under("app/serve") {
+    for (f, text) in texts_under("face/app/serve") {
         for k in &kinds {
             let quoted = format!("\"{k}:");
             assert!(
@@ -337,7 +391,7 @@ fn the_gateway_spells_no_error_kind() {
 
 /// Every `ErrorKind` as it is written (snake_case), read from `events.rs`.
 fn error_kinds() -> Vec<String> {
-    let text = std::fs::read_to_string(src().join("events.rs")).unwrap_or_default();
+    let text = std::fs::read_to_string(src().join("ground/events.rs")).unwrap_or_default();
     let body = text.split("pub enum ErrorKind {").nth(1).unwrap_or("");
     let body = body.split("\n}").next().unwrap_or("");
     body.lines()

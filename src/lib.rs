@@ -16,25 +16,21 @@
 
 #![deny(unreachable_pub)]
 
-mod app;
-pub mod batch;
-mod cli;
-mod duration;
-pub mod error;
-mod events;
-mod hash;
-mod history;
-pub mod manifest;
-pub mod model_formats;
+// The layers, as folders, lowest first; their modules are named from the crate's root.
+mod face;
+mod ground;
+mod model;
 pub mod plan;
-pub mod reference;
-mod report;
+mod reporters;
 pub mod run;
-mod schema;
-mod template;
 mod tools;
-mod trace_context;
-mod yaml;
+
+pub(crate) use face::{app, cli};
+pub use ground::error;
+pub(crate) use ground::{duration, events, hash, schema, trace_context, yaml};
+pub(crate) use model::template;
+pub use model::{batch, manifest, model_formats, reference};
+pub(crate) use reporters::{history, report};
 
 #[cfg(test)]
 mod layout_tests;

@@ -158,7 +158,7 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
     let handler = Handler::new(gateway.clone(), tenant);
     let (input, output) = rmcp::transport::io::stdio_pipes();
     let session = handler.session();
-    let wire = stdio::Wire::new(
+    let (wire, outbox) = stdio::Wire::new(
         input,
         output,
         (session.turnstile.clone(), session.gone.clone()),
@@ -178,21 +178,32 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
         gateway.drain(Duration::ZERO).await;
         return Ok(());
     }
-    let drain = gateway.drain(grace);
-    tokio::pin!(drain);
+    // The calls get `grace`; then the answers of those that finished are sent before the wire
+    // closes.
     let mut gone = false;
-    loop {
-        tokio::select! {
-            () = &mut drain => break,
-            _ = &mut waiting, if !gone => gone = true,
+    {
+        let drain = async {
+            gateway.drain(grace).await;
+            outbox.answered_within(SETTLE).await;
+        };
+        tokio::pin!(drain);
+        loop {
+            tokio::select! {
+                () = &mut drain => break,
+                _ = &mut waiting, if !gone => gone = true,
+            }
         }
     }
     stop.cancel();
     if !gone {
         let _ = waiting.await;
     }
+    outbox.written_within(SETTLE).await;
     Ok(())
 }
+
+/// How long a stopping gateway waits for the answers of finished calls to be written.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// Streamable HTTP on `addr` until a signal: then no new calls, and the calls in flight get
 /// `grace` to finish before they are cancelled; then the listener and the sessions close.

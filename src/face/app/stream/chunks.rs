@@ -16,7 +16,7 @@ use crate::error::{Error, SourceFile};
 /// Read stdin's first non-empty line; `Some((blank lines before it, the line))` when it is a
 /// JSON object (a JSON Lines stream), else the text read so far is put back for a whole-batch
 /// read and `None` is returned.
-pub(in crate::app) fn first_jsonl_line() -> Result<Option<(usize, String)>, Error> {
+pub(in crate::face::app) fn first_jsonl_line() -> Result<Option<(usize, String)>, Error> {
     let mut stdin = std::io::stdin().lock();
     let mut seen = String::new();
     let mut blank = 0;
@@ -52,14 +52,14 @@ fn is_call(v: &Value) -> bool {
 }
 
 /// The calls of stdin in chunks; each line with its 0-based line number.
-pub(in crate::app) struct Chunks {
+pub(in crate::face::app) struct Chunks {
     lines: Receiver<(usize, String)>,
     /// When any is set, no more chunks are read (Ctrl-C, a closed stdout).
     stop: Vec<Arc<AtomicBool>>,
 }
 
 /// One chunk: its text and how many lines of the input came before it.
-pub(in crate::app) struct Chunk {
+pub(in crate::face::app) struct Chunk {
     pub file: SourceFile,
     pub calls: usize,
 }

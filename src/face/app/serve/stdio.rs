@@ -5,17 +5,21 @@
 //! `{name, arguments?}` `-32602` with its id; a line longer than [`MAX_LINE`] is skipped to its
 //! end and refused `-32600`. Each `tools/call` is numbered as it is read ([`Arrival`]), so
 //! its session's calls take their places in the order they came; a call the client cancelled
-//! gets no response (the specification's "SHOULD NOT").
+//! gets no response (the specification's "SHOULD NOT"). Its [`Outbox`] tells the face when
+//! every request read has been answered and every line written, so a gateway that stops on a
+//! signal closes the wire only after the answers of the calls it let finish.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, ServerJsonRpcMessage};
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::order::{Pass, Turnstile};
@@ -106,11 +110,43 @@ struct Calls {
     cancelled: HashSet<String>,
 }
 
+/// What the face waits on before it closes a wire: every request read answered, and every
+/// line written.
+pub(super) struct Outbox {
+    calls: Arc<Mutex<Calls>>,
+    /// Woken when the last request in flight is answered.
+    answered: Arc<Notify>,
+    writer: JoinHandle<()>,
+}
+
+impl Outbox {
+    fn idle(&self) -> bool {
+        self.calls.lock().map_or(true, |c| c.inflight.is_empty())
+    }
+
+    /// Wait until every request read has been answered, or `within` has passed.
+    pub(super) async fn answered_within(&self, within: Duration) {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let answered = self.answered.notified();
+            if self.idle() || tokio::time::timeout_at(until, answered).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Wait, at most `within`, until the wire is gone and every line it was given is written.
+    pub(super) async fn written_within(self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.writer).await;
+    }
+}
+
 /// The stdio transport of one session.
 pub(super) struct Wire<R> {
     lines: BufReader<R>,
     out: mpsc::UnboundedSender<Vec<u8>>,
     calls: Arc<Mutex<Calls>>,
+    answered: Arc<Notify>,
     turnstile: Arc<Turnstile>,
     /// Cancelled at the end of input: the client is gone.
     gone: CancellationToken,
@@ -123,9 +159,9 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         input: R,
         output: W,
         (turnstile, gone): (Arc<Turnstile>, CancellationToken),
-    ) -> Wire<R> {
+    ) -> (Wire<R>, Outbox) {
         let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             let mut output = output;
             while let Some(mut line) = rx.recv().await {
                 line.push(b'\n');
@@ -134,13 +170,21 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
                 }
             }
         });
-        Wire {
+        let (calls, answered) = (Arc::<Mutex<Calls>>::default(), Arc::new(Notify::new()));
+        let outbox = Outbox {
+            calls: calls.clone(),
+            answered: answered.clone(),
+            writer,
+        };
+        let wire = Wire {
             lines: BufReader::with_capacity(64 * 1024, input),
             out,
-            calls: Arc::default(),
+            calls,
+            answered,
             turnstile,
             gone,
-        }
+        };
+        (wire, outbox)
     }
 
     /// The next line, at most [`MAX_LINE`] bytes (`Err(())`: it was longer and was skipped to
@@ -224,8 +268,9 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
             _ => None,
         };
         let mut drop_it = false;
+        let mut last = false;
         if let (Some(k), Ok(mut calls)) = (answered, self.calls.lock()) {
-            calls.inflight.remove(&k);
+            last = calls.inflight.remove(&k) && calls.inflight.is_empty();
             drop_it = calls.cancelled.remove(&k);
         }
         let sent = if drop_it {
@@ -234,6 +279,9 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
             let line = serde_json::to_vec(&item).unwrap_or_default();
             self.out.send(line).map_err(|_| Closed)
         };
+        if last {
+            self.answered.notify_waiters();
+        }
         std::future::ready(sent)
     }
 
@@ -311,7 +359,7 @@ mod tests {
             b"\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
         );
         let (out, _keep) = tokio::io::duplex(1 << 20);
-        let mut wire = Wire::new(std::io::Cursor::new(input), out, Default::default());
+        let (mut wire, _outbox) = Wire::new(std::io::Cursor::new(input), out, Default::default());
         assert!(matches!(wire.next_line().await, Some(Err(()))));
         let next = wire
             .next_line()
