@@ -462,3 +462,93 @@ fn the_public_surface_stays_small() {
         .sum();
     assert!(n < 400, "{n} pub items");
 }
+
+/// A file's code outside its test module (`#[cfg(test)] mod …` at the end) and comments.
+fn code_of(text: &str) -> String {
+    let body = text.split("\n#[cfg(test)]\nmod ").next().unwrap_or(text);
+    body.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Files under `dir` (test files aside) whose code contains any of `needles`.
+fn offenders(dir: &str, needles: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (f, text) in texts_under(dir) {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with("tests.rs") || f.components().any(|c| c.as_os_str() == "differential") {
+            continue;
+        }
+        let code = code_of(&text);
+        for n in needles {
+            if code.contains(n) {
+                out.push(format!("{}: {n}", f.display()));
+            }
+        }
+    }
+    out
+}
+
+/// The planner is pure and synchronous: no I/O, no clock, no randomness, no environment.
+#[test]
+fn the_plan_is_pure() {
+    let bad = offenders(
+        "plan",
+        &[
+            "std::fs",
+            "tokio::",
+            "Instant::now",
+            "SystemTime::now",
+            "fastrand",
+            "std::env",
+        ],
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The runner emits events and never prints.
+#[test]
+fn the_runner_never_prints() {
+    let bad = offenders("run", &["println!", "eprintln!", "print!(", "eprint!("]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// No argument reaches a shell: no tool kind starts one.
+#[test]
+fn no_tool_starts_a_shell() {
+    let bad = offenders("tools", &["\"sh\"", "\"/bin/sh\"", "\"bash\"", "\"-c\""]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The reporters render: they never spawn, sleep or schedule.
+#[test]
+fn the_reporters_never_spawn_or_sleep() {
+    let bad = offenders(
+        "reporters",
+        &["tokio::spawn", "thread::spawn", "sleep(", "Command::new"],
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// A batch is untrusted: reading one never reads the environment.
+#[test]
+fn a_batch_never_reads_the_environment() {
+    for dir in [
+        "model/batch",
+        "model/reference.rs",
+        "model/model_formats.rs",
+    ] {
+        let bad = offenders(dir, &["env::var", "env::vars"]);
+        assert!(bad.is_empty(), "{bad:#?}");
+    }
+}
+
+/// The crate's root files hold no logic: `lib.rs` declares modules, `main.rs` calls `main`.
+#[test]
+fn the_crate_root_holds_no_logic() {
+    let lib = code_of(&std::fs::read_to_string(src().join("lib.rs")).unwrap_or_default());
+    assert!(!lib.contains("fn "), "lib.rs has a function");
+    let main = code_of(&std::fs::read_to_string(src().join("main.rs")).unwrap_or_default());
+    assert_eq!(main.matches("fn ").count(), 1, "main.rs: only `main`");
+}
