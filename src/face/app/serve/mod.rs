@@ -37,7 +37,7 @@ use std::time::Duration;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
-use super::engine::Engine;
+use super::engine::Core;
 use super::options::ServeOptions;
 use super::prepare::open_lanes;
 use super::runtime;
@@ -78,17 +78,25 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let lanes = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     let approver = Arc::new(crate::run::gate::NoApprover);
     let run_id = crate::run::new_run_id();
-    let mut engine = Engine::open(opts, manifest, hub, lanes.clone(), run_id, approver);
-    let empty = plan::build(&engine.manifest, &Batch::empty("<mcp>"), &opts.plan)
-        .map_err(Error::Invalid)?;
-    let kit = engine.kit(&empty);
+    // The gateway is a face of the engine's core: no reporters, no summary; its calls are
+    // runs of the core's kit, and they and its sessions end through the core's `Finish`.
+    let mut core = Core::open(
+        opts,
+        (manifest, hub),
+        (lanes.clone(), run_id),
+        approver,
+        None,
+    );
+    let empty =
+        plan::build(&core.manifest, &Batch::empty("<mcp>"), &opts.plan).map_err(Error::Invalid)?;
+    let kit = core.kit(&empty);
     let gateway = Arc::new(Gateway::new(
         catalog,
         kit,
         lanes,
         opts.plan.clone(),
-        engine.finish(),
-        engine.controls(),
+        core.finish(),
+        core.controls(),
     ));
     let path = opts.manifest.clone();
     rt.spawn(reload::reloads(gateway.clone(), path, s.watch, opts.quiet));
@@ -107,7 +115,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
             rt.block_on(serve_http(gateway, addr, http, s.grace, opts.quiet))
         }
     };
-    engine.close(rt);
+    core.close(rt);
     served.map(|()| EXIT_OK)
 }
 
