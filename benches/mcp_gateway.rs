@@ -8,7 +8,8 @@
 //! manifest's own inline `scripted` tool, which has no upstream at all), and through the
 //! peer gateways whose launchers are given (`SUPERGATEWAY`: supergateway's bin; `MCP_PROXY_PY`:
 //! PyPI mcp-proxy's; `MCP_PROXY_RS`: the `mcp-proxy` crate's) — each serving the same upstream
-//! on Streamable HTTP. The client is rmcp's, in this process. Columns: p50 and p99 of a call's
+//! on Streamable HTTP; `BASELINE=PATH` adds another flux-tools binary's two rows (an older
+//! commit's, to compare). The client is rmcp's, in this process. Columns: p50 and p99 of a call's
 //! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
 //! added over the direct row, and calls per second with 1, 8 and 64 clients — each the median
 //! of `ROUNDS` (default 3) rounds over every row in turn.
@@ -149,7 +150,7 @@ type Row = (String, Target, Option<Gateway>);
 
 /// The rows: directly, through flux-tools over stdio and HTTP, and the peers that are given.
 fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<Row> {
-    let serve = |extra: &[&str]| {
+    let serve_with = |flux: &str, extra: &[&str]| {
         let mut v = s(&[
             flux,
             "--manifest",
@@ -162,6 +163,7 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         v.extend(s(extra));
         v
     };
+    let serve = |extra: &[&str]| serve_with(flux, extra);
     let mut rows: Vec<Row> = vec![
         (
             "direct (stdio)".into(),
@@ -185,6 +187,17 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         format!("http://127.0.0.1:{port}/mcp"),
     );
     rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
+    // `BASELINE=PATH`: another flux-tools binary (an older commit's), side by side.
+    if let Ok(old) = std::env::var("BASELINE") {
+        let stdio = Target::Stdio(serve_with(&old, &[]));
+        rows.push(("baseline serve, stdio".into(), stdio, None));
+        let port = free_port();
+        let (g, t) = launch(
+            &serve_with(&old, &["--http", &format!("127.0.0.1:{port}")]),
+            format!("http://127.0.0.1:{port}/mcp"),
+        );
+        rows.push(("baseline serve, HTTP".into(), t, Some(g)));
+    }
     if let Ok(sg) = std::env::var("SUPERGATEWAY") {
         let port = free_port().to_string();
         let argv = [
