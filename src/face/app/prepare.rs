@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::options::RunOptions;
 use super::print_warnings;
 use crate::app::config;
 use crate::batch::{Batch, Reading};
@@ -111,6 +112,51 @@ impl Inputs {
         };
         print_warnings(quiet, &warnings);
         Ok((manifest, plan, hub))
+    }
+}
+
+/// What an engine is opened on, built from the options: the manifest as the face prepared it
+/// (its MCP annotations applied), its MCP hub, the lane table its runs plan with (the lanes a
+/// parent run lends borrowed, `FLUX_TOOLS_LEASE`), the lane store opened for that table, and
+/// the run id.
+pub(super) struct Parts {
+    pub manifest: Manifest,
+    pub mcp: Option<Arc<McpHub>>,
+    pub table: Vec<LaneSpec>,
+    pub lanes: Arc<dyn LaneStore>,
+    pub run_id: String,
+}
+
+impl Parts {
+    /// The parts for lane table `table` (the manifest's, or a planned batch's), under a new
+    /// run id.
+    pub(super) fn build(
+        opts: &RunOptions,
+        (manifest, mcp): (Manifest, Option<Arc<McpHub>>),
+        mut table: Vec<LaneSpec>,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Parts, Error> {
+        plan::lease::borrow(&mut table, &manifest, opts.lease.as_deref());
+        let lanes = open_lanes(&opts.lane_store, &table, &manifest, rt)?;
+        Ok(Parts {
+            manifest,
+            mcp,
+            table,
+            lanes,
+            run_id: crate::run::new_run_id(),
+        })
+    }
+
+    /// The parts of a run over the manifest's own lane table (a stream, `--turns`, the
+    /// gateway).
+    pub(super) fn of_manifest(
+        opts: &RunOptions,
+        manifest: Manifest,
+        mcp: Option<Arc<McpHub>>,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Parts, Error> {
+        let table = plan::lane_table(&manifest, &opts.plan);
+        Parts::build(opts, (manifest, mcp), table, rt)
     }
 }
 

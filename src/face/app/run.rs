@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::engine::{Durability, Engine, RunShape};
 use super::options::{RunOptions, Terminal};
-use super::prepare::{open_lanes, read_inputs};
+use super::prepare::{read_inputs, Parts};
 use super::print_warnings;
 use super::stream::first_jsonl_line;
 use super::terminal::TerminalApprover;
@@ -15,7 +15,6 @@ use crate::cli::{Args, RunArgs};
 use crate::error::Error;
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
-use crate::plan::lease;
 use crate::plan::Plan;
 use crate::run::{self, Cassette, Journal, Resume};
 
@@ -46,9 +45,10 @@ fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
     let rt = super::runtime_with(workers)?;
     let (manifest, mut plan, mcp) = inputs.plan(opts.quiet, &opts.plan, &rt)?;
     print_warnings(opts.quiet, &plan.warnings);
-    lease::borrow(&mut plan.lanes, &manifest, opts.lease.as_deref());
-    let lanes = open_lanes(&opts.lane_store, &plan.lanes, &manifest, &rt)?;
-    let (mut run_id, journal, resume, journal_thread) = open_journal(opts, &manifest, &plan)?;
+    let mut parts = Parts::build(opts, (manifest, mcp), plan.lanes.clone(), &rt)?;
+    // The plan runs in the lanes the parts were built for (a parent's lent lanes borrowed).
+    plan.lanes = parts.table.clone();
+    let (mut run_id, journal, resume, journal_thread) = open_journal(opts, &parts.manifest, &plan)?;
     let replay = match &opts.files.replay {
         Some(path) => {
             let c = Cassette::load(path).map_err(Error::Usage)?;
@@ -60,7 +60,8 @@ fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
     };
     let tenant = plan.settings.tenant.clone();
     let approver = Arc::new(TerminalApprover);
-    let mut engine = Engine::open(opts, manifest, mcp, lanes, run_id, approver);
+    parts.run_id = run_id;
+    let mut engine = Engine::open(opts, parts, approver);
     engine.interrupt_on_signals(&rt);
     let shape = RunShape::of(&plan, &engine);
     let durability = Durability {

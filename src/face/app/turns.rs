@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::engine::{Durability, Engine, RunShape};
 use super::options::{RunOptions, Stdout};
-use super::prepare::open_lanes;
+use super::prepare::Parts;
 use super::print_warnings;
 use super::terminal::TerminalApprover;
 use crate::batch::Batch;
@@ -42,8 +42,6 @@ const POLL: Duration = Duration::from_millis(50);
 pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Result<u8, Error> {
     refuse_whole_run_options(opts)?;
     let manifest = Manifest::load(&opts.manifest).map_err(Error::Invalid)?;
-    let table = plan::lane_table(&manifest, &opts.plan);
-    let store = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
     // Servers start on first use; a tool's annotations are applied the first time a turn
     // uses it.
     let hub = manifest
@@ -51,21 +49,15 @@ pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Resul
         .iter()
         .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
         .then(|| McpHub::new(&manifest.mcp_servers));
-    let run_id = run::new_run_id();
+    let parts = Parts::of_manifest(opts, manifest, hub.clone(), &rt)?;
+    let store = parts.lanes.clone();
     // Each turn's answer is one line this face writes itself: nothing streams.
     let opts = RunOptions {
         streaming: false,
         ..opts.clone()
     };
     let approver = Arc::new(TerminalApprover);
-    let mut session = Engine::open(
-        &opts,
-        manifest,
-        hub.clone(),
-        store.clone(),
-        run_id,
-        approver,
-    );
+    let mut session = Engine::open(&opts, parts, approver);
     session.interrupt_on_signals(&rt);
     let mut turns = Turns {
         opts: &opts,

@@ -16,6 +16,7 @@ use super::RunShape;
 use crate::app::controls::Controls;
 use crate::app::finish::Finish;
 use crate::app::options::{CacheUse, RunOptions};
+use crate::app::prepare::Parts;
 use crate::events::{Event, Outcome, Stats};
 use crate::history;
 use crate::manifest::Manifest;
@@ -55,15 +56,20 @@ pub(in crate::face::app) struct Core {
 }
 
 impl Core {
-    /// The core of `opts` on `manifest`, its MCP hub and lane store, for run `run_id`;
-    /// `events`: where the runs' events go.
+    /// The core of `opts` on the parts they built; `events`: where the runs' events go.
     pub(in crate::face::app) fn open(
         opts: &RunOptions,
-        (manifest, mcp): (Manifest, Option<Arc<McpHub>>),
-        (lanes, run_id): (Arc<dyn LaneStore>, String),
+        parts: Parts,
         approver: Arc<dyn Approver>,
         events: Option<mpsc::UnboundedSender<Event>>,
     ) -> Core {
+        let Parts {
+            manifest,
+            mcp,
+            lanes,
+            run_id,
+            ..
+        } = parts;
         let cache = Cache::with_lookups(
             lanes.cache_store(),
             &run_id,

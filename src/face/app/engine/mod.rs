@@ -22,14 +22,13 @@ pub(super) use kit::{CallKit, Scope};
 
 use super::controls::{Controls, Running};
 use super::options::RunOptions;
+use super::prepare::Parts;
 use crate::events::{Event, Status};
-use crate::manifest::Manifest;
 use crate::model_formats::{InputFormat, Usage};
 use crate::plan::Plan;
 use crate::report::Reporter;
-use crate::run::{self, Approver, Cassette, Control, Journal, LaneStore, Resume};
+use crate::run::{self, Approver, Cassette, Control, Journal, Resume};
 use crate::run::{RunConfig, RunEnd, RunReport};
-use crate::tools::mcp::McpHub;
 
 /// How long the event consumer lets events gather after each round.
 const REPORTER_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
@@ -118,14 +117,7 @@ pub(super) struct Durability {
 impl Engine {
     /// Start the reporters and open the core (a face that stops on SIGINT/SIGTERM says so:
     /// [`Engine::interrupt_on_signals`]).
-    pub(super) fn open(
-        opts: &RunOptions,
-        manifest: Manifest,
-        mcp: Option<Arc<McpHub>>,
-        lanes: Arc<dyn LaneStore>,
-        run_id: String,
-        approver: Arc<dyn Approver>,
-    ) -> Engine {
+    pub(super) fn open(opts: &RunOptions, parts: Parts, approver: Arc<dyn Approver>) -> Engine {
         let controls: Arc<Controls> = Arc::default();
         let drained = Arc::new(AtomicBool::new(false));
         let (c, d) = (controls.clone(), drained.clone());
@@ -143,7 +135,7 @@ impl Engine {
             let consumer = std::thread::spawn(move || consume(rx, reporters));
             (Some(tx), Some(consumer))
         };
-        let mut core = Core::open(opts, (manifest, mcp), (lanes, run_id), approver, events);
+        let mut core = Core::open(opts, parts, approver, events);
         core.controls = controls;
         Engine {
             core,

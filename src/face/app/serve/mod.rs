@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::engine::Core;
 use super::options::ServeOptions;
-use super::prepare::open_lanes;
+use super::prepare::Parts;
 use super::runtime;
 use crate::batch::Batch;
 use crate::error::{Error, EXIT_OK};
@@ -74,19 +74,12 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     )
     .map_err(Error::Usage)?;
     let rt = runtime()?;
-    let table = plan::lane_table(&manifest, &opts.plan);
-    let lanes = open_lanes(&opts.lane_store, &table, &manifest, &rt)?;
+    let parts = Parts::of_manifest(opts, manifest, hub, &rt)?;
+    let lanes = parts.lanes.clone();
     let approver = Arc::new(crate::run::gate::NoApprover);
-    let run_id = crate::run::new_run_id();
     // The gateway is a face of the engine's core: no reporters, no summary; its calls are
     // runs of the core's kit, and they and its sessions end through the core's `Finish`.
-    let mut core = Core::open(
-        opts,
-        (manifest, hub),
-        (lanes.clone(), run_id),
-        approver,
-        None,
-    );
+    let mut core = Core::open(opts, parts, approver, None);
     let empty =
         plan::build(&core.manifest, &Batch::empty("<mcp>"), &opts.plan).map_err(Error::Invalid)?;
     let kit = core.kit(&empty);

@@ -24,16 +24,14 @@ use std::time::Duration;
 
 use super::engine::{Engine, RunShape};
 use super::options::RunOptions;
-use super::prepare::{open_lanes, start_mcp};
+use super::prepare::{start_mcp, Parts};
 use super::terminal::TerminalApprover;
 use crate::batch::{Batch, Reading};
 use crate::error::Error;
 use crate::events::{Event, LaneInfo, Outcome};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
-use crate::plan::lease;
 use crate::plan::{self, PlanOptions};
-use crate::run;
 use crate::tools::ToolKind;
 
 mod chunks;
@@ -67,10 +65,9 @@ fn open_stream(
         .map(|t| t.name.clone())
         .collect();
     let mcp = start_mcp(run_opts.quiet, &mut manifest, &mcp_tools, rt)?;
-    let mut table = plan::lane_table(&manifest, &opts);
-    lease::borrow(&mut table, &manifest, run_opts.lease.as_deref());
-    let lanes = open_lanes(&run_opts.lane_store, &table, &manifest, rt)?;
-    let infos = table
+    let parts = Parts::of_manifest(run_opts, manifest, mcp, rt)?;
+    let infos = parts
+        .table
         .iter()
         .map(|l| LaneInfo {
             name: l.name.clone(),
@@ -78,10 +75,9 @@ fn open_stream(
             rate: l.rate.map(|r| r.to_string()),
         })
         .collect();
-    opts.lanes = Some(table);
-    let run_id = run::new_run_id();
+    opts.lanes = Some(parts.table.clone());
     let approver = Arc::new(TerminalApprover);
-    let engine = Engine::open(run_opts, manifest, mcp, lanes, run_id, approver);
+    let engine = Engine::open(run_opts, parts, approver);
     engine.interrupt_on_signals(rt);
     engine.emit(Event::RunStarted {
         run_id: engine.run_id.clone(),
