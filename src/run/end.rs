@@ -1,6 +1,6 @@
-//! A finished run as one record, [`RunEnd`]: what its history line
-//! ([`crate::history::Record::of`]) and its spans ([`crate::report::otlp::spans`]) are both
-//! made of, for every face — a batch, a stream, a turn, and the gateway's calls and sessions.
+//! A finished run as one record, [`RunEnd`]: what its history line and its spans are both
+//! made of (the reporters read it; the face's `Finish` hands it to them), for every face — a
+//! batch, a stream, a turn, and the gateway's calls and sessions.
 
 use std::time::{Duration, SystemTime};
 
