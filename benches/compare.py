@@ -239,7 +239,7 @@ def call_overhead(reps):
     subprocess.run([os.path.join(ROOT, "target", "release", "examples", "call_overhead"), str(4000 * reps)], check=True)
 
 
-def plan_time(work, reps):
+def plan_time(work, reps, baseline=None):
     n = 100_000
     manifest = os.path.join(work, "scripted.toml")
     batch = os.path.join(work, "plan.jsonl")
@@ -253,6 +253,9 @@ def plan_time(work, reps):
     wall, rss = median_of(reps, [FLUX, "--manifest", manifest, "plan", batch, "--format", "json", "-q"])
     print(f"\n## plan of {n} calls with references (median of {reps})")
     print(f"  {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB (target: < 1 s)")
+    if baseline:
+        wall, rss = median_of(reps, [baseline, "--manifest", manifest, "plan", batch, "--format", "json", "-q"])
+        print(f"  {BASELINE_NAME[0]}: {wall * 1000:.0f} ms, peak RSS {rss:.0f} MB")
 
 
 def http_throughput(work, reps):
@@ -445,7 +448,7 @@ def main():
         if "scripted" in only or "plan" in only:
             scripted_throughput(work, reps, baseline)
         if "plan" in only:
-            plan_time(work, reps)
+            plan_time(work, reps, baseline)
         if "http" in only:
             http_throughput(work, reps)
         if "lanes" in only:
