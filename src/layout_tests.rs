@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "duration",
         "hash",
+        "ids",
         "trace_context",
         "yaml",
         "schema",

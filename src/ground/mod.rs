@@ -6,6 +6,7 @@ pub(crate) mod duration;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod hash;
+pub(crate) mod ids;
 pub(crate) mod schema;
 pub(crate) mod trace_context;
 pub(crate) mod yaml;

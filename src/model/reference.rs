@@ -210,7 +210,7 @@ fn parse_ref(body: &str) -> Result<Reference, String> {
     if target.is_empty() {
         return Err(format!("`${{{body}}}` names no call"));
     }
-    check_id("call id", target).map_err(|e| format!("`${{{body}}}`: {e}"))?;
+    crate::ids::check_id("call id", target).map_err(|e| format!("`${{{body}}}`: {e}"))?;
     let mut path = Vec::new();
     let mut rest = &body[end..];
     while !rest.is_empty() {
@@ -394,35 +394,6 @@ fn pointer_mut<'a>(root: &'a mut Map<String, Value>, pointer: &[PathSeg]) -> Opt
         };
     }
     Some(cur)
-}
-
-/// The longest id (of a call, a tenant) there may be.
-pub const MAX_ID_LEN: usize = 128;
-
-/// Ids — of calls, of tenants — are untrusted and end up in file names, environment variables
-/// and references: letters, digits, `_`, `-` and `:` only. `noun` says whose id it is in the
-/// error ("call id", "tenant").
-pub fn check_id(noun: &str, id: &str) -> Result<(), String> {
-    if id.is_empty() {
-        return Err(format!("a {noun} cannot be empty"));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(format!(
-            "{noun} is {} characters long; the limit is {MAX_ID_LEN}",
-            id.len()
-        ));
-    }
-    if let Some(c) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':')))
-    {
-        return Err(format!(
-            "{noun} `{}` contains `{}`; ids may use letters, digits, `_`, `-` and `:`",
-            id.escape_default(),
-            c.escape_default()
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -232,7 +232,7 @@ impl ServeOptions {
         terminal: Terminal,
     ) -> Result<ServeOptions, Error> {
         if let Some(t) = &s.tenant {
-            crate::reference::check_id("tenant", t)
+            crate::ids::check_id("tenant", t)
                 .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
         }
         let grace =
@@ -298,8 +298,7 @@ fn plan_options(r: &RunArgs) -> Result<PlanOptions, Error> {
         ));
     }
     if let Some(t) = &r.common.tenant {
-        crate::reference::check_id("tenant", t)
-            .map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
+        crate::ids::check_id("tenant", t).map_err(|e| Error::Usage(format!("--tenant: {e}")))?;
     }
     Ok(PlanOptions {
         tenant: r.common.tenant.clone(),

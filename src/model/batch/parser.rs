@@ -3,7 +3,7 @@
 //! narrowing, deadline and budget.
 
 use super::*;
-use crate::reference::check_id;
+use crate::ids::check_id;
 
 pub(super) struct Parser<'a> {
     pub(super) file: &'a SourceFile,

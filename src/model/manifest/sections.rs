@@ -153,7 +153,7 @@ impl Reader<'_> {
         if let Some(tt) = self.table(t, "tokens", "[serve]") {
             for (k, v) in tt.iter() {
                 let tenant = k.get_ref();
-                if let Err(e) = crate::reference::check_id("tenant", tenant) {
+                if let Err(e) = crate::ids::check_id("tenant", tenant) {
                     self.error(k.span(), format!("[serve.tokens]: {e}"), None);
                 } else if tokens.get(tenant.as_ref()).is_some_and(|t| !t.has_secret()) {
                     self.warn(
