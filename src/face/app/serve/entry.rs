@@ -3,8 +3,10 @@
 //! and property-tested here. A stdio line is a message for rmcp or an error to write back
 //! ([`stdio_line`]); an HTTP request's headers and body are refused as JSON-RPC says, taken
 //! on the short way (a plain `tools/call`, or a cancel of one), or left to rmcp
-//! ([`http_request`]).
+//! ([`http_request`]). Both faces parse a message once, into rmcp's typed
+//! `ClientJsonRpcMessage`, and the short way is one `match` on it ([`short`]).
 
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, RequestMetaObject};
 use serde_json::{Map, Value};
 
 pub use super::stdio::{read_line as stdio_line, Line};
@@ -42,10 +44,14 @@ pub enum HttpEntry {
 }
 
 /// Decide an HTTP request: `parts` its head, `hosts` the allowed `Host` names, `body` what it
-/// sent (empty for a GET or DELETE).
+/// sent (empty for a GET or DELETE). The body is parsed once, into rmcp's typed message, as
+/// the stdio face reads a line ([`stdio_line`]); the short way is chosen by one `match` on it.
 pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8]) -> HttpEntry {
-    if parts.method == http::Method::POST {
-        if let Line::Refused(error) = stdio_line(body) {
+    if parts.method != http::Method::POST {
+        return HttpEntry::Rmcp;
+    }
+    let message = match stdio_line(body) {
+        Line::Refused(error) => {
             let code = serde_json::from_slice::<Value>(&error)
                 .ok()
                 .and_then(|e| e["error"]["code"].as_i64());
@@ -56,56 +62,55 @@ pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8])
                 body: error,
             };
         }
-    }
+        Line::Skip => return HttpEntry::Rmcp,
+        Line::Message(m) => m,
+    };
     if super::fast::eligible(parts, hosts).is_none() {
         return HttpEntry::Rmcp;
     }
-    short(body).map_or(HttpEntry::Rmcp, HttpEntry::Short)
+    short(&message).map_or(HttpEntry::Rmcp, HttpEntry::Short)
 }
 
-/// A plain `tools/call` (its `_meta` at most a progress token and a `traceparent`) or a cancel;
-/// `None`: anything else.
-pub fn short(body: &[u8]) -> Option<Short> {
-    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
-        return None;
-    };
-    if msg.get("jsonrpc")? != "2.0" {
-        return None;
+/// A plain `tools/call` (its `_meta` at most a progress token and a `traceparent`, no input
+/// responses or request state) or a cancel; `None`: anything else, rmcp's.
+pub fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
+    match message {
+        ClientJsonRpcMessage::Notification(n) => match &n.notification {
+            ClientNotification::CancelledNotification(c) => {
+                let id = c.params.request_id.as_ref()?;
+                let key = serde_json::to_string(id).ok()?;
+                Some(Short::Cancel { key })
+            }
+            _ => None,
+        },
+        ClientJsonRpcMessage::Request(r) => {
+            let ClientRequest::CallToolRequest(call) = &r.request else {
+                return None;
+            };
+            let p = &call.params;
+            if p.input_responses.is_some() || p.request_state.is_some() {
+                return None;
+            }
+            // rmcp keeps a request's `_meta` in its extensions (and a newer one in `params`).
+            let mut meta = call
+                .extensions
+                .get::<RequestMetaObject>()
+                .map(|m| (m.0).0.clone())
+                .unwrap_or_default();
+            if let Some(m) = &p.meta {
+                meta.extend((m.0).0.clone());
+            }
+            let (progress, traceparent) = known_meta(meta)?;
+            Some(Short::Call(Box::new(Call {
+                id: serde_json::to_value(&r.id).ok()?,
+                name: p.name.to_string(),
+                args: p.arguments.clone().unwrap_or_default(),
+                progress,
+                traceparent,
+            })))
+        }
+        _ => None,
     }
-    let method = msg.get("method")?.as_str()?;
-    if method == "notifications/cancelled" && !msg.contains_key("id") {
-        let key = msg.get("params")?.get("requestId")?.to_string();
-        return Some(Short::Cancel { key });
-    }
-    if method != "tools/call" {
-        return None;
-    }
-    let id = msg
-        .remove("id")
-        .filter(|id| id.is_string() || id.is_i64())?;
-    let Some(Value::Object(mut params)) = msg.remove("params") else {
-        return None;
-    };
-    let (progress, traceparent) = match params.remove("_meta") {
-        None => (None, None),
-        Some(Value::Object(meta)) => known_meta(meta)?,
-        Some(_) => return None,
-    };
-    let Some(Value::String(name)) = params.remove("name") else {
-        return None;
-    };
-    let args = match params.remove("arguments") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(a)) => a,
-        Some(_) => return None,
-    };
-    Some(Short::Call(Box::new(Call {
-        id,
-        name,
-        args,
-        progress,
-        traceparent,
-    })))
 }
 
 /// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
@@ -179,6 +184,33 @@ mod tests {
             http_request(&head("DELETE", &PLAIN), &hosts(), b""),
             HttpEntry::Rmcp
         );
+    }
+
+    #[test]
+    fn only_a_plain_call_or_a_cancel_is_taken_from_the_typed_message() {
+        let p = head("POST", &PLAIN);
+        let decide = |body: &[u8]| http_request(&p, &hosts(), body);
+        let traced = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"t","_meta":{"traceparent":"00-x"}}}"#;
+        let HttpEntry::Short(Short::Call(c)) = decide(traced) else {
+            panic!("the short way");
+        };
+        assert_eq!(
+            (c.id, c.traceparent),
+            ("a".into(), Some("00-x".to_string()))
+        );
+        assert!(c.args.is_empty());
+        let other_meta = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"x":1}}}"#;
+        assert_eq!(decide(other_meta), HttpEntry::Rmcp);
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a"}}"#;
+        assert_eq!(
+            decide(cancel),
+            HttpEntry::Short(Short::Cancel {
+                key: "\"a\"".into()
+            })
+        );
+        let no_id = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+        assert_eq!(decide(no_id), HttpEntry::Rmcp);
     }
 
     /// What the fuzz target holds, on every run of `cargo test`: any head and body is decided
