@@ -56,12 +56,13 @@ pub(in crate::face::app) struct Core {
 }
 
 impl Core {
-    /// The core of `opts` on the parts they built; `events`: where the runs' events go.
+    /// The core of `opts` on the parts they built; `events`: where the runs' events go,
+    /// `controls`: what runs now (the face's, when it tells them things before the core exists).
     pub(in crate::face::app) fn open(
         opts: &RunOptions,
         parts: Parts,
         approver: Arc<dyn Approver>,
-        events: Option<mpsc::UnboundedSender<Event>>,
+        (events, controls): (Option<mpsc::UnboundedSender<Event>>, Arc<Controls>),
     ) -> Core {
         let Parts {
             manifest,
@@ -90,7 +91,7 @@ impl Core {
             lane_events: opts.live != crate::app::options::Live::Off,
             cache: Some(cache),
             tools: None,
-            controls: Arc::default(),
+            controls,
             finish: Arc::new(finish),
             trace: TraceContext::new(opts.traceparent.as_deref(), opts.otlp.is_some()),
             traceparent: opts.traceparent.clone(),

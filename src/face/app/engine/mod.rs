@@ -135,8 +135,7 @@ impl Engine {
             let consumer = std::thread::spawn(move || consume(rx, reporters));
             (Some(tx), Some(consumer))
         };
-        let mut core = Core::open(opts, parts, approver, events);
-        core.controls = controls;
+        let core = Core::open(opts, parts, approver, (events, controls));
         Engine {
             core,
             consumer,

@@ -79,7 +79,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let approver = Arc::new(crate::run::gate::NoApprover);
     // The gateway is a face of the engine's core: no reporters, no summary; its calls are
     // runs of the core's kit, and they and its sessions end through the core's `Finish`.
-    let mut core = Core::open(opts, parts, approver, None);
+    let mut core = Core::open(opts, parts, approver, (None, Arc::default()));
     let empty =
         plan::build(&core.manifest, &Batch::empty("<mcp>"), &opts.plan).map_err(Error::Invalid)?;
     let kit = core.kit(&empty);

@@ -94,13 +94,13 @@ impl SessionRecord {
         if t.stats.calls == 0 {
             return;
         }
-        t.stats.wall_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let wall = since.elapsed();
+        t.stats.wall_ms = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
         t.part += 1;
         let run_id = match t.part {
             1 => self.run_id.clone(),
             n => format!("{}-h{n}", self.run_id),
         };
-        let wall = since.elapsed();
         let now = std::time::SystemTime::now();
         finish.record(&RunEnd {
             ended: Ended::Session,
