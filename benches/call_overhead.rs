@@ -132,8 +132,12 @@ fn main() {
     let dir = tempfile::tempdir().expect("a scratch folder");
     let path = dir.path().join("tools.toml");
     std::fs::write(&path, MANIFEST).expect("write the manifest");
-    let manifest = Manifest::parse(SourceFile::new("tools.toml", MANIFEST), path.clone())
-        .expect("the manifest");
+    let manifest = Manifest::parse(
+        SourceFile::new("tools.toml", MANIFEST),
+        path.clone(),
+        flux_tools::KINDS,
+    )
+    .expect("the manifest");
     let manifest = Arc::new(manifest);
     let plan = plan::build(&manifest, &one_call(0), &PlanOptions::default()).expect("plan");
     println!("one zero-latency scripted call, {calls} times (µs)");

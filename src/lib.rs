@@ -40,3 +40,5 @@ pub use app::{gateway_entry, main};
 pub use hash::fnv;
 /// What a run of a plan holds its tools in (the benchmarks build them once).
 pub use tools::ToolImpl;
+/// The tool kinds a manifest may use (the benchmarks and fuzz targets parse manifests).
+pub use tools::KINDS;

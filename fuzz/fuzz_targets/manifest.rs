@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
     match Manifest::parse(
         SourceFile::new("tools.toml", text),
         PathBuf::from("/fuzz/tools.toml"),
+        flux_tools::KINDS,
     ) {
         Ok(m) => {
             for d in &m.warnings {

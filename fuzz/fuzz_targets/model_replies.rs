@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(manifest) = Manifest::parse(
         SourceFile::new("tools.toml", MANIFEST),
         PathBuf::from("/fuzz/tools.toml"),
+        flux_tools::KINDS,
     ) else {
         return;
     };

@@ -57,6 +57,7 @@ fn plan_with(manifest: &str, batch: &str) -> Plan {
     let m = Manifest::parse(
         SourceFile::new("tools.toml", manifest),
         PathBuf::from("/tmp/t.toml"),
+        crate::tools::KINDS,
     )
     .unwrap();
     let (b, _) = Batch::parse(SourceFile::new("b.yaml", batch)).unwrap();

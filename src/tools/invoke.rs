@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{mcp, ToolKind};
+use super::http::HttpSpec;
+use super::mcp;
 use crate::events::ErrorKind;
 use crate::manifest::Tool;
 use crate::plan::Plan;
@@ -269,7 +270,7 @@ impl ToolContext {
     ) -> ToolContext {
         let http = tools
             .iter()
-            .any(|t| matches!(t.kind, ToolKind::Http(_)))
+            .any(|t| t.settings_of::<HttpSpec>().is_some())
             .then(|| {
                 let mut b = reqwest::Client::builder();
                 if let Some(n) = max_idle_per_host {

@@ -1,12 +1,10 @@
 //! What a tool kind is: the [`Kind`] trait that each kind's file implements for its settings,
 //! and the [`Invoke`] trait for the thing that runs its calls. The registry in
-//! [`super`] turns the list of kinds into [`ToolKind`](super::ToolKind) and
+//! [`super`] turns the list of kinds into [`KINDS`](super::KINDS) and
 //! [`ToolImpl`](super::ToolImpl), so adding a kind is its file and one registration line, and
 //! the compiler names every method the new kind must provide.
 
 use std::future::Future;
-use std::ops::Range;
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -14,22 +12,10 @@ use toml::de::DeTable;
 
 use super::{Failure, Invocation, Stop, ToolContext};
 use crate::manifest::reader::Reader;
-use crate::manifest::{Manifest, Tool};
-
-/// Where a `[tools.NAME]` table stands, for a kind reading its settings from it.
-pub struct Site<'a> {
-    /// The tool's name (the manifest key).
-    pub name: &'a str,
-    /// `[tools.NAME]`, for messages.
-    pub ctx: &'a str,
-    /// The key's byte span, for diagnostics about missing fields.
-    pub span: Range<usize>,
-    /// The manifest's folder: relative paths resolve against it.
-    pub base: &'a Path,
-}
+use crate::manifest::{Manifest, Site, Tool};
 
 /// A tool kind's settings (`kind = "…"` and the fields it adds to `[tools.NAME]`).
-pub trait Kind: Sized + Clone + std::fmt::Debug {
+pub trait Kind: Sized + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// The `kind = "…"` value.
     const NAME: &'static str;
     /// The fields this kind adds to the common ones of every tool.

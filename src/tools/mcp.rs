@@ -27,7 +27,6 @@ use tokio::sync::OnceCell;
 
 use toml::de::DeTable;
 
-use super::ToolKind;
 use super::{Failure, Invocation, Kind, Site, Stop, ToolContext};
 use crate::error::Diagnostic;
 use crate::events::ErrorKind;
@@ -645,7 +644,7 @@ pub(crate) async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[Stri
     let mut diags = Vec::new();
     let file = manifest.file.clone();
     for tool in manifest.tools.iter_mut() {
-        let ToolKind::Mcp(spec) = &tool.kind else {
+        let Some(spec) = tool.kind.as_any().downcast_ref::<McpSpec>() else {
             continue;
         };
         if !used.iter().any(|u| u == &tool.name) {

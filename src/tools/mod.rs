@@ -3,19 +3,23 @@
 //! A kind's file owns everything about it: its settings type (a [`Kind`]: manifest fields and
 //! their parsing, validation, placeholders, the target that goes into fingerprints, reserved
 //! arguments, whether it can complete inline, its `plan` estimate) and its runner (an
-//! [`Invoke`]). The registry generates [`ToolKind`] (a tool's settings, one variant per kind)
-//! and [`ToolImpl`] (a tool ready to invoke), and dispatches every question to the kind, so
-//! nothing else matches on a kind's name.
+//! [`Invoke`]). The registry generates [`KINDS`] (what the manifest reads tools with: each
+//! kind's name, fields and parser, its settings behind the model's
+//! [`KindSettings`](crate::manifest::KindSettings)) and [`ToolImpl`] (a tool ready to invoke,
+//! one variant a kind, dispatched statically on the hot path), so nothing else matches on a
+//! kind's name.
 //!
-//! This module sits below the manifest and the runner: the manifest reads a kind's fields
-//! through [`ToolKind::parse`], the planner asks [`ToolKind`] about placeholders and processes,
-//! and the scheduler invokes [`ToolImpl`]s. Kinds use the manifest's TOML [`Reader`] and the
-//! plan's call data; they never touch the scheduler, lanes or reporters.
+//! This layer sits above the model and the plan, below the runner: the manifest is handed
+//! [`KINDS`] by the face and never names a kind, the planner asks a tool's settings about
+//! placeholders and processes, and the scheduler invokes [`ToolImpl`]s. Kinds use the
+//! manifest's TOML [`Reader`] and the plan's call data; they never touch the scheduler, lanes or
+//! reporters.
 
 mod invoke;
 mod kind;
 pub(crate) mod reaper;
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,24 +30,25 @@ pub(crate) use invoke::{
     parse_output, Failure, Invocation, Progress, Relay, RunInfo, Stop, StopCause, StopLevel,
     ToolContext,
 };
-pub(crate) use kind::{Invoke, Kind, Site};
+pub(crate) use kind::{Invoke, Kind};
 
 use crate::events::ErrorKind;
 use crate::manifest::reader::Reader;
-use crate::manifest::{Manifest, Tool};
+use crate::manifest::{KindEntry, KindSettings, Kinds, Manifest, Site, Tool};
 
 /// The registry: one line a kind — its module (declared here), its variant and its settings
 /// type.
 macro_rules! kinds {
     ($($vis:vis mod $module:ident => $variant:ident($spec:ident)),* $(,)?) => {
         $($vis mod $module;)*
-        $(use $module::$spec;)*
+        $(pub(crate) use $module::$spec;)*
 
-        /// A tool's kind and its own settings.
-        #[derive(Debug, Clone)]
-        pub enum ToolKind {
-            $($variant($spec),)*
-        }
+        /// Every kind, for the manifest to read tools of, in registration order.
+        pub static KINDS: &Kinds = &[$(KindEntry {
+            name: <$spec as Kind>::NAME,
+            keys: <$spec as Kind>::KEYS,
+            parse: parse_kind::<$spec>,
+        }),*];
 
         /// A tool, ready to invoke.
         pub enum ToolImpl {
@@ -52,100 +57,17 @@ macro_rules! kinds {
             Unsupported(String),
         }
 
-        impl ToolKind {
-            /// Every `kind = "…"` value, in registration order.
-            pub const NAMES: &'static [&'static str] = &[$(<$spec as Kind>::NAME),*];
-
-            /// The fields kind `name` adds to a tool's table.
-            pub fn keys_of(name: &str) -> Option<&'static [&'static str]> {
-                $(if name == <$spec as Kind>::NAME {
-                    return Some(<$spec as Kind>::KEYS);
-                })*
-                None
-            }
-
-            /// Read the settings of kind `name`; `None` when no kind has that name.
-            pub fn parse(
-                name: &str,
-                r: &mut Reader<'_>,
-                t: &DeTable<'_>,
-                site: &Site<'_>,
-            ) -> Option<ToolKind> {
-                $(if name == <$spec as Kind>::NAME {
-                    return Some(ToolKind::$variant(<$spec as Kind>::parse(r, t, site)));
-                })*
-                None
-            }
-
-            pub fn name(&self) -> &'static str {
-                match self {
-                    $(ToolKind::$variant(_) => <$spec as Kind>::NAME,)*
-                }
-            }
-
-            pub fn reserved(&self) -> &'static [&'static str] {
-                match self {
-                    $(ToolKind::$variant(_) => <$spec as Kind>::RESERVED,)*
-                }
-            }
-
-            pub fn spawns_process(&self) -> bool {
-                match self {
-                    $(ToolKind::$variant(_) => <$spec as Kind>::SPAWNS_PROCESS,)*
-                }
-            }
-
-            pub fn announces_effect(&self) -> bool {
-                match self {
-                    $(ToolKind::$variant(_) => <$spec as Kind>::ANNOUNCES_EFFECT,)*
-                }
-            }
-
-            pub fn check(&self, tool: &Tool, m: &Manifest, r: &mut Reader<'_>) {
-                match self {
-                    $(ToolKind::$variant(s) => s.check(tool, m, r),)*
-                }
-            }
-
-            pub fn placeholders(&self) -> Vec<&str> {
-                match self {
-                    $(ToolKind::$variant(s) => s.placeholders(),)*
-                }
-            }
-
-            pub fn target(&self) -> String {
-                match self {
-                    $(ToolKind::$variant(s) => s.target(),)*
-                }
-            }
-
-            pub fn settings(&self) -> Value {
-                match self {
-                    $(ToolKind::$variant(s) => s.settings(),)*
-                }
-            }
-
-            pub fn backend(&self) -> Option<String> {
-                match self {
-                    $(ToolKind::$variant(s) => s.backend(),)*
-                }
-            }
-
-            pub fn estimate(&self) -> Option<Duration> {
-                match self {
-                    $(ToolKind::$variant(s) => s.estimate(),)*
-                }
-            }
-        }
-
         impl ToolImpl {
             pub fn from_tool(tool: &Tool, ctx: &ToolContext) -> Arc<ToolImpl> {
-                Arc::new(match &tool.kind {
-                    $(ToolKind::$variant(s) => match s.runner(tool, ctx) {
+                let settings = tool.kind.as_any();
+                $(if let Some(s) = settings.downcast_ref::<$spec>() {
+                    return Arc::new(match Kind::runner(s, tool, ctx) {
                         Ok(r) => ToolImpl::$variant(r),
                         Err(e) => ToolImpl::Unsupported(e),
-                    },)*
-                })
+                    });
+                })*
+                let kind = tool.kind.name();
+                Arc::new(ToolImpl::Unsupported(format!("tool kind `{kind}` is not registered")))
             }
 
             /// Whether a call may complete when first polled (see [`Kind::INLINE`]).
@@ -164,6 +86,52 @@ macro_rules! kinds {
             }
         }
     };
+}
+
+/// Read kind `K`'s settings, for its registry entry.
+fn parse_kind<K: Kind>(
+    r: &mut Reader<'_>,
+    t: &DeTable<'_>,
+    site: &Site<'_>,
+) -> Box<dyn KindSettings> {
+    Box::new(K::parse(r, t, site))
+}
+
+/// Every kind's settings answer the manifest's and the planner's questions through its [`Kind`].
+impl<K: Kind> KindSettings for K {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+    fn reserved(&self) -> &'static [&'static str] {
+        K::RESERVED
+    }
+    fn spawns_process(&self) -> bool {
+        K::SPAWNS_PROCESS
+    }
+    fn announces_effect(&self) -> bool {
+        K::ANNOUNCES_EFFECT
+    }
+    fn check(&self, tool: &Tool, m: &Manifest, r: &mut Reader<'_>) {
+        Kind::check(self, tool, m, r)
+    }
+    fn placeholders(&self) -> Vec<&str> {
+        Kind::placeholders(self)
+    }
+    fn target(&self) -> String {
+        Kind::target(self)
+    }
+    fn settings(&self) -> Value {
+        Kind::settings(self)
+    }
+    fn backend(&self) -> Option<String> {
+        Kind::backend(self)
+    }
+    fn estimate(&self) -> Option<Duration> {
+        Kind::estimate(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 kinds! {

@@ -164,7 +164,7 @@ fn stdout_write(bytes: &[u8]) -> Result<(), Error> {
 
 fn load_manifest(args: &Args) -> Result<Manifest, Error> {
     let path = config::manifest_path(args.manifest.as_deref())?;
-    Manifest::load(&path).map_err(Error::Invalid)
+    Manifest::load(&path, crate::tools::KINDS).map_err(Error::Invalid)
 }
 
 /// Warnings on stderr, unless `--quiet`.

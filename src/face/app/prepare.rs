@@ -14,7 +14,7 @@ use crate::manifest::Manifest;
 use crate::plan::{self, LaneSpec, Plan, PlanOptions};
 use crate::run::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::tools::mcp::{self, McpHub};
-use crate::tools::ToolKind;
+use crate::tools::McpSpec;
 
 /// Start the MCP sessions of `manifest` (if it has MCP tools) and apply the annotations of the
 /// tools named in `used`. The sessions are returned for the run to reuse.
@@ -27,7 +27,7 @@ pub(super) fn start_mcp(
     let has_mcp = manifest
         .tools
         .iter()
-        .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+        .any(|t| t.settings_of::<McpSpec>().is_some());
     if !has_mcp {
         return Ok(None);
     }
@@ -54,7 +54,7 @@ pub(super) fn read_inputs(
     (batch_arg, stdin_terminal): (Option<&str>, bool),
     reading: Reading,
 ) -> Result<Inputs, Error> {
-    let manifest = Manifest::load(manifest).map_err(Error::Invalid)?;
+    let manifest = Manifest::load(manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
     Ok(Inputs {
@@ -95,7 +95,7 @@ impl Inputs {
             .calls
             .iter()
             .filter_map(|c| manifest.tool(&c.tool))
-            .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+            .filter(|t| t.settings_of::<McpSpec>().is_some())
             .map(|t| t.name.clone())
             .collect();
         used.sort_unstable();

@@ -46,11 +46,11 @@ fn remote_schemas(
     m: &crate::manifest::Manifest,
     select: Option<&[String]>,
 ) -> Result<std::collections::HashMap<String, serde_json::Value>, Error> {
-    use crate::tools::ToolKind;
+    use crate::tools::McpSpec;
     let wanted: Vec<&crate::manifest::Tool> = m
         .tools
         .iter()
-        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .filter(|t| t.settings_of::<McpSpec>().is_some())
         .filter(|t| {
             select.is_none_or(|s| {
                 s.iter()
@@ -67,7 +67,7 @@ fn remote_schemas(
     let fetched = rt.block_on(async {
         let mut found = Vec::new();
         for t in &wanted {
-            let ToolKind::Mcp(spec) = &t.kind else {
+            let Some(spec) = t.settings_of::<McpSpec>() else {
                 continue;
             };
             let list = hub.tools(&spec.server).await?;

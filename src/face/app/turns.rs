@@ -34,20 +34,20 @@ use crate::report::output::RunDocument;
 use crate::run::LaneStore;
 use crate::run::{self, RunReport};
 use crate::tools::mcp::{self, McpHub};
-use crate::tools::ToolKind;
+use crate::tools::McpSpec;
 
 /// How often the wait for the next turn looks for Ctrl-C.
 const POLL: Duration = Duration::from_millis(50);
 
 pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Result<u8, Error> {
     refuse_whole_run_options(opts)?;
-    let manifest = Manifest::load(&opts.manifest).map_err(Error::Invalid)?;
+    let manifest = Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     // Servers start on first use; a tool's annotations are applied the first time a turn
     // uses it.
     let hub = manifest
         .tools
         .iter()
-        .any(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .any(|t| t.settings_of::<McpSpec>().is_some())
         .then(|| McpHub::new(&manifest.mcp_servers));
     let parts = Parts::of_manifest(opts, manifest, hub.clone(), &rt)?;
     let store = parts.lanes.clone();
@@ -188,7 +188,7 @@ impl Turns<'_> {
             .calls
             .iter()
             .filter_map(|c| session.manifest.tool(&c.tool))
-            .filter(|t| matches!(t.kind, ToolKind::Mcp(_)) && !self.annotated.contains(&t.name))
+            .filter(|t| t.settings_of::<McpSpec>().is_some() && !self.annotated.contains(&t.name))
             .map(|t| t.name.clone())
             .collect();
         new.dedup();

@@ -17,7 +17,7 @@ pub(super) fn validate(
     let mut diags: Vec<Diagnostic> = Vec::new();
     let mut summary: Vec<String> = Vec::new();
     let path = config::manifest_path(args.manifest.as_deref())?;
-    let manifest = match Manifest::load(&path) {
+    let manifest = match Manifest::load(&path, crate::tools::KINDS) {
         Ok(m) => {
             diags.extend(m.warnings.iter().cloned());
             diags.extend(run_time_problems(&m));
@@ -93,7 +93,7 @@ fn run_time_problems(m: &Manifest) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for t in &m.tools {
         let at = Some(m.file.location(t.span.start, t.span.end));
-        if let crate::tools::ToolKind::Command(spec) = &t.kind {
+        if let Some(spec) = t.settings_of::<crate::tools::CommandSpec>() {
             if let Some(why) = crate::tools::command::missing_program(spec) {
                 out.push(
                     Diagnostic::error(format!("tool `{}`: {why}", t.name))

@@ -10,20 +10,24 @@
 //! Layout: this file holds the types and [`Manifest::parse`]; [`reader`] the typed TOML field
 //! readers every section (and every tool kind, for its own fields) uses; `sections` the
 //! `[concurrency]`, `[lanes]`, `[mcp_servers]` and `[hooks]` tables; `tool` the fields every
-//! tool shares (a kind's own fields are read by its file under [`crate::tools`]); `checks`
-//! what needs the whole manifest (declared lanes, weights against limits, placeholders).
+//! tool shares (a kind's own fields are read by its file under `tools/`, through the [`Kinds`]
+//! registry `load` is handed — see `kinds`); `checks` what needs the whole manifest (declared
+//! lanes, weights against limits, placeholders).
 
 mod checks;
+mod kinds;
 pub(crate) mod reader;
 mod sections;
 #[cfg(test)]
 mod tests;
 mod tool;
+pub use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub use tool::cache_refusal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
@@ -31,7 +35,6 @@ use toml::de::{DeTable, DeValue};
 use crate::error::{suggest, Diagnostic, SourceFile};
 use crate::schema::ArgSchema;
 use crate::template::Template;
-use crate::tools::ToolKind;
 use reader::{quote_key, Reader};
 
 /// The parsed manifest.
@@ -191,7 +194,8 @@ pub enum Origin {
 #[derive(Debug, Clone)]
 pub struct Tool {
     pub name: String,
-    pub kind: ToolKind,
+    /// Its kind's own settings (read by the kind's file under `tools/`).
+    pub kind: Arc<dyn KindSettings>,
     pub description: Option<String>,
     pub effect: Effect,
     pub effect_origin: Origin,
@@ -237,6 +241,11 @@ impl Tool {
 
     pub fn kind_name(&self) -> &'static str {
         self.kind.name()
+    }
+
+    /// Its kind's settings as type `S` — `None` when the tool is of another kind.
+    pub fn settings_of<S: 'static>(&self) -> Option<&S> {
+        self.kind.as_any().downcast_ref::<S>()
     }
 }
 
@@ -471,8 +480,8 @@ pub struct TenantWindow {
 }
 
 impl Manifest {
-    /// Read and parse the manifest at `path`.
-    pub fn load(path: &Path) -> Result<Manifest, Vec<Diagnostic>> {
+    /// Read and parse the manifest at `path`, whose tools may be of the `kinds` given.
+    pub fn load(path: &Path, kinds: &Kinds) -> Result<Manifest, Vec<Diagnostic>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![
                 Diagnostic::error(format!("cannot read manifest `{}`: {e}", path.display()))
@@ -480,11 +489,19 @@ impl Manifest {
             ]
         })?;
         let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        Manifest::parse(SourceFile::new(path.display().to_string(), text), canonical)
+        Manifest::parse(
+            SourceFile::new(path.display().to_string(), text),
+            canonical,
+            kinds,
+        )
     }
 
     /// Parse manifest text. `Err` carries every error (and the warnings found with them).
-    pub fn parse(file: SourceFile, path: PathBuf) -> Result<Manifest, Vec<Diagnostic>> {
+    pub fn parse(
+        file: SourceFile,
+        path: PathBuf,
+        kinds: &Kinds,
+    ) -> Result<Manifest, Vec<Diagnostic>> {
         let text = file.text.clone();
         let doc = match DeTable::parse(&text) {
             Ok(d) => d,
@@ -500,6 +517,7 @@ impl Manifest {
         let mut r = Reader {
             file: &file,
             diags: Vec::new(),
+            kinds,
         };
         let root = doc.get_ref();
         r.check_keys(root, TOP_KEYS, "the manifest");

@@ -11,6 +11,7 @@ use serde_json::Value;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+use super::kinds::Kinds;
 use crate::duration;
 use crate::error::{suggest, Diagnostic, SourceFile};
 use crate::template::Template;
@@ -22,6 +23,8 @@ pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
 pub struct Reader<'a> {
     pub file: &'a SourceFile,
     pub diags: Vec<Diagnostic>,
+    /// The kinds a tool may be of.
+    pub kinds: &'a Kinds,
 }
 
 pub(crate) type Entry<'a, 'i> = (

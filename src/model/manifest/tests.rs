@@ -11,6 +11,7 @@ fn parse(text: &str) -> Result<Manifest, Vec<Diagnostic>> {
     Manifest::parse(
         SourceFile::new("tools.toml", text),
         PathBuf::from("/tmp/tools.toml"),
+        crate::tools::KINDS,
     )
 }
 

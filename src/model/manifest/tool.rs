@@ -1,19 +1,20 @@
 //! The fields every `[tools.NAME]` shares (effect, idempotency, lanes, weight, timeout,
-//! retries, cost, approval, the argument schema). The kind's own fields are read by the kind
-//! ([`crate::tools::Kind::parse`]).
+//! retries, cost, approval, the argument schema). The kind's own fields are read by the kind,
+//! through its entry in the registry the manifest is handed ([`Kinds`]).
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use toml::de::{DeTable, DeValue};
 
 use serde_json::Value;
 
+use super::kinds::{self, KindSettings, Kinds, Site};
 use super::reader::{de_to_json, Reader};
 use super::{Approval, BackendOrigin, Effect, Origin, Tool};
 use crate::error::suggest;
 use crate::schema::{ArgSchema, ArgSpec, ArgType};
-use crate::tools::{Site, ToolKind};
 
 /// Fields every tool may have, whatever its kind.
 const COMMON_TOOL_KEYS: &[&str] = &[
@@ -37,12 +38,9 @@ const COMMON_TOOL_KEYS: &[&str] = &[
 ];
 
 /// `command, http, mcp and scripted`, or quoted: `"command", "http", "mcp" or "scripted"`.
-fn kind_list(last: &str, quote: bool) -> String {
+fn kind_list(kinds: &Kinds, last: &str, quote: bool) -> String {
     let q = if quote { "\"" } else { "" };
-    let quoted: Vec<String> = ToolKind::NAMES
-        .iter()
-        .map(|k| format!("{q}{k}{q}"))
-        .collect();
+    let quoted: Vec<String> = kinds.iter().map(|k| format!("{q}{}{q}", k.name)).collect();
     match quoted.split_last() {
         Some((l, rest)) if !rest.is_empty() => format!("{}{last}{l}", rest.join(", ")),
         _ => quoted.join(""),
@@ -90,8 +88,9 @@ impl Reader<'_> {
             span: span.clone(),
             base,
         };
-        let kind = ToolKind::parse(&kind_name, self, t, &site)?;
-        let (effect, effect_origin) = self.effect(t, &site, &kind);
+        let kind: Arc<dyn KindSettings> =
+            (kinds::find(self.kinds, &kind_name)?.parse)(self, t, &site).into();
+        let (effect, effect_origin) = self.effect(t, &site, &*kind);
         let idempotent_decl = self.boolean(t, "idempotent", ctx);
         let idempotent = idempotent_decl.unwrap_or(effect == Effect::Read);
         let idempotent_origin = origin(idempotent_decl.is_some());
@@ -109,7 +108,7 @@ impl Reader<'_> {
         let timeout = self.timeout(t, ctx);
         let cache = self.cache(t, ctx, (effect, idempotent), effect_pending);
         let lanes = self.tool_lanes(t, ctx);
-        let (backends, backends_origin) = self.backends(t, &site, &kind, &lanes);
+        let (backends, backends_origin) = self.backends(t, &site, &*kind, &lanes);
         let approval = self.approval(t, ctx);
         Some(Tool {
             name: name.to_string(),
@@ -176,22 +175,24 @@ impl Reader<'_> {
     /// `kind = "…"`: one of the registered kinds (`None`, reported, otherwise).
     fn kind_name(&mut self, t: &DeTable<'_>, ctx: &str, span: &Range<usize>) -> Option<String> {
         match self.string(t, "kind", ctx) {
-            Some((k, _)) if ToolKind::keys_of(&k).is_some() => Some(k),
+            Some((k, _)) if kinds::find(self.kinds, &k).is_some() => Some(k),
             Some((k, kspan)) => {
+                let all = kind_list(self.kinds, " and ", false);
                 self.error(
                     kspan,
                     format!("unknown tool kind `{k}` in {ctx}"),
-                    suggest(&k, ToolKind::NAMES.iter().copied())
-                        .or_else(|| Some(format!("kinds are {}", kind_list(" and ", false)))),
+                    suggest(&k, self.kinds.iter().map(|k| k.name))
+                        .or_else(|| Some(format!("kinds are {all}"))),
                 );
                 None
             }
             None => {
                 if Reader::entry(t, "kind").is_none() {
+                    let all = kind_list(self.kinds, " or ", true);
                     self.error(
                         span.clone(),
                         format!("{ctx} has no `kind`"),
-                        Some(format!("add kind = {}", kind_list(" or ", true))),
+                        Some(format!("add kind = {all}")),
                     );
                 }
                 None
@@ -201,15 +202,17 @@ impl Reader<'_> {
 
     /// Every field is a common one or the kind's own; one of another kind says so.
     fn check_tool_keys(&mut self, t: &DeTable<'_>, ctx: &str, kind_name: &str) {
-        let own = ToolKind::keys_of(kind_name).unwrap_or_default();
+        let kinds = self.kinds;
+        let own = kinds::find(kinds, kind_name).map_or(&[][..], |k| k.keys);
         for (k, _) in t.iter() {
             let key = k.get_ref().as_ref();
             if COMMON_TOOL_KEYS.contains(&key) || own.contains(&key) {
                 continue;
             }
-            let other_kind = ToolKind::NAMES
+            let other_kind = kinds
                 .iter()
-                .find(|kn| ToolKind::keys_of(kn).is_some_and(|keys| keys.contains(&key)));
+                .find(|kn| kn.keys.contains(&key))
+                .map(|kn| kn.name);
             let all: Vec<&str> = COMMON_TOOL_KEYS.iter().chain(own.iter()).copied().collect();
             let hint = match other_kind {
                 Some(kn) => Some(format!(
@@ -222,7 +225,12 @@ impl Reader<'_> {
     }
 
     /// `effect`: declared, else a write (for a kind whose server announces it: until asked).
-    fn effect(&mut self, t: &DeTable<'_>, site: &Site<'_>, kind: &ToolKind) -> (Effect, Origin) {
+    fn effect(
+        &mut self,
+        t: &DeTable<'_>,
+        site: &Site<'_>,
+        kind: &dyn KindSettings,
+    ) -> (Effect, Origin) {
         let ctx = site.ctx;
         let declared = self
             .string(t, "effect", ctx)
@@ -357,7 +365,7 @@ impl Reader<'_> {
         &mut self,
         t: &DeTable<'_>,
         site: &Site<'_>,
-        kind: &ToolKind,
+        kind: &dyn KindSettings,
         lanes: &[String],
     ) -> (Vec<String>, BackendOrigin) {
         let declared = match Reader::entry(t, "backend").map(|(_, v)| v) {

@@ -50,6 +50,7 @@ pub(crate) fn manifest() -> Manifest {
     Manifest::parse(
         SourceFile::new("tools.toml", MANIFEST),
         PathBuf::from("/tmp/tools.toml"),
+        crate::tools::KINDS,
     )
     .unwrap()
 }

@@ -123,6 +123,7 @@ fn a_model_is_priced_by_its_name_or_the_longest_prefix() {
             "[models.\"gpt-4o\"]\ninput_per_mtok = 2.5\noutput_per_mtok = 10\n[models.\"gpt-4o-mini\"]\ninput_per_mtok = 0.15\noutput_per_mtok = 0.6\n",
         ),
         std::path::PathBuf::from("/t/tools.toml"),
+        crate::tools::KINDS,
     )
     .unwrap();
     let usage = |name: &str| crate::model_formats::Usage {

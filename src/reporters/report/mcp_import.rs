@@ -227,6 +227,7 @@ mod import_tests {
         let m = crate::manifest::Manifest::parse(
             crate::error::SourceFile::new("t.toml", text.clone()),
             std::path::PathBuf::from("/t/tools.toml"),
+            crate::tools::KINDS,
         )
         .unwrap_or_else(|d| panic!("{text}\n{d:?}"));
         let args = m.tools[0].args.as_ref().unwrap();
@@ -250,6 +251,7 @@ mod declared_tests {
         crate::manifest::Manifest::parse(
             crate::error::SourceFile::new("t.toml", text.clone()),
             std::path::PathBuf::from("/t/tools.toml"),
+            crate::tools::KINDS,
         )
         .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
     }

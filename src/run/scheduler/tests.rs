@@ -54,6 +54,7 @@ async fn run(batch: &str) -> (RunReport, Vec<Event>) {
         Manifest::parse(
             SourceFile::new("t.toml", MANIFEST),
             PathBuf::from("/t/tools.toml"),
+            crate::tools::KINDS,
         )
         .unwrap(),
     );
@@ -303,6 +304,7 @@ async fn a_run_returns_only_after_its_calls_gave_their_lanes_back() {
         Manifest::parse(
             SourceFile::new("t.toml", MANIFEST),
             PathBuf::from("/t/tools.toml"),
+            crate::tools::KINDS,
         )
         .unwrap(),
     );

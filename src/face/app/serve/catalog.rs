@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 use crate::manifest::{export_name, Manifest};
 use crate::tools::mcp::{self, McpHub};
-use crate::tools::ToolKind;
+use crate::tools::McpSpec;
 
 /// How long `tools/list` waits for upstream servers still starting.
 const LIST_WAIT: Duration = Duration::from_secs(5);
@@ -162,7 +162,7 @@ impl Catalog {
     fn servers(&self, manifest: &Manifest) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for &i in self.now().served.iter() {
-            if let ToolKind::Mcp(spec) = &manifest.tools[i].kind {
+            if let Some(spec) = manifest.tools[i].settings_of::<McpSpec>() {
                 if !out.contains(&spec.server) {
                     out.push(spec.server.clone());
                 }
@@ -203,7 +203,10 @@ impl Catalog {
         let used: Vec<String> = copy
             .tools
             .iter()
-            .filter(|t| matches!(&t.kind, ToolKind::Mcp(s) if s.server == server))
+            .filter(|t| {
+                t.settings_of::<McpSpec>()
+                    .is_some_and(|s| s.server == server)
+            })
             .map(|t| t.name.clone())
             .collect();
         let outcome = match hub.tools(server).await {
@@ -276,9 +279,9 @@ impl Catalog {
             .iter()
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
-                match &tool.kind {
-                    ToolKind::Mcp(_) => remote.get(&tool.name).map(|r| mcp_entry(tool, r)),
-                    _ => Some(local_entry(&manifest, tool)),
+                match tool.settings_of::<McpSpec>() {
+                    Some(_) => remote.get(&tool.name).map(|r| mcp_entry(tool, r)),
+                    None => Some(local_entry(&manifest, tool)),
                 }
             })
             .collect()
@@ -319,7 +322,7 @@ impl Catalog {
         let Some(hub) = &now.hub else { return out };
         for &i in now.served.iter() {
             let tool = &now.manifest.tools[i];
-            let ToolKind::Mcp(spec) = &tool.kind else {
+            let Some(spec) = tool.settings_of::<McpSpec>() else {
                 continue;
             };
             if !up.get(&spec.server).copied().unwrap_or(false) {
@@ -397,7 +400,7 @@ fn mcp_entry(tool: &crate::manifest::Tool, remote: &Value) -> Value {
 /// `approval` says otherwise.
 fn destructive_needs_approval(m: &mut crate::manifest::Manifest, server: &str, remote: &[Value]) {
     for tool in m.tools.iter_mut() {
-        let ToolKind::Mcp(spec) = &tool.kind else {
+        let Some(spec) = tool.settings_of::<McpSpec>() else {
             continue;
         };
         if spec.server != server || tool.approval != crate::manifest::Approval::Unset {

@@ -27,7 +27,7 @@ use crate::events::{CallResult, ErrorKind, Outcome as RunOutcome, Stats};
 use crate::plan::{self, LaneSpec, PlanOptions};
 use crate::reference::Args;
 use crate::run::{self, Control, Ended, LaneStore, RunEnd};
-use crate::tools::{Relay, ToolKind};
+use crate::tools::{McpSpec, Relay};
 use crate::trace_context::TraceContext;
 
 /// The gateway's shared state.
@@ -202,7 +202,7 @@ impl Gateway {
         match t.approval {
             crate::manifest::Approval::Required => true,
             crate::manifest::Approval::Unset => {
-                t.requires_approval || matches!(t.kind, ToolKind::Mcp(_))
+                t.requires_approval || t.settings_of::<McpSpec>().is_some()
             }
             crate::manifest::Approval::None | crate::manifest::Approval::OutOfBand => false,
         }
@@ -317,7 +317,7 @@ impl Gateway {
             let why = "the gateway is shutting down; the call was not made";
             return Ok(Err(Refusal::new(ErrorKind::RunEnded, why)));
         }
-        if let ToolKind::Mcp(spec) = &first.tools[t].kind {
+        if let Some(spec) = first.tools[t].settings_of::<McpSpec>() {
             // Its server's annotations settle the call's effect; a server that will not start
             // fails the call below with its reason.
             let _ = self.catalog.ensure(&spec.server).await;
@@ -399,7 +399,7 @@ impl Gateway {
         let has_mcp = manifest
             .tools
             .iter()
-            .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+            .any(|t| t.settings_of::<McpSpec>().is_some());
         let hub = match (same_servers, has_mcp) {
             (_, false) => None,
             (true, true) => old.hub(),

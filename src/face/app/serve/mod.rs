@@ -46,7 +46,7 @@ use crate::error::{Error, EXIT_OK};
 use crate::manifest::Manifest;
 use crate::plan;
 use crate::tools::mcp::McpHub;
-use crate::tools::ToolKind;
+use crate::tools::McpSpec;
 use catalog::Catalog;
 use gateway::Gateway;
 use handler::Handler;
@@ -58,13 +58,13 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     if let Err(e) = crate::tools::reaper::start() {
         eprintln!("warning: mcp serve: the watchdog that ends this gateway's tools with it could not start: {e}");
     }
-    let manifest = Manifest::load(&opts.manifest).map_err(Error::Invalid)?;
+    let manifest = Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let tokens = tokens(&manifest)?;
     let admin = admin_token(&manifest)?;
     let has_mcp = manifest
         .tools
         .iter()
-        .any(|t| matches!(t.kind, ToolKind::Mcp(_)));
+        .any(|t| t.settings_of::<McpSpec>().is_some());
     let hub = has_mcp.then(|| McpHub::new(&manifest.mcp_servers));
     let catalog = Catalog::new(
         manifest.clone(),

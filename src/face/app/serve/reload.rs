@@ -45,7 +45,7 @@ async fn reload_once(gateway: &Gateway, path: &Path, why: &str, quiet: bool) {
     let shown = path.display();
     let loaded = {
         let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || Manifest::load(&path)).await
+        tokio::task::spawn_blocking(move || Manifest::load(&path, crate::tools::KINDS)).await
     };
     let manifest = match loaded {
         Ok(Ok(m)) => m,

@@ -32,7 +32,7 @@ use crate::events::{Event, LaneInfo, Outcome};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, PlanOptions};
-use crate::tools::ToolKind;
+use crate::tools::McpSpec;
 
 mod chunks;
 mod ledger;
@@ -57,11 +57,12 @@ fn open_stream(
     rt: &tokio::runtime::Runtime,
 ) -> Result<(Engine, PlanOptions), Error> {
     let mut opts = run_opts.plan.clone();
-    let mut manifest = Manifest::load(&run_opts.manifest).map_err(Error::Invalid)?;
+    let mut manifest =
+        Manifest::load(&run_opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let mcp_tools: Vec<String> = manifest
         .tools
         .iter()
-        .filter(|t| matches!(t.kind, ToolKind::Mcp(_)))
+        .filter(|t| t.settings_of::<McpSpec>().is_some())
         .map(|t| t.name.clone())
         .collect();
     let mcp = start_mcp(run_opts.quiet, &mut manifest, &mcp_tools, rt)?;

@@ -329,6 +329,7 @@ fn check(case: &Case) -> Result<(), String> {
         Manifest::parse(
             SourceFile::new("tools.toml", manifest_text().as_str()),
             PathBuf::from("/d/tools.toml"),
+            crate::tools::KINDS,
         )
         .map_err(|d| format!("manifest: {d:?}"))?,
     );
