@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "events",
         "error",
+        "glob",
         "duration",
         "hash",
         "ids",

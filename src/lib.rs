@@ -27,7 +27,7 @@ mod tools;
 
 pub(crate) use face::{app, cli};
 pub use ground::error;
-pub(crate) use ground::{duration, events, hash, ids, schema, trace_context, yaml};
+pub(crate) use ground::{duration, events, glob, hash, ids, schema, trace_context, yaml};
 pub(crate) use model::template;
 pub use model::{batch, manifest, model_formats, reference};
 pub(crate) use reporters::{history, report};

@@ -5,6 +5,7 @@
 pub(crate) mod duration;
 pub mod error;
 pub(crate) mod events;
+pub(crate) mod glob;
 pub(crate) mod hash;
 pub(crate) mod ids;
 pub(crate) mod schema;

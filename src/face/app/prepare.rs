@@ -16,29 +16,50 @@ use crate::run::{LaneStore, LocalLanes, MemoryLanes, RedisLanes};
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::McpSpec;
 
-/// Start the MCP sessions of `manifest` (if it has MCP tools) and apply the annotations of the
-/// tools named in `used`. The sessions are returned for the run to reuse.
+/// Start the MCP sessions of `manifest` (if it has MCP tools or whole servers), learn its whole
+/// servers' tools, and apply the annotations of the MCP tools `used` names (by manifest or
+/// exported names; `None`: every MCP tool). The sessions are returned for the run to reuse.
 pub(super) fn start_mcp(
     quiet: bool,
     manifest: &mut Manifest,
-    used: &[String],
+    used: Option<&[String]>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Option<Arc<McpHub>>, Error> {
-    let has_mcp = manifest
-        .tools
-        .iter()
-        .any(|t| t.settings_of::<McpSpec>().is_some());
-    if !has_mcp {
+    let Some(hub) = mcp::hub_for(manifest) else {
         return Ok(None);
-    }
-    let hub = McpHub::new(&manifest.mcp_servers);
-    let diags = rt.block_on(mcp::annotate(manifest, &hub, used));
+    };
+    learn_whole(quiet, manifest, &hub, rt);
+    let tools: Vec<&crate::manifest::Tool> = match used {
+        Some(names) => names.iter().filter_map(|n| manifest.tool(n)).collect(),
+        None => manifest.tools.iter().collect(),
+    };
+    let mut used: Vec<String> = (tools.into_iter())
+        .filter(|t| t.settings_of::<McpSpec>().is_some())
+        .map(|t| t.name.clone())
+        .collect();
+    used.sort_unstable();
+    used.dedup();
+    let diags = rt.block_on(mcp::annotate(manifest, &hub, &used));
     if diags.iter().any(Diagnostic::is_error) {
         rt.block_on(hub.shutdown());
         return Err(Error::Invalid(diags));
     }
     print_warnings(quiet, &diags);
     Ok(Some(hub))
+}
+
+/// Learn the tools of `manifest`'s whole servers (starting them on `hub`); what went wrong is
+/// a warning on stderr.
+pub(super) fn learn_whole(
+    quiet: bool,
+    manifest: &mut Manifest,
+    hub: &McpHub,
+    rt: &tokio::runtime::Runtime,
+) {
+    if manifest.whole_servers().next().is_some() {
+        let diags = rt.block_on(mcp::expand(manifest, hub));
+        print_warnings(quiet, &diags);
+    }
 }
 
 /// The manifest and the batch, read and parsed; nothing started yet.
@@ -89,18 +110,8 @@ impl Inputs {
             batch,
             warnings,
         } = self;
-        // By the manifest's names (a model may call a tool by its exported name); only the
-        // MCP tools matter, and a manifest without any needs none.
-        let mut used: Vec<String> = batch
-            .calls
-            .iter()
-            .filter_map(|c| manifest.tool(&c.tool))
-            .filter(|t| t.settings_of::<McpSpec>().is_some())
-            .map(|t| t.name.clone())
-            .collect();
-        used.sort_unstable();
-        used.dedup();
-        let hub = start_mcp(quiet, &mut manifest, &used, rt)?;
+        let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
+        let hub = start_mcp(quiet, &mut manifest, Some(&used), rt)?;
         let plan = match plan::build(&manifest, &batch, opts) {
             Ok(p) => p,
             Err(d) => {

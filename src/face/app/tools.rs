@@ -4,10 +4,12 @@
 use super::{load_manifest, stdout_write};
 use crate::cli::{Args, ListFormat};
 use crate::error::{self, Error};
+use crate::manifest::Manifest;
 use crate::report;
+use crate::tools::mcp::McpHub;
 
 pub(super) fn tools(args: &Args, format: Option<ListFormat>) -> Result<u8, Error> {
-    let m = load_manifest(args)?;
+    let (m, _) = learnt(args, |_, _, _| Ok(()))?;
     let text = match format {
         Some(ListFormat::Json | ListFormat::Jsonl) => {
             format!("{}\n", report::tools::to_json(&m))
@@ -26,8 +28,7 @@ pub(super) fn offer(
     select: Option<&[String]>,
     strict: bool,
 ) -> Result<u8, Error> {
-    let m = load_manifest(args)?;
-    let remote = remote_schemas(&m, select)?;
+    let (m, remote) = learnt(args, |m, hub, rt| remote_schemas(m, select, hub, rt))?;
     let (offers, notes) =
         report::definitions::offers(&m, select, strict, &remote).map_err(Error::Usage)?;
     if !args.quiet {
@@ -41,10 +42,29 @@ pub(super) fn offer(
     Ok(error::EXIT_OK)
 }
 
+/// The manifest with its whole servers' tools learnt, and what `then` asks its MCP servers
+/// (`T::default()` when it has none); every server started is stopped again.
+fn learnt<T: Default>(
+    args: &Args,
+    then: impl FnOnce(&Manifest, &McpHub, &tokio::runtime::Runtime) -> Result<T, Error>,
+) -> Result<(Manifest, T), Error> {
+    let mut m = load_manifest(args)?;
+    let Some(hub) = crate::tools::mcp::hub_for(&m) else {
+        return Ok((m, T::default()));
+    };
+    let rt = super::runtime()?;
+    super::prepare::learn_whole(args.quiet, &mut m, &hub, &rt);
+    let asked = then(&m, &hub, &rt);
+    rt.block_on(hub.shutdown());
+    Ok((m, asked?))
+}
+
 /// The input schemas of the (selected) MCP tools, as their servers list them.
 fn remote_schemas(
-    m: &crate::manifest::Manifest,
+    m: &Manifest,
     select: Option<&[String]>,
+    hub: &McpHub,
+    rt: &tokio::runtime::Runtime,
 ) -> Result<std::collections::HashMap<String, serde_json::Value>, Error> {
     use crate::tools::McpSpec;
     let wanted: Vec<&crate::manifest::Tool> = m
@@ -62,8 +82,6 @@ fn remote_schemas(
     if wanted.is_empty() {
         return Ok(out);
     }
-    let rt = super::runtime()?;
-    let hub = crate::tools::mcp::McpHub::new(&m.mcp_servers);
     let fetched = rt.block_on(async {
         let mut found = Vec::new();
         for t in &wanted {
@@ -82,7 +100,6 @@ fn remote_schemas(
         }
         Ok::<_, String>(found)
     });
-    rt.block_on(hub.shutdown());
     out.extend(fetched.map_err(Error::Usage)?);
     Ok(out)
 }

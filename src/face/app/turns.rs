@@ -41,14 +41,14 @@ const POLL: Duration = Duration::from_millis(50);
 
 pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Result<u8, Error> {
     refuse_whole_run_options(opts)?;
-    let manifest = Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
-    // Servers start on first use; a tool's annotations are applied the first time a turn
-    // uses it.
-    let hub = manifest
-        .tools
-        .iter()
-        .any(|t| t.settings_of::<McpSpec>().is_some())
-        .then(|| McpHub::new(&manifest.mcp_servers));
+    let mut manifest =
+        Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
+    // Servers start on first use (a whole server at once, for its tools); a tool's
+    // annotations are applied the first time a turn uses it.
+    let hub = mcp::hub_for(&manifest);
+    if let Some(hub) = &hub {
+        super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
+    }
     let parts = Parts::of_manifest(opts, manifest, hub.clone(), &rt)?;
     let store = parts.lanes.clone();
     // Each turn's answer is one line this face writes itself: nothing streams.

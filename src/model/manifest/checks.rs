@@ -15,6 +15,7 @@ impl Reader<'_> {
     /// against every lane limit, each kind's own checks, placeholders against schemas.
     pub(super) fn cross_checks(&mut self, m: &Manifest, root: &DeTable<'_>) {
         self.name_clashes(m);
+        self.whole_lanes(m);
         let tools_table = Reader::entry(root, "tools").and_then(|(_, v)| v.get_ref().as_table());
         for tool in &m.tools {
             let tt = tools_table
@@ -122,6 +123,22 @@ impl Reader<'_> {
 }
 
 impl Reader<'_> {
+    /// A whole server's `lanes` are declared ones.
+    fn whole_lanes(&mut self, m: &Manifest) {
+        for (server, whole) in m.whole_servers() {
+            for lane in whole.lanes.iter().filter(|l| !m.lanes.contains_key(*l)) {
+                self.error(
+                    whole.span.clone(),
+                    format!(
+                        "MCP server `{}` draws on lane `{lane}`, which [lanes] does not declare",
+                        server.name
+                    ),
+                    suggest(lane, m.lanes.keys().map(String::as_str)),
+                );
+            }
+        }
+    }
+
     /// Two tools a model would know by one name (`db.getOrders` is offered as `db_getOrders`,
     /// which may be another tool's name or another's safe form): only one could be called.
     fn name_clashes(&mut self, m: &Manifest) {

@@ -21,8 +21,10 @@ mod sections;
 #[cfg(test)]
 mod tests;
 mod tool;
+mod whole;
 pub use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub use tool::cache_refusal;
+pub use whole::{Whole, WholeApproval, WholeCache};
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -225,8 +227,11 @@ pub struct Tool {
     /// fingerprint).
     pub cache: Option<Duration>,
     pub args: Option<ArgSchema>,
-    /// Byte span of the `[tools.NAME]` key, for diagnostics.
+    /// Byte span of the `[tools.NAME]` key, for diagnostics (a discovered tool: its
+    /// server's key).
     pub span: Range<usize>,
+    /// The whole MCP server it was learnt from (`None`: a `[tools.*]` table declares it).
+    pub discovered_from: Option<String>,
 }
 
 impl Tool {
@@ -260,6 +265,8 @@ pub struct McpServer {
     pub url: Option<Template>,
     pub env: BTreeMap<String, Template>,
     pub headers: BTreeMap<String, Template>,
+    /// `whole = true`: every tool, resource and prompt it offers is served.
+    pub whole: Option<Whole>,
 }
 
 /// `[serve]`: `mcp serve`'s settings that belong with the tools.
@@ -556,15 +563,8 @@ impl Manifest {
                 }
             }
         }
-        let tool_index: HashMap<String, usize> = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-
-        let aliases = aliases(&tools, &tool_index);
         let mut m = Manifest {
-            aliases,
+            aliases: HashMap::new(),
             file: file.clone(),
             path,
             concurrency,
@@ -574,13 +574,14 @@ impl Manifest {
             models,
             lanes,
             tools,
-            tool_index,
+            tool_index: HashMap::new(),
             mcp_servers,
             hooks,
             serve,
             tenants,
             warnings: Vec::new(),
         };
+        m.reindex();
         r.cross_checks(&m, root);
         let mut diags = r.diags;
         m.warnings = diags.iter().filter(|d| !d.is_error()).cloned().collect();
@@ -633,5 +634,13 @@ impl Manifest {
     /// The manifest's file name, for messages.
     pub fn name(&self) -> &str {
         &self.file.name
+    }
+
+    /// Index the tools by name and by the name a model knows them by.
+    fn reindex(&mut self) {
+        self.tool_index = (self.tools.iter().enumerate())
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        self.aliases = aliases(&self.tools, &self.tool_index);
     }
 }

@@ -100,7 +100,12 @@ impl Reader<'_> {
                 self.type_error(v.span(), &ctx, "a table", v.get_ref());
                 continue;
             };
-            self.check_keys(st, &["command", "url", "env", "headers"], &ctx);
+            let keys = [
+                &["command", "url", "env", "headers"][..],
+                super::whole::KEYS,
+            ]
+            .concat();
+            self.check_keys(st, &keys, &ctx);
             let command = self.templates(st, "command", &ctx, false);
             let url = self
                 .string(st, "url", &ctx)
@@ -117,6 +122,7 @@ impl Reader<'_> {
             if command.as_ref().is_some_and(Vec::is_empty) {
                 self.error(v.span(), format!("`command` in {ctx} is empty"), None);
             }
+            let whole = self.whole(st, (&name, &ctx), k.span());
             out.insert(
                 name.clone(),
                 McpServer {
@@ -126,6 +132,7 @@ impl Reader<'_> {
                     url,
                     env: self.template_map(st, "env", &ctx),
                     headers: self.template_map(st, "headers", &ctx),
+                    whole,
                 },
             );
         }

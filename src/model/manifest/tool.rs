@@ -135,6 +135,7 @@ impl Reader<'_> {
             cache,
             args: self.arg_schema(t, ctx),
             span,
+            discovered_from: None,
         })
     }
 
@@ -303,7 +304,7 @@ impl Reader<'_> {
         retries
     }
 
-    fn cost(&mut self, t: &DeTable<'_>, ctx: &str) -> f64 {
+    pub(super) fn cost(&mut self, t: &DeTable<'_>, ctx: &str) -> f64 {
         match self.number(t, "cost", ctx) {
             Some((c, _)) if c >= 0.0 => c,
             Some((_, cs)) => {
@@ -315,7 +316,11 @@ impl Reader<'_> {
     }
 
     /// `timeout`, and the text it was written as (for messages).
-    fn timeout(&mut self, t: &DeTable<'_>, ctx: &str) -> Option<(std::time::Duration, String)> {
+    pub(super) fn timeout(
+        &mut self,
+        t: &DeTable<'_>,
+        ctx: &str,
+    ) -> Option<(std::time::Duration, String)> {
         let timeout = self.duration(t, "timeout", ctx);
         if timeout.as_ref().is_some_and(|(d, _)| d.is_zero()) {
             if let Some((_, v)) = Reader::entry(t, "timeout") {
@@ -368,21 +373,7 @@ impl Reader<'_> {
         kind: &dyn KindSettings,
         lanes: &[String],
     ) -> (Vec<String>, BackendOrigin) {
-        let declared = match Reader::entry(t, "backend").map(|(_, v)| v) {
-            Some(v) => match v.get_ref() {
-                DeValue::String(s) => Some(vec![s.to_string()]),
-                DeValue::Array(_) => self
-                    .strings(t, "backend", site.ctx)
-                    .map(|l| l.into_iter().map(|(s, _)| s).collect()),
-                other => {
-                    let what = format!("`backend` in {}", site.ctx);
-                    self.type_error(v.span(), &what, "a string or an array of strings", other);
-                    None
-                }
-            },
-            None => None,
-        };
-        match declared {
+        match self.backend_list(t, site.ctx) {
             Some(mut b) if !b.is_empty() => {
                 b.dedup();
                 (b, BackendOrigin::Manifest)
@@ -395,8 +386,24 @@ impl Reader<'_> {
         }
     }
 
+    /// `backend = "orders-db"` or a list of them, as written.
+    pub(super) fn backend_list(&mut self, t: &DeTable<'_>, ctx: &str) -> Option<Vec<String>> {
+        let (_, v) = Reader::entry(t, "backend")?;
+        match v.get_ref() {
+            DeValue::String(s) => Some(vec![s.to_string()]),
+            DeValue::Array(_) => self
+                .strings(t, "backend", ctx)
+                .map(|l| l.into_iter().map(|(s, _)| s).collect()),
+            other => {
+                let what = format!("`backend` in {ctx}");
+                self.type_error(v.span(), &what, "a string or an array of strings", other);
+                None
+            }
+        }
+    }
+
     /// `lanes`, each once, in the order written.
-    fn tool_lanes(&mut self, t: &DeTable<'_>, ctx: &str) -> Vec<String> {
+    pub(super) fn tool_lanes(&mut self, t: &DeTable<'_>, ctx: &str) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         for (l, _) in self.strings(t, "lanes", ctx).unwrap_or_default() {
             if !names.contains(&l) {

@@ -396,10 +396,7 @@ impl Gateway {
         let old = self.catalog.now();
         let same_servers =
             format!("{:?}", old.manifest.mcp_servers) == format!("{:?}", manifest.mcp_servers);
-        let has_mcp = manifest
-            .tools
-            .iter()
-            .any(|t| t.settings_of::<McpSpec>().is_some());
+        let has_mcp = crate::tools::mcp::needs_hub(&manifest);
         let hub = match (same_servers, has_mcp) {
             (_, false) => None,
             (true, true) => old.hub(),

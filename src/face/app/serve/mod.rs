@@ -45,8 +45,6 @@ use crate::batch::Batch;
 use crate::error::{Error, EXIT_OK};
 use crate::manifest::Manifest;
 use crate::plan;
-use crate::tools::mcp::McpHub;
-use crate::tools::McpSpec;
 use catalog::Catalog;
 use gateway::Gateway;
 use handler::Handler;
@@ -61,11 +59,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let manifest = Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let tokens = tokens(&manifest)?;
     let admin = admin_token(&manifest)?;
-    let has_mcp = manifest
-        .tools
-        .iter()
-        .any(|t| t.settings_of::<McpSpec>().is_some());
-    let hub = has_mcp.then(|| McpHub::new(&manifest.mcp_servers));
+    let hub = crate::tools::mcp::hub_for(&manifest);
     let catalog = Catalog::new(
         manifest.clone(),
         s.tools.as_deref(),

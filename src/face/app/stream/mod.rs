@@ -32,7 +32,6 @@ use crate::events::{Event, LaneInfo, Outcome};
 use crate::manifest::Manifest;
 use crate::model_formats::InputFormat;
 use crate::plan::{self, PlanOptions};
-use crate::tools::McpSpec;
 
 mod chunks;
 mod ledger;
@@ -59,13 +58,7 @@ fn open_stream(
     let mut opts = run_opts.plan.clone();
     let mut manifest =
         Manifest::load(&run_opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
-    let mcp_tools: Vec<String> = manifest
-        .tools
-        .iter()
-        .filter(|t| t.settings_of::<McpSpec>().is_some())
-        .map(|t| t.name.clone())
-        .collect();
-    let mcp = start_mcp(run_opts.quiet, &mut manifest, &mcp_tools, rt)?;
+    let mcp = start_mcp(run_opts.quiet, &mut manifest, None, rt)?;
     let parts = Parts::of_manifest(run_opts, manifest, mcp, rt)?;
     let infos = parts
         .table

@@ -1,0 +1,261 @@
+//! The `mcp` kind: tools on Model Context Protocol servers, through the official Rust SDK
+//! (`rmcp`).
+//!
+//! [`McpHub`] owns one session per `[mcp_servers.NAME]` for the whole run, started on first
+//! use (stdio: the server's process, its stderr kept as a tail for messages; or streamable
+//! HTTP) and shared by every call to it, many in flight at once. A call that is stopped (its
+//! timeout, the run ending) drops its request, and rmcp sends `notifications/cancelled` for
+//! it. A server that dies loses its in-flight calls ([`Failure::Lost`]: an idempotent one
+//! with retries left is made again on a server started for it, else classified cancelled or
+//! indeterminate) and fails later calls of the run with its last words. `tools/list` gives the
+//! annotations that default a tool's `effect` and `idempotent`.
+//!
+//! Layout: this file is the kind (its settings and the runner of a call); `server` the hub
+//! of sessions and what the gateway asks a server besides calls; `learn` what the manifest
+//! learns from a server (annotations, a whole server's tools).
+
+mod learn;
+mod server;
+
+pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub};
+pub(crate) use server::McpHub;
+use server::relay_progress;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::{json, Value};
+use toml::de::DeTable;
+
+use super::{Failure, Invocation, Kind, Site, Stop, ToolContext};
+use crate::events::ErrorKind;
+use crate::manifest::reader::Reader;
+use crate::manifest::{Manifest, Tool};
+
+/// `kind = "mcp"`: a tool on a Model Context Protocol server.
+#[derive(Debug, Clone)]
+pub struct McpSpec {
+    pub server: String,
+    pub tool: String,
+}
+
+impl Kind for McpSpec {
+    const NAME: &'static str = "mcp";
+    const KEYS: &'static [&'static str] = &["server", "tool"];
+    const ANNOUNCES_EFFECT: bool = true;
+    type Runner = McpTool;
+
+    fn parse(r: &mut Reader<'_>, t: &DeTable<'_>, site: &Site<'_>) -> McpSpec {
+        let ctx = site.ctx;
+        let server = match r.string(t, "server", ctx) {
+            Some((s, _)) => s,
+            None => {
+                r.error(
+                    site.span.clone(),
+                    format!("{ctx} has no `server`"),
+                    Some("name one of [mcp_servers.*]".into()),
+                );
+                String::new()
+            }
+        };
+        let tool = r
+            .string(t, "tool", ctx)
+            .map_or_else(|| site.name.to_string(), |(s, _)| s);
+        McpSpec { server, tool }
+    }
+
+    fn check(&self, tool: &Tool, m: &Manifest, r: &mut Reader<'_>) {
+        if !self.server.is_empty() && !m.mcp_servers.contains_key(&self.server) {
+            r.error(
+                tool.span.clone(),
+                format!(
+                    "tool `{}` names MCP server `{}`, which [mcp_servers] does not declare",
+                    tool.name, self.server
+                ),
+                crate::error::suggest(&self.server, m.mcp_servers.keys().map(String::as_str)),
+            );
+        }
+    }
+
+    fn target(&self) -> String {
+        format!("{}:{}", self.server, self.tool)
+    }
+
+    fn backend(&self) -> Option<String> {
+        Some(format!("mcp:{}", self.server))
+    }
+
+    fn settings(&self) -> Value {
+        json!({"server": self.server, "tool": self.tool})
+    }
+
+    fn runner(&self, tool: &Tool, ctx: &ToolContext) -> Result<McpTool, String> {
+        match &ctx.mcp {
+            Some(hub) => Ok(McpTool::new(tool, &self.server, &self.tool, hub.clone())),
+            None => Err("MCP sessions were not set up".into()),
+        }
+    }
+}
+
+super::kind::invoke_boxed!(McpTool);
+
+pub struct McpTool {
+    name: String,
+    server: String,
+    remote: String,
+    hub: Arc<McpHub>,
+}
+
+impl McpTool {
+    pub fn new(tool: &Tool, server: &str, remote: &str, hub: Arc<McpHub>) -> McpTool {
+        McpTool {
+            name: tool.name.clone(),
+            server: server.to_string(),
+            remote: remote.to_string(),
+            hub,
+        }
+    }
+
+    async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        if inv.attempt > 1 {
+            // A retry after the server went away mid-call: it is started again for it.
+            self.hub.renew(&self.server).await;
+        }
+        let session = tokio::select! {
+            s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
+            _ = stop.stopped() => return Err(Failure::Stopped),
+        };
+        if session.gone() {
+            let tail = session.last_words().await;
+            let mut why = format!("MCP server `{}` has exited", self.server);
+            if !tail.is_empty() {
+                why.push_str(&format!(" (its stderr: {tail})"));
+            }
+            return Err(Failure::failed(ErrorKind::ServerExited, why));
+        }
+        let mut params = json!({"name": self.remote, "arguments": inv.args()});
+        if let Some(key) = &inv.idempotency_key {
+            params["_meta"]["idempotencyKey"] = json!(key);
+        }
+        if let Some(tp) = inv.traceparent() {
+            params["_meta"]["traceparent"] = json!(tp);
+        }
+        let params: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
+            Failure::failed(
+                ErrorKind::SpawnFailed,
+                format!("cannot build tools/call: {e}"),
+            )
+        })?;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = session
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await;
+        let result = match sent {
+            Ok(mut handle) => {
+                let relay = inv.run.relay.as_ref().and_then(|r| r.progress.clone());
+                let progress = match relay {
+                    Some(to) => Some(relay_progress(&session, handle.progress_token.clone(), to).await),
+                    None => None,
+                };
+                let answer = tokio::select! {
+                    r = &mut handle.rx => r.unwrap_or(Err(ServiceError::TransportClosed)),
+                    _ = stop.stopped() => {
+                        // Tell the server, and wait until the notification is written, so a run
+                        // that ends right after still delivers it.
+                        let why = format!("{:?}", stop.cause());
+                        let _ = tokio::time::timeout(Duration::from_secs(2), handle.cancel(Some(why))).await;
+                        return Err(Failure::Stopped);
+                    }
+                };
+                if let Some(p) = progress {
+                    p.abort();
+                }
+                answer
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(ServerResult::CallToolResult(r)) => {
+                let raw = serde_json::to_value(&r).unwrap_or(Value::Null);
+                if let Some(relay) = &inv.run.relay {
+                    relay.keep(raw.clone());
+                }
+                self.shape(raw)
+            }
+            Ok(other) => Err(Failure::failed(
+                ErrorKind::McpError,
+                format!(
+                    "tool `{}` on MCP server `{}`: unexpected answer to tools/call: {}",
+                    self.name,
+                    self.server,
+                    serde_json::to_string(&other).unwrap_or_default()
+                ),
+            )),
+            Err(ServiceError::McpError(e)) => Err(Failure::failed(
+                ErrorKind::McpError,
+                format!(
+                    "tool `{}` on MCP server `{}`: JSON-RPC error {}: {}",
+                    self.name, self.server, e.code.0, e.message
+                ),
+            )),
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                session
+                    .dead
+                    .store(true, std::sync::atomic::Ordering::Release);
+                let tail = session.last_words().await;
+                let mut why = format!("MCP server `{}` went away mid-call", self.server);
+                if !tail.is_empty() {
+                    why.push_str(&format!(" (its stderr: {tail})"));
+                }
+                Err(Failure::Lost(why))
+            }
+            Err(e) => Err(Failure::failed(
+                ErrorKind::McpError,
+                format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server),
+            )),
+        }
+    }
+
+    /// SPEC section 2: `structuredContent` when present, else the text blocks joined (JSON
+    /// when they parse), else the content array. `isError: true` is a tool error.
+    fn shape(&self, r: Value) -> Result<Value, Failure> {
+        let content = r
+            .get("content")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new()));
+        let texts: Vec<&str> = content
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|b| b["type"] == "text")
+                    .filter_map(|b| b["text"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if r.get("isError").and_then(Value::as_bool) == Some(true) {
+            let msg = if texts.is_empty() {
+                content.to_string()
+            } else {
+                texts.join("\n")
+            };
+            return Err(Failure::failed(
+                ErrorKind::ToolError,
+                format!(
+                    "tool `{}` on MCP server `{}` reported an error: {msg}",
+                    self.name, self.server
+                ),
+            ));
+        }
+        if let Some(s) = r.get("structuredContent") {
+            return Ok(s.clone());
+        }
+        if !texts.is_empty() {
+            return Ok(super::parse_output(&texts.join("\n")));
+        }
+        Ok(content)
+    }
+}
+

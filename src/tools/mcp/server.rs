@@ -1,0 +1,398 @@
+//! The run's MCP sessions: one per `[mcp_servers.NAME]`, started on first use and shared by
+//! every call to it.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ServiceExt;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio::sync::OnceCell;
+
+use crate::manifest::McpServer;
+
+/// How long a server may take to start and answer `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of a server's stderr is kept for messages.
+const STDERR_TAIL: usize = 2048;
+
+type Service = RunningService<RoleClient, Upstream>;
+
+/// Our side of a session: routes the server's progress notifications to the call that asked
+/// (by the progress token rmcp gave its request).
+#[derive(Clone, Default)]
+pub(crate) struct Upstream {
+    progress: ProgressDispatcher,
+}
+
+impl rmcp::ClientHandler for Upstream {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+}
+
+/// Keep the last [`STDERR_TAIL`] bytes of a server's stderr in `tail`; `eof` is dropped when
+/// it ends.
+fn keep_tail(
+    mut err: tokio::process::ChildStderr,
+    tail: Arc<Mutex<String>>,
+    eof: tokio::sync::watch::Sender<()>,
+) {
+    tokio::spawn(async move {
+                let _eof = eof;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        if t.len() > STDERR_TAIL * 2 {
+                            let mut cut = t.len() - STDERR_TAIL;
+                            while !t.is_char_boundary(cut) {
+                                cut += 1;
+                            }
+                            t.drain(..cut);
+                        }
+                    }
+                }
+            });
+}
+
+/// One live session.
+pub struct Session {
+    service: tokio::sync::Mutex<Option<Service>>,
+    pub(super) peer: rmcp::service::Peer<RoleClient>,
+    progress: ProgressDispatcher,
+    stderr: Arc<Mutex<String>>,
+    /// Its sender is dropped when the server's stderr reaches its end.
+    stderr_eof: tokio::sync::watch::Receiver<()>,
+    /// `tools/list`, as JSON (name, description, inputSchema, annotations).
+    tools: OnceCell<Result<Vec<Value>, String>>,
+    /// Set when a call saw the transport close: later calls fail at once, unsent.
+    pub(super) dead: std::sync::atomic::AtomicBool,
+    /// A stdio server's process id: its exit is seen as soon as it happens.
+    pid: Option<u32>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Its process is killed with the transport (rmcp): the watchdog may forget its group.
+        if let Some(p) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            crate::tools::reaper::forget(p);
+        }
+    }
+}
+
+impl Session {
+    /// Whether the server is gone: a call saw its transport close, the transport says so, or
+    /// (a stdio server) its process has exited — seen at once, before its pipes are noticed.
+    pub(super) fn gone(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::Acquire)
+            || self.peer.is_transport_closed()
+            || self.pid.is_some_and(exited)
+    }
+
+    /// End the session (a stdio server sees its stdin close and exits).
+    async fn close(&self) {
+        if let Some(service) = self.service.lock().await.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
+        }
+    }
+
+    /// The stderr tail of a server that went away, once its last words are read (its stderr
+    /// can end a moment after its stdout; at most half a second is waited).
+    pub(super) async fn last_words(&self) -> String {
+        let mut eof = self.stderr_eof.clone();
+        let _ = tokio::time::timeout(Duration::from_millis(500), eof.wait_for(|_| false)).await;
+        self.stderr_tail()
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// A server's session: started once on first use; replaced by [`McpHub::revive`] when it
+/// died or could not start.
+type Cell = Arc<OnceCell<Result<Arc<Session>, String>>>;
+
+struct Slot {
+    decl: McpServer,
+    session: Mutex<Cell>,
+}
+
+impl Slot {
+    fn cell(&self) -> Cell {
+        self.session
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+}
+
+/// The run's MCP sessions.
+pub struct McpHub {
+    slots: BTreeMap<String, Slot>,
+}
+
+impl McpHub {
+    pub fn new(servers: &BTreeMap<String, McpServer>) -> Arc<McpHub> {
+        Arc::new(McpHub {
+            slots: servers
+                .iter()
+                .map(|(k, d)| {
+                    (
+                        k.clone(),
+                        Slot {
+                            decl: d.clone(),
+                            session: Mutex::new(Arc::new(OnceCell::new())),
+                        },
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// The session for `server`, starting it on first use.
+    pub async fn session(&self, server: &str) -> Result<Arc<Session>, String> {
+        let slot = self
+            .slots
+            .get(server)
+            .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
+        slot.cell()
+            .get_or_init(|| async {
+                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl)).await {
+                    Ok(r) => r.map(Arc::new),
+                    Err(_) => Err(format!(
+                        "MCP server `{server}` did not finish starting within {}s",
+                        START_TIMEOUT.as_secs()
+                    )),
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// The server's tools (`tools/list`), fetched once.
+    pub async fn tools(&self, server: &str) -> Result<Vec<Value>, String> {
+        let session = self.session(server).await?;
+        session
+            .tools
+            .get_or_init(|| async {
+                let tools = session
+                    .peer
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
+                Ok(tools
+                    .iter()
+                    .filter_map(|t| serde_json::to_value(t).ok())
+                    .collect())
+            })
+            .await
+            .clone()
+    }
+
+    /// Close every session that was started (stdio servers see their stdin close and exit).
+    pub async fn shutdown(&self) {
+        for slot in self.slots.values() {
+            if let Some(Ok(session)) = slot.cell().get() {
+                session.close().await;
+            }
+        }
+    }
+
+    /// Between two runs of one process (`run --turns`): a server that died, or could not
+    /// start, is started again on its next use. Returns the servers that will be.
+    pub async fn revive(&self) -> Vec<String> {
+        let mut revived = Vec::new();
+        for name in self.slots.keys() {
+            if self.renew(name).await {
+                revived.push(name.clone());
+            }
+        }
+        revived
+    }
+
+    /// If `server` died (or could not start), forget its session: its next use starts it
+    /// again. Whether it did.
+    pub(super) async fn renew(&self, server: &str) -> bool {
+        let Some(slot) = self.slots.get(server) else {
+            return false;
+        };
+        let cell = slot.cell();
+        let gone = match cell.get() {
+            None => false,
+            Some(Err(_)) => true,
+            Some(Ok(s)) => s.gone(),
+        };
+        if !gone {
+            return false;
+        }
+        if let Some(Ok(s)) = cell.get() {
+            s.close().await;
+        }
+        if let Ok(mut c) = slot.session.lock() {
+            // Only the session that was looked at: another caller may have renewed it already.
+            if Arc::ptr_eq(&c, &cell) {
+                *c = Arc::new(OnceCell::new());
+            }
+        }
+        true
+    }
+}
+
+async fn start(decl: &McpServer) -> Result<Session, String> {
+    let name = &decl.name;
+    let no_args = serde_json::Map::new();
+    let render = |t: &crate::template::Template| {
+        t.render(&no_args, &|s| s.to_string())
+            .map_err(|e| format!("MCP server `{name}`: {e}"))
+    };
+    let stderr = Arc::new(Mutex::new(String::new()));
+    // Closed when the server's stderr ends (or at once for a server without one).
+    let (eof_tx, stderr_eof) = tokio::sync::watch::channel(());
+    let upstream = Upstream::default();
+    let mut pid = None;
+    let service: Service = if let Some(argv) = &decl.command {
+        let mut parts = Vec::with_capacity(argv.len());
+        for t in argv {
+            parts.push(render(t)?);
+        }
+        let Some((program, args)) = parts.split_first() else {
+            return Err(format!("MCP server `{name}` has an empty command"));
+        };
+        // As a command tool's: `./bin/server` is the manifest's folder's, and the server runs
+        // there, wherever the gateway was started (a desktop client starts it from `/`).
+        let path = std::path::Path::new(program);
+        let mut cmd = if path.is_relative() && path.components().count() > 1 {
+            tokio::process::Command::new(decl.dir.join(path))
+        } else {
+            tokio::process::Command::new(program)
+        };
+        cmd.args(args);
+        if decl.dir.is_dir() {
+            cmd.current_dir(&decl.dir);
+        }
+        // A group of its own: it and whatever it starts die with the gateway (the reaper).
+        cmd.process_group(0);
+        for (k, v) in &decl.env {
+            cmd.env(k, render(v)?);
+        }
+        let (transport, err) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start MCP server `{name}` (`{}`): {e}",
+                    argv[0].redacted()
+                )
+            })?;
+        pid = transport.id();
+        if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
+            crate::tools::reaper::watch(p);
+        }
+        if let Some(err) = err {
+            keep_tail(err, stderr.clone(), eof_tx);
+        }
+        upstream.clone().serve(transport).await.map_err(|e| {
+            let tail = stderr
+                .lock()
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default();
+            format!(
+                "MCP server `{name}` failed to initialize: {e}{}",
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its stderr: {tail}")
+                }
+            )
+        })?
+    } else if let Some(url) = &decl.url {
+        let mut config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
+        config.uri = render(url)?.into();
+        for (k, v) in &decl.headers {
+            let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
+            let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?)
+                .map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
+            hv.set_sensitive(v.has_secret());
+            config.custom_headers.insert(hn, hv);
+        }
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        upstream.clone().serve(transport).await.map_err(|e| {
+            format!(
+                "MCP server `{name}` ({}) failed to initialize: {e}",
+                url.redacted()
+            )
+        })?
+    } else {
+        return Err(format!(
+            "MCP server `{name}` has neither `command` nor `url`"
+        ));
+    };
+    let peer = service.peer().clone();
+    Ok(Session {
+        service: tokio::sync::Mutex::new(Some(service)),
+        peer,
+        progress: upstream.progress,
+        stderr,
+        stderr_eof,
+        tools: OnceCell::new(),
+        dead: std::sync::atomic::AtomicBool::new(false),
+        pid,
+    })
+}
+
+/// Whether our child `pid` has exited: `waitid` with `WNOWAIT` looks without reaping it (the
+/// transport still waits for it); a child already reaped is gone too.
+fn exited(pid: u32) -> bool {
+    let id: libc::id_t = pid;
+    // SAFETY: waitid fills the siginfo we own; WNOHANG never blocks, WNOWAIT reaps nothing.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        match libc::waitid(libc::P_PID, id, &mut info, flags) {
+            0 => info.si_pid() != 0,
+            _ => std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD),
+        }
+    }
+}
+
+/// Pass the server's progress on this request's token to `to`, until the task is aborted.
+pub(super) async fn relay_progress(
+    session: &Session,
+    token: rmcp::model::ProgressToken,
+    to: tokio::sync::mpsc::UnboundedSender<crate::tools::Progress>,
+) -> tokio::task::JoinHandle<()> {
+    use futures_util::StreamExt;
+    let mut sub = session.progress.subscribe(token).await;
+    tokio::spawn(async move {
+        while let Some(p) = sub.next().await {
+            let sent = to.send(crate::tools::Progress {
+                progress: p.progress,
+                total: p.total,
+                message: p.message,
+            });
+            if sent.is_err() {
+                return;
+            }
+        }
+    })
+}
+
