@@ -232,6 +232,9 @@ pub struct Tool {
     pub span: Range<usize>,
     /// The whole MCP server it was learnt from (`None`: a `[tools.*]` table declares it).
     pub discovered_from: Option<String>,
+    /// Listed, offered and served by name; `false`: a tool the gateway makes its own calls
+    /// with (a whole server's resource reads), which no `--tools`, list or offer shows.
+    pub listed: bool,
 }
 
 impl Tool {
@@ -614,11 +617,13 @@ impl Manifest {
     /// suggestion.
     pub fn select_tools(&self, select: Option<&[String]>) -> Result<Vec<usize>, String> {
         let Some(names) = select else {
-            return Ok((0..self.tools.len()).collect());
+            return Ok((0..self.tools.len())
+                .filter(|&i| self.tools[i].listed)
+                .collect());
         };
         let mut out = Vec::new();
         for n in names {
-            let Some(i) = self.tool_position(n) else {
+            let Some(i) = self.tool_position(n).filter(|&i| self.tools[i].listed) else {
                 let hint = self
                     .suggest_tool(n)
                     .map_or_else(String::new, |h| format!(" ({h})"));

@@ -136,6 +136,7 @@ impl Reader<'_> {
             args: self.arg_schema(t, ctx),
             span,
             discovered_from: None,
+            listed: true,
         })
     }
 

@@ -68,7 +68,7 @@ pub(crate) fn to_json(m: &Manifest) -> Value {
         "lanes": m.lanes.values().map(|l| json!({
             "name": l.name, "concurrency": l.concurrency, "rate": l.rate.map(|r| r.to_string()), "burst": l.burst,
         })).collect::<Vec<_>>(),
-        "tools": m.tools.iter().map(tool_json).collect::<Vec<_>>(),
+        "tools": m.tools.iter().filter(|t| t.listed).map(tool_json).collect::<Vec<_>>(),
     })
 }
 
@@ -84,7 +84,7 @@ const DROPPED_FIRST: [&str; 6] = [
 
 pub(crate) fn to_table(m: &Manifest) -> String {
     let mut rows = Vec::new();
-    for tool in &m.tools {
+    for tool in m.tools.iter().filter(|t| t.listed) {
         let effect = match tool.effect_origin {
             // Its server's annotations decide (`plan` and `run` ask it).
             crate::manifest::Origin::Default if tool.kind.announces_effect() => {

@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{McpHub, McpSpec};
+use super::{McpHub, McpSpec, Op};
 use crate::error::Diagnostic;
-use crate::manifest::{Approval, BackendOrigin, Effect, Manifest, McpServer, Origin, Tool, Whole};
+use crate::manifest::{
+    Approval, BackendOrigin, Effect, Manifest, McpServer, Origin, Tool, Whole, WholeCache,
+};
 
 /// Fill in the `effect` and `idempotent` of MCP tools (those the batch uses, and only where the
 /// manifest is silent) from their servers' annotations, and check that each remote tool exists.
@@ -112,13 +114,69 @@ pub(crate) fn discover(manifest: &Manifest, decl: &McpServer, remote: &[Value]) 
         .filter(|s| s.server == decl.name)
         .map(|s| s.tool.as_str())
         .collect();
-    remote
+    let mut tools: Vec<Tool> = remote
         .iter()
         .filter_map(|r| {
             let name = r["name"].as_str()?;
             (!declared.contains(&name) && whole.admits(name)).then(|| tool_of(decl, whole, r, name))
         })
+        .collect();
+    tools.extend(readers(decl, whole));
+    tools
+}
+
+/// The unlisted tools the gateway reads the server's resources with: one a `cache` glob
+/// (each caching what it matches for its time), and one for every other URI (cached for
+/// `cache = "…"`, if given).
+fn readers(decl: &McpServer, whole: &Whole) -> Vec<Tool> {
+    let globs = match &whole.cache {
+        WholeCache::Matching(list) => list.iter().map(|(_, d)| Some(*d)).collect(),
+        _ => Vec::new(),
+    };
+    let rest = match &whole.cache {
+        WholeCache::All(d) => Some(*d),
+        _ => None,
+    };
+    (globs.into_iter().chain([rest]).enumerate())
+        .map(|(i, cache)| {
+            let mut t = tool_of(decl, whole, &json!({"annotations": {"readOnlyHint": true}}), "");
+            t.name = reader_name(&decl.name, i, whole);
+            t.kind = Arc::new(McpSpec {
+                server: decl.name.clone(),
+                tool: String::new(),
+                op: Op::ReadResource,
+            });
+            t.description = None;
+            (t.cost, t.cache, t.listed) = (0.0, cache, false);
+            (t.requires_approval, t.approval) = (false, Approval::None);
+            t
+        })
         .collect()
+}
+
+/// The name of a whole server's reader `i` (the last: every URI no `cache` glob matches).
+fn reader_name(server: &str, i: usize, whole: &Whole) -> String {
+    let globs = match &whole.cache {
+        WholeCache::Matching(list) => list.len(),
+        _ => 0,
+    };
+    if i == globs {
+        format!("{server}:resources/read")
+    } else {
+        format!("{server}:resources/read#{i}")
+    }
+}
+
+/// The tool that reads resource `uri` (the server's own URI) of whole server `server`.
+pub(crate) fn reader_for(manifest: &Manifest, server: &str, uri: &str) -> Option<usize> {
+    let whole = manifest.mcp_servers.get(server)?.whole.as_ref()?;
+    let i = match &whole.cache {
+        WholeCache::Matching(list) => (list.iter())
+            .position(|(g, _)| crate::glob::matches(g, uri))
+            .unwrap_or(list.len()),
+        _ => 0,
+    };
+    manifest.tool_position(&reader_name(server, i, whole))
 }
 
 /// One discovered tool.
@@ -150,6 +208,7 @@ fn tool_of(decl: &McpServer, whole: &Whole, remote: &Value, name: &str) -> Tool 
         kind: Arc::new(McpSpec {
             server: decl.name.clone(),
             tool: name.to_string(),
+            op: Op::CallTool,
         }),
         description: remote["description"].as_str().map(str::to_string),
         effect: if read { Effect::Read } else { Effect::Write },
@@ -173,6 +232,7 @@ fn tool_of(decl: &McpServer, whole: &Whole, remote: &Value, name: &str) -> Tool 
         args: None,
         span: whole.span.clone(),
         discovered_from: Some(decl.name.clone()),
+        listed: true,
     }
 }
 

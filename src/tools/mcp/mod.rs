@@ -17,14 +17,14 @@
 mod learn;
 mod server;
 
-pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub};
-pub(crate) use server::McpHub;
+pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};
+pub(crate) use server::{Change, McpHub};
 use server::relay_progress;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::{CallToolRequest, ClientRequest, ReadResourceRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{json, Value};
 use toml::de::DeTable;
@@ -39,6 +39,17 @@ use crate::manifest::{Manifest, Tool};
 pub struct McpSpec {
     pub server: String,
     pub tool: String,
+    /// What a call asks the server (a manifest's tool: always a `tools/call`).
+    pub op: Op,
+}
+
+/// What a call of an MCP tool asks its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `tools/call` of its tool.
+    CallTool,
+    /// `resources/read` of the call's `uri` (the gateway's reads of a whole server).
+    ReadResource,
 }
 
 impl Kind for McpSpec {
@@ -63,7 +74,11 @@ impl Kind for McpSpec {
         let tool = r
             .string(t, "tool", ctx)
             .map_or_else(|| site.name.to_string(), |(s, _)| s);
-        McpSpec { server, tool }
+        McpSpec {
+            server,
+            tool,
+            op: Op::CallTool,
+        }
     }
 
     fn check(&self, tool: &Tool, m: &Manifest, r: &mut Reader<'_>) {
@@ -80,7 +95,10 @@ impl Kind for McpSpec {
     }
 
     fn target(&self) -> String {
-        format!("{}:{}", self.server, self.tool)
+        match self.op {
+            Op::CallTool => format!("{}:{}", self.server, self.tool),
+            Op::ReadResource => format!("{}:resources/read", self.server),
+        }
     }
 
     fn backend(&self) -> Option<String> {
@@ -93,7 +111,7 @@ impl Kind for McpSpec {
 
     fn runner(&self, tool: &Tool, ctx: &ToolContext) -> Result<McpTool, String> {
         match &ctx.mcp {
-            Some(hub) => Ok(McpTool::new(tool, &self.server, &self.tool, hub.clone())),
+            Some(hub) => Ok(McpTool::new(tool, self, hub.clone())),
             None => Err("MCP sessions were not set up".into()),
         }
     }
@@ -105,20 +123,73 @@ pub struct McpTool {
     name: String,
     server: String,
     remote: String,
+    op: Op,
     hub: Arc<McpHub>,
 }
 
 impl McpTool {
-    pub fn new(tool: &Tool, server: &str, remote: &str, hub: Arc<McpHub>) -> McpTool {
+    pub fn new(tool: &Tool, spec: &McpSpec, hub: Arc<McpHub>) -> McpTool {
         McpTool {
             name: tool.name.clone(),
-            server: server.to_string(),
-            remote: remote.to_string(),
+            server: spec.server.clone(),
+            remote: spec.tool.clone(),
+            op: spec.op,
             hub,
         }
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
+        let request = match self.op {
+            Op::CallTool => {
+                let mut params = json!({"name": self.remote, "arguments": inv.args()});
+                if let Some(key) = &inv.idempotency_key {
+                    params["_meta"]["idempotencyKey"] = json!(key);
+                }
+                if let Some(tp) = inv.traceparent() {
+                    params["_meta"]["traceparent"] = json!(tp);
+                }
+                serde_json::from_value(params)
+                    .map(|p| ClientRequest::CallToolRequest(CallToolRequest::new(p)))
+            }
+            Op::ReadResource => serde_json::from_value(json!({"uri": inv.args()["uri"]}))
+                .map(|p| ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p))),
+        };
+        let request = request.map_err(|e| {
+            let why = format!("cannot build the request to MCP server `{}`: {e}", self.server);
+            Failure::failed(ErrorKind::SpawnFailed, why)
+        })?;
+        match self.send(request, inv, stop).await? {
+            ServerResult::CallToolResult(r) if self.op == Op::CallTool => {
+                let raw = serde_json::to_value(&r).unwrap_or(Value::Null);
+                if let Some(relay) = &inv.run.relay {
+                    relay.keep(raw.clone());
+                }
+                self.shape(raw)
+            }
+            // A resource's contents are the output, as they came (so a cached read is too).
+            ServerResult::ReadResourceResult(r) if self.op == Op::ReadResource => {
+                Ok(serde_json::to_value(&r).unwrap_or(Value::Null))
+            }
+            other => Err(Failure::failed(
+                ErrorKind::McpError,
+                format!(
+                    "tool `{}` on MCP server `{}`: unexpected answer: {}",
+                    self.name,
+                    self.server,
+                    serde_json::to_string(&other).unwrap_or_default()
+                ),
+            )),
+        }
+    }
+
+    /// Send `request` on the server's session (started, or started again for a retry after
+    /// it went away) and wait for its answer, relaying progress; a stop cancels it there.
+    async fn send(
+        &self,
+        request: ClientRequest,
+        inv: &Invocation,
+        stop: &mut Stop,
+    ) -> Result<ServerResult, Failure> {
         if inv.attempt > 1 {
             // A retry after the server went away mid-call: it is started again for it.
             self.hub.renew(&self.server).await;
@@ -135,20 +206,6 @@ impl McpTool {
             }
             return Err(Failure::failed(ErrorKind::ServerExited, why));
         }
-        let mut params = json!({"name": self.remote, "arguments": inv.args()});
-        if let Some(key) = &inv.idempotency_key {
-            params["_meta"]["idempotencyKey"] = json!(key);
-        }
-        if let Some(tp) = inv.traceparent() {
-            params["_meta"]["traceparent"] = json!(tp);
-        }
-        let params: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
-            Failure::failed(
-                ErrorKind::SpawnFailed,
-                format!("cannot build tools/call: {e}"),
-            )
-        })?;
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let sent = session
             .peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
@@ -178,22 +235,7 @@ impl McpTool {
             Err(e) => Err(e),
         };
         match result {
-            Ok(ServerResult::CallToolResult(r)) => {
-                let raw = serde_json::to_value(&r).unwrap_or(Value::Null);
-                if let Some(relay) = &inv.run.relay {
-                    relay.keep(raw.clone());
-                }
-                self.shape(raw)
-            }
-            Ok(other) => Err(Failure::failed(
-                ErrorKind::McpError,
-                format!(
-                    "tool `{}` on MCP server `{}`: unexpected answer to tools/call: {}",
-                    self.name,
-                    self.server,
-                    serde_json::to_string(&other).unwrap_or_default()
-                ),
-            )),
+            Ok(r) => Ok(r),
             Err(ServiceError::McpError(e)) => Err(Failure::failed(
                 ErrorKind::McpError,
                 format!(

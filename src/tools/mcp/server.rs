@@ -23,11 +23,33 @@ const STDERR_TAIL: usize = 2048;
 
 type Service = RunningService<RoleClient, Upstream>;
 
+/// What a server said changed (its notifications), for whoever follows the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    Tools(String),
+    Resources(String),
+    Prompts(String),
+    /// A resource someone subscribed to changed: its server and its own URI.
+    ResourceUpdated(String, String),
+}
+
+/// How many changes a slow follower may fall behind before it misses some (it then learns
+/// everything again).
+const CHANGES: usize = 256;
+
 /// Our side of a session: routes the server's progress notifications to the call that asked
-/// (by the progress token rmcp gave its request).
-#[derive(Clone, Default)]
+/// (by the progress token rmcp gave its request), and its changes to the hub's followers.
+#[derive(Clone)]
 pub(crate) struct Upstream {
+    server: String,
     progress: ProgressDispatcher,
+    changes: tokio::sync::broadcast::Sender<Change>,
+}
+
+impl Upstream {
+    fn tell(&self, change: fn(String) -> Change) {
+        let _ = self.changes.send(change(self.server.clone()));
+    }
 }
 
 impl rmcp::ClientHandler for Upstream {
@@ -37,6 +59,27 @@ impl rmcp::ClientHandler for Upstream {
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) {
         self.progress.handle_notification(params).await;
+    }
+
+    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        self.tell(Change::Tools);
+    }
+
+    async fn on_resource_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        self.tell(Change::Resources);
+    }
+
+    async fn on_prompt_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        self.tell(Change::Prompts);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let change = Change::ResourceUpdated(self.server.clone(), params.uri.clone());
+        let _ = self.changes.send(change);
     }
 }
 
@@ -77,7 +120,8 @@ pub struct Session {
     /// Its sender is dropped when the server's stderr reaches its end.
     stderr_eof: tokio::sync::watch::Receiver<()>,
     /// `tools/list`, as JSON (name, description, inputSchema, annotations).
-    tools: OnceCell<Result<Vec<Value>, String>>,
+    /// Forgotten when the server says its list changed.
+    tools: Mutex<Option<Vec<Value>>>,
     /// Set when a call saw the transport close: later calls fail at once, unsent.
     pub(super) dead: std::sync::atomic::AtomicBool,
     /// A stdio server's process id: its exit is seen as soon as it happens.
@@ -146,6 +190,8 @@ impl Slot {
 /// The run's MCP sessions.
 pub struct McpHub {
     slots: BTreeMap<String, Slot>,
+    /// What the servers say changed.
+    changes: tokio::sync::broadcast::Sender<Change>,
 }
 
 impl McpHub {
@@ -163,7 +209,45 @@ impl McpHub {
                     )
                 })
                 .collect(),
+            changes: tokio::sync::broadcast::Sender::new(CHANGES),
         })
+    }
+
+    /// What the servers say changed, from now on.
+    pub(crate) fn changes(&self) -> tokio::sync::broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    /// Send `request` to `server` (started on first use) and wait for its answer.
+    pub(crate) async fn ask(
+        &self,
+        server: &str,
+        request: rmcp::model::ClientRequest,
+    ) -> Result<rmcp::model::ServerResult, String> {
+        let session = self.session(server).await?;
+        session
+            .peer
+            .send_request(request)
+            .await
+            .map_err(|e| format!("MCP server `{server}`: {e}"))
+    }
+
+    /// What `server` said it can do when it started (`None`: it has not started).
+    pub(crate) async fn capabilities(
+        &self,
+        server: &str,
+    ) -> Option<rmcp::model::ServerCapabilities> {
+        let session = self.session(server).await.ok()?;
+        session.peer.peer_info().map(|i| i.capabilities.clone())
+    }
+
+    /// Forget `server`'s tools (it said its list changed): the next look asks it again.
+    pub(crate) fn forget_tools(&self, server: &str) {
+        if let Some(Ok(session)) = self.slots.get(server).and_then(|s| s.cell().get().cloned()) {
+            if let Ok(mut t) = session.tools.lock() {
+                *t = None;
+            }
+        }
     }
 
     /// The session for `server`, starting it on first use.
@@ -174,7 +258,7 @@ impl McpHub {
             .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
         slot.cell()
             .get_or_init(|| async {
-                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl)).await {
+                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl, self.changes.clone())).await {
                     Ok(r) => r.map(Arc::new),
                     Err(_) => Err(format!(
                         "MCP server `{server}` did not finish starting within {}s",
@@ -186,24 +270,25 @@ impl McpHub {
             .clone()
     }
 
-    /// The server's tools (`tools/list`), fetched once.
+    /// The server's tools (`tools/list`), fetched once (and again after it says they
+    /// changed).
     pub async fn tools(&self, server: &str) -> Result<Vec<Value>, String> {
         let session = self.session(server).await?;
-        session
-            .tools
-            .get_or_init(|| async {
-                let tools = session
-                    .peer
-                    .list_all_tools()
-                    .await
-                    .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
-                Ok(tools
-                    .iter()
-                    .filter_map(|t| serde_json::to_value(t).ok())
-                    .collect())
-            })
+        if let Some(t) = session.tools.lock().ok().and_then(|t| t.clone()) {
+            return Ok(t);
+        }
+        let tools = session
+            .peer
+            .list_all_tools()
             .await
-            .clone()
+            .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
+        let tools: Vec<Value> = (tools.iter())
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .collect();
+        if let Ok(mut t) = session.tools.lock() {
+            *t = Some(tools.clone());
+        }
+        Ok(tools)
     }
 
     /// Close every session that was started (stdio servers see their stdin close and exit).
@@ -255,7 +340,10 @@ impl McpHub {
     }
 }
 
-async fn start(decl: &McpServer) -> Result<Session, String> {
+async fn start(
+    decl: &McpServer,
+    changes: tokio::sync::broadcast::Sender<Change>,
+) -> Result<Session, String> {
     let name = &decl.name;
     let no_args = serde_json::Map::new();
     let render = |t: &crate::template::Template| {
@@ -265,33 +353,14 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
     let stderr = Arc::new(Mutex::new(String::new()));
     // Closed when the server's stderr ends (or at once for a server without one).
     let (eof_tx, stderr_eof) = tokio::sync::watch::channel(());
-    let upstream = Upstream::default();
+    let upstream = Upstream {
+        server: name.clone(),
+        progress: ProgressDispatcher::default(),
+        changes,
+    };
     let mut pid = None;
     let service: Service = if let Some(argv) = &decl.command {
-        let mut parts = Vec::with_capacity(argv.len());
-        for t in argv {
-            parts.push(render(t)?);
-        }
-        let Some((program, args)) = parts.split_first() else {
-            return Err(format!("MCP server `{name}` has an empty command"));
-        };
-        // As a command tool's: `./bin/server` is the manifest's folder's, and the server runs
-        // there, wherever the gateway was started (a desktop client starts it from `/`).
-        let path = std::path::Path::new(program);
-        let mut cmd = if path.is_relative() && path.components().count() > 1 {
-            tokio::process::Command::new(decl.dir.join(path))
-        } else {
-            tokio::process::Command::new(program)
-        };
-        cmd.args(args);
-        if decl.dir.is_dir() {
-            cmd.current_dir(&decl.dir);
-        }
-        // A group of its own: it and whatever it starts die with the gateway (the reaper).
-        cmd.process_group(0);
-        for (k, v) in &decl.env {
-            cmd.env(k, render(v)?);
-        }
+        let cmd = command(decl, argv, &render)?;
         let (transport, err) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
@@ -353,10 +422,44 @@ async fn start(decl: &McpServer) -> Result<Session, String> {
         progress: upstream.progress,
         stderr,
         stderr_eof,
-        tools: OnceCell::new(),
+        tools: Mutex::new(None),
         dead: std::sync::atomic::AtomicBool::new(false),
         pid,
     })
+}
+
+/// The command that starts stdio server `decl` (`argv` its `command`).
+fn command(
+    decl: &McpServer,
+    argv: &[crate::template::Template],
+    render: &dyn Fn(&crate::template::Template) -> Result<String, String>,
+) -> Result<tokio::process::Command, String> {
+    let name = &decl.name;
+    let mut parts = Vec::with_capacity(argv.len());
+    for t in argv {
+        parts.push(render(t)?);
+    }
+    let Some((program, args)) = parts.split_first() else {
+        return Err(format!("MCP server `{name}` has an empty command"));
+    };
+    // As a command tool's: `./bin/server` is the manifest's folder's, and the server runs
+    // there, wherever the gateway was started (a desktop client starts it from `/`).
+    let path = std::path::Path::new(program);
+    let mut cmd = if path.is_relative() && path.components().count() > 1 {
+        tokio::process::Command::new(decl.dir.join(path))
+    } else {
+        tokio::process::Command::new(program)
+    };
+    cmd.args(args);
+    if decl.dir.is_dir() {
+        cmd.current_dir(&decl.dir);
+    }
+    // A group of its own: it and whatever it starts die with the gateway (the reaper).
+    cmd.process_group(0);
+    for (k, v) in &decl.env {
+        cmd.env(k, render(v)?);
+    }
+    Ok(cmd)
 }
 
 /// Whether our child `pid` has exited: `waitid` with `WNOWAIT` looks without reaping it (the

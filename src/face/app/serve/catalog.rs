@@ -46,6 +46,9 @@ pub(super) struct Current {
     served: Arc<Vec<usize>>,
     hub: Option<Arc<McpHub>>,
     pub generation: u64,
+    /// Bumped within a generation when the tools change shape (a whole server's tools were
+    /// learnt again): the kit the gateway runs calls with is made anew for it.
+    pub shape: u64,
 }
 
 impl Current {
@@ -88,6 +91,7 @@ impl Catalog {
                 served: Arc::new(served),
                 hub,
                 generation: 0,
+                shape: 0,
             }),
             select: select.map(<[String]>::to_vec),
             upstreams: Mutex::default(),
@@ -107,7 +111,7 @@ impl Catalog {
         manifest: Manifest,
         hub: Option<Arc<McpHub>>,
     ) -> Result<u64, String> {
-        let served = manifest.select_tools(self.select.as_deref())?;
+        let served = served_of(&manifest, self.select.as_deref());
         let _one = self.starting.lock().await;
         let generation = {
             let mut now = self.now.write().unwrap_or_else(|e| e.into_inner());
@@ -116,6 +120,7 @@ impl Catalog {
                 served: Arc::new(served),
                 hub,
                 generation: now.generation + 1,
+                shape: 0,
             };
             now.generation
         };
@@ -158,9 +163,12 @@ impl Catalog {
         }
     }
 
-    /// The upstream servers the served tools use.
+    /// The upstream servers the served tools use, and the servers served whole.
     fn servers(&self, manifest: &Manifest) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
+        let mut out: Vec<String> = manifest
+            .whole_servers()
+            .map(|(s, _)| s.name.clone())
+            .collect();
         for &i in self.now().served.iter() {
             if let Some(spec) = manifest.tools[i].settings_of::<McpSpec>() {
                 if !out.contains(&spec.server) {
@@ -198,43 +206,9 @@ impl Catalog {
             Some(Upstream::Failed(why, _)) => return Err(why),
             None => {}
         }
-        let start = self.now();
-        let mut copy = (*start.manifest).clone();
-        let used: Vec<String> = copy
-            .tools
-            .iter()
-            .filter(|t| {
-                t.settings_of::<McpSpec>()
-                    .is_some_and(|s| s.server == server)
-            })
-            .map(|t| t.name.clone())
-            .collect();
-        let outcome = match hub.tools(server).await {
-            Err(e) => Err(e),
-            Ok(_) => {
-                let diags = mcp::annotate(&mut copy, &hub, &used).await;
-                if let Ok(remote) = hub.tools(server).await {
-                    destructive_needs_approval(&mut copy, server, &remote);
-                }
-                for d in diags.iter().filter(|_| !self.quiet) {
-                    eprintln!("warning: mcp serve: {}", d.message);
-                }
-                Ok(())
-            }
-        };
+        let outcome = self.learn(&hub, server).await;
         let state = match &outcome {
-            Ok(()) => {
-                if let Ok(mut now) = self.now.write() {
-                    // The copy of a manifest a reload replaced meanwhile is not put back.
-                    if now.generation == start.generation {
-                        now.manifest = Arc::new(copy);
-                    }
-                }
-                if self.left_out.lock().is_ok_and(|mut l| l.remove(server)) {
-                    self.changed.send_modify(|n| *n += 1);
-                }
-                Upstream::Ready
-            }
+            Ok(()) => Upstream::Ready,
             Err(why) => {
                 if !self.quiet {
                     eprintln!(
@@ -248,6 +222,80 @@ impl Catalog {
             u.insert(server.to_string(), state);
         }
         outcome
+    }
+
+    /// Ask `server` for its tools (the caller holds `starting`): a whole server's become the
+    /// manifest's (a new shape, when they changed), and the annotations of its tools settle
+    /// their effects, in a new copy of the manifest put in force.
+    async fn learn(&self, hub: &McpHub, server: &str) -> Result<(), String> {
+        let start = self.now();
+        let mut copy = (*start.manifest).clone();
+        let remote = hub.tools(server).await?;
+        let before = tool_names(&copy);
+        if let Some(decl) = copy.mcp_servers.get(server).cloned() {
+            let found = mcp::discover(&copy, &decl, &remote);
+            for clash in copy.set_discovered(server, found) {
+                if !self.quiet {
+                    eprintln!("warning: mcp serve: {clash}");
+                }
+            }
+        }
+        let reshaped = tool_names(&copy) != before;
+        let used: Vec<String> = copy
+            .tools
+            .iter()
+            .filter(|t| t.discovered_from.is_none())
+            .filter(|t| {
+                t.settings_of::<McpSpec>()
+                    .is_some_and(|s| s.server == server)
+            })
+            .map(|t| t.name.clone())
+            .collect();
+        let diags = mcp::annotate(&mut copy, hub, &used).await;
+        destructive_needs_approval(&mut copy, server, &remote);
+        for d in diags.iter().filter(|_| !self.quiet) {
+            eprintln!("warning: mcp serve: {}", d.message);
+        }
+        if let Ok(mut now) = self.now.write() {
+            // The copy of a manifest a reload replaced meanwhile is not put back.
+            if now.generation == start.generation {
+                now.served = Arc::new(served_of(&copy, self.select.as_deref()));
+                now.manifest = Arc::new(copy);
+                now.shape += u64::from(reshaped);
+            }
+        }
+        let left_out = self.left_out.lock().is_ok_and(|mut l| l.remove(server));
+        if left_out || reshaped {
+            self.changed.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    /// Ask every whole server not yet asked (each given [`LIST_WAIT`]); whether any was.
+    pub(super) async fn ensure_wholes(&self) -> bool {
+        let manifest = self.manifest();
+        let mut asked = false;
+        for (server, _) in manifest.whole_servers() {
+            if !matches!(self.state(&server.name), Some(Upstream::Ready)) {
+                let _ = tokio::time::timeout(LIST_WAIT, self.ensure(&server.name)).await;
+                asked = true;
+            }
+        }
+        asked
+    }
+
+    /// `server` says its tools changed: they are asked for again (a whole server's become
+    /// the manifest's), and every session that listed is told.
+    pub(super) async fn relearn(&self, server: &str) {
+        let Some(hub) = self.now().hub else { return };
+        hub.forget_tools(server);
+        let _one = self.starting.lock().await;
+        if let Err(why) = self.learn(&hub, server).await {
+            if !self.quiet {
+                eprintln!("warning: mcp serve: {why}");
+            }
+        }
+        self.changed.send_modify(|n| *n += 1);
     }
 
     fn state(&self, server: &str) -> Option<Upstream> {
@@ -280,7 +328,10 @@ impl Catalog {
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
                 match tool.settings_of::<McpSpec>() {
-                    Some(_) => remote.get(&tool.name).map(|r| mcp_entry(tool, r)),
+                    Some(spec) => remote.get(&tool.name).map(|r| {
+                        let whole = manifest.mcp_servers.get(&spec.server);
+                        mcp_entry(tool, r, whole.and_then(|s| s.whole.as_ref()))
+                    }),
                     None => Some(local_entry(&manifest, tool)),
                 }
             })
@@ -338,6 +389,26 @@ impl Catalog {
     }
 }
 
+/// The names of `manifest`'s tools, in order.
+fn tool_names(manifest: &Manifest) -> Vec<String> {
+    manifest.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+/// The positions of the served tools: `select`'s (those there are: a whole server's tools
+/// come and go), else every listed tool.
+fn served_of(manifest: &Manifest, select: Option<&[String]>) -> Vec<usize> {
+    match select {
+        None => manifest.select_tools(None).unwrap_or_default(),
+        Some(names) => {
+            let known = names
+                .iter()
+                .filter(|n| manifest.select_tools(Some(std::slice::from_ref(n))).is_ok());
+            let known: Vec<String> = known.cloned().collect();
+            manifest.select_tools(Some(&known)).unwrap_or_default()
+        }
+    }
+}
+
 /// A tool of the manifest's own kinds (command, http, scripted).
 fn local_entry(manifest: &Manifest, tool: &crate::manifest::Tool) -> Value {
     let offers = crate::report::definitions::offers(
@@ -368,8 +439,14 @@ fn local_entry(manifest: &Manifest, tool: &crate::manifest::Tool) -> Value {
     Value::Object(t)
 }
 
-/// An upstream MCP tool: its own schema, annotations and output schema, under our name.
-fn mcp_entry(tool: &crate::manifest::Tool, remote: &Value) -> Value {
+/// An upstream MCP tool: its own schema, annotations, output schema and `_meta`, under our
+/// name. A whole server's resources are served under its prefix, so the resource an MCP App's
+/// `_meta.ui.resourceUri` names is too.
+fn mcp_entry(
+    tool: &crate::manifest::Tool,
+    remote: &Value,
+    whole: Option<&crate::manifest::Whole>,
+) -> Value {
     let mut t = Map::new();
     t.insert("name".into(), json!(export_name(&tool.name)));
     let desc = tool
@@ -386,9 +463,20 @@ fn mcp_entry(tool: &crate::manifest::Tool, remote: &Value) -> Value {
         "outputSchema",
         "annotations",
         "icons",
+        "_meta",
     ] {
         if let Some(v) = remote.get(key).filter(|v| !v.is_null()) {
             t.insert(key.into(), v.clone());
+        }
+    }
+    if let (Some(meta), Some(w)) = (t.get_mut("_meta"), whole) {
+        // The current key, and the flat one earlier MCP Apps hosts read.
+        for pointer in ["/ui/resourceUri", "/ui~1resourceUri"] {
+            if let Some(uri) = meta.pointer_mut(pointer) {
+                if let Some(served) = uri.as_str().map(|s| w.uri_of(s)) {
+                    *uri = json!(served);
+                }
+            }
         }
     }
     t.entry("inputSchema")

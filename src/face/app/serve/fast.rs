@@ -204,7 +204,9 @@ fn call(
         m.insert(key.clone(), cancel.clone());
     }
     let run = async move {
-        let r = gateway.call(&session, &name, args, cx).await;
+        let r = gateway
+            .call(&session, super::gateway::Target::Tool(&name), args, cx)
+            .await;
         if let Ok(mut m) = live.inflight.lock() {
             m.remove(&key);
         }

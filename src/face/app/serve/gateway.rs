@@ -33,8 +33,9 @@ use crate::trace_context::TraceContext;
 /// The gateway's shared state.
 pub(super) struct Gateway {
     pub catalog: Arc<Catalog>,
-    /// The kit of the manifest in force, with its generation (a reload replaces both).
-    kit: RwLock<(u64, Arc<CallKit>)>,
+    /// The kit of the manifest in force, with its generation and shape (a reload replaces
+    /// both; a whole server's tools learnt again, the kit).
+    kit: RwLock<((u64, u64), Arc<CallKit>)>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
     /// The lanes every session's store is renewed from (a reload renews it with the new
@@ -63,6 +64,8 @@ pub(super) struct Gateway {
     status: super::status::Log,
     /// The HTTP face's sessions.
     pub http_sessions: Arc<super::sessions::Sessions>,
+    /// The sessions told when a whole server's resources or prompts change.
+    pub followers: super::passthrough::Followers,
 }
 
 /// A session's lane store and plan options for one tenant (and the manifest generation they
@@ -102,6 +105,29 @@ struct Planned {
     approver: Option<Arc<dyn crate::run::Approver>>,
     /// The kit of the manifest it was planned with.
     kit: Arc<CallKit>,
+}
+
+/// What a client's request runs: a served tool, by the name it was listed under, or a read
+/// of a whole server's resource (by the server's own URI).
+#[derive(Clone, Copy)]
+pub(super) enum Target<'a> {
+    Tool(&'a str),
+    Read { server: &'a str, uri: &'a str },
+}
+
+impl Target<'_> {
+    /// The position in `manifest` of the tool that runs it; `Err`: none does.
+    fn resolve(
+        self,
+        catalog: &Catalog,
+        manifest: &crate::manifest::Manifest,
+    ) -> Result<usize, String> {
+        match self {
+            Target::Tool(name) => catalog.served(manifest, name),
+            Target::Read { server, uri } => crate::tools::mcp::reader_for(manifest, server, uri)
+                .ok_or_else(|| format!("MCP server `{server}` is not served whole")),
+        }
+    }
 }
 
 /// What a call brings besides its tool and arguments.
@@ -152,7 +178,7 @@ impl Gateway {
             .map(|p| super::approve::Desk::new(Arc::new(p), beat_name(&id), &limits));
         Gateway {
             catalog: Arc::new(catalog),
-            kit: RwLock::new((0, kit)),
+            kit: RwLock::new(((0, 0), kit)),
             reloading: tokio::sync::Mutex::new(()),
             store: RwLock::new(store),
             opts,
@@ -168,6 +194,7 @@ impl Gateway {
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
             http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
+            followers: super::passthrough::Followers::default(),
         }
     }
 
@@ -250,7 +277,7 @@ impl Gateway {
     pub(super) async fn call(
         self: &Arc<Self>,
         session: &Session,
-        name: &str,
+        name: Target<'_>,
         args: Map<String, Value>,
         cx: CallCx,
     ) -> Result<Outcome, String> {
@@ -307,12 +334,22 @@ impl Gateway {
     async fn prepare(
         &self,
         session: &Session,
-        name: &str,
+        name: Target<'_>,
         args: Map<String, Value>,
         tenant: &str,
     ) -> Result<Result<Planned, Refusal>, String> {
-        let first = self.catalog.manifest();
-        let t = self.catalog.served(&first, name)?;
+        let mut first = self.catalog.manifest();
+        let t = match name.resolve(&self.catalog, &first) {
+            Ok(t) => t,
+            // A whole server not asked yet (since a reload, or it was down) may have it.
+            Err(e) => {
+                if !self.catalog.ensure_wholes().await {
+                    return Err(e);
+                }
+                first = self.catalog.manifest();
+                name.resolve(&self.catalog, &first)?
+            }
+        };
         if self.closing.load(Ordering::SeqCst) {
             let why = "the gateway is shutting down; the call was not made";
             return Ok(Err(Refusal::new(ErrorKind::RunEnded, why)));
@@ -325,7 +362,7 @@ impl Gateway {
         let (now, kit) = self.in_force().await;
         let manifest = now.manifest;
         // A reload between the two looks may have moved or removed the tool.
-        let t = self.catalog.served(&manifest, name)?;
+        let t = name.resolve(&self.catalog, &manifest)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let (lanes, opts) = match self.lanes_for(session, tenant, (now.generation, &manifest)) {
             Ok(l) => l,
@@ -373,23 +410,47 @@ impl Gateway {
     async fn in_force(&self) -> (super::catalog::Current, Arc<CallKit>) {
         loop {
             let now = self.catalog.now();
-            let (generation, kit) = self
+            let ((generation, shape), kit) = self
                 .kit
                 .read()
                 .map(|k| k.clone())
                 .unwrap_or_else(|e| e.into_inner().clone());
-            if generation == now.generation {
+            if (generation, shape) == (now.generation, now.shape) {
                 return (now, kit);
+            }
+            if generation == now.generation {
+                // A whole server's tools were learnt again: its kit, made for them.
+                if let Ok(kit) = self.kit_for(&now.manifest, now.hub(), &kit) {
+                    let kit = Arc::new(kit);
+                    if let Ok(mut k) = self.kit.write() {
+                        if k.0 .0 == now.generation && k.0 .1 < now.shape {
+                            *k = ((now.generation, now.shape), kit.clone());
+                        }
+                    }
+                    return (now, kit);
+                }
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// `kit` made anew for `manifest`'s tools, on the MCP sessions of `hub`.
+    fn kit_for(
+        &self,
+        manifest: &crate::manifest::Manifest,
+        hub: Option<Arc<crate::tools::mcp::McpHub>>,
+        kit: &CallKit,
+    ) -> Result<CallKit, String> {
+        let empty = plan::build(manifest, &Batch::empty("<mcp>"), &self.opts)
+            .map_err(|d| crate::error::render_all(&d))?;
+        Ok(kit.for_manifest(manifest, &empty, hub))
     }
 
     /// Put `manifest` in force for new calls (SIGHUP, `--watch`): calls already made finish
     /// under the declarations they were planned with; sessions are told the list changed.
     /// `Err`: it was not put in force (the old one stays).
     pub(super) async fn reload(
-        &self,
+        self: &Arc<Self>,
         manifest: crate::manifest::Manifest,
     ) -> Result<usize, String> {
         let _one = self.reloading.lock().await;
@@ -402,26 +463,30 @@ impl Gateway {
             (true, true) => old.hub(),
             (false, true) => Some(crate::tools::mcp::McpHub::new(&manifest.mcp_servers)),
         };
-        let empty = plan::build(&manifest, &Batch::empty("<mcp>"), &self.opts)
-            .map_err(|d| crate::error::render_all(&d))?;
         let kit = self
             .kit
             .read()
             .map(|k| k.1.clone())
             .unwrap_or_else(|e| e.into_inner().1.clone());
-        let kit = Arc::new(kit.for_manifest(&manifest, &empty, hub.clone()));
+        let kit = Arc::new(self.kit_for(&manifest, hub.clone(), &kit)?);
         let tools = manifest.tools.len();
         let table = plan::lane_table(&manifest, &self.opts);
         let base = self
             .base()
             .for_lanes(&table, &run::Flow::default())
             .map_err(|e| e.0)?;
+        let fresh = hub
+            .clone()
+            .filter(|h| !old.hub().is_some_and(|o| Arc::ptr_eq(&o, h)));
         let generation = self.catalog.replace(manifest, hub).await?;
+        if let Some(hub) = fresh {
+            tokio::spawn(super::passthrough::follow(self.clone(), hub));
+        }
         if let Ok(mut s) = self.store.write() {
             *s = base;
         }
         if let Ok(mut k) = self.kit.write() {
-            *k = (generation, kit);
+            *k = ((generation, 0), kit);
         }
         Ok(tools)
     }

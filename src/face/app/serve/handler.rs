@@ -1,20 +1,25 @@
 //! The MCP side of the gateway, on `rmcp`'s server: `initialize`, `tools/list` and
-//! `tools/call` of one client session, over stdio or Streamable HTTP. A protocol fault (an
+//! `tools/call` of one client session, over stdio or Streamable HTTP — and, when the manifest
+//! serves a server whole, its resources, prompts and completions ([`passthrough`]). A protocol fault (an
 //! unknown tool, arguments that are not an object) is a JSON-RPC error; everything that
 //! happens to a call is its answer.
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::gateway::{CallCx, Gateway, Session};
+use super::gateway::{CallCx, Gateway, Session, Target};
+use super::passthrough;
 use super::progress::ProgressSink;
 use crate::tools::Progress;
 
@@ -103,10 +108,22 @@ fn progress_sink(cx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        let caps = ServerCapabilities::builder()
+        let mut caps = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
+        if passthrough::offered(&self.gateway.catalog.manifest()) {
+            // A whole server's resources, templates, prompts and completions pass through.
+            let more = serde_json::json!({
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+            });
+            if let Ok(m) = serde_json::from_value::<ServerCapabilities>(more) {
+                (caps.resources, caps.prompts, caps.completions) =
+                    (m.resources, m.prompts, m.completions);
+            }
+        }
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("flux-tools", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -143,8 +160,141 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let traceparent = context.meta.get("traceparent").and_then(|v| v.as_str());
         // Cancelled by the client, or with its whole session when the client is gone.
+        let (cx, watch) = self.call_cx(&context);
+        let args = request.arguments.unwrap_or_default();
+        // Boxed: rmcp's task for each request reserves room for its largest handler's future.
+        let mut call =
+            Box::pin(
+                self.gateway
+                    .call(&self.session, Target::Tool(&request.name), args, cx),
+            );
+        let answer = tokio::select! {
+            biased;
+            r = &mut call => r,
+            () = watch => call.await,
+        };
+        let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
+        let mut result = answer.result();
+        // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
+        // upstream's answer from an older server has none.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let f = &self.gateway.followers;
+        f.listed(
+            passthrough::Listing::Resources,
+            self.session.id,
+            &context.peer,
+        );
+        Box::pin(passthrough::resources(&self.gateway)).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Box::pin(passthrough::templates(&self.gateway)).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let (cx, watch) = self.call_cx(&context);
+        let mut read = Box::pin(passthrough::read(
+            &self.gateway,
+            &self.session,
+            &request.uri,
+            cx,
+        ));
+        let answer = tokio::select! {
+            biased;
+            r = &mut read => r,
+            () = watch => read.await,
+        };
+        answer.map(ReadResourceResponse::Complete)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let who = (self.session.id, &context.peer);
+        Box::pin(passthrough::subscribe(
+            &self.gateway,
+            who,
+            &request.uri,
+            true,
+        ))
+        .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let who = (self.session.id, &context.peer);
+        Box::pin(passthrough::subscribe(
+            &self.gateway,
+            who,
+            &request.uri,
+            false,
+        ))
+        .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let f = &self.gateway.followers;
+        f.listed(
+            passthrough::Listing::Prompts,
+            self.session.id,
+            &context.peer,
+        );
+        Box::pin(passthrough::prompts(&self.gateway)).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Box::pin(passthrough::prompt(&self.gateway, request))
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        Box::pin(passthrough::complete(&self.gateway, request)).await
+    }
+}
+
+impl Handler {
+    /// The context of a request that runs as a call (a resource read): its tenant, trace,
+    /// cancellation (the client's, or its session's end) and progress.
+    fn call_cx(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> (CallCx, impl std::future::Future<Output = ()>) {
+        let traceparent = context.meta.get("traceparent").and_then(|v| v.as_str());
         let cancel = CancellationToken::new();
         let (asked, gone, cancelling) = (
             context.ct.clone(),
@@ -160,26 +310,13 @@ impl ServerHandler for Handler {
         };
         let cx = CallCx {
             traceparent: traceparent.map(str::to_string),
-            tenant: self.tenant(&context),
+            tenant: self.tenant(context),
             cancel,
-            progress: progress_sink(&context),
-            elicit: elicit(&context),
-            arrival: arrival(&context),
+            progress: progress_sink(context),
+            elicit: elicit(context),
+            arrival: arrival(context),
         };
-        let args = request.arguments.unwrap_or_default();
-        // Boxed: rmcp's task for each request reserves room for its largest handler's future.
-        let mut call = Box::pin(self.gateway.call(&self.session, &request.name, args, cx));
-        let answer = tokio::select! {
-            biased;
-            r = &mut call => r,
-            () = watch => call.await,
-        };
-        let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
-        let mut result = answer.result();
-        // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
-        // upstream's answer from an older server has none.
-        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
-        Ok(CallToolResponse::Complete(result))
+        (cx, watch)
     }
 }
 
@@ -247,7 +384,8 @@ mod tests {
     #[test]
     fn a_waiting_call_is_small() {
         let call = |g: Arc<Gateway>, s: Arc<Session>, cx: CallCx| async move {
-            g.call(&s, "t", serde_json::Map::new(), cx).await
+            g.call(&s, Target::Tool("t"), serde_json::Map::new(), cx)
+                .await
         };
         let size = output_size(&call);
         assert!(size < 4096, "a call's future: {size} bytes");

@@ -22,6 +22,7 @@ mod listen;
 mod metrics;
 mod ops;
 mod order;
+mod passthrough;
 mod progress;
 mod record;
 mod reload;
@@ -59,7 +60,12 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let manifest = Manifest::load(&opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let tokens = tokens(&manifest)?;
     let admin = admin_token(&manifest)?;
+    let mut manifest = manifest;
     let hub = crate::tools::mcp::hub_for(&manifest);
+    let rt = runtime()?;
+    if let Some(hub) = &hub {
+        super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
+    }
     let catalog = Catalog::new(
         manifest.clone(),
         s.tools.as_deref(),
@@ -67,7 +73,6 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         opts.quiet,
     )
     .map_err(Error::Usage)?;
-    let rt = runtime()?;
     let parts = Parts::of_manifest(opts, manifest, hub, &rt)?;
     let lanes = parts.lanes.clone();
     let approver = Arc::new(crate::run::gate::NoApprover);
@@ -85,6 +90,9 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         core.finish(),
         core.controls(),
     ));
+    if let Some(hub) = gateway.catalog.now().hub() {
+        rt.spawn(passthrough::follow(gateway.clone(), hub));
+    }
     let path = opts.manifest.clone();
     rt.spawn(reload::reloads(gateway.clone(), path, s.watch, opts.quiet));
     let tenant = s.tenant.clone();

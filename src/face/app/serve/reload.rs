@@ -41,7 +41,7 @@ pub(super) async fn reloads(gateway: Arc<Gateway>, path: PathBuf, watch: bool, q
     }
 }
 
-async fn reload_once(gateway: &Gateway, path: &Path, why: &str, quiet: bool) {
+async fn reload_once(gateway: &Arc<Gateway>, path: &Path, why: &str, quiet: bool) {
     let shown = path.display();
     let loaded = {
         let path = path.to_path_buf();
