@@ -124,12 +124,25 @@ pub struct RunInfo {
 /// What a caller outside a batch wants back from its call besides the output (the gateway
 /// of `mcp serve` runs each client's call as a run of its own): an upstream MCP tool's
 /// result exactly as it came, and the upstream's progress as it happens.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Relay {
     /// The upstream's `CallToolResult` (as JSON) of the call's last attempt.
     pub raw: std::sync::Mutex<Option<Value>>,
     /// Where the upstream's progress notifications go, if anyone listens.
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
+    /// Who answers the upstream's questions (elicitation) during the call: the client that
+    /// made it, when it can be asked.
+    pub ask: Option<super::mcp::Asker>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("raw", &self.raw)
+            .field("progress", &self.progress.is_some())
+            .field("ask", &self.ask.is_some())
+            .finish()
+    }
 }
 
 impl Relay {

@@ -29,6 +29,7 @@ mod serve;
 mod serve_holds;
 mod serve_ops;
 mod serve_policies;
+mod serve_whole;
 mod signals;
 mod sqlite;
 mod stream;

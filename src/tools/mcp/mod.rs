@@ -18,7 +18,7 @@ mod learn;
 mod server;
 
 pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};
-pub(crate) use server::{Change, McpHub};
+pub(crate) use server::{Asker, Change, McpHub};
 use server::relay_progress;
 
 use std::sync::Arc;
@@ -206,6 +206,8 @@ impl McpTool {
             }
             return Err(Failure::failed(ErrorKind::ServerExited, why));
         }
+        let asker = inv.run.relay.as_ref().and_then(|r| r.ask.clone());
+        let _asking = session.asking.enter(asker);
         let sent = session
             .peer
             .send_request_with_option(request, PeerRequestOptions::no_options())

@@ -44,6 +44,54 @@ pub(crate) struct Upstream {
     server: String,
     progress: ProgressDispatcher,
     changes: tokio::sync::broadcast::Sender<Change>,
+    /// The calls in flight on the session, with who may answer a question about each.
+    pub(super) asking: Askers,
+}
+
+/// Answers an upstream's elicitation request: the client of the call it came during.
+pub(crate) type Asker = Arc<
+    dyn Fn(
+            rmcp::model::ElicitRequestParams,
+        ) -> futures_util::future::BoxFuture<'static, Result<rmcp::model::ElicitResult, String>>
+        + Send
+        + Sync,
+>;
+
+/// The calls in flight on a session (by a number of their own), each with its asker.
+#[derive(Clone, Default)]
+pub(super) struct Askers(Arc<Mutex<(u64, Vec<(u64, Option<Asker>)>)>>);
+
+impl Askers {
+    /// A call is in flight until the guard drops.
+    pub(super) fn enter(&self, asker: Option<Asker>) -> AskerGuard {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 += 1;
+        let id = g.0;
+        g.1.push((id, asker));
+        AskerGuard(self.clone(), id)
+    }
+
+    /// Who to ask: the one call in flight's client. With none, or several (a server's
+    /// question does not say which call it is about), nobody.
+    fn one(&self) -> Result<Asker, String> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match g.1.as_slice() {
+            [(_, Some(a))] => Ok(a.clone()),
+            [(_, None)] => Err("the client that made this call cannot be asked (it declared no elicitation capability)".into()),
+            [] => Err("no call is in flight to ask about".into()),
+            many => Err(format!("{} calls are in flight on this server: the gateway cannot tell which client to ask", many.len())),
+        }
+    }
+}
+
+/// Takes its call off [`Askers`] when dropped.
+pub(super) struct AskerGuard(Askers, u64);
+
+impl Drop for AskerGuard {
+    fn drop(&mut self) {
+        let mut g = (self.0).0.lock().unwrap_or_else(|e| e.into_inner());
+        g.1.retain(|(id, _)| *id != self.1);
+    }
 }
 
 impl Upstream {
@@ -71,6 +119,30 @@ impl rmcp::ClientHandler for Upstream {
 
     async fn on_prompt_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
         self.tell(Change::Prompts);
+    }
+
+    /// A question from the server during a call goes to that call's client.
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let refused = |why: String| {
+            rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
+        };
+        let ask = self.asking.one().map_err(refused)?;
+        ask(request).await.map_err(refused)
+    }
+
+    /// It may ask questions (elicitation, both modes): a call's client answers them.
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let caps = serde_json::json!({"elicitation": {"form": {}, "url": {}}});
+        let mut info = rmcp::model::ClientConfig::default();
+        if let Ok(c) = serde_json::from_value(caps) {
+            info.capabilities = c;
+        }
+        info.client_info = rmcp::model::Implementation::new("flux-tools", env!("CARGO_PKG_VERSION"));
+        info
     }
 
     async fn on_resource_updated(
@@ -124,6 +196,8 @@ pub struct Session {
     tools: Mutex<Option<Vec<Value>>>,
     /// Set when a call saw the transport close: later calls fail at once, unsent.
     pub(super) dead: std::sync::atomic::AtomicBool,
+    /// Its calls in flight, for a question the server asks.
+    pub(super) asking: Askers,
     /// A stdio server's process id: its exit is seen as soon as it happens.
     pid: Option<u32>,
 }
@@ -357,6 +431,7 @@ async fn start(
         server: name.clone(),
         progress: ProgressDispatcher::default(),
         changes,
+        asking: Askers::default(),
     };
     let mut pid = None;
     let service: Service = if let Some(argv) = &decl.command {
@@ -420,6 +495,7 @@ async fn start(
         service: tokio::sync::Mutex::new(Some(service)),
         peer,
         progress: upstream.progress,
+        asking: upstream.asking,
         stderr,
         stderr_eof,
         tools: Mutex::new(None),

@@ -439,35 +439,27 @@ fn local_entry(manifest: &Manifest, tool: &crate::manifest::Tool) -> Value {
     Value::Object(t)
 }
 
-/// An upstream MCP tool: its own schema, annotations, output schema and `_meta`, under our
-/// name. A whole server's resources are served under its prefix, so the resource an MCP App's
+/// An upstream MCP tool as its server lists it (schema, annotations, output schema, `_meta`,
+/// title, …), under our name. A whole server's resources are served under its prefix, so the resource an MCP App's
 /// `_meta.ui.resourceUri` names is too.
 fn mcp_entry(
     tool: &crate::manifest::Tool,
     remote: &Value,
     whole: Option<&crate::manifest::Whole>,
 ) -> Value {
-    let mut t = Map::new();
+    // Verbatim (whatever a later revision adds too), but for its name and a description the
+    // manifest gives.
+    let mut t: Map<String, Value> = (remote.as_object().into_iter().flatten())
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     t.insert("name".into(), json!(export_name(&tool.name)));
-    let desc = tool
+    if let Some(d) = tool
         .description
         .as_deref()
-        .map(crate::template::redact_raw)
-        .or_else(|| remote["description"].as_str().map(str::to_string));
-    if let Some(d) = desc {
-        t.insert("description".into(), json!(d));
-    }
-    for key in [
-        "title",
-        "inputSchema",
-        "outputSchema",
-        "annotations",
-        "icons",
-        "_meta",
-    ] {
-        if let Some(v) = remote.get(key).filter(|v| !v.is_null()) {
-            t.insert(key.into(), v.clone());
-        }
+        .filter(|_| tool.discovered_from.is_none())
+    {
+        t.insert("description".into(), json!(crate::template::redact_raw(d)));
     }
     if let (Some(meta), Some(w)) = (t.get_mut("_meta"), whole) {
         // The current key, and the flat one earlier MCP Apps hosts read.

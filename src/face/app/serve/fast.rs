@@ -108,8 +108,8 @@ pub(super) async fn answer(
             (c.id, c.name, c.args, c.progress, c.traceparent)
         }
     };
-    if gateway.may_ask_client(&name) {
-        // Its approval may be asked through the client: rmcp's, which can ask it.
+    if gateway.may_ask_client(&session, &name) {
+        // Its client may be asked something: rmcp's, which can ask it.
         return None;
     }
     let tenant = tenant.unwrap_or_else(|| live.tenant.clone());
@@ -126,6 +126,7 @@ pub(super) async fn answer(
         progress,
         elicit: None,
         arrival,
+        asks: None,
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

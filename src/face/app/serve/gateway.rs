@@ -38,6 +38,8 @@ pub(super) struct Gateway {
     kit: RwLock<((u64, u64), Arc<CallKit>)>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
+    /// One remaking of the kit for a new shape at a time.
+    reshaping: Mutex<()>,
     /// The lanes every session's store is renewed from (a reload renews it with the new
     /// manifest's lane table, so sessions share the new lanes).
     store: RwLock<Arc<dyn LaneStore>>,
@@ -76,7 +78,7 @@ type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
 pub(super) struct Session {
     pub id: u64,
     run_id: String,
-    lanes: Mutex<HashMap<String, (u64, TenantLanes)>>,
+    lanes: Mutex<HashMap<String, ((u64, u64), TenantLanes)>>,
     /// What it has spent against `[serve.session]`.
     spend: Spend,
     /// Its history record, written when it ends (or hourly).
@@ -85,6 +87,8 @@ pub(super) struct Session {
     pub turnstile: Arc<order::Turnstile>,
     /// Cancelled when its client is gone (stdin closed): every call of the session with it.
     pub gone: CancellationToken,
+    /// Its client said it answers questions (elicitation) when it initialized.
+    pub answers: std::sync::atomic::AtomicBool,
 }
 
 /// A call planned as a batch of one, ready to take its place.
@@ -105,6 +109,8 @@ struct Planned {
     approver: Option<Arc<dyn crate::run::Approver>>,
     /// The kit of the manifest it was planned with.
     kit: Arc<CallKit>,
+    /// Who answers its upstream's questions.
+    ask: Option<crate::tools::mcp::Asker>,
 }
 
 /// What a client's request runs: a served tool, by the name it was listed under, or a read
@@ -142,6 +148,8 @@ pub(super) struct CallCx {
     /// Its place on its session's wire: it takes its place in the order after the requests
     /// read before it.
     pub arrival: Option<Arc<order::Pass>>,
+    /// The client, when it can answer an upstream's questions (it declared elicitation).
+    pub asks: Option<crate::tools::mcp::Asker>,
 }
 
 #[cfg(test)]
@@ -156,6 +164,7 @@ impl Session {
             record: super::record::SessionRecord::new(None, "test".into()),
             turnstile: Arc::default(),
             gone: CancellationToken::new(),
+            answers: Default::default(),
         }
     }
 }
@@ -180,6 +189,7 @@ impl Gateway {
             catalog: Arc::new(catalog),
             kit: RwLock::new(((0, 0), kit)),
             reloading: tokio::sync::Mutex::new(()),
+            reshaping: Mutex::new(()),
             store: RwLock::new(store),
             opts,
             order: Arc::default(),
@@ -213,24 +223,28 @@ impl Gateway {
             spend: Spend::default(),
             turnstile: Arc::default(),
             gone: CancellationToken::new(),
+            answers: Default::default(),
         })
     }
 
-    /// Whether a call of `name` may need approval asked through the client (so the fast
-    /// path, which cannot ask, leaves it to rmcp).
-    pub(super) fn may_ask_client(&self, name: &str) -> bool {
+    /// Whether a call of `name` by `session` may ask its client something — its approval,
+    /// or its upstream's question (the client answers questions) — so the fast path, which
+    /// cannot ask, leaves it to rmcp.
+    pub(super) fn may_ask_client(&self, session: &Session, name: &str) -> bool {
         let m = self.catalog.manifest();
-        if !m.serve.approval_in_band {
-            return false;
-        }
         let Some(t) = m.tool_position(name).map(|i| &m.tools[i]) else {
             return false;
         };
+        let mcp = t.settings_of::<McpSpec>().is_some();
+        if mcp && session.answers.load(Ordering::Relaxed) {
+            return true;
+        }
+        if !m.serve.approval_in_band {
+            return false;
+        }
         match t.approval {
             crate::manifest::Approval::Required => true,
-            crate::manifest::Approval::Unset => {
-                t.requires_approval || t.settings_of::<McpSpec>().is_some()
-            }
+            crate::manifest::Approval::Unset => t.requires_approval || mcp,
             crate::manifest::Approval::None | crate::manifest::Approval::OutOfBand => false,
         }
     }
@@ -240,7 +254,7 @@ impl Gateway {
         &self,
         session: &Session,
         tenant: &str,
-        (generation, manifest): (u64, &crate::manifest::Manifest),
+        (generation, manifest): ((u64, u64), &crate::manifest::Manifest),
     ) -> Result<TenantLanes, String> {
         let mut map = session.lanes.lock().map_err(|_| "session state lost")?;
         if let Some((g, (s, o))) = map.get(tenant) {
@@ -295,6 +309,7 @@ impl Gateway {
             Err(why) => return Ok(Outcome::Refused(why)),
         };
         planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
+        planned.ask = cx.asks.clone();
         planned.tenant = cx.tenant.clone();
         let tool = &planned.manifest.tools[planned.tool];
         let limits = &planned.manifest.serve.session;
@@ -364,7 +379,8 @@ impl Gateway {
         // A reload between the two looks may have moved or removed the tool.
         let t = name.resolve(&self.catalog, &manifest)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (lanes, opts) = match self.lanes_for(session, tenant, (now.generation, &manifest)) {
+        let version = (now.generation, now.shape);
+        let (lanes, opts) = match self.lanes_for(session, tenant, (version, &manifest)) {
             Ok(l) => l,
             Err(e) => return Ok(Err(Refusal::new(ErrorKind::LaneStore, e))),
         };
@@ -394,6 +410,7 @@ impl Gateway {
             claims,
             approver: None,
             kit,
+            ask: None,
         }))
     }
 
@@ -419,19 +436,41 @@ impl Gateway {
                 return (now, kit);
             }
             if generation == now.generation {
-                // A whole server's tools were learnt again: its kit, made for them.
-                if let Ok(kit) = self.kit_for(&now.manifest, now.hub(), &kit) {
-                    let kit = Arc::new(kit);
-                    if let Ok(mut k) = self.kit.write() {
-                        if k.0 .0 == now.generation && k.0 .1 < now.shape {
-                            *k = ((now.generation, now.shape), kit.clone());
-                        }
-                    }
+                // A whole server's tools were learnt again: its kit and lanes, made for them.
+                if let Ok(kit) = self.reshape(&now, &kit) {
                     return (now, kit);
                 }
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// The kit and the lanes sessions are renewed from, made for the tools of `now` (a new
+    /// shape of its generation); the new kit.
+    fn reshape(
+        &self,
+        now: &super::catalog::Current,
+        kit: &CallKit,
+    ) -> Result<Arc<CallKit>, String> {
+        let _one = self.reshaping.lock().map_err(|_| "gateway state lost")?;
+        if let Ok(k) = self.kit.read() {
+            if k.0 == (now.generation, now.shape) {
+                return Ok(k.1.clone());
+            }
+        }
+        let fresh = Arc::new(self.kit_for(&now.manifest, now.hub(), kit)?);
+        let table = plan::lane_table(&now.manifest, &self.opts);
+        let base = self
+            .base()
+            .for_lanes(&table, &run::Flow::default())
+            .map_err(|e| e.0)?;
+        if let (Ok(mut s), Ok(mut k)) = (self.store.write(), self.kit.write()) {
+            if k.0 .0 == now.generation && k.0 .1 < now.shape {
+                *s = base;
+                *k = ((now.generation, now.shape), fresh.clone());
+            }
+        }
+        Ok(fresh)
     }
 
     /// `kit` made anew for `manifest`'s tools, on the MCP sessions of `hub`.
@@ -537,6 +576,7 @@ impl Gateway {
         let relay = Arc::new(Relay {
             raw: Mutex::default(),
             progress: reporter.as_ref().map(|_| progress_tx),
+            ask: p.ask.clone(),
         });
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let scope = Scope {

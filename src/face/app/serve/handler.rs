@@ -134,6 +134,17 @@ impl ServerHandler for Handler {
             )
     }
 
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        let answers = request.capabilities.elicitation.is_some();
+        (self.session.answers).store(answers, std::sync::atomic::Ordering::Relaxed);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -315,6 +326,7 @@ impl Handler {
             progress: progress_sink(context),
             elicit: elicit(context),
             arrival: arrival(context),
+            asks: asks(context),
         };
         (cx, watch)
     }
@@ -330,6 +342,21 @@ fn arrival(cx: &RequestContext<RoleServer>) -> Option<Arc<super::order::Pass>> {
             .and_then(|p| p.extensions.get::<Arrival>())
     });
     stamped.map(|a| a.0.clone())
+}
+
+/// How to pass an upstream's question on to this session's client, if it declared it can
+/// answer one (elicitation, in either mode: the client's own capability decides).
+fn asks(context: &RequestContext<RoleServer>) -> Option<crate::tools::mcp::Asker> {
+    let peer = context.peer.clone();
+    peer.peer_info()?.capabilities.elicitation.as_ref()?;
+    Some(Arc::new(move |params| {
+        let peer = peer.clone();
+        Box::pin(async move {
+            peer.create_elicitation(params)
+                .await
+                .map_err(|e| format!("the client did not answer: {e}"))
+        })
+    }))
 }
 
 /// How to ask this session's client to approve a call, if it supports form elicitation.

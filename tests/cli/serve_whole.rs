@@ -1,0 +1,376 @@
+//! Whole MCP servers behind `mcp serve` (`whole = true`, no `[tools.*]` table): what the
+//! Python `mcp` SDK sees through the gateway against what it sees directly, two servers under
+//! prefixes side by side, an upstream's changing tool list, resource reads ordered after
+//! writes (in one gateway and across two), and an upstream's questions passed to the client.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::common::{repo, Project};
+use crate::mcp::own_server;
+use crate::serve::{client, finish, http, log_lines, python, run_client, stdio, HttpGateway};
+
+/// server-everything's entry point, or `None` (skipped with a notice, except in CI).
+fn everything() -> Option<PathBuf> {
+    let path = repo()
+        .join("target/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if path.exists() {
+        return Some(path);
+    }
+    crate::common::skip(
+        &format!("server-everything is not installed at {}", path.display()),
+        "npm install --prefix target/mcp @modelcontextprotocol/server-everything",
+    );
+    None
+}
+
+/// `[mcp_servers.NAME]` serving server-everything whole, with `extra` lines.
+fn everything_whole(name: &str, extra: &str) -> Option<String> {
+    let ev = everything()?;
+    Some(format!(
+        "[mcp_servers.{name}]\ncommand = [\"node\", \"{}\", \"stdio\"]\nwhole = true\n{extra}\n",
+        ev.display()
+    ))
+}
+
+/// `v` without the keys rmcp's types drop (`execution`: tasks, issue 51) and with `key`'s
+/// value mapped by `f` (a served name or URI back to the server's own).
+fn own(mut v: Value, key: &str, f: impl Fn(&str) -> String) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("execution");
+        if let Some(s) = o.get(key).and_then(Value::as_str).map(&f) {
+            o.insert(key.into(), json!(s));
+        }
+    }
+    v
+}
+
+fn strip<'a>(prefix: &'a str) -> impl Fn(&str) -> String + 'a {
+    move |s: &str| s.strip_prefix(prefix).unwrap_or(s).to_string()
+}
+
+fn list(v: &Value, key: &str, name: &str, f: &dyn Fn(&str) -> String) -> Vec<Value> {
+    let mut out: Vec<Value> = (v[key].as_array().into_iter().flatten())
+        .map(|x| own(x.clone(), name, f))
+        .collect();
+    out.sort_by_key(|x| x[name].as_str().unwrap_or_default().to_string());
+    out
+}
+
+#[test]
+fn a_whole_server_offers_through_the_gateway_what_it_offers_directly() {
+    let Some(py) = python() else { return };
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let ev = everything().unwrap_or_default().display().to_string();
+    let direct_how = ["--stdio", "node", &ev, "stdio"].map(String::from).to_vec();
+    let args = |prefix: &str| json!({ format!("{prefix}args-prompt"): {"city": "Paris"} });
+    let direct = run_client(&py, &direct_how, &["whole", &args("").to_string()]);
+    let served = run_client(&py, &stdio(&p, &[]), &["whole", &args("ev_").to_string()]);
+    let none = |s: &str| s.to_string();
+    for (key, name, pre) in [
+        ("tools", "name", "ev_"),
+        ("resources", "uri", "ev+"),
+        ("templates", "uriTemplate", "ev+"),
+        ("prompts", "name", "ev_"),
+    ] {
+        let (d, s) = (
+            list(&direct, key, name, &none),
+            list(&served, key, name, &strip(pre)),
+        );
+        assert!(!d.is_empty(), "server-everything offers {key}: {direct}");
+        assert_eq!(d, s, "{key}, names aside");
+    }
+    // Every resource reads byte for byte the same, under its served URI.
+    let reads = direct["reads"].as_object().cloned().unwrap_or_default();
+    assert!(reads.len() >= 5, "{direct}");
+    for (uri, d) in reads {
+        let s = &served["reads"][format!("ev+{uri}")];
+        let contents = |v: &Value, f: &dyn Fn(&str) -> String| -> Vec<Value> {
+            let l = v["contents"].as_array().cloned().unwrap_or_default();
+            l.into_iter().map(|c| own(c, "uri", f)).collect()
+        };
+        assert_eq!(contents(&d, &none), contents(s, &strip("ev+")), "{uri}");
+    }
+    for name in ["simple-prompt", "args-prompt"] {
+        assert_eq!(
+            direct["got"][name],
+            served["got"][format!("ev_{name}")],
+            "prompt {name}"
+        );
+        assert!(direct["got"][name]["messages"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[test]
+fn the_inspector_cli_lists_resources_and_prompts_and_reads_through_the_gateway() {
+    let inspector = repo().join("target/inspector/node_modules/.bin/mcp-inspector");
+    if !inspector.exists() {
+        crate::common::skip(
+            &format!(
+                "the MCP Inspector is not installed at {}",
+                inspector.display()
+            ),
+            "npm install --prefix target/inspector @modelcontextprotocol/inspector",
+        );
+        return;
+    }
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let run = |args: &[&str]| -> Value {
+        let out = std::process::Command::new(&inspector)
+            .args(["--cli", &gw.url, "--transport", "http"])
+            .args(args)
+            .output()
+            .expect("run the inspector");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("inspector JSON")
+    };
+    let resources = run(&["--method", "resources/list"]);
+    let uris: Vec<&str> = (resources["resources"].as_array().into_iter().flatten())
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(
+        uris.len() >= 5 && uris.iter().all(|u| u.starts_with("ev+")),
+        "{resources}"
+    );
+    let read = run(&["--method", "resources/read", "--uri", uris[0]]);
+    assert_eq!(read["contents"][0]["uri"], uris[0], "{read}");
+    assert!(
+        read["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{read}"
+    );
+    let prompts = run(&["--method", "prompts/list"]);
+    assert!(
+        prompts.to_string().contains("ev_simple-prompt"),
+        "{prompts}"
+    );
+    let got = run(&[
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "ev_simple-prompt",
+    ]);
+    assert!(got["messages"][0]["content"]["text"].is_string(), "{got}");
+}
+
+#[test]
+fn two_whole_servers_under_prefixes_serve_side_by_side() {
+    let Some(py) = python() else { return };
+    let (Some(a), Some(b)) = (
+        everything_whole("one", ""),
+        everything_whole("two", "deny = [\"get-*\", \"*architecture*\"]"),
+    ) else {
+        return;
+    };
+    let p = Project::new(&format!("{a}\n{b}"));
+    let served = run_client(&py, &stdio(&p, &[]), &["whole", "{}"]);
+    let names = |key: &str, field: &str| -> Vec<String> {
+        (served[key].as_array().into_iter().flatten())
+            .filter_map(|t| t[field].as_str().map(str::to_string))
+            .collect()
+    };
+    let tools = names("tools", "name");
+    assert!(
+        tools.contains(&"one_echo".into()) && tools.contains(&"two_echo".into()),
+        "{tools:?}"
+    );
+    assert!(tools.contains(&"one_get-sum".into()), "{tools:?}");
+    assert!(
+        !tools.iter().any(|t| t.starts_with("two_get-")),
+        "two's deny: {tools:?}"
+    );
+    let uris = names("resources", "uri");
+    assert!(
+        uris.iter().any(|u| u.starts_with("one+demo://")),
+        "{uris:?}"
+    );
+    assert!(
+        uris.iter().any(|u| u.starts_with("two+demo://")),
+        "{uris:?}"
+    );
+    assert!(
+        !uris
+            .iter()
+            .any(|u| u.starts_with("two+") && u.contains("architecture")),
+        "{uris:?}"
+    );
+    // Each read went to its own server.
+    let reads = served["reads"].as_object().cloned().unwrap_or_default();
+    assert_eq!(reads.len(), uris.len(), "{served}");
+    for (uri, r) in reads {
+        assert_eq!(r["contents"][0]["uri"], json!(uri), "{r}");
+    }
+    let r = run_client(
+        &py,
+        &stdio(&p, &[]),
+        &["call", "two_echo", r#"{"message": "hi"}"#],
+    );
+    assert_eq!(r["content"][0]["text"], "Echo: hi", "{r}");
+}
+
+#[test]
+fn a_subscribed_resource_s_update_reaches_the_session() {
+    let Some(py) = python() else { return };
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let uri = "ev+demo://resource/dynamic/text/1";
+    let r = run_client(
+        &py,
+        &stdio(&p, &[]),
+        &["subscribe", uri, "ev_toggle-subscriber-updates", "{}", "15"],
+    );
+    let updated = r["updated"].as_array().cloned().unwrap_or_default();
+    assert!(updated.contains(&json!(uri)), "{r}");
+}
+
+/// The project's own test server served whole, logging to `log`.
+fn own_whole(p: &Project, log: &std::path::Path, extra: &str) {
+    p.write(
+        "tools.toml",
+        &format!(
+            "[mcp_servers.own]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\", MCP_TEST_READ_MS = \"50\" }}\nwhole = true\nrequires_approval = false\n{extra}\n",
+            own_server().display(),
+            log.display()
+        ),
+    );
+}
+
+#[test]
+fn a_tool_an_upstream_adds_is_listed_to_every_session_and_runs() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    // Another session that listed hears of the change too.
+    let other = client(
+        &py,
+        &http(&gw.url),
+        &[
+            "await_change",
+            "10",
+            &p.path().join("x").display().to_string(),
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let r = run_client(
+        &py,
+        &http(&gw.url),
+        &["grow", "own_grow", "own_grown", "10"],
+    );
+    assert_eq!(r["changed"], true, "{r}");
+    assert!(r["waited_ms"].as_u64().is_some_and(|ms| ms < 2000), "{r}");
+    assert!(!r["first"].to_string().contains("own_grown"), "{r}");
+    assert!(r["second"].to_string().contains("own_grown"), "{r}");
+    assert_eq!(r["new"]["content"][0]["text"], r#"{"grown": "yes"}"#, "{r}");
+    let o = finish(other);
+    assert_eq!(o["changed"], true, "{o}");
+}
+
+/// The board is written (`own_write`, 400 ms) and read 50 ms later through `gws[1]`: the read
+/// starts at the server once the write has ended.
+fn a_read_waits_for_the_write_before_it(gws: &[&HttpGateway]) {
+    let Some(py) = python() else { return };
+    let plan = json!([
+        {"url": gws[0].url, "tool": "own_write", "args": {"ms": 400, "tag": "w"}, "at_ms": 0},
+        {"url": gws[1].url, "uri": "own+note://board", "at_ms": 50},
+    ]);
+    let out = finish(client(&py, &http("-"), &["plan", &plan.to_string()]));
+    assert_eq!(out[1]["text"], "the board", "{out}");
+}
+
+fn when(lines: &[String], what: &str) -> u128 {
+    lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix(what)
+                .and_then(|r| r.trim().split(' ').next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no `{what}` in {lines:?}"))
+}
+
+#[test]
+fn a_resource_read_after_a_write_on_its_server_waits_for_the_write() {
+    if python().is_none() {
+        return;
+    }
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    a_read_waits_for_the_write_before_it(&[&gw, &gw]);
+    let lines = log_lines(&log);
+    assert!(
+        when(&lines, "read-start") >= when(&lines, "end w"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_resource_read_waits_for_a_write_through_another_gateway_process() {
+    if python().is_none() {
+        return;
+    }
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let a = HttpGateway::start(&p, &[], &[]);
+    let b = HttpGateway::start(&p, &[], &[]);
+    a_read_waits_for_the_write_before_it(&[&a, &b]);
+    let lines = log_lines(&log);
+    assert!(
+        when(&lines, "read-start") >= when(&lines, "end w"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn an_upstream_s_question_reaches_the_client_that_can_answer_and_is_refused_for_one_that_cannot() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let args = r#"{"message": "may I?"}"#;
+    let r = run_client(&py, &http(&gw.url), &["elicit", "accept", "own_ask", args]);
+    assert_eq!(r["asked"], json!(["may I?"]), "{r}");
+    assert_eq!(
+        r["result"]["content"][0]["text"], r#"{"action": "accept"}"#,
+        "{r}"
+    );
+    let r = run_client(&py, &http(&gw.url), &["elicit", "decline", "own_ask", args]);
+    assert_eq!(
+        r["result"]["content"][0]["text"], r#"{"action": "decline"}"#,
+        "{r}"
+    );
+    // Over stdio too.
+    let r = run_client(&py, &stdio(&p, &[]), &["elicit", "accept", "own_ask", args]);
+    assert_eq!(
+        r["result"]["content"][0]["text"], r#"{"action": "accept"}"#,
+        "{r}"
+    );
+    // A client with no elicitation: the upstream is told why, and says so.
+    let r = run_client(&py, &http(&gw.url), &["call", "own_ask", args]);
+    let text = r["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("not asked") && text.contains("elicitation"),
+        "{r}"
+    );
+}
