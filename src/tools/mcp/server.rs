@@ -59,7 +59,10 @@ pub(crate) type Asker = Arc<
 
 /// The calls in flight on a session (by a number of their own), each with its asker.
 #[derive(Clone, Default)]
-pub(super) struct Askers(Arc<Mutex<(u64, Vec<(u64, Option<Asker>)>)>>);
+pub(super) struct Askers(Arc<Mutex<InFlight>>);
+
+/// The last number given, and each call in flight by its number.
+type InFlight = (u64, Vec<(u64, Option<Asker>)>);
 
 impl Askers {
     /// A call is in flight until the guard drops.

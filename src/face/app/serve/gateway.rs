@@ -35,7 +35,7 @@ pub(super) struct Gateway {
     pub catalog: Arc<Catalog>,
     /// The kit of the manifest in force, with its generation and shape (a reload replaces
     /// both; a whole server's tools learnt again, the kit).
-    kit: RwLock<((u64, u64), Arc<CallKit>)>,
+    kit: RwLock<(Version, Arc<CallKit>)>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
     /// One remaking of the kit for a new shape at a time.
@@ -70,6 +70,9 @@ pub(super) struct Gateway {
     pub followers: super::passthrough::Followers,
 }
 
+/// A manifest's generation and shape within it.
+type Version = (u64, u64);
+
 /// A session's lane store and plan options for one tenant (and the manifest generation they
 /// were planned for).
 type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
@@ -78,7 +81,7 @@ type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
 pub(super) struct Session {
     pub id: u64,
     run_id: String,
-    lanes: Mutex<HashMap<String, ((u64, u64), TenantLanes)>>,
+    lanes: Mutex<HashMap<String, (Version, TenantLanes)>>,
     /// What it has spent against `[serve.session]`.
     spend: Spend,
     /// Its history record, written when it ends (or hourly).
@@ -254,7 +257,7 @@ impl Gateway {
         &self,
         session: &Session,
         tenant: &str,
-        (generation, manifest): ((u64, u64), &crate::manifest::Manifest),
+        (generation, manifest): (Version, &crate::manifest::Manifest),
     ) -> Result<TenantLanes, String> {
         let mut map = session.lanes.lock().map_err(|_| "session state lost")?;
         if let Some((g, (s, o))) = map.get(tenant) {
