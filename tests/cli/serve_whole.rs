@@ -374,3 +374,149 @@ fn an_upstream_s_question_reaches_the_client_that_can_answer_and_is_refused_for_
         "{r}"
     );
 }
+
+#[test]
+fn an_mcp_app_s_ui_resource_is_named_under_the_prefix_and_reads_byte_for_byte() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let direct_how = vec!["--stdio".to_string(), own_server().display().to_string()];
+    let direct = run_client(&py, &direct_how, &["read", "ui://app/index.html"]);
+    let tools = run_client(&py, &stdio(&p, &[]), &["list"]);
+    let app = (tools.as_array().into_iter().flatten())
+        .find(|t| t["name"] == "own_app")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        app["_meta"]["ui"]["resourceUri"], "own+ui://app/index.html",
+        "{tools}"
+    );
+    let served = run_client(&py, &stdio(&p, &[]), &["read", "own+ui://app/index.html"]);
+    assert_eq!(
+        served["contents"][0]["text"], direct["contents"][0]["text"],
+        "{served}"
+    );
+    assert_eq!(
+        served["contents"][0]["mimeType"], "text/html;profile=mcp-app",
+        "{served}"
+    );
+    assert_eq!(
+        served["contents"][0]["uri"], "own+ui://app/index.html",
+        "{served}"
+    );
+    // A URI no served server owns, or one its server's `deny` hides, is not found.
+    let r = run_client(&py, &stdio(&p, &[]), &["read", "other+ui://app/index.html"]);
+    assert!(
+        r["jsonrpc_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no resource")),
+        "{r}"
+    );
+    own_whole(&p, &log, "deny = [\"ui://*\"]");
+    let r = run_client(&py, &stdio(&p, &[]), &["read", "own+ui://app/index.html"]);
+    assert!(
+        r["jsonrpc_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no resource")),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_whole_server_s_cache_glob_serves_a_second_read_without_its_server() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "cache = { \"note://*\" = \"1m\" }");
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    for _ in 0..3 {
+        let r = run_client(&py, &http(&gw.url), &["read", "own+note://board"]);
+        assert_eq!(r["contents"][0]["text"], "the board", "{r}");
+    }
+    let reads = log_lines(&log)
+        .iter()
+        .filter(|l| l.starts_with("read-start"))
+        .count();
+    assert_eq!(reads, 1, "{:?}", log_lines(&log));
+}
+
+#[test]
+fn tools_plan_and_run_see_a_whole_server_s_tools_as_the_gateway_does() {
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "prefix = \"db\"\ndeny = [\"crash\", \"hang\"]");
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let names: Vec<&str> = (listed["tools"].as_array().into_iter().flatten())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"db.sleep") && names.contains(&"db.write"),
+        "{names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("crash") || n.contains("resources/read")),
+        "{names:?}"
+    );
+    let sleep =
+        (listed["tools"].as_array().into_iter().flatten()).find(|t| t["name"] == "db.sleep");
+    assert_eq!(
+        sleep.map(|t| t["effect"].clone()),
+        Some(json!("read")),
+        "{listed}"
+    );
+    let emitted = p
+        .cmd()
+        .args(["tools", "--emit", "openai", "--tools", "db_sleep"])
+        .output()
+        .unwrap();
+    let offer: Value = serde_json::from_slice(&emitted.stdout).unwrap_or_default();
+    assert_eq!(offer[0]["function"]["name"], "db_sleep", "{offer}");
+    assert!(
+        offer[0]["function"]["parameters"]["properties"]["ms"].is_object(),
+        "{offer}"
+    );
+    let batch = p.write(
+        "b.yaml",
+        "calls:\n  - {id: a, tool: db.sleep, args: {ms: 1, tag: a}}\n  - {id: b, tool: db_write, args: {ms: 1, tag: b}}\n",
+    );
+    let out = p
+        .cmd()
+        .args(["run", batch.to_str().unwrap_or_default()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("\"status\":\"ok\"").count(), 2, "{text}");
+    let plan = p
+        .cmd()
+        .args([
+            "plan",
+            batch.to_str().unwrap_or_default(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        plan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+}

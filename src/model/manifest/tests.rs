@@ -204,3 +204,53 @@ fn a_weight_above_a_lane_could_never_run() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn a_whole_server_reads_its_defaults_and_refuses_what_makes_no_sense() {
+    let m = parse(
+        "[lanes.db]\nconcurrency = 2\n[mcp_servers.ev]\ncommand = [\"x\"]\nwhole = true\nlanes = [\"db\"]\ntimeout = \"5s\"\ncost = 0.5\nrequires_approval = [\"delete_*\"]\ncache = { \"file:///*\" = \"1m\" }\n",
+    )
+    .unwrap();
+    let w = m.mcp_servers["ev"].whole.as_ref().unwrap();
+    assert_eq!(w.prefix, "ev");
+    assert_eq!(w.lanes, ["db"]);
+    assert_eq!(
+        w.timeout.as_ref().map(|t| t.0),
+        Some(Duration::from_secs(5))
+    );
+    assert!(w.needs_approval("delete_all", false) && !w.needs_approval("get", true));
+    assert_eq!(w.cache_for("file:///a"), Some(Duration::from_secs(60)));
+    // Its keys without `whole = true`, a prefix a name cannot carry, an undeclared lane.
+    let e = errors("[mcp_servers.ev]\ncommand = [\"x\"]\nprefix = \"p\"\n");
+    assert!(e[0].message.contains("applies to a whole server"), "{e:?}");
+    assert_eq!(at(&e[0]), (3, 1));
+    let e = errors("[mcp_servers.ev]\ncommand = [\"x\"]\nwhole = true\nprefix = \"a.b\"\n");
+    assert!(e[0].message.contains("`prefix`"), "{e:?}");
+    let e = errors("[mcp_servers.ev]\ncommand = [\"x\"]\nwhole = true\nlanes = [\"nope\"]\n");
+    assert!(e[0].message.contains("lane `nope`"), "{e:?}");
+    let e = errors("[mcp_servers.ev]\ncommand = [\"x\"]\nwhole = true\nrequires_approval = 3\n");
+    assert!(e[0].message.contains("requires_approval"), "{e:?}");
+}
+
+#[test]
+fn discovered_tools_that_a_model_would_confuse_are_left_out_naming_both() {
+    let mut m = parse(
+        "[mcp_servers.a]\ncommand = [\"x\"]\nwhole = true\nprefix = \"\"\n[tools.echo]\nkind = \"scripted\"\n",
+    )
+    .unwrap();
+    let mut found = m.tools[0].clone();
+    found.name = "echo".into();
+    found.discovered_from = Some("a".into());
+    let mut other = found.clone();
+    other.name = "fine".into();
+    let clashes = m.set_discovered("a", vec![found, other]);
+    assert_eq!(clashes.len(), 1, "{clashes:?}");
+    assert!(
+        clashes[0].contains("`echo`") && clashes[0].contains("[tools.echo]"),
+        "{clashes:?}"
+    );
+    assert!(m.tool("fine").is_some());
+    // Learnt again: the server's tools are replaced, the manifest's kept.
+    assert!(m.set_discovered("a", Vec::new()).is_empty());
+    assert!(m.tool("fine").is_none() && m.tool("echo").is_some());
+}
