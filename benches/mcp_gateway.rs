@@ -12,7 +12,9 @@
 //! commit's, to compare). The client is rmcp's, in this process. Columns: p50 and p99 of a call's
 //! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
 //! added over the direct row, and calls per second with 1, 8 and 64 clients — each the median
-//! of `ROUNDS` (default 3) rounds over every row in turn.
+//! of `ROUNDS` (default 3) rounds over every row in turn. Then whole servers: `tools/list` of
+//! five servers of 111 tools each directly (five lists) and through a gateway serving them whole
+//! (one list), and `resources/read` directly and through it (`ONLY=whole`: just these).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -257,6 +259,10 @@ async fn main() {
         format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n\n[tools.inline]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ slept = 0 }}\n[tools.inline.args]\nms = {{ type = \"integer\" }}\n"),
     )
     .expect("manifest");
+    // `ONLY=whole`: just the whole servers' figures.
+    if std::env::var("ONLY").is_ok_and(|o| o == "whole") {
+        return whole_servers(&server, &flux, tmp.path(), calls).await;
+    }
     let mut rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
     // `ONLY=TEXT`: just the direct row and the rows whose name has TEXT (to profile one).
     if let Ok(only) = std::env::var("ONLY") {
@@ -299,6 +305,113 @@ async fn main() {
             m[6]
         );
     }
+    if std::env::var("ONLY").is_err() {
+        whole_servers(&server, &flux, tmp.path(), calls).await;
+    }
+}
+
+/// Whole servers: `tools/list` of 5 servers of 100 tools each, asked of each server directly
+/// (five lists) against one list through the gateway serving them whole; and `resources/read`
+/// of one resource directly against through the gateway (a read call on the server's backend).
+async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: usize) {
+    let manifest = tmp.join("whole.toml");
+    let mut m = String::from("[concurrency]\nmax_concurrent_tools = 64\n");
+    for i in 0..5 {
+        m.push_str(&format!(
+            "\n[mcp_servers.s{i}]\ncommand = [\"{server}\"]\nenv = {{ MCP_TEST_TOOLS = \"100\" }}\nwhole = true\nrequires_approval = false\n"
+        ));
+    }
+    std::fs::write(&manifest, m).expect("manifest");
+    let direct: Vec<Client> = {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let mut cmd = tokio::process::Command::new(server);
+            cmd.env("MCP_TEST_TOOLS", "100").stderr(Stdio::null());
+            let transport = TokioChildProcess::new(cmd).expect("spawn");
+            v.push(().serve(transport).await.expect("initialize"));
+        }
+        v
+    };
+    let argv = s(&[
+        flux,
+        "--manifest",
+        &manifest.display().to_string(),
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+    ]);
+    let gw = connect(&Target::Stdio(argv)).await;
+    let n = (calls / 20).max(50);
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut listed = 0;
+        for c in &direct {
+            listed += c.peer().list_all_tools().await.expect("list").len();
+        }
+        d.push(t.elapsed());
+        assert_eq!(listed, 5 * 111);
+        let t = Instant::now();
+        let tools = gw.peer().list_all_tools().await.expect("list");
+        g.push(t.elapsed());
+        assert_eq!(tools.len(), 5 * 111);
+    }
+    println!("\nwhole servers, {n} times each (ms)");
+    println!("{:40}{:>9}{:>9}", "", "p50", "p99");
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "tools/list, 5 × 111 tools, directly (5 lists)",
+        pct(&mut d, 50),
+        pct(&mut d, 99)
+    );
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "tools/list, 5 × 111 tools, gateway (1 list)",
+        pct(&mut g, 50),
+        pct(&mut g, 99)
+    );
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    for _ in 0..calls.min(2000) {
+        let t = Instant::now();
+        let p = rmcp::model::ReadResourceRequestParams::new("note://board");
+        direct[0].peer().read_resource(p).await.expect("read");
+        d.push(t.elapsed());
+        let t = Instant::now();
+        let p = rmcp::model::ReadResourceRequestParams::new("s0+note://board");
+        gw.peer().read_resource(p).await.expect("read");
+        g.push(t.elapsed());
+    }
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "resources/read, directly",
+        pct(&mut d, 50),
+        pct(&mut d, 99)
+    );
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "resources/read, gateway",
+        pct(&mut g, 50),
+        pct(&mut g, 99)
+    );
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    for _ in 0..calls.min(2000) {
+        let t = Instant::now();
+        call(&direct[0], "sleep").await;
+        d.push(t.elapsed());
+        let t = Instant::now();
+        call(&gw, "s0_sleep").await;
+        g.push(t.elapsed());
+    }
+    let row = |name: &str, xs: &mut Vec<Duration>| {
+        println!("{name:40}{:9.3}{:9.3}", pct(xs, 50), pct(xs, 99));
+    };
+    row("tools/call, directly", &mut d);
+    row("tools/call, gateway (555 tools)", &mut g);
+    for c in direct {
+        let _ = c.cancel().await;
+    }
+    let _ = gw.cancel().await;
 }
 
 /// One round of a row: p50 and p99 at 1 and 8 clients, calls/s at 1, 8 and 64.

@@ -371,18 +371,23 @@ impl Catalog {
     ) -> HashMap<String, Value> {
         let mut out = HashMap::new();
         let Some(hub) = &now.hub else { return out };
+        // Each server's list, asked once and indexed by name.
+        let mut lists: HashMap<String, HashMap<String, Value>> = HashMap::new();
+        for (server, _) in up.iter().filter(|(_, up)| **up) {
+            if let Ok(list) = hub.tools(server).await {
+                let by_name = (list.into_iter())
+                    .filter_map(|t| Some((t["name"].as_str()?.to_string(), t)))
+                    .collect();
+                lists.insert(server.clone(), by_name);
+            }
+        }
         for &i in now.served.iter() {
             let tool = &now.manifest.tools[i];
             let Some(spec) = tool.settings_of::<McpSpec>() else {
                 continue;
             };
-            if !up.get(&spec.server).copied().unwrap_or(false) {
-                continue;
-            }
-            if let Ok(list) = hub.tools(&spec.server).await {
-                if let Some(r) = list.iter().find(|t| t["name"] == spec.tool.as_str()) {
-                    out.insert(tool.name.clone(), r.clone());
-                }
+            if let Some(r) = lists.get(&spec.server).and_then(|l| l.get(&spec.tool)) {
+                out.insert(tool.name.clone(), r.clone());
             }
         }
         out

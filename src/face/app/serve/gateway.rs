@@ -405,7 +405,10 @@ impl Gateway {
             trace: None,
             tenant: tenant.to_string(),
             tool: t,
-            lane_names: plan.lanes.iter().map(|l| l.name.clone()).collect(),
+            // The call's own lanes, not the whole table (a whole server's tools make it long).
+            lane_names: (plan.calls.iter().flat_map(|c| c.lanes.iter()))
+                .filter_map(|&l| plan.lanes.get(l).map(|l| l.name.clone()))
+                .collect(),
             plan,
             manifest,
             lanes,
