@@ -13,7 +13,7 @@
 //! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
 //! added over the direct row, and calls per second with 1, 8 and 64 clients — each the median
 //! of `ROUNDS` (default 3) rounds over every row in turn. Then whole servers: `tools/list` of
-//! five servers of 111 tools each directly (five lists) and through a gateway serving them whole
+//! five servers of 112 tools each directly (five lists) and through a gateway serving them whole
 //! (one list), and `resources/read` directly and through it (`ONLY=whole`: just these).
 
 use std::process::{Child, Command, Stdio};
@@ -351,23 +351,23 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
             listed += c.peer().list_all_tools().await.expect("list").len();
         }
         d.push(t.elapsed());
-        assert_eq!(listed, 5 * 111);
+        assert_eq!(listed, 5 * 112);
         let t = Instant::now();
         let tools = gw.peer().list_all_tools().await.expect("list");
         g.push(t.elapsed());
-        assert_eq!(tools.len(), 5 * 111);
+        assert_eq!(tools.len(), 5 * 112);
     }
     println!("\nwhole servers, {n} times each (ms)");
     println!("{:40}{:>9}{:>9}", "", "p50", "p99");
     println!(
         "{:40}{:9.3}{:9.3}",
-        "tools/list, 5 × 111 tools, directly (5 lists)",
+        "tools/list, 5 × 112 tools, directly (5 lists)",
         pct(&mut d, 50),
         pct(&mut d, 99)
     );
     println!(
         "{:40}{:9.3}{:9.3}",
-        "tools/list, 5 × 111 tools, gateway (1 list)",
+        "tools/list, 5 × 112 tools, gateway (1 list)",
         pct(&mut g, 50),
         pct(&mut g, 99)
     );
@@ -407,7 +407,7 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         println!("{name:40}{:9.3}{:9.3}", pct(xs, 50), pct(xs, 99));
     };
     row("tools/call, directly", &mut d);
-    row("tools/call, gateway (555 tools)", &mut g);
+    row("tools/call, gateway (560 tools)", &mut g);
     for c in direct {
         let _ = c.cancel().await;
     }
