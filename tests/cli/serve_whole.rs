@@ -95,6 +95,20 @@ fn a_whole_server_offers_through_the_gateway_what_it_offers_directly() {
         };
         assert_eq!(contents(&d, &none), contents(s, &strip("ev+")), "{uri}");
     }
+    let complete = |how: &[String], prompt: &str| {
+        run_client(&py, how, &["complete", prompt, "department", "E"])
+    };
+    let (d, s) = (
+        complete(&direct_how, "completable-prompt"),
+        complete(&stdio(&p, &[]), "ev_completable-prompt"),
+    );
+    assert!(
+        d["completion"]["values"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty()),
+        "{d}"
+    );
+    assert_eq!(d, s, "completion/complete");
     for name in ["simple-prompt", "args-prompt"] {
         assert_eq!(
             direct["got"][name],
@@ -442,6 +456,46 @@ fn a_whole_server_s_cache_glob_serves_a_second_read_without_its_server() {
         .filter(|l| l.starts_with("read-start"))
         .count();
     assert_eq!(reads, 1, "{:?}", log_lines(&log));
+}
+
+#[test]
+fn a_tools_table_for_one_of_a_whole_server_s_tools_takes_its_place() {
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(
+        &p,
+        &log,
+        "[tools.nap]\nkind = \"mcp\"\nserver = \"own\"\ntool = \"sleep\"\ntimeout = \"250ms\"",
+    );
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let names: Vec<&str> = (listed["tools"].as_array().into_iter().flatten())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"nap") && names.contains(&"own.write"),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"own.sleep"),
+        "the table takes its place: {names:?}"
+    );
+    // Its own settings hold: a call past its timeout is one.
+    let batch = p.write(
+        "b.yaml",
+        "calls:\n  - {id: a, tool: nap, args: {ms: 2000, tag: a}}\n",
+    );
+    let out = p
+        .cmd()
+        .args(["run", batch.to_str().unwrap_or_default()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"kind\":\"timeout\""), "{text}");
 }
 
 #[test]
