@@ -252,6 +252,16 @@ fn a_subscribed_resource_s_update_reaches_the_session() {
     );
     let updated = r["updated"].as_array().cloned().unwrap_or_default();
     assert!(updated.contains(&json!(uri)), "{r}");
+    // A session's subscriptions are bounded (256), with a refusal that says so.
+    let template = "ev+demo://resource/dynamic/text/{i}";
+    let r = run_client(&py, &stdio(&p, &[]), &["subscribe_many", template, "300"]);
+    assert_eq!(r["taken"], 256, "{r}");
+    assert!(
+        r["refused"]
+            .as_str()
+            .is_some_and(|e| e.contains("256 resources")),
+        "{r}"
+    );
 }
 
 /// The project's own test server served whole, logging to `log`.

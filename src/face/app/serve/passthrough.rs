@@ -28,6 +28,8 @@ use crate::tools::mcp::{Change, McpHub};
 
 /// How long a list waits for a whole server still starting.
 const LIST_WAIT: Duration = Duration::from_secs(5);
+/// How many resources one session may be subscribed to at once.
+pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
 
 /// Who is told what changed: the sessions that listed resources or prompts, and the
 /// resources each session subscribed to.
@@ -345,6 +347,12 @@ pub(super) async fn complete(
         Some("ref/resource") => {
             let uri = v["ref"]["uri"].as_str().unwrap_or_default().to_string();
             let (server, own) = route_uri(&manifest, &uri).ok_or_else(unknown)?;
+            let admitted = wholes(&manifest)
+                .iter()
+                .any(|(s, w)| *s == server && w.admits(&own));
+            if !admitted {
+                return Err(unknown());
+            }
             v["ref"]["uri"] = json!(own);
             server
         }
@@ -372,10 +380,25 @@ pub(super) async fn subscribe(
     let not_found =
         || ErrorData::resource_not_found(format!("no resource `{uri}` is served"), None);
     let (server, own) = route_uri(&manifest, uri).ok_or_else(not_found)?;
-    let hub = g.catalog.now().hub().ok_or_else(not_found)?;
+    let admitted = wholes(&manifest)
+        .iter()
+        .any(|(s, w)| *s == server && w.admits(&own));
+    let hub = g
+        .catalog
+        .now()
+        .hub()
+        .filter(|_| admitted)
+        .ok_or_else(not_found)?;
     let key = (server.clone(), own.clone());
     let (first, last) = {
         let mut subs = g.followers.subscribed.lock().map_err(|_| not_found())?;
+        let mine = subs.values().filter(|m| m.contains_key(&id)).count();
+        if on && mine >= MAX_SUBSCRIPTIONS && !subs.get(&key).is_some_and(|m| m.contains_key(&id)) {
+            let why = format!(
+                "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most one may be; unsubscribe from one first"
+            );
+            return Err(ErrorData::invalid_request(why, None));
+        }
         let sessions = subs.entry(key.clone()).or_default();
         let was_empty = sessions.is_empty();
         if on {
