@@ -15,6 +15,7 @@ mod approve;
 mod catalog;
 pub mod entry;
 mod fast;
+mod force;
 mod gateway;
 mod handler;
 mod http;
