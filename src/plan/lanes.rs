@@ -11,9 +11,43 @@ use crate::batch::{narrow, Batch, OnToolError};
 use crate::error::Diagnostic;
 use crate::manifest::{Hazards, Manifest, Rate, Tool};
 
+/// A lane table plans start from, indexed once: a stream plans each chunk, and the gateway
+/// each call, against the same table, so a lane has the same index in every plan and one lane
+/// store serves them all — and a table of many lanes (a whole server's tools) is not indexed
+/// again for every call.
+#[derive(Debug, Clone)]
+pub struct LaneSeed(Arc<Seeded>);
+
+#[derive(Debug)]
+struct Seeded {
+    specs: Arc<Vec<LaneSpec>>,
+    ids: BTreeMap<LaneKey, usize>,
+}
+
+impl LaneSeed {
+    pub fn new(specs: Vec<LaneSpec>) -> LaneSeed {
+        let ids = (specs.iter().enumerate())
+            .map(|(i, l)| (l.key.clone(), i))
+            .collect();
+        LaneSeed(Arc::new(Seeded {
+            specs: Arc::new(specs),
+            ids,
+        }))
+    }
+
+    /// Its lanes, in table order.
+    pub fn specs(&self) -> &[LaneSpec] {
+        &self.0.specs
+    }
+}
+
 /// The run's lanes, each once, indexed by the order they were first needed.
 pub(super) struct LaneTable {
-    pub lanes: Vec<LaneSpec>,
+    /// The lanes it added to the seed's (all of them, with no seed).
+    lanes: Vec<LaneSpec>,
+    /// The table it started from, indexed: its lanes come first.
+    seed: Option<LaneSeed>,
+    /// The added lanes' indices.
     ids: BTreeMap<LaneKey, usize>,
     tenant: usize,
     batch_tenant: Option<usize>,
@@ -29,20 +63,17 @@ impl LaneTable {
         batch: &Batch,
         settings: &RunSettings,
         turn: Option<u32>,
-        seed: Option<&[LaneSpec]>,
+        seed: Option<&LaneSeed>,
     ) -> LaneTable {
         let mut t = LaneTable {
             lanes: Vec::new(),
+            seed: seed.cloned(),
             ids: BTreeMap::new(),
             tenant: 0,
             batch_tenant: None,
             turn: 0,
             of_tool: Vec::new(),
         };
-        for l in seed.unwrap_or_default() {
-            t.ids.insert(l.key.clone(), t.lanes.len());
-            t.lanes.push(l.clone());
-        }
         let tenant = settings.tenant.clone();
         t.tenant = t.intern(
             LaneKey::Tenant(tenant.clone()),
@@ -66,9 +97,11 @@ impl LaneTable {
         rate: Option<Rate>,
         burst: Option<u32>,
     ) -> usize {
-        if let Some(&i) = self.ids.get(&key) {
+        let seeded = self.seed.as_ref().and_then(|s| s.0.ids.get(&key));
+        if let Some(&i) = seeded.or_else(|| self.ids.get(&key)) {
             return i;
         }
+        let i = self.seed.as_ref().map_or(0, |s| s.0.specs.len()) + self.lanes.len();
         self.lanes.push(LaneSpec {
             name: key.display(),
             key: key.clone(),
@@ -77,8 +110,17 @@ impl LaneTable {
             burst,
             borrowed: false,
         });
-        self.ids.insert(key, self.lanes.len() - 1);
-        self.lanes.len() - 1
+        self.ids.insert(key, i);
+        i
+    }
+
+    /// Every lane, in index order: the seed's own table, shared, when no lane was added.
+    pub(super) fn into_lanes(self) -> Arc<Vec<LaneSpec>> {
+        match self.seed {
+            Some(seed) if self.lanes.is_empty() => seed.0.specs.clone(),
+            Some(seed) => Arc::new(seed.0.specs.iter().cloned().chain(self.lanes).collect()),
+            None => Arc::new(self.lanes),
+        }
     }
 
     /// The lanes of a call to tool `t`, in acquisition order.
@@ -155,7 +197,7 @@ pub fn lane_table(manifest: &Manifest, opts: &PlanOptions) -> Vec<LaneSpec> {
     for t in 0..manifest.tools.len() {
         table.of_tool(manifest, &batch, opts, t, &mut warnings);
     }
-    table.lanes
+    Arc::unwrap_or_clone(table.into_lanes())
 }
 
 /// The run-wide settings and the turn lane's limit, after narrowing.

@@ -19,7 +19,7 @@ mod schedule;
 
 pub use claims::{backend_claims, Claim};
 pub use graph::build;
-pub use lanes::lane_table;
+pub use lanes::{lane_table, LaneSeed};
 pub use model::{
     CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
     ASSUMED_LATENCY,

@@ -28,7 +28,7 @@ pub struct PlanOptions {
     /// Lanes to start the plan's lane table with (see [`lane_table`](super::lane_table)): a
     /// stream plans each chunk against the same table, so a lane has the same index in every
     /// chunk and one lane store serves them all.
-    pub lanes: Option<Vec<LaneSpec>>,
+    pub lanes: Option<super::lanes::LaneSeed>,
 }
 
 /// Outputs of calls outside the batch, by id (`None`: the call did not succeed).
@@ -203,7 +203,7 @@ pub struct Plan {
     pub settings: RunSettings,
     pub calls: Vec<CallPlan>,
     pub phases: Vec<Phase>,
-    pub lanes: Vec<LaneSpec>,
+    pub lanes: Arc<Vec<LaneSpec>>,
     pub warnings: Vec<Diagnostic>,
     /// Call id → position, made the first time a reference is resolved (a batch without
     /// references never pays for it). A built plan holds every call of its batch, so a

@@ -343,7 +343,7 @@ mod tests {
             batch.push_str("  - tool: search\n");
         }
         let mut p = plan_of(&batch).unwrap();
-        for l in &mut p.lanes {
+        for l in std::sync::Arc::make_mut(&mut p.lanes) {
             if l.name == "lane:partner-api" {
                 l.limit = None;
             }

@@ -45,9 +45,9 @@ fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
     let rt = super::runtime_with(workers)?;
     let (manifest, mut plan, mcp) = inputs.plan(opts.quiet, &opts.plan, &rt)?;
     print_warnings(opts.quiet, &plan.warnings);
-    let mut parts = Parts::build(opts, (manifest, mcp), plan.lanes.clone(), &rt)?;
+    let mut parts = Parts::build(opts, (manifest, mcp), plan.lanes.to_vec(), &rt)?;
     // The plan runs in the lanes the parts were built for (a parent's lent lanes borrowed).
-    plan.lanes = parts.table.clone();
+    plan.lanes = Arc::new(parts.table.clone());
     let (mut run_id, journal, resume, journal_thread) = open_journal(opts, &parts.manifest, &plan)?;
     let replay = match &opts.files.replay {
         Some(path) => {

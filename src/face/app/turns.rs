@@ -163,7 +163,7 @@ impl Turns<'_> {
         print_warnings(self.opts.quiet, &warnings);
         print_warnings(self.opts.quiet, &plan.warnings);
         lease::borrow(
-            &mut plan.lanes,
+            &mut std::sync::Arc::<Vec<_>>::make_mut(&mut plan.lanes)[..],
             &session.manifest,
             self.opts.lease.as_deref(),
         );

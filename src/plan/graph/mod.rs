@@ -38,7 +38,7 @@ pub fn build(
     b.check_batch_per_tool();
     let (settings, turn) = settings(manifest, batch, opts, &mut b.warnings);
     let backends = order_side_effects(manifest, &tool_of, &phase_of, settings.hazards, &mut edges);
-    let mut table = LaneTable::new(manifest, batch, &settings, turn, opts.lanes.as_deref());
+    let mut table = LaneTable::new(manifest, batch, &settings, turn, opts.lanes.as_ref());
     let mut calls: Vec<CallPlan> = Vec::with_capacity(batch.calls.len());
     for (i, c) in batch.calls.iter().enumerate() {
         let Some(t) = tool_of[i] else {
@@ -70,7 +70,7 @@ pub fn build(
             invalid: None,
         });
     }
-    let lanes = table.lanes;
+    let lanes = table.into_lanes();
     b.check_weights(&calls, &lanes);
     b.mark_invalid(&mut calls);
     if b.diags.iter().any(Diagnostic::is_error) {

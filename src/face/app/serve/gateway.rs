@@ -280,7 +280,7 @@ impl Gateway {
             .base()
             .for_lanes(&table, &flow)
             .map_err(|e| e.to_string())?;
-        opts.lanes = Some(table);
+        opts.lanes = Some(plan::LaneSeed::new(table));
         let opts = Arc::new(opts);
         map.insert(
             tenant.to_string(),

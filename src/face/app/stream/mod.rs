@@ -69,7 +69,7 @@ fn open_stream(
             rate: l.rate.map(|r| r.to_string()),
         })
         .collect();
-    opts.lanes = Some(parts.table.clone());
+    opts.lanes = Some(crate::plan::LaneSeed::new(parts.table.clone()));
     let approver = Arc::new(TerminalApprover);
     let engine = Engine::open(run_opts, parts, approver);
     engine.interrupt_on_signals(rt);
