@@ -306,9 +306,10 @@ fn a_tool_an_upstream_adds_is_listed_to_every_session_and_runs() {
     assert_eq!(r["new"]["content"][0]["text"], r#"{"grown": "yes"}"#, "{r}");
     let o = finish(other);
     assert_eq!(o["changed"], true, "{o}");
-    // Its resources' list changing reaches a session that listed them.
+    // Its resources' and prompts' lists changing reach a session that listed them.
     let r = run_client(&py, &http(&gw.url), &["touch", "own_touch", "10"]);
     assert_eq!(r["changed"], true, "{r}");
+    assert_eq!(r["prompts_changed"], true, "{r}");
 }
 
 /// The board is written (`own_write`, 400 ms) and read 50 ms later through `gws[1]`: the read
