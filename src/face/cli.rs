@@ -231,17 +231,22 @@ pub(crate) enum McpCommand {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
     /// Serve Streamable HTTP on ADDR (path /mcp), e.g. 127.0.0.1:8808, instead of stdio
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "FLUX_TOOLS_HTTP")]
     pub http: Option<String>,
 
     /// Export each call's span over OTLP/HTTP to this collector, in the client's trace when
     /// its request carries `_meta.traceparent` [default: $OTEL_EXPORTER_OTLP_ENDPOINT; none
     /// when unset]
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "FLUX_TOOLS_OTLP")]
     pub otlp: Option<String>,
 
     /// Only these tools (comma-separated; manifest or exported names)
-    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        env = "FLUX_TOOLS_TOOLS"
+    )]
     pub tools: Option<Vec<String>>,
 
     /// The tenant of every call (stdio; over HTTP a bearer token names it)
@@ -249,37 +254,57 @@ pub(crate) struct ServeArgs {
     pub tenant: Option<String>,
 
     /// Narrow each client's turn lane (never widens the manifest's max_concurrent_tools)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), env = "FLUX_TOOLS_MAX_CONCURRENT_TOOLS")]
     pub max_concurrent_tools: Option<u32>,
 
     /// Where the tenant, tool and shared lanes and the read cache live (see `run --lane-store`)
-    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse)]
+    #[arg(long, value_name = "STORE", default_value = "local", value_parser = LaneStoreChoice::parse, env = "FLUX_TOOLS_LANE_STORE", hide_env_values = true)]
     pub lane_store: LaneStoreChoice,
 
     /// Answer nothing from the read cache and store nothing in it
-    #[arg(long)]
+    #[arg(long, env = "FLUX_TOOLS_NO_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_cache: bool,
 
     /// Also accept this Host (HTTP; loopback names are always accepted). Repeatable
-    #[arg(long, value_name = "HOST")]
+    #[arg(
+        long,
+        value_name = "HOST",
+        env = "FLUX_TOOLS_ALLOW_HOST",
+        value_delimiter = ','
+    )]
     pub allow_host: Vec<String>,
 
     /// Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP;
     /// without one, a request that carries an Origin is refused). Repeatable
-    #[arg(long, value_name = "ORIGIN")]
+    #[arg(
+        long,
+        value_name = "ORIGIN",
+        env = "FLUX_TOOLS_ALLOW_ORIGIN",
+        value_delimiter = ','
+    )]
     pub allow_origin: Vec<String>,
 
     /// On SIGTERM, how long calls in flight may take to finish before they are cancelled
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        env = "FLUX_TOOLS_GRACE"
+    )]
     pub grace: String,
 
     /// The most calls in flight in this gateway's command tools [default: from ulimit]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), env = "FLUX_TOOLS_MAX_PROCESSES")]
     pub max_processes: Option<u32>,
 
     /// Reload the manifest when its file changes (it is always reloaded on SIGHUP)
-    #[arg(long)]
+    #[arg(long, env = "FLUX_TOOLS_WATCH", value_parser = clap::builder::FalseyValueParser::new())]
     pub watch: bool,
+
+    /// Write the audit trail — every call allowed or refused, approval asked and answered,
+    /// token rejected — as JSON lines to FILE (appended), or - for stderr
+    #[arg(long, value_name = "FILE", env = "FLUX_TOOLS_AUDIT")]
+    pub audit: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -27,6 +27,8 @@ pub(crate) struct RunEnd<'a> {
     pub ended: Ended,
     pub run_id: &'a str,
     pub tenant: &'a str,
+    /// Who made its calls, when a gateway's caller named a subject (a JWT's `sub`).
+    pub subject: Option<&'a str>,
     /// How its calls came (`yaml`, `jsonl`, `openai`…; `mcp` for the gateway).
     pub input_format: &'a str,
     pub outcome: Outcome,

@@ -67,11 +67,11 @@ pub(super) fn parked(
         }
         Some(ListFormat::Table) | None => {
             let now = super::parked::unix_now();
-            let left: Vec<(std::time::Duration, bool)> = waiting
+            let left: Vec<(std::time::Duration, bool, String)> = waiting
                 .iter()
                 .map(|w| {
                     let left = std::time::Duration::from_secs_f64((w.until - now).max(0.0));
-                    (left, w.orphaned)
+                    (left, w.orphaned, w.asked_by())
                 })
                 .collect();
             let shown: Vec<crate::events::Awaiting> = waiting.iter().map(awaiting).collect();
@@ -92,6 +92,13 @@ fn awaiting(w: &Waiting) -> crate::events::Awaiting {
     }
 }
 
+/// Who answers from this command line, for the gateway's audit trail: the user it runs as.
+fn answerer() -> String {
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    format!("flux-tools approve (uid {uid})")
+}
+
 /// `approve ID@HASH` / `deny ID[@HASH]`.
 pub(super) fn answer(
     args: &Args,
@@ -105,7 +112,7 @@ pub(super) fn answer(
         None => (call, None),
     };
     let w = rt
-        .block_on(parked.answer(id, hash, d))
+        .block_on(parked.answer(id, hash, d, &answerer()))
         .map_err(Error::Usage)?;
     let what = match d {
         Decision::Approve => "approved",

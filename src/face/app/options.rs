@@ -220,6 +220,8 @@ pub(super) struct ServeOptions {
     pub allow_origin: Vec<String>,
     /// The tenant of calls that name none (`--tenant`, else `default`).
     pub tenant: String,
+    /// `--audit`: where the audit trail's lines go.
+    pub audit: Option<std::path::PathBuf>,
 }
 
 impl ServeOptions {
@@ -246,6 +248,7 @@ impl ServeOptions {
             allow_host: s.allow_host.clone(),
             allow_origin: s.allow_origin.clone(),
             tenant: s.tenant.clone().unwrap_or_else(|| "default".into()),
+            audit: s.audit.clone(),
         })
     }
 }

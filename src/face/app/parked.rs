@@ -38,6 +38,9 @@ pub(super) struct Waiting {
     /// The tenant the call came from (a retry is matched on tenant, tool and hash).
     #[serde(default)]
     pub tenant: String,
+    /// Who asked: the caller's subject (a JWT's `sub`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// Listed only: its gateway stopped renewing it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphaned: bool,
@@ -194,7 +197,9 @@ impl Parked {
     pub(super) async fn adopt(&self, w: &Waiting, orphans: &[(Waiting, String)]) -> Option<Place> {
         let now = unix_now();
         for (old, text) in orphans {
-            if (&old.tenant, &old.tool, &old.hash) != (&w.tenant, &w.tool, &w.hash) {
+            if (&old.tenant, &old.subject, &old.tool, &old.hash)
+                != (&w.tenant, &w.subject, &w.tool, &w.hash)
+            {
                 continue;
             }
             let taken = Waiting {
@@ -221,7 +226,7 @@ impl Parked {
         None
     }
 
-    /// Every answer given so far, by call id.
+    /// Every answer given so far, by call id (its text: a [`decision`], and [`answered_by`]).
     pub(super) async fn answers(&self) -> Vec<(String, String)> {
         self.board.clone().answers().await.unwrap_or_default()
     }
@@ -233,6 +238,7 @@ impl Parked {
         id: &str,
         hash: Option<&str>,
         d: Decision,
+        by: &str,
     ) -> Result<Waiting, String> {
         let Some(w) = self.list().await.into_iter().find(|w| w.id == id) else {
             return Err(format!("no call `{id}` waits for approval (it may have been answered, cancelled, or refused at its deadline)\nhint: `flux-tools approvals` lists the calls that wait"));
@@ -249,9 +255,11 @@ impl Parked {
             }
             _ => {}
         }
+        // Who answered goes with the answer, on one line (no line breaks from a name).
+        let by: String = by.chars().filter(|c| !c.is_control()).collect();
         let body = match d {
-            Decision::Approve => format!("approve {}", w.hash),
-            Decision::Deny => "deny".to_string(),
+            Decision::Approve => format!("approve {} by {by}", w.hash),
+            Decision::Deny => format!("deny by {by}"),
         };
         self.board
             .clone()
@@ -277,6 +285,23 @@ pub(super) fn decision(text: &str, hash: &str) -> Option<Decision> {
         (Some("approve"), Some(h)) if h == hash => Some(Decision::Approve),
         (Some("deny"), _) => Some(Decision::Deny),
         _ => None,
+    }
+}
+
+/// Who gave answer `text` (`approve HASH by WHO`), when it says.
+pub(super) fn answered_by(text: &str) -> Option<&str> {
+    text.split_once(" by ").map(|(_, who)| who.trim())
+}
+
+impl Waiting {
+    /// Who asked, as `flux-tools approvals` shows it.
+    pub(super) fn asked_by(&self) -> String {
+        match (&self.subject, self.tenant.as_str()) {
+            (Some(s), "") => s.clone(),
+            (Some(s), t) => format!("{s} (tenant {t})"),
+            (None, "") => "(unknown)".into(),
+            (None, t) => format!("tenant {t}"),
+        }
     }
 }
 
@@ -328,6 +353,7 @@ mod tests {
             pid: 1,
             gateway: String::new(),
             tenant: "t".into(),
+            subject: None,
             orphaned: false,
             since: seen,
             until: unix_now() + 60.0,
@@ -350,7 +376,7 @@ mod tests {
         let listed = parked.list().await;
         assert!(listed.len() == 1 && listed[0].orphaned, "{listed:?}");
         parked
-            .answer("gw1-1", Some("h"), Decision::Approve)
+            .answer("gw1-1", Some("h"), Decision::Approve, "alice")
             .await
             .expect("answer");
         let retry = waiting("gw2-7", unix_now());

@@ -14,6 +14,7 @@
 //! registry `load` is handed — see `kinds`); `checks` what needs the whole manifest (declared
 //! lanes, weights against limits, placeholders).
 
+mod access;
 mod checks;
 mod kinds;
 pub(crate) mod reader;
@@ -22,6 +23,7 @@ mod sections;
 mod tests;
 mod tool;
 mod whole;
+pub use access::{Auth, Op, Role, Roles, Rule, Subject};
 pub use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub use tool::cache_refusal;
 pub use whole::{Whole, WholeApproval, WholeCache};
@@ -64,6 +66,8 @@ pub struct Manifest {
     /// `[tenants.NAME] weight = N`: a tenant's share where tenants wait in one lane (1 if
     /// absent).
     pub tenants: BTreeMap<String, u32>,
+    /// `[roles.NAME]`: what callers holding each role may see and do.
+    pub roles: Roles,
     /// Warnings found while parsing (undeclared effects, unbounded turn lane, …).
     pub warnings: Vec<Diagnostic>,
 }
@@ -285,6 +289,10 @@ pub struct Serve {
     /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends
     /// (`${env:…}`, never printed).
     pub tokens: BTreeMap<String, Template>,
+    /// `[serve.tokens] TENANT = { token, roles }`: the roles of a tenant's static token.
+    pub token_roles: BTreeMap<String, Vec<String>>,
+    /// `[serve.auth]`: JWT access tokens from an OAuth 2.1 authorization server.
+    pub auth: Option<Auth>,
     /// `[serve.session]`: what one client session may spend.
     pub session: SessionLimits,
     /// `[serve.limits]`: what the gateway holds for its clients, each bounded.
@@ -401,6 +409,7 @@ const TOP_KEYS: &[&str] = &[
     "models",
     "serve",
     "tenants",
+    "roles",
 ];
 
 /// `[models."NAME"]`: what a model's tokens cost, per million.
@@ -551,6 +560,7 @@ impl Manifest {
         let mcp_servers = r.mcp_servers(root, &base);
         let hooks = r.hooks(root);
         let serve = r.serve(root);
+        let roles = r.roles(root);
         let mut tools = Vec::new();
         if let Some(t) = r.table(root, "tools", "the manifest") {
             for (key, value) in t.iter() {
@@ -582,6 +592,7 @@ impl Manifest {
             hooks,
             serve,
             tenants,
+            roles,
             warnings: Vec::new(),
         };
         m.reindex();

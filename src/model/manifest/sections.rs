@@ -10,6 +10,7 @@ use super::{
     Budget, Concurrency, Hazards, Hooks, LaneDecl, McpServer, ModelPrice, Rate, Serve, ServeLimits,
     SessionLimits, TenantWindow,
 };
+use crate::template::Template;
 
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
@@ -139,7 +140,8 @@ impl Reader<'_> {
         out
     }
 
-    /// `[serve]`: `tokens = { TENANT = "${env:…}" }`.
+    /// `[serve]`: `tokens = { TENANT = "${env:…}" }` (or `TENANT = { token, roles }`),
+    /// `[serve.auth]`, `[serve.session]`, `[serve.limits]`.
     pub(super) fn serve(&mut self, root: &DeTable<'_>) -> Serve {
         let Some(t) = self.table(root, "serve", "the manifest") else {
             return Serve::default();
@@ -153,28 +155,17 @@ impl Reader<'_> {
                 "approval_timeout",
                 "admin_token",
                 "limits",
+                "auth",
             ],
             "[serve]",
         );
-        let tokens = self.template_map(t, "tokens", "[serve]");
-        if let Some(tt) = self.table(t, "tokens", "[serve]") {
-            for (k, v) in tt.iter() {
-                let tenant = k.get_ref();
-                if let Err(e) = crate::ids::check_id("tenant", tenant) {
-                    self.error(k.span(), format!("[serve.tokens]: {e}"), None);
-                } else if tokens.get(tenant.as_ref()).is_some_and(|t| !t.has_secret()) {
-                    self.warn(
-                        v.span(),
-                        format!("the token of tenant `{tenant}` in [serve.tokens] is written in the manifest"),
-                        Some("anyone who reads the manifest can use it; write \"${env:VAR}\"".into()),
-                    );
-                }
-            }
-        }
+        let (tokens, token_roles) = self.tokens(t);
         let session = self.session_limits(t);
         let limits = self.serve_limits(t);
         Serve {
             tokens,
+            token_roles,
+            auth: self.auth(t),
             session,
             limits,
             approval_in_band: self
@@ -185,6 +176,55 @@ impl Reader<'_> {
                 .string(t, "admin_token", "[serve]")
                 .map(|(text, span)| self.template(&text, span, false)),
         }
+    }
+
+    /// `[serve.tokens]`: each tenant's token, and the roles of those given in table form.
+    fn tokens(
+        &mut self,
+        serve: &DeTable<'_>,
+    ) -> (BTreeMap<String, Template>, BTreeMap<String, Vec<String>>) {
+        let mut tokens = BTreeMap::new();
+        let Some(tt) = self.table(serve, "tokens", "[serve]") else {
+            return (tokens, BTreeMap::new());
+        };
+        for (k, v) in tt.iter() {
+            let tenant = k.get_ref();
+            if let Err(e) = crate::ids::check_id("tenant", tenant) {
+                self.error(k.span(), format!("[serve.tokens]: {e}"), None);
+                continue;
+            }
+            let (text, span) = match v.get_ref() {
+                DeValue::String(s) => (s.to_string(), v.span()),
+                DeValue::Table(inner) => {
+                    let ctx = format!("[serve.tokens.{tenant}]");
+                    match self.string(inner, "token", &ctx) {
+                        Some(found) => found,
+                        None => {
+                            let hint = "write token = \"${env:VAR}\"".to_string();
+                            self.error(v.span(), format!("{ctx} has no `token`"), Some(hint));
+                            continue;
+                        }
+                    }
+                }
+                other => {
+                    let ctx = format!("`{tenant}` in [serve.tokens]");
+                    let want = "a string, or a table { token = \"${env:VAR}\", roles = [...] }";
+                    self.type_error(v.span(), &ctx, want, other);
+                    continue;
+                }
+            };
+            let token = self.template(&text, span.clone(), false);
+            if !token.has_secret() {
+                self.warn(
+                    span,
+                    format!("the token of tenant `{tenant}` in [serve.tokens] is written in the manifest"),
+                    Some("anyone who reads the manifest can use it; write \"${env:VAR}\"".into()),
+                );
+            }
+            tokens.insert(tenant.to_string(), token);
+        }
+        let roles = self.token_roles(tt);
+        (tokens, roles)
     }
 
     /// `[serve.session]`: `max_calls`, `max_cost`, `per_tool = { NAME = N }`.

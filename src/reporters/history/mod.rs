@@ -25,6 +25,9 @@ pub(crate) struct Record {
     pub time: String,
     pub run_id: String,
     pub tenant: String,
+    /// Who made the calls (a gateway session's caller, when a token named a subject).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// The manifest's fingerprint (the same as the journal's).
     pub manifest: String,
     /// `batch`, `jsonl`, or the provider whose reply it was (`openai`, …).
@@ -83,6 +86,7 @@ impl Record {
             time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             run_id: facts.run_id.to_string(),
             tenant: facts.tenant.to_string(),
+            subject: facts.subject.map(str::to_string),
             manifest: manifest.fingerprint(),
             input_format: facts.input_format.to_string(),
             outcome: facts.outcome.as_str().to_string(),

@@ -37,7 +37,7 @@ pub(crate) fn to_text(journal: &str, run_id: &str, waiting: &[Awaiting]) -> Stri
 pub(crate) fn parked_to_text(
     manifest: &str,
     waiting: &[Awaiting],
-    left: &[(std::time::Duration, bool)],
+    left: &[(std::time::Duration, bool, String)],
 ) -> String {
     if waiting.is_empty() {
         return format!("no call of mcp serve awaits approval (manifest {manifest})\n");
@@ -49,9 +49,9 @@ pub(crate) fn parked_to_text(
             n => format!("{n} calls await approval"),
         }
     );
-    for (a, (left, orphaned)) in waiting.iter().zip(left) {
+    for (a, (left, orphaned, who)) in waiting.iter().zip(left) {
         out.push_str(&format!(
-            "\n  {} → {}\n    arguments: {}\n    approve:   flux-tools approve {}@{}\n    deny:      flux-tools deny {}\n    refused in {} unless approved\n",
+            "\n  {} → {}\n    asked by:  {who}\n    arguments: {}\n    approve:   flux-tools approve {}@{}\n    deny:      flux-tools deny {}\n    refused in {} unless approved\n",
             a.id,
             a.tool,
             a.args,

@@ -77,7 +77,7 @@ async fn send(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String>
 }
 
 /// `service.name` is `flux-tools` unless `OTEL_SERVICE_NAME` says otherwise.
-fn resource() -> Resource {
+pub(crate) fn resource() -> Resource {
     let builder = Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_some() {
         builder.build()

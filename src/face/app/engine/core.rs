@@ -160,6 +160,7 @@ impl Core {
         shape: &'a RunShape,
     ) -> RunEnd<'a> {
         RunEnd {
+            subject: None,
             ended: Ended::Run,
             run_id: &self.run_id,
             tenant,

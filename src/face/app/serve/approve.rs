@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::audit::{Audit, Event};
+use super::caller::Caller;
 use super::progress::Reporter;
 use crate::app::parked::{self, Decision, Parked, Place, Waiting};
 use crate::run::store::BoxFuture;
@@ -59,7 +61,7 @@ pub(super) struct Desk {
 #[derive(Default)]
 struct Held {
     /// Each parked call's id: its arguments' hash and who to tell.
-    waiters: HashMap<String, (String, oneshot::Sender<Decision>)>,
+    waiters: HashMap<String, (String, oneshot::Sender<(Decision, String)>)>,
     sessions: HashMap<u64, u32>,
     tenants: HashMap<String, u32>,
     /// Whether the look at the board runs (only while calls wait).
@@ -84,7 +86,8 @@ pub(super) struct Seat {
 pub(super) struct Parking {
     desk: Arc<Desk>,
     place: Place,
-    answer: oneshot::Receiver<Decision>,
+    /// The decision, and who gave it.
+    answer: oneshot::Receiver<(Decision, String)>,
 }
 
 impl Desk {
@@ -213,7 +216,8 @@ impl Desk {
                         .get(&id)
                         .and_then(|(hash, _)| parked::decision(&text, hash));
                     if let (Some(d), Some((_, tell))) = (decided, h.waiters.remove(&id)) {
-                        let _ = tell.send(d);
+                        let by = parked::answered_by(&text).unwrap_or("flux-tools approve");
+                        let _ = tell.send((d, by.to_string()));
                     }
                 }
             }
@@ -256,10 +260,12 @@ pub(super) struct CallApprover {
     /// The client, when it may be asked.
     pub in_band: Option<Elicit>,
     pub desk: Option<Arc<Desk>>,
-    /// The parked call's id (`GATEWAY-SEQ`), its session and tenant.
+    /// The parked call's id (`GATEWAY-SEQ`), its session and caller.
     pub id: String,
     pub session: u64,
-    pub tenant: String,
+    pub caller: Caller,
+    /// Where the asking and the answer are recorded.
+    pub audit: Arc<Audit>,
     /// How long it may wait.
     pub timeout: Duration,
     pub cancel: CancellationToken,
@@ -268,9 +274,33 @@ pub(super) struct CallApprover {
 }
 
 impl CallApprover {
+    /// Ask, and record the asking and the answer (with who gave it) in the audit trail.
     async fn decide(&self, req: &ApprovalRequest) -> Ruling {
+        let call = serde_json::json!({"call": self.id, "tool": req.tool, "session": self.session});
+        self.audit
+            .record(Event::ApprovalAsked, Some(&self.caller), call.clone());
+        let (ruling, by) = self.ruling(req).await;
+        let mut answered = call;
+        answered["decision"] = match &ruling {
+            Ruling::Approved => "approved".into(),
+            Ruling::Unanswered => "unanswered".into(),
+            Ruling::Denied(why) => {
+                answered["reason"] = why.as_str().into();
+                "denied".into()
+            }
+        };
+        answered["by"] = by.into();
+        self.audit
+            .record(Event::ApprovalAnswered, Some(&self.caller), answered);
+        ruling
+    }
+
+    /// The ruling, and who gave it.
+    async fn ruling(&self, req: &ApprovalRequest) -> (Ruling, String) {
+        let client = || format!("the client ({})", self.caller.who());
         let Some(args) = req.args.as_object() else {
-            return Ruling::Denied("approval denied: the arguments are not an object".into());
+            let why = "approval denied: the arguments are not an object";
+            return (Ruling::Denied(why.into()), "the gateway".into());
         };
         let hash = crate::run::gate::approval_hash(&req.tool, args);
         if let Some(elicit) = &self.in_band {
@@ -280,12 +310,14 @@ impl CallApprover {
             );
             self.say("waiting for the client's approval".into());
             match elicit(message).await {
-                Ok(InBand::Accept) => return Ruling::Approved,
+                Ok(InBand::Accept) => return (Ruling::Approved, client()),
                 Ok(InBand::Decline) => {
-                    return Ruling::Denied("approval denied: declined through the client".into())
+                    let why = "approval denied: declined through the client";
+                    return (Ruling::Denied(why.into()), client());
                 }
                 Ok(InBand::Cancel) => {
-                    return Ruling::Denied("approval denied: dismissed through the client".into())
+                    let why = "approval denied: dismissed through the client";
+                    return (Ruling::Denied(why.into()), client());
                 }
                 // The client could not answer: ask out of band instead.
                 Err(_) => {}
@@ -300,15 +332,15 @@ impl CallApprover {
         }
     }
 
-    async fn out_of_band(&self, req: &ApprovalRequest, hash: String) -> Ruling {
+    async fn out_of_band(&self, req: &ApprovalRequest, hash: String) -> (Ruling, String) {
+        let gateway = || "the gateway".to_string();
         let Some(desk) = &self.desk else {
-            return Ruling::Denied(
-                "approval required, and there is nowhere to park the call".into(),
-            );
+            let why = "approval required, and there is nowhere to park the call";
+            return (Ruling::Denied(why.into()), gateway());
         };
-        let _seat = match desk.admit(self.session, &self.tenant) {
+        let _seat = match desk.admit(self.session, &self.caller.tenant) {
             Ok(s) => s,
-            Err(why) => return Ruling::Denied(why),
+            Err(why) => return (Ruling::Denied(why), gateway()),
         };
         let now = parked::unix_now();
         let waiting = Waiting {
@@ -318,7 +350,8 @@ impl CallApprover {
             hash: hash.clone(),
             pid: std::process::id(),
             gateway: String::new(),
-            tenant: self.tenant.clone(),
+            tenant: self.caller.tenant.clone(),
+            subject: self.caller.subject.clone(),
             orphaned: false,
             since: now,
             until: now + self.timeout.as_secs_f64(),
@@ -326,7 +359,7 @@ impl CallApprover {
         };
         let mut parking = match desk.park(waiting).await {
             Ok(p) => p,
-            Err(why) => return Ruling::Denied(why),
+            Err(why) => return (Ruling::Denied(why), gateway()),
         };
         let id = parking.place.waiting().id.clone();
         super::say::line(format!(
@@ -340,16 +373,16 @@ impl CallApprover {
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(left);
         tokio::select! {
             d = &mut parking.answer => match d {
-                Ok(Decision::Approve) => Ruling::Approved,
-                Ok(Decision::Deny) => Ruling::Denied("approval denied out of band (flux-tools deny)".into()),
-                Err(_) => Ruling::Denied("approval denied: the gateway stopped looking for the answer".into()),
+                Ok((Decision::Approve, by)) => (Ruling::Approved, by),
+                Ok((Decision::Deny, by)) => (Ruling::Denied(format!("approval denied out of band by {by}")), by),
+                Err(_) => (Ruling::Denied("approval denied: the gateway stopped looking for the answer".into()), gateway()),
             },
             () = tokio::time::sleep_until(deadline) => {
                 let t = crate::duration::format(self.timeout);
-                Ruling::Denied(format!("approval denied: nobody approved it within {t}"))
+                (Ruling::Denied(format!("approval denied: nobody approved it within {t}")), "nobody (timed out)".into())
             }
             () = self.cancel.cancelled() => {
-                Ruling::Denied("approval denied: the client cancelled the call".into())
+                (Ruling::Denied("approval denied: the client cancelled the call".into()), "the client (cancelled)".into())
             }
         }
     }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::manifest::{export_name, Manifest};
+use super::caller::Caller;
+use crate::manifest::{export_name, Manifest, Subject};
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::McpSpec;
 
@@ -148,13 +149,22 @@ impl Catalog {
         self.now().manifest
     }
 
-    /// The served tool a client calls `name` (its exported or manifest name).
-    pub(super) fn served(&self, manifest: &Manifest, name: &str) -> Result<usize, String> {
+    /// The served tool `caller` calls `name` (its exported or manifest name). A tool its
+    /// roles do not let it see is refused as one that does not exist, and the suggestion is
+    /// among those it sees.
+    pub(super) fn served(
+        &self,
+        manifest: &Manifest,
+        name: &str,
+        caller: &Caller,
+    ) -> Result<usize, String> {
         let served = self.now().served;
+        let sees = |i: usize| caller.sees(manifest, Subject::Tool, &manifest.tools[i].name);
         match manifest.tool_position(name) {
-            Some(i) if served.contains(&i) => Ok(i),
+            Some(i) if served.contains(&i) && sees(i) => Ok(i),
             _ => {
-                let names = served.iter().map(|&i| export_name(&manifest.tools[i].name));
+                let seen = served.iter().copied().filter(|&i| sees(i));
+                let names = seen.map(|i| export_name(&manifest.tools[i].name));
                 let names: Vec<String> = names.collect();
                 let hint = crate::error::suggest(name, names.iter().map(String::as_str))
                     .map_or_else(String::new, |h| format!(" ({h})"));
@@ -304,7 +314,7 @@ impl Catalog {
 
     /// `tools/list`: every served tool whose server is up (servers still starting are given
     /// [`LIST_WAIT`]), as MCP `Tool` objects. A server left out is retried in the background.
-    pub(super) async fn list(self: &Arc<Self>) -> Vec<Value> {
+    pub(super) async fn list(self: &Arc<Self>, caller: &Caller) -> Vec<Value> {
         let servers = self.servers(&self.manifest());
         let starts = servers.iter().map(|s| async move {
             let up = tokio::time::timeout(LIST_WAIT, self.ensure(s)).await;
@@ -325,6 +335,7 @@ impl Catalog {
         let remote = self.remote_tools(&now, &up).await;
         now.served
             .iter()
+            .filter(|&&i| caller.sees(&manifest, Subject::Tool, &manifest.tools[i].name))
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
                 match tool.settings_of::<McpSpec>() {

@@ -92,7 +92,7 @@ pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
 pub(super) async fn answer(
     gateway: &Arc<Gateway>,
     sessions: &Sessions,
-    (session_id, tenant): (&str, Option<String>),
+    (session_id, caller): (&str, &super::caller::Caller),
     message: Short,
     arrival: Option<Arc<super::order::Pass>>,
 ) -> Option<Answer> {
@@ -112,7 +112,6 @@ pub(super) async fn answer(
         // Its client may be asked something: rmcp's, which can ask it.
         return None;
     }
-    let tenant = tenant.unwrap_or_else(|| live.tenant.clone());
     let (tx, mut said) = mpsc::unbounded_channel::<Progress>();
     let progress: Option<ProgressSink> = token.as_ref().map(|_| {
         Arc::new(move |p| {
@@ -120,7 +119,7 @@ pub(super) async fn answer(
         }) as ProgressSink
     });
     let cx = CallCx {
-        tenant,
+        caller: caller.clone(),
         traceparent,
         cancel: CancellationToken::new(),
         progress,

@@ -15,6 +15,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::{Outcome, Refusal};
+use super::audit::{Audit, Event};
+use super::caller::Caller;
 use super::catalog::Catalog;
 use super::order::{self, Order};
 use super::progress::{ProgressSink, Reporter};
@@ -68,6 +70,8 @@ pub(super) struct Gateway {
     pub http_sessions: Arc<super::sessions::Sessions>,
     /// The sessions told when a whole server's resources or prompts change.
     pub followers: super::passthrough::Followers,
+    /// Where every decision about a caller is recorded.
+    pub audit: Arc<Audit>,
 }
 
 /// A manifest's generation and shape within it.
@@ -97,9 +101,9 @@ pub(super) struct Session {
 /// A call planned as a batch of one, ready to take its place.
 struct Planned {
     plan: crate::plan::Plan,
-    /// The call's trace (the client's, when it sent one) and its tenant, for its span.
+    /// The call's trace (the client's, when it sent one) and its caller, for its span.
     trace: Option<TraceContext>,
-    tenant: String,
+    caller: Caller,
     /// The tool's index in the manifest.
     tool: usize,
     manifest: Arc<crate::manifest::Manifest>,
@@ -130,9 +134,10 @@ impl Target<'_> {
         self,
         catalog: &Catalog,
         manifest: &crate::manifest::Manifest,
+        caller: &Caller,
     ) -> Result<usize, String> {
         match self {
-            Target::Tool(name) => catalog.served(manifest, name),
+            Target::Tool(name) => catalog.served(manifest, name, caller),
             Target::Read { server, uri } => crate::tools::mcp::reader_for(manifest, server, uri)
                 .ok_or_else(|| format!("MCP server `{server}` is not served whole")),
         }
@@ -141,7 +146,8 @@ impl Target<'_> {
 
 /// What a call brings besides its tool and arguments.
 pub(super) struct CallCx {
-    pub tenant: String,
+    /// Who makes it (its tenant spends; its roles decide what it sees).
+    pub caller: Caller,
     /// The client's `_meta.traceparent`: the call's span is its child.
     pub traceparent: Option<String>,
     pub cancel: CancellationToken,
@@ -180,6 +186,7 @@ impl Gateway {
         opts: PlanOptions,
         finish: Arc<Finish>,
         controls: Arc<Controls>,
+        audit: Arc<Audit>,
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
         let limits = catalog.manifest().serve.limits.clone();
@@ -208,6 +215,7 @@ impl Gateway {
             status: super::status::Log::default(),
             http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
             followers: super::passthrough::Followers::default(),
+            audit,
         }
     }
 
@@ -307,19 +315,27 @@ impl Gateway {
         }
         // The big futures (planning with a server's start, the run) are boxed: a call that waits
         // (its turn, its place, its approval) holds only what it waits with.
-        let mut planned = match Box::pin(self.prepare(session, name, args, &cx.tenant)).await? {
+        let prepared = Box::pin(self.prepare(session, name, args, &cx.caller)).await;
+        let mut planned = match self.judged(prepared, (session, &cx.caller, name))? {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };
         planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
         planned.ask = cx.asks.clone();
-        planned.tenant = cx.tenant.clone();
         let tool = &planned.manifest.tools[planned.tool];
         let limits = &planned.manifest.serve.session;
         let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
             Ok(s) => s,
-            Err(why) => return Ok(Outcome::Refused(why)),
+            Err(why) => {
+                self.refused(session, &cx.caller, &tool.name, &why.text());
+                return Ok(Outcome::Refused(why));
+            }
         };
+        if self.audit.on() {
+            let fields = serde_json::json!({"tool": tool.name, "session": session.id});
+            self.audit
+                .record(Event::CallAllowed, Some(&cx.caller), fields);
+        }
         let reporter = cx
             .progress
             .clone()
@@ -354,10 +370,11 @@ impl Gateway {
         session: &Session,
         name: Target<'_>,
         args: Map<String, Value>,
-        tenant: &str,
+        caller: &Caller,
     ) -> Result<Result<Planned, Refusal>, String> {
+        let tenant = caller.tenant.as_str();
         let mut first = self.catalog.manifest();
-        let t = match name.resolve(&self.catalog, &first) {
+        let t = match name.resolve(&self.catalog, &first, caller) {
             Ok(t) => t,
             // A whole server not asked yet (since a reload, or it was down) may have it.
             Err(e) => {
@@ -365,7 +382,7 @@ impl Gateway {
                     return Err(e);
                 }
                 first = self.catalog.manifest();
-                name.resolve(&self.catalog, &first)?
+                name.resolve(&self.catalog, &first, caller)?
             }
         };
         if self.closing.load(Ordering::SeqCst) {
@@ -380,7 +397,7 @@ impl Gateway {
         let (now, kit) = self.in_force().await;
         let manifest = now.manifest;
         // A reload between the two looks may have moved or removed the tool.
-        let t = name.resolve(&self.catalog, &manifest)?;
+        let t = name.resolve(&self.catalog, &manifest, caller)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let version = (now.generation, now.shape);
         let (lanes, opts) = match self.lanes_for(session, tenant, (version, &manifest)) {
@@ -403,7 +420,7 @@ impl Gateway {
         );
         Ok(Ok(Planned {
             trace: None,
-            tenant: tenant.to_string(),
+            caller: caller.clone(),
             tool: t,
             // The call's own lanes, not the whole table (a whole server's tools make it long).
             lane_names: (plan.calls.iter().flat_map(|c| c.lanes.iter()))
@@ -446,7 +463,8 @@ impl Gateway {
             // Unique across replicas (in containers every gateway may be pid 1).
             id: format!("{}-{}", beat_name(&self.id), p.seq),
             session: session.id,
-            tenant: cx.tenant.clone(),
+            caller: cx.caller.clone(),
+            audit: self.audit.clone(),
             timeout,
             cancel: cx.cancel.clone(),
             progress,
@@ -495,7 +513,7 @@ impl Gateway {
         // call); a cancellation interrupts the run and waits for it to wind down.
         let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let cost = p.manifest.tools[p.tool].cost;
-        session.record.started(&p.tenant);
+        session.record.started(&p.caller);
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
         let mut watching = true;
@@ -516,11 +534,11 @@ impl Gateway {
             return (Outcome::Refused(why), false);
         };
         let reached = r.attempts > 0 && !r.cached;
-        self.metrics.record(&p.tenant, &r, cost);
-        self.status.record((&p.tenant, session.id), &r, cost);
+        self.metrics.record(&p.caller.tenant, &r, cost);
+        self.status.record((&p.caller, session.id), &r, cost);
         if let Some(trace) = p.trace.filter(|_| self.finish.exports()) {
             let wall = started.1.elapsed();
-            let call = (session.run_id.clone(), p.tenant, r.clone(), report.stats);
+            let call = (session.run_id.clone(), p.caller, r.clone(), report.stats);
             self.export(trace, (started.0, wall), call);
         }
         if interrupted {
@@ -535,14 +553,15 @@ impl Gateway {
         &self,
         trace: TraceContext,
         (started, wall): (std::time::SystemTime, Duration),
-        (run_id, tenant, result, stats): (String, String, CallResult, Stats),
+        (run_id, caller, result, stats): (String, Caller, CallResult, Stats),
     ) {
         let finish = self.finish.clone();
         tokio::spawn(async move {
             let end = RunEnd {
                 ended: Ended::ServedCall,
                 run_id: &run_id,
-                tenant: &tenant,
+                tenant: &caller.tenant,
+                subject: caller.subject.as_deref(),
                 input_format: "mcp",
                 outcome: RunOutcome::Completed,
                 started,
@@ -619,11 +638,38 @@ impl Gateway {
         id: &str,
         hash: &str,
         d: crate::app::parked::Decision,
+        by: &str,
     ) -> Result<crate::app::parked::Waiting, String> {
         let Some(desk) = &self.desk else {
             return Err("no call waits for approval here".into());
         };
-        desk.parked().answer(id, Some(hash), d).await
+        desk.parked().answer(id, Some(hash), d, by).await
+    }
+
+    /// A prepared call, or its refusal — each refusal said in the audit trail.
+    fn judged(
+        &self,
+        prepared: Result<Result<Planned, Refusal>, String>,
+        (session, caller, name): (&Session, &Caller, Target<'_>),
+    ) -> Result<Result<Planned, Refusal>, String> {
+        let what = match name {
+            Target::Tool(n) => n.to_string(),
+            Target::Read { server, uri } => format!("{server}:resources/read {uri}"),
+        };
+        match &prepared {
+            Err(why) => self.refused(session, caller, &what, why),
+            Ok(Err(why)) => self.refused(session, caller, &what, &why.text()),
+            Ok(Ok(_)) => {}
+        }
+        prepared
+    }
+
+    /// Say in the audit trail that `caller`'s call of `tool` was refused, and why.
+    fn refused(&self, session: &Session, caller: &Caller, tool: &str, why: &str) {
+        if self.audit.on() {
+            let fields = serde_json::json!({"tool": tool, "session": session.id, "reason": why});
+            self.audit.record(Event::CallRefused, Some(caller), fields);
+        }
     }
 
     /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.

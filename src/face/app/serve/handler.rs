@@ -18,22 +18,19 @@ use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::caller::Caller;
 use super::gateway::{CallCx, Gateway, Session, Target};
 use super::passthrough;
 use super::progress::ProgressSink;
 use crate::tools::Progress;
-
-/// The tenant an HTTP request's bearer token names (put in the request by [`super::http`]).
-#[derive(Debug, Clone)]
-pub(super) struct Tenant(pub String);
 
 /// One client session's handler.
 #[derive(Clone)]
 pub(super) struct Handler {
     gateway: Arc<Gateway>,
     session: Arc<Session>,
-    /// The tenant of every call (stdio), or of requests that carry none.
-    tenant: String,
+    /// The caller of every request (stdio), or of requests whose front door named none.
+    caller: Caller,
     /// Whether this session is told of changes to the list (after its first list).
     told: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -44,7 +41,7 @@ impl Handler {
         Handler {
             gateway,
             session,
-            tenant,
+            caller: Caller::local(tenant),
             told: Arc::default(),
         }
     }
@@ -54,12 +51,13 @@ impl Handler {
         &self.session
     }
 
-    /// The call's tenant: its HTTP request's token's, else the session's.
-    fn tenant(&self, cx: &RequestContext<RoleServer>) -> String {
+    /// The request's caller: its HTTP request's (the front door put it there), else the
+    /// session's.
+    fn caller(&self, cx: &RequestContext<RoleServer>) -> Caller {
         cx.extensions
             .get::<http::request::Parts>()
-            .and_then(|p| p.extensions.get::<Tenant>())
-            .map_or_else(|| self.tenant.clone(), |t| t.0.clone())
+            .and_then(|p| p.extensions.get::<Caller>())
+            .map_or_else(|| self.caller.clone(), Caller::clone)
     }
 
     /// From its first list on, tell the session when the list changes (until it is gone).
@@ -151,10 +149,11 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.tell_changes(&context.peer);
+        let caller = self.caller(&context);
         let mut tools = Vec::new();
         // Boxed: listing may start upstream servers, a big future every request task would
         // otherwise reserve room for (a parked call included).
-        for v in Box::pin(self.gateway.catalog.list()).await {
+        for v in Box::pin(self.gateway.catalog.list(&caller)).await {
             let name = v["name"].as_str().unwrap_or_default().to_string();
             match serde_json::from_value::<Tool>(v) {
                 Ok(t) => tools.push(t),
@@ -204,15 +203,23 @@ impl ServerHandler for Handler {
             self.session.id,
             &context.peer,
         );
-        Box::pin(passthrough::resources(&self.gateway)).await
+        Box::pin(passthrough::resources(
+            &self.gateway,
+            &self.caller(&context),
+        ))
+        .await
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Box::pin(passthrough::templates(&self.gateway)).await
+        Box::pin(passthrough::templates(
+            &self.gateway,
+            &self.caller(&context),
+        ))
+        .await
     }
 
     async fn read_resource(
@@ -240,7 +247,7 @@ impl ServerHandler for Handler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let who = (self.session.id, &context.peer);
+        let who = (self.session.id, &context.peer, &self.caller(&context));
         Box::pin(passthrough::subscribe(
             &self.gateway,
             who,
@@ -255,7 +262,7 @@ impl ServerHandler for Handler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let who = (self.session.id, &context.peer);
+        let who = (self.session.id, &context.peer, &self.caller(&context));
         Box::pin(passthrough::subscribe(
             &self.gateway,
             who,
@@ -276,15 +283,16 @@ impl ServerHandler for Handler {
             self.session.id,
             &context.peer,
         );
-        Box::pin(passthrough::prompts(&self.gateway)).await
+        Box::pin(passthrough::prompts(&self.gateway, &self.caller(&context))).await
     }
 
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Box::pin(passthrough::prompt(&self.gateway, request))
+        let caller = self.caller(&context);
+        Box::pin(passthrough::prompt(&self.gateway, request, &caller))
             .await
             .map(GetPromptResponse::Complete)
     }
@@ -292,14 +300,15 @@ impl ServerHandler for Handler {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        Box::pin(passthrough::complete(&self.gateway, request)).await
+        let caller = self.caller(&context);
+        Box::pin(passthrough::complete(&self.gateway, request, &caller)).await
     }
 }
 
 impl Handler {
-    /// The context of a request that runs as a call (a resource read): its tenant, trace,
+    /// The context of a request that runs as a call (a resource read): its caller, trace,
     /// cancellation (the client's, or its session's end) and progress.
     fn call_cx(
         &self,
@@ -321,7 +330,7 @@ impl Handler {
         };
         let cx = CallCx {
             traceparent: traceparent.map(str::to_string),
-            tenant: self.tenant(context),
+            caller: self.caller(context),
             cancel,
             progress: progress_sink(context),
             elicit: elicit(context),

@@ -1,11 +1,10 @@
 //! Streamable HTTP on `/mcp` (rmcp's `StreamableHttpService` on hyper): `Host` is checked
 //! against loopback names and `--allow-host`, `Origin` against `--allow-origin` (none given:
 //! a request that carries an `Origin` is refused, so no web page reaches the gateway by DNS
-//! rebinding), and, when the manifest has `[serve.tokens]`, `Authorization: Bearer` against
-//! them (compared as SHA-256 digests): a request without a valid token gets 401; a valid one
-//! names its tenant. No token is ever printed.
+//! rebinding), and who the request is by its bearer token (`door.rs`: `[serve.tokens]`, or a
+//! JWT of `[serve.auth]`, whose metadata document is served here too). No token is ever
+//! printed.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -15,33 +14,26 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::audit::Event;
+use super::caller::{Caller, Via};
+use super::door::Door;
 use super::entry::HttpEntry;
 use super::fast::{self, Answer};
 use super::gateway::{Gateway, Session};
-use super::handler::{Handler, Tenant};
+use super::handler::Handler;
 use super::order::Pass;
 use super::sessions::{Full as SessionsFull, Sessions};
 use super::stdio::Arrival;
-
-/// Token digest → tenant.
-pub(super) type Tokens = HashMap<[u8; 32], String>;
-
-/// The digest a token is looked up by.
-pub(super) fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
+use crate::manifest::Op;
 
 /// What the HTTP face is told.
 pub(super) struct HttpOptions {
-    pub tokens: Tokens,
-    /// `[serve] admin_token`'s digest: who may answer approvals on the status page.
-    pub admin: Option<[u8; 32]>,
+    /// Who may come in.
+    pub door: Door,
     pub hosts: Vec<String>,
     pub origins: Vec<String>,
-    pub tenant: String,
     /// `[serve.limits]`.
     pub limits: crate::manifest::ServeLimits,
 }
@@ -55,11 +47,8 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 struct Route {
     gateway: Arc<Gateway>,
     sessions: Arc<Sessions>,
-    /// The tenant of requests whose token names none.
-    tenant: String,
     service: Service,
-    tokens: Tokens,
-    admin: Option<[u8; 32]>,
+    door: Door,
     hosts: Vec<String>,
     body_timeout: std::time::Duration,
 }
@@ -81,27 +70,33 @@ impl Route {
     async fn create(
         &self,
         req: Request<Full<Bytes>>,
-        tenant: &str,
+        caller: &Caller,
         body: &Bytes,
     ) -> Response<Body> {
         let initialize = serde_json::from_slice::<serde_json::Value>(body)
             .is_ok_and(|m| m["method"] == "initialize");
         if initialize {
-            if let Err(full) = self.sessions.admit(tenant) {
+            if let Err(full) = self.admit(caller) {
                 return sessions_full(&full);
             }
         }
-        self.rmcp(req, tenant, None).await
+        self.rmcp(req, caller, None).await
+    }
+
+    /// Room for one more session of `caller`.
+    fn admit(&self, caller: &Caller) -> Result<(), SessionsFull> {
+        let own = caller.session_limit(&self.gateway.catalog.manifest());
+        self.sessions.admit(caller, own)
     }
 
     /// rmcp's answer. A session it opens — an `initialize`'s, or a remembered one opened again
-    /// by the request that came back with its id — is registered under its id as `tenant`'s,
+    /// by the request that came back with its id — is registered under its id as `caller`'s,
     /// before the client has the answer. A DELETE it accepted is `200` (the SDKs take `202`
     /// for a failure).
     async fn rmcp(
         &self,
         mut req: Request<Full<Bytes>>,
-        tenant: &str,
+        caller: &Caller,
         pass: Option<Arc<Pass>>,
     ) -> Response<Body> {
         use tower_service::Service;
@@ -132,7 +127,7 @@ impl Route {
             .map(str::to_string)
             .or(asked);
         if let (Some(session), Some(id)) = (created, id) {
-            self.sessions.register(&id, &session, tenant);
+            self.sessions.register(&id, &session, caller);
         }
         if delete && r.status() == hyper::StatusCode::ACCEPTED {
             *r.status_mut() = hyper::StatusCode::OK;
@@ -143,6 +138,9 @@ impl Route {
     /// Check the path and the token, then answer on the short way (`fast.rs`) or rmcp's.
     async fn answer(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
         let endpoint = super::ops::Endpoint::of(req.uri().path());
+        if let Some(doc) = self.door.metadata(req.uri().path()) {
+            return doc;
+        }
         if matches!(req.uri().path(), "/" | "/status/events" | "/status/answer") {
             return self.status(req).await;
         }
@@ -152,9 +150,9 @@ impl Route {
         if let Some(e) = endpoint.filter(|e| !e.guarded()) {
             return ops_reply(super::ops::answer(&self.gateway, e).await);
         }
-        let tenant = match tenant_of(&self.tokens, &req) {
-            Err(()) => return unauthorized(),
-            Ok(t) => t,
+        let caller = match self.door.identify(req.headers()).await {
+            Err(refused) => return refused,
+            Ok(c) => c,
         };
         if let Some(e) = endpoint {
             let host = req
@@ -164,25 +162,26 @@ impl Route {
             if !host.is_some_and(|h| fast::host_allowed(h, &self.hosts)) {
                 return plain(hyper::StatusCode::FORBIDDEN, "forbidden: Host not allowed");
             }
+            if !self.may(&caller, req.headers(), Op::Metrics) {
+                return self.ops_refused(&caller, "/metrics", Op::Metrics);
+            }
             return ops_reply(super::ops::answer(&self.gateway, e).await);
         }
-        if let Some(t) = &tenant {
-            req.extensions_mut().insert(Tenant(t.clone()));
-        }
+        req.extensions_mut().insert(caller.clone());
         let session_id = req
             .headers()
             .get(fast::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let who = tenant.clone().unwrap_or_else(|| self.tenant.clone());
-        // A session is its creator's tenant's: to another tenant's token it does not exist.
+        // A session is its creator's: to another tenant's token, or another person's, it does
+        // not exist.
         if let Some(id) = &session_id {
-            if !self.sessions.owned_by(id, &who) {
+            if !self.sessions.owned_by(id, &caller.owner()) {
                 return session_not_found();
             }
             // One let go for idleness opens again, if there is room for it.
             if self.sessions.remembered(id) {
-                if let Err(full) = self.sessions.admit(&who) {
+                if let Err(full) = self.admit(&caller) {
                     return sessions_full(&full);
                 }
             }
@@ -201,7 +200,7 @@ impl Route {
                 return json_reply(status, body);
             }
             let req = Request::from_parts(parts, Full::new(body.clone()));
-            return self.create(req, &who, &body).await;
+            return self.create(req, &caller, &body).await;
         };
         let pass = self.sessions.pass(&session_id);
         let message = match super::entry::http_request(&parts, &self.hosts, &body) {
@@ -212,11 +211,11 @@ impl Route {
             }
             HttpEntry::Rmcp => {
                 let req = Request::from_parts(parts, Full::new(body));
-                return self.rmcp(req, &who, pass).await;
+                return self.rmcp(req, &caller, pass).await;
             }
             HttpEntry::Short(message) => message,
         };
-        let asked = (session_id.as_str(), tenant);
+        let asked = (session_id.as_str(), &caller);
         match fast::answer(&self.gateway, &self.sessions, asked, message, pass.clone()).await {
             Some(Answer::Json(json)) => json_reply(hyper::StatusCode::OK, json),
             Some(Answer::Events(events)) => {
@@ -226,7 +225,7 @@ impl Route {
             Some(Answer::Accepted) => plain(hyper::StatusCode::ACCEPTED, ""),
             None => {
                 let req = Request::from_parts(parts, Full::new(body));
-                self.rmcp(req, &who, pass).await
+                self.rmcp(req, &caller, pass).await
             }
         }
     }
@@ -297,31 +296,52 @@ impl Route {
                 r
             }
             (hyper::Method::GET, "/status/events") => {
-                // The admin sees everything; a tenant's token, that tenant's own.
-                let only = if self.is_admin(&req) {
-                    None
-                } else {
-                    match tenant_of(&self.tokens, &req) {
-                        Err(()) => return unauthorized(),
-                        Ok(t) => t,
-                    }
+                // The admin, and a role with `status`, see everything; anyone else with a
+                // valid token, their own tenant's.
+                if self.door.is_admin(req.headers()) {
+                    return self.snapshots(None);
+                }
+                let caller = match self.door.identify(req.headers()).await {
+                    Err(refused) => return refused,
+                    Ok(c) => c,
                 };
-                self.snapshots(only)
+                let all = caller.via == Via::Local || self.may(&caller, req.headers(), Op::Status);
+                self.snapshots((!all).then(|| caller.tenant.clone()))
             }
             (hyper::Method::POST, "/status/answer") => self.answer_approval(req, host).await,
             _ => plain(hyper::StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         }
     }
 
-    /// Whether a request carries the admin token.
-    fn is_admin(&self, req: &Request<hyper::body::Incoming>) -> bool {
-        let given = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(|t| digest(t.trim()));
-        self.admin.is_some() && given == self.admin
+    /// Whether `caller` may use `op`: the admin token may; a caller of an open gateway may;
+    /// else its roles say (without `[roles]`, a static token may read `/metrics`, as before
+    /// roles were).
+    fn may(&self, caller: &Caller, headers: &hyper::HeaderMap, op: Op) -> bool {
+        if self.door.is_admin(headers) || caller.via == Via::Local {
+            return true;
+        }
+        let m = self.gateway.catalog.manifest();
+        if !m.roles.declared() {
+            return op == Op::Metrics && caller.via == Via::Token;
+        }
+        caller.may(&m, op)
+    }
+
+    /// The refusal of an operations request, said in the audit trail.
+    fn ops_refused(&self, caller: &Caller, what: &str, op: Op) -> Response<Body> {
+        let needs = Op::ALL
+            .iter()
+            .find(|(_, o)| *o == op)
+            .map_or("", |(n, _)| *n);
+        let why = format!("needs the admin token or a role with ops = [\"{needs}\"]");
+        let fields = serde_json::json!({"path": what, "reason": why});
+        self.gateway
+            .audit
+            .record(Event::OpsRefused, Some(caller), fields);
+        let mut r =
+            Response::new(Full::new(Bytes::from(format!("forbidden: {what} {why}\n"))).boxed());
+        *r.status_mut() = hyper::StatusCode::FORBIDDEN;
+        r
     }
 
     /// A snapshot a second — of everything, or (`only`) of one tenant — as an event stream,
@@ -342,7 +362,8 @@ impl Route {
         event_stream(ticks.boxed())
     }
 
-    /// Approve or deny a parked call from the page: the admin token, from the page itself.
+    /// Approve or deny a parked call from the page: the admin token or a role with `approve`,
+    /// from the page itself.
     async fn answer_approval(
         &self,
         req: Request<hyper::body::Incoming>,
@@ -355,24 +376,31 @@ impl Route {
                 "forbidden: answers come from the status page itself",
             );
         }
-        if self.admin.is_none() {
-            return plain(
-                StatusCode::FORBIDDEN,
-                "forbidden: the manifest has no [serve] admin_token",
-            );
-        }
-        if !self.is_admin(&req) {
-            return plain(
-                StatusCode::FORBIDDEN,
-                "forbidden: approving needs the admin token",
-            );
-        }
+        let by = if self.door.is_admin(req.headers()) {
+            "admin".to_string()
+        } else {
+            let roles = self.gateway.catalog.manifest().roles.declared();
+            if self.door.admin.is_none() && !roles {
+                return plain(
+                    StatusCode::FORBIDDEN,
+                    "forbidden: the manifest has no [serve] admin_token",
+                );
+            }
+            let caller = match self.door.identify(req.headers()).await {
+                Err(refused) => return refused,
+                Ok(c) => c,
+            };
+            if caller.via == Via::Local || !self.may(&caller, req.headers(), Op::Approve) {
+                return self.ops_refused(&caller, "/status/answer", Op::Approve);
+            }
+            caller.who().to_string()
+        };
         let Ok(body) = Limited::new(req.into_body(), 64 * 1024).collect().await else {
             return plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
         };
         let reply = match super::status::parse_answer(&body.to_bytes()) {
             Err(e) => (StatusCode::BAD_REQUEST, e),
-            Ok((id, hash, d)) => match self.gateway.answer_parked(&id, &hash, d).await {
+            Ok((id, hash, d)) => match self.gateway.answer_parked(&id, &hash, d, &by).await {
                 Ok(w) => (
                     StatusCode::OK,
                     format!(
@@ -445,6 +473,10 @@ fn sessions_full(full: &SessionsFull) -> Response<Body> {
             hyper::StatusCode::TOO_MANY_REQUESTS,
             format!("this tenant holds its limit of {n} sessions ([serve.limits] sessions_per_tenant); end one (DELETE) or try again later"),
         ),
+        SessionsFull::Caller(n) => (
+            hyper::StatusCode::TOO_MANY_REQUESTS,
+            format!("you hold the limit of {n} sessions your roles allow ([roles.NAME] sessions); end one (DELETE) or try again later"),
+        ),
     };
     let mut r = json_reply(
         status,
@@ -461,39 +493,6 @@ fn sessions_full(full: &SessionsFull) -> Response<Body> {
 /// answers an unknown one.
 fn session_not_found() -> Response<Body> {
     plain(hyper::StatusCode::NOT_FOUND, "Not Found: Session not found")
-}
-
-fn unauthorized() -> Response<Body> {
-    let mut r = plain(
-        hyper::StatusCode::UNAUTHORIZED,
-        "{\"error\":\"a valid bearer token is required (Authorization: Bearer TOKEN)\"}",
-    );
-    r.headers_mut().insert(
-        hyper::header::WWW_AUTHENTICATE,
-        hyper::header::HeaderValue::from_static("Bearer"),
-    );
-    r
-}
-
-/// The tenant of a request's bearer token (`Err`: refuse it).
-fn tenant_of(tokens: &Tokens, req: &Request<hyper::body::Incoming>) -> Result<Option<String>, ()> {
-    if tokens.is_empty() {
-        return Ok(None);
-    }
-    let header = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or(())?;
-    let token = header
-        .strip_prefix("Bearer ")
-        .or_else(|| header.strip_prefix("bearer "))
-        .ok_or(())?;
-    tokens
-        .get(&digest(token.trim()))
-        .cloned()
-        .map(Some)
-        .ok_or(())
 }
 
 /// Accept connections until `stop` is cancelled; `sessions` ends every MCP session (after
@@ -526,7 +525,7 @@ pub(super) async fn serve(
     config.session_store = Some(Arc::new(super::sessions::Store(table.clone())));
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(opts.limits.session_idle);
-    let (tenant, g) = (opts.tenant.clone(), gateway.clone());
+    let (tenant, g) = (opts.door.tenant.clone(), gateway.clone());
     let service: Service = StreamableHttpService::new(
         move || {
             let h = Handler::new(g.clone(), tenant.clone());
@@ -540,10 +539,8 @@ pub(super) async fn serve(
     let route = Arc::new(Route {
         gateway,
         sessions: table,
-        tenant: opts.tenant,
         service,
-        tokens: opts.tokens,
-        admin: opts.admin,
+        door: opts.door,
         hosts: config.allowed_hosts,
         body_timeout: opts.limits.body_timeout,
     });

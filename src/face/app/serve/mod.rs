@@ -12,7 +12,12 @@
 
 mod answer;
 mod approve;
+mod audit;
+mod audit_logs;
+mod auth;
+mod caller;
 mod catalog;
+mod door;
 pub mod entry;
 mod fast;
 mod force;
@@ -64,6 +69,10 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let mut manifest = manifest;
     let hub = crate::tools::mcp::hub_for(&manifest);
     let rt = runtime()?;
+    let audit = rt
+        .block_on(async { audit::Audit::open(s.audit.as_deref(), opts.otlp.clone()) })
+        .map_err(Error::Usage)?;
+    let audit = Arc::new(audit);
     if let Some(hub) = &hub {
         super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
     }
@@ -90,6 +99,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         opts.plan.clone(),
         core.finish(),
         core.controls(),
+        audit.clone(),
     ));
     if let Some(hub) = gateway.catalog.now().hub() {
         rt.spawn(passthrough::follow(gateway.clone(), hub));
@@ -100,13 +110,34 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let served = match &s.http {
         None => rt.block_on(stdio(gateway, tenant, s.grace)),
         Some(addr) => {
+            let m = gateway.catalog.manifest();
+            let auth = m
+                .serve
+                .auth
+                .clone()
+                .map(|a| Arc::new(auth::Verifier::new(a)));
+            if let Some(v) = &auth {
+                if let Err(failed) = rt.block_on(v.prime()) {
+                    for f in failed {
+                        eprintln!("warning: mcp serve: [serve.auth]: the issuer's keys could not be fetched yet (tried again when a token comes): {f}");
+                    }
+                }
+            }
+            let token_roles = (m.serve.token_roles.iter())
+                .map(|(t, r)| (t.clone(), Arc::from(r.as_slice())))
+                .collect();
             let http = http::HttpOptions {
-                tokens,
-                admin,
+                door: door::Door {
+                    tokens,
+                    token_roles,
+                    admin,
+                    auth,
+                    tenant,
+                    audit,
+                },
                 hosts: s.allow_host.clone(),
                 origins: s.allow_origin.clone(),
-                tenant,
-                limits: gateway.catalog.manifest().serve.limits.clone(),
+                limits: m.serve.limits.clone(),
             };
             rt.block_on(serve_http(gateway, addr, http, s.grace, opts.quiet))
         }
@@ -128,12 +159,12 @@ fn admin_token(manifest: &Manifest) -> Result<Option<[u8; 32]>, Error> {
             "[serve] admin_token is empty\nhint: set the variable it names".into(),
         ));
     }
-    Ok(Some(http::digest(token.trim())))
+    Ok(Some(door::digest(token.trim())))
 }
 
 /// `[serve.tokens]`, rendered (their `${env:…}` read now), by digest.
-fn tokens(manifest: &Manifest) -> Result<http::Tokens, Error> {
-    let mut out = http::Tokens::new();
+fn tokens(manifest: &Manifest) -> Result<door::Tokens, Error> {
+    let mut out = door::Tokens::new();
     let no_args = serde_json::Map::new();
     for (tenant, t) in &manifest.serve.tokens {
         let token = t
@@ -144,7 +175,7 @@ fn tokens(manifest: &Manifest) -> Result<http::Tokens, Error> {
                 "[serve.tokens] {tenant}: the token is empty\nhint: set the variable it names"
             )));
         }
-        out.insert(http::digest(token.trim()), tenant.clone());
+        out.insert(door::digest(token.trim()), tenant.clone());
     }
     Ok(out)
 }
@@ -226,8 +257,8 @@ async fn serve_http(
         .map_err(|e| Error::io("--http: the listening address", e))?;
     if !quiet {
         eprintln!("flux-tools mcp serve: listening on http://{local}/mcp");
-        if opts.tokens.is_empty() && !local.ip().is_loopback() {
-            eprintln!("warning: mcp serve: {local} is not loopback and the manifest has no [serve.tokens]: anyone who reaches it can call the tools");
+        if !opts.door.closed() && !local.ip().is_loopback() {
+            eprintln!("warning: mcp serve: {local} is not loopback and the manifest has neither [serve.tokens] nor [serve.auth]: anyone who reaches it can call the tools");
         }
     }
     let (stop, sessions) = (CancellationToken::new(), CancellationToken::new());

@@ -21,9 +21,10 @@ use rmcp::service::{Peer, RoleServer};
 use serde_json::{json, Map, Value};
 
 use super::answer::Outcome;
+use super::caller::Caller;
 use super::gateway::{CallCx, Gateway, Session, Target};
 use crate::events::Status;
-use crate::manifest::{Manifest, Whole};
+use crate::manifest::{Manifest, Subject, Whole};
 use crate::tools::mcp::{Change, McpHub};
 
 /// How long a list waits for a whole server still starting.
@@ -193,18 +194,30 @@ fn list_items(answer: ServerResult, key: &str) -> Option<(Vec<Value>, Option<Str
 }
 
 /// `resources/list`: every whole server's resources it admits, under served URIs.
-pub(super) async fn resources(g: &Gateway) -> Result<ListResourcesResult, ErrorData> {
+pub(super) async fn resources(
+    g: &Gateway,
+    caller: &Caller,
+) -> Result<ListResourcesResult, ErrorData> {
     let mut all = Vec::new();
+    let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
         let items = all_pages(&hub, &server, ("resources/list", "resources")).await?;
-        all.extend(rewrite(items, "uri", &w));
+        all.extend(
+            rewrite(items, "uri", &w).into_iter().filter(|r| {
+                caller.sees(&m, Subject::Resource, r["uri"].as_str().unwrap_or_default())
+            }),
+        );
     }
     from_json(json!({ "resources": all }))
 }
 
 /// `resources/templates/list`, likewise.
-pub(super) async fn templates(g: &Gateway) -> Result<ListResourceTemplatesResult, ErrorData> {
+pub(super) async fn templates(
+    g: &Gateway,
+    caller: &Caller,
+) -> Result<ListResourceTemplatesResult, ErrorData> {
     let mut all = Vec::new();
+    let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
         let items = all_pages(
             &hub,
@@ -212,7 +225,10 @@ pub(super) async fn templates(g: &Gateway) -> Result<ListResourceTemplatesResult
             ("resources/templates/list", "resourceTemplates"),
         )
         .await?;
-        all.extend(rewrite(items, "uriTemplate", &w));
+        all.extend(rewrite(items, "uriTemplate", &w).into_iter().filter(|t| {
+            let template = t["uriTemplate"].as_str().unwrap_or_default();
+            caller.sees(&m, Subject::Resource, template)
+        }));
     }
     from_json(json!({ "resourceTemplates": all }))
 }
@@ -245,6 +261,9 @@ pub(super) async fn read(
     let manifest = g.catalog.manifest();
     let not_found =
         || ErrorData::resource_not_found(format!("no resource `{uri}` is served"), None);
+    if !cx.caller.sees(&manifest, Subject::Resource, uri) {
+        return Err(not_found());
+    }
     let (server, own) = route_uri(&manifest, uri).ok_or_else(not_found)?;
     let whole = wholes(&manifest).into_iter().find(|(s, _)| *s == server);
     let Some((_, w)) = whole.filter(|(_, w)| w.admits(&own)) else {
@@ -280,16 +299,18 @@ pub(super) async fn read(
 }
 
 /// `prompts/list`: every whole server's prompts it admits, under served names.
-pub(super) async fn prompts(g: &Gateway) -> Result<ListPromptsResult, ErrorData> {
+pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsResult, ErrorData> {
     let mut all = Vec::new();
+    let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.prompts.is_some()).await {
         let items = all_pages(&hub, &server, ("prompts/list", "prompts")).await?;
         for mut p in items {
             let Some(own) = p["name"].as_str().map(str::to_string) else {
                 continue;
             };
-            if w.admits(&own) {
-                p["name"] = json!(prompt_name(&w, &own));
+            let served = prompt_name(&w, &own);
+            if w.admits(&own) && caller.sees(&m, Subject::Prompt, &served) {
+                p["name"] = json!(served);
                 all.push(p);
             }
         }
@@ -301,10 +322,14 @@ pub(super) async fn prompts(g: &Gateway) -> Result<ListPromptsResult, ErrorData>
 pub(super) async fn prompt(
     g: &Gateway,
     mut request: GetPromptRequestParams,
+    caller: &Caller,
 ) -> Result<GetPromptResult, ErrorData> {
     let manifest = g.catalog.manifest();
     let not_found =
         || ErrorData::invalid_params(format!("no prompt `{}` is served", request.name), None);
+    if !caller.sees(&manifest, Subject::Prompt, &request.name) {
+        return Err(not_found());
+    }
     let (server, own, w) = route_name(&manifest, &request.name).ok_or_else(not_found)?;
     if !w.admits(&own) {
         return Err(not_found());
@@ -324,6 +349,7 @@ pub(super) async fn prompt(
 pub(super) async fn complete(
     g: &Gateway,
     request: CompleteRequestParams,
+    caller: &Caller,
 ) -> Result<CompleteResult, ErrorData> {
     let manifest = g.catalog.manifest();
     let mut v = serde_json::to_value(&request)
@@ -337,6 +363,9 @@ pub(super) async fn complete(
     let server = match v["ref"]["type"].as_str() {
         Some("ref/prompt") => {
             let name = v["ref"]["name"].as_str().unwrap_or_default().to_string();
+            if !caller.sees(&manifest, Subject::Prompt, &name) {
+                return Err(unknown());
+            }
             let (server, own, w) = route_name(&manifest, &name).ok_or_else(unknown)?;
             if !w.admits(&own) {
                 return Err(unknown());
@@ -346,6 +375,9 @@ pub(super) async fn complete(
         }
         Some("ref/resource") => {
             let uri = v["ref"]["uri"].as_str().unwrap_or_default().to_string();
+            if !caller.sees(&manifest, Subject::Resource, &uri) {
+                return Err(unknown());
+            }
             let (server, own) = route_uri(&manifest, &uri).ok_or_else(unknown)?;
             let admitted = wholes(&manifest)
                 .iter()
@@ -372,13 +404,16 @@ pub(super) async fn complete(
 /// server is asked once for the first session, and told to stop after the last.
 pub(super) async fn subscribe(
     g: &Gateway,
-    (id, peer): (u64, &Peer<RoleServer>),
+    (id, peer, caller): (u64, &Peer<RoleServer>, &Caller),
     uri: &str,
     on: bool,
 ) -> Result<(), ErrorData> {
     let manifest = g.catalog.manifest();
     let not_found =
         || ErrorData::resource_not_found(format!("no resource `{uri}` is served"), None);
+    if on && !caller.sees(&manifest, Subject::Resource, uri) {
+        return Err(not_found());
+    }
     let (server, own) = route_uri(&manifest, uri).ok_or_else(not_found)?;
     let admitted = wholes(&manifest)
         .iter()

@@ -20,6 +20,7 @@ const PERIOD: Duration = Duration::from_secs(3600);
 struct Tally {
     since: Option<Instant>,
     tenant: String,
+    subject: Option<String>,
     stats: Stats,
     in_flight: usize,
     peak: usize,
@@ -47,14 +48,15 @@ impl SessionRecord {
     }
 
     /// A call of the session starts running (for the peak in flight).
-    pub(super) fn started(&self, tenant: &str) {
+    pub(super) fn started(&self, caller: &super::caller::Caller) {
         if self.finish.is_none() {
             return;
         }
         let mut t = self.tally();
         t.since.get_or_insert_with(Instant::now);
         if t.tenant.is_empty() {
-            t.tenant = tenant.to_string();
+            t.tenant = caller.tenant.clone();
+            t.subject = caller.subject.clone();
         }
         t.in_flight += 1;
         t.peak = t.peak.max(t.in_flight);
@@ -106,6 +108,7 @@ impl SessionRecord {
             ended: Ended::Session,
             run_id: &run_id,
             tenant: &t.tenant,
+            subject: t.subject.as_deref(),
             input_format: "mcp",
             outcome: Outcome::Completed,
             started: now.checked_sub(wall).unwrap_or(now),
@@ -121,6 +124,7 @@ impl SessionRecord {
         *t = Tally {
             since: (in_flight > 0).then(Instant::now),
             tenant,
+            subject: t.subject.take(),
             part,
             in_flight,
             peak: in_flight,

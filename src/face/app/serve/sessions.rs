@@ -1,10 +1,11 @@
-//! The HTTP face's sessions by `Mcp-Session-Id`: each bound to the tenant whose token opened
-//! it (another tenant's token finds no such session), bounded in number (`[serve.limits]
-//! sessions`, `sessions_per_tenant`), and let go after `session_idle` without a request —
+//! The HTTP face's sessions by `Mcp-Session-Id`: each bound to the caller who opened it — its
+//! tenant, and its subject when a JWT named one (another tenant's token, or another person's,
+//! finds no such session) — bounded in number (`[serve.limits] sessions`,
+//! `sessions_per_tenant`, and a role's `sessions` per caller), and let go after `session_idle` without a request —
 //! but remembered: a client that comes back with the id later gets its session opened again
 //! under the same id (rmcp replays its `initialize` from what this table kept, as its
 //! session store), so an SDK that never re-initializes carries on. What is remembered of a
-//! session that is gone is its tenant and its `initialize` parameters, for at most
+//! session that is gone is its owner and its `initialize` parameters, for at most
 //! [`REMEMBERED`] sessions a live one may have, the least recently used forgotten first.
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::caller::Caller;
 use super::gateway::Session;
 
 /// How many sessions that are gone are remembered for each live one the limit allows.
@@ -24,8 +26,6 @@ pub(super) const REMEMBERED: usize = 8;
 /// A session rmcp serves, as the short way knows it.
 pub(super) struct Live {
     pub session: Weak<Session>,
-    /// The tenant of calls whose request names none.
-    pub tenant: String,
     /// Calls in flight on the short way, by JSON-RPC id, to cancel on `notifications/cancelled`.
     pub inflight: Mutex<HashMap<String, CancellationToken>>,
 }
@@ -33,8 +33,9 @@ pub(super) struct Live {
 /// One session id's entry: live, or remembered.
 struct Entry {
     live: Option<Arc<Live>>,
-    /// Whose it is (set when it is registered; kept after it is gone).
-    tenant: Option<String>,
+    /// Whose it is: its owner (tenant, and subject) and tenant (set when it is registered;
+    /// kept after it is gone).
+    owner: Option<(String, String)>,
     /// What rmcp stored at its `initialize`, to open it again.
     state: Option<SessionState>,
     /// When it was last used (a tick of [`Sessions::clock`]).
@@ -56,6 +57,8 @@ pub(super) enum Full {
     All(u32),
     /// The tenant's (`sessions_per_tenant`).
     Tenant(u32),
+    /// The caller's, by its roles (`[roles.NAME] sessions`).
+    Caller(u32),
 }
 
 /// The session table.
@@ -91,13 +94,13 @@ impl Sessions {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Register a session rmcp opened (or opened again) under `id`, as `tenant`'s.
-    pub(super) fn register(&self, id: &str, session: &Arc<Session>, tenant: &str) {
+    /// Register a session rmcp opened (or opened again) under `id`, as `caller`'s.
+    pub(super) fn register(&self, id: &str, session: &Arc<Session>, caller: &Caller) {
         let used = self.now();
         let mut map = self.write();
         let e = map.entry(id.to_string()).or_insert(Entry {
             live: None,
-            tenant: None,
+            owner: None,
             state: None,
             used,
         });
@@ -105,10 +108,9 @@ impl Sessions {
         if e.live.is_some() && !e.alive() {
             self.reopened.fetch_add(1, Ordering::Relaxed);
         }
-        e.tenant = Some(tenant.to_string());
+        e.owner = Some((caller.owner(), caller.tenant.clone()));
         e.live = Some(Arc::new(Live {
             session: Arc::downgrade(session),
-            tenant: tenant.to_string(),
             inflight: Mutex::default(),
         }));
         self.forget_oldest(&mut map);
@@ -139,12 +141,12 @@ impl Sessions {
         Some((live, session))
     }
 
-    /// Whether session `id` may be used by `tenant`: it is (or was) that tenant's, or it is
-    /// unknown here (rmcp then answers for it).
-    pub(super) fn owned_by(&self, id: &str, tenant: &str) -> bool {
+    /// Whether session `id` may be used by `owner` (a [`Caller::owner`]): it is (or was)
+    /// theirs, or it is unknown here (rmcp then answers for it).
+    pub(super) fn owned_by(&self, id: &str, owner: &str) -> bool {
         self.read()
             .get(id)
-            .is_none_or(|e| e.tenant.as_deref().is_none_or(|t| t == tenant))
+            .is_none_or(|e| e.owner.as_ref().is_none_or(|(o, _)| o == owner))
     }
 
     /// Whether `id` names a session that is gone but remembered (its next request opens it
@@ -155,22 +157,30 @@ impl Sessions {
             .is_some_and(|e| !e.alive() && e.state.is_some())
     }
 
-    /// Whether one more session of `tenant` may be opened.
-    pub(super) fn admit(&self, tenant: &str) -> Result<(), Full> {
+    /// Whether one more session of `caller` may be opened (`own`: the most its roles let
+    /// it keep).
+    pub(super) fn admit(&self, caller: &Caller, own: Option<u32>) -> Result<(), Full> {
         let map = self.read();
         let live = map.values().filter(|e| e.alive());
-        let (mut all, mut theirs) = (0u32, 0u32);
+        let (mut all, mut tenants, mut owners) = (0u32, 0u32, 0u32);
+        let owner = caller.owner();
         for e in live {
             all += 1;
-            theirs += u32::from(e.tenant.as_deref() == Some(tenant));
+            if let Some((o, t)) = &e.owner {
+                tenants += u32::from(*t == caller.tenant);
+                owners += u32::from(*o == owner);
+            }
         }
         if all >= self.limit {
             return Err(Full::All(self.limit));
         }
-        if theirs >= self.per_tenant {
+        if tenants >= self.per_tenant {
             return Err(Full::Tenant(self.per_tenant));
         }
-        Ok(())
+        match own {
+            Some(n) if owners >= n => Err(Full::Caller(n)),
+            _ => Ok(()),
+        }
     }
 
     /// How many sessions live, and how many were opened again after they were let go.
@@ -205,7 +215,7 @@ impl SessionStore for Store {
         let mut map = self.0.write();
         let e = map.entry(session_id.to_string()).or_insert(Entry {
             live: None,
-            tenant: None,
+            owner: None,
             state: None,
             used,
         });
@@ -232,26 +242,56 @@ mod tests {
         }
     }
 
+    fn token(tenant: &str) -> Caller {
+        Caller {
+            via: super::super::caller::Via::Token,
+            ..Caller::local(tenant.into())
+        }
+    }
+
+    fn person(tenant: &str, sub: &str) -> Caller {
+        Caller {
+            subject: Some(sub.into()),
+            roles: Some(Vec::new().into()),
+            via: super::super::caller::Via::Jwt,
+            ..Caller::local(tenant.into())
+        }
+    }
+
     #[test]
     fn a_tenants_session_is_its_own_and_past_the_limits_none_is_admitted() {
         let s = Sessions::new(&limits(3, 2));
         let one = Arc::new(Session::for_tests());
         let two = Arc::new(Session::for_tests());
-        s.register("a1", &one, "acme");
-        s.register("a2", &two, "acme");
+        s.register("a1", &one, &token("acme"));
+        s.register("a2", &two, &token("acme"));
         assert!(s.owned_by("a1", "acme") && !s.owned_by("a1", "beta"));
         assert!(s.owned_by("unknown", "beta"));
-        assert_eq!(s.admit("acme"), Err(Full::Tenant(2)));
-        assert_eq!(s.admit("beta"), Ok(()));
+        assert_eq!(s.admit(&token("acme"), None), Err(Full::Tenant(2)));
+        assert_eq!(s.admit(&token("beta"), None), Ok(()));
         let three = Arc::new(Session::for_tests());
-        s.register("b1", &three, "beta");
-        assert_eq!(s.admit("beta"), Err(Full::All(3)));
+        s.register("b1", &three, &token("beta"));
+        assert_eq!(s.admit(&token("beta"), None), Err(Full::All(3)));
         drop(one);
         assert_eq!(
-            s.admit("acme"),
+            s.admit(&token("acme"), None),
             Ok(()),
             "a session that is gone frees its place"
         );
         assert!(!s.owned_by("a1", "beta"), "and stays its tenant's");
+    }
+
+    #[test]
+    fn a_persons_session_is_not_another_persons_of_the_same_tenant_and_roles_bound_how_many() {
+        let s = Sessions::new(&limits(10, 10));
+        let (alice, bob) = (person("acme", "alice"), person("acme", "bob"));
+        let one = Arc::new(Session::for_tests());
+        s.register("x", &one, &alice);
+        assert!(s.owned_by("x", &alice.owner()));
+        assert!(!s.owned_by("x", &bob.owner()));
+        assert!(!s.owned_by("x", "acme"), "nor the tenant's static token");
+        assert_eq!(s.admit(&alice, Some(1)), Err(Full::Caller(1)));
+        assert_eq!(s.admit(&bob, Some(1)), Ok(()));
+        assert_eq!(s.admit(&alice, Some(2)), Ok(()));
     }
 }

@@ -3,8 +3,8 @@
 //! with Approve / Deny. The page (`status.html`: HTML, CSS and a little JavaScript in the
 //! binary, nothing fetched from elsewhere) carries no data; it reads `/status/events`, a
 //! stream of one JSON snapshot a second in the event-stream format, with the bearer token the
-//! person types (when the manifest has `[serve.tokens]`). An answer is a `POST
-//! /status/answer` that needs `[serve] admin_token`, the header `X-Flux-Tools: answer` (a form
+//! person types (when the manifest has `[serve.tokens]` or `[serve.auth]`). An answer is a
+//! `POST /status/answer` that needs `[serve] admin_token` or a role with `approve`, the header `X-Flux-Tools: answer` (a form
 //! another site posts cannot set it, and a cross-site script that sets it is stopped by the
 //! browser's preflight, which the gateway never grants) and, if the browser sends an `Origin`,
 //! this gateway's own.
@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::caller::Caller;
 use crate::app::parked::{Decision, Waiting};
 use crate::events::{CallResult, ErrorKind, Status};
 use crate::run::store::Occupancy;
@@ -31,6 +32,9 @@ pub(super) struct Recent {
     pub at: String,
     pub tool: String,
     pub tenant: String,
+    /// Who made it, when its caller named a subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     pub session: u64,
     pub status: Status,
     /// What kind of failure (none when it succeeded).
@@ -47,11 +51,13 @@ pub(super) struct Log {
 }
 
 impl Log {
-    pub(super) fn record(&self, (tenant, session): (&str, u64), r: &CallResult, cost: f64) {
+    pub(super) fn record(&self, (caller, session): (&Caller, u64), r: &CallResult, cost: f64) {
+        let tenant = caller.tenant.as_str();
         let entry = Recent {
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             tool: r.tool.clone(),
             tenant: tenant.to_string(),
+            subject: caller.subject.clone(),
             session,
             status: r.status,
             kind: r.error.as_ref().map(|e| e.kind),
