@@ -375,10 +375,12 @@ fn the_status_page_in_a_real_browser_shows_lanes_live_and_approves_once_with_the
         &format!("[serve]\nadmin_token = \"${{env:ADMIN}}\"\n\n{m}\n{upstream}"),
     );
     let gw = HttpGateway::start(&p, &[], &[("ADMIN", "adm1n")]);
+    // 24 calls of 1 s, 2 at a time: 12 s of lane activity, so a browser that is slow to
+    // start on a loaded machine still sees the count change.
     let burst = client(
         &py,
         &http(&gw.url),
-        &["burst", "logged", "8", r#"{"tag": "c{i}"}"#],
+        &["burst", "logged", "24", r#"{"tag": "c{i}"}"#],
     );
     let write = client(
         &py,
