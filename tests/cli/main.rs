@@ -26,6 +26,7 @@ mod processes;
 mod run;
 mod sdk;
 mod serve;
+mod serve_auth;
 mod serve_holds;
 mod serve_ops;
 mod serve_policies;

@@ -617,7 +617,7 @@ pub(crate) fn raw_post_with(
 }
 
 /// A whole HTTP response: the head (lower-cased) and the body.
-fn raw_response(s: std::net::TcpStream) -> (String, String) {
+pub(crate) fn raw_response(s: std::net::TcpStream) -> (String, String) {
     let mut all = String::new();
     let _ = BufReader::new(s).read_to_string(&mut all);
     let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));

@@ -440,7 +440,7 @@ fn http_answers_bad_bodies_as_json_rpc_says_deletes_with_200_and_the_page_cannot
 }
 
 /// The first snapshot `/status/events` sends with `token`.
-fn first_snapshot(addr: &str, token: &str) -> Value {
+pub(crate) fn first_snapshot(addr: &str, token: &str) -> Value {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     let req = format!(

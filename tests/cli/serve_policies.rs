@@ -213,7 +213,7 @@ fn upstream_writes(log: &std::path::Path) -> usize {
 }
 
 /// `flux-tools approvals --format json` in the project: the calls parked for approval.
-fn parked(p: &Project) -> Vec<Value> {
+pub(crate) fn parked(p: &Project) -> Vec<Value> {
     let out = p
         .cmd()
         .args(["approvals", "--format", "json"])
@@ -230,7 +230,7 @@ fn parked(p: &Project) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn wait_parked(p: &Project) -> Value {
+pub(crate) fn wait_parked(p: &Project) -> Value {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         if let Some(w) = parked(p).into_iter().next() {

@@ -657,7 +657,19 @@ impl Gateway {
             Target::Read { server, uri } => format!("{server}:resources/read {uri}"),
         };
         match &prepared {
-            Err(why) => self.refused(session, caller, &what, why),
+            Err(why) => {
+                // The caller is told the tool does not exist; the trail says why.
+                let m = self.catalog.manifest();
+                let anyone = Caller::local(caller.tenant.clone());
+                let hidden =
+                    matches!(name, Target::Tool(n) if self.catalog.served(&m, n, &anyone).is_ok());
+                let why = if hidden {
+                    format!("its roles do not allow `{what}` (the caller was told: {why})")
+                } else {
+                    why.clone()
+                };
+                self.refused(session, caller, &what, &why);
+            }
             Ok(Err(why)) => self.refused(session, caller, &what, &why.text()),
             Ok(Ok(_)) => {}
         }
