@@ -250,7 +250,7 @@ pub(crate) struct ServeArgs {
     pub tools: Option<Vec<String>>,
 
     /// The tenant of every call (stdio; over HTTP a bearer token names it)
-    #[arg(long, env = "FLUX_TENANT")]
+    #[arg(long, env = "FLUX_TOOLS_TENANT")]
     pub tenant: Option<String>,
 
     /// Narrow each client's turn lane (never widens the manifest's max_concurrent_tools)

@@ -514,3 +514,97 @@ fn a_key_rotation_at_the_issuer_is_followed_without_a_restart() {
         audit(&p)
     );
 }
+
+/// One GET of `path` with `token`: the status line and the body.
+fn get(addr: &str, path: &str, token: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut all = String::new();
+    let _ = s.read_to_string(&mut all);
+    let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
+}
+
+#[test]
+fn a_gateway_configured_only_by_its_environment_gives_static_tokens_their_roles() {
+    let Some(py) = python() else { return };
+    let p = Project::new(
+        r#"
+[serve.tokens]
+team = { token = "${env:READER}", roles = ["reader"] }
+ops = { token = "${env:OPS}", roles = ["admin"] }
+
+[roles.reader]
+tools = ["who"]
+
+[roles.admin]
+tools = ["*"]
+ops = ["status", "metrics"]
+
+[tools.who]
+kind = "scripted"
+effect = "read"
+output = { ok = true }
+
+[tools.drop_table]
+kind = "scripted"
+output = { dropped = true }
+"#,
+    );
+    // No flag at all: the address and the audit trail come from the environment, as a
+    // container or a service manager gives them.
+    let mut cmd = Command::new(flux_bin());
+    cmd.current_dir(p.path()).args(["mcp", "serve"]).envs([
+        ("FLUX_TOOLS_HTTP", "127.0.0.1:0"),
+        ("FLUX_TOOLS_AUDIT", "audit.jsonl"),
+        ("FLUX_TOOLS_TENANT", "ignored-by-tokens"),
+        ("READER", "r-token"),
+        ("OPS", "o-token"),
+    ]);
+    let gw = HttpGateway::spawned(cmd);
+    let as_token = |t: &str| vec!["--http".to_string(), gw.url.clone(), "-".into(), t.into()];
+    let listed = |t: &str| {
+        let l = crate::serve::run_client(&py, &as_token(t), &["list"]);
+        let mut names: Vec<String> = (l.as_array().cloned().unwrap_or_default().iter())
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listed("r-token"), ["who"]);
+    assert_eq!(listed("o-token"), ["drop_table", "who"]);
+    crate::serve::run_client(&py, &as_token("r-token"), &["call", "who", "{}"]);
+    crate::serve::run_client(&py, &as_token("o-token"), &["call", "who", "{}"]);
+    let addr = gw.addr();
+    // `/metrics` and the whole status stream need a role that grants them.
+    let (line, _) = get(&addr, "/metrics", "r-token");
+    assert!(line.contains("403"), "{line}");
+    let (line, body) = get(&addr, "/metrics", "o-token");
+    assert!(
+        line.contains("200") && body.contains("flux_tools"),
+        "{line}"
+    );
+    audited(&p, |l| {
+        l["event"] == "ops.refused" && l["tenant"] == "team" && l["path"] == "/metrics"
+    });
+    let mine = crate::serve_holds::first_snapshot(&addr, "r-token");
+    let all = crate::serve_holds::first_snapshot(&addr, "o-token");
+    let tenants = |s: &Value| {
+        let mut t: Vec<String> = (s["recent"].as_array().cloned().unwrap_or_default().iter())
+            .filter_map(|c| c["tenant"].as_str().map(str::to_string))
+            .collect();
+        t.sort();
+        t.dedup();
+        t
+    };
+    assert_eq!(tenants(&mine), ["team"], "{mine}");
+    assert_eq!(tenants(&all), ["ops", "team"], "{all}");
+}

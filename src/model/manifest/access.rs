@@ -315,6 +315,53 @@ impl Reader<'_> {
     }
 }
 
+impl Reader<'_> {
+    /// What needs `[roles]` and `[serve]` both: a token's roles are declared ones; with
+    /// `[roles]`, a static token without roles sees nothing (said), and roles bind nobody when
+    /// no caller is identified (said).
+    pub(super) fn access_checks(&mut self, m: &super::Manifest, root: &DeTable<'_>) {
+        let serve = Reader::entry(root, "serve").and_then(|(_, v)| v.get_ref().as_table());
+        let tokens = serve
+            .and_then(|s| Reader::entry(s, "tokens"))
+            .and_then(|(_, v)| v.get_ref().as_table());
+        for (k, v) in tokens.into_iter().flat_map(|t| t.iter()) {
+            let tenant = k.get_ref();
+            let roles = v
+                .get_ref()
+                .as_table()
+                .and_then(|t| Reader::entry(t, "roles"));
+            let items = roles.and_then(|(_, r)| r.get_ref().as_array());
+            for item in items.into_iter().flat_map(|a| a.iter()) {
+                let Some(name) = item.get_ref().as_str() else {
+                    continue;
+                };
+                if !m.roles.0.contains_key(name) {
+                    let hint = crate::error::suggest(name, m.roles.0.keys().map(String::as_str))
+                        .or_else(|| Some(format!("declare it: [roles.{name}] tools = [\"*\"]")));
+                    let msg = format!("[serve.tokens.{tenant}] names role `{name}`, which [roles] does not declare");
+                    self.error(item.span(), msg, hint);
+                }
+            }
+            if m.roles.declared() && roles.is_none() {
+                let msg = format!("[roles] is declared and tenant `{tenant}`'s token has no roles: its callers see no tool");
+                let hint =
+                    format!("write {tenant} = {{ token = \"${{env:VAR}}\", roles = [\"NAME\"] }}");
+                self.warn(k.span(), msg, Some(hint));
+            }
+        }
+        if m.roles.declared() && m.serve.tokens.is_empty() && m.serve.auth.is_none() {
+            if let Some((k, _)) = Reader::entry(root, "roles") {
+                let msg = "[roles] is declared, but no caller has roles: without [serve.tokens] or [serve.auth] every caller sees everything";
+                self.warn(
+                    k.span(),
+                    msg,
+                    Some("add [serve.auth] or [serve.tokens] with roles".into()),
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

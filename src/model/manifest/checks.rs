@@ -16,6 +16,7 @@ impl Reader<'_> {
     pub(super) fn cross_checks(&mut self, m: &Manifest, root: &DeTable<'_>) {
         self.name_clashes(m);
         self.whole_lanes(m);
+        self.access_checks(m, root);
         let tools_table = Reader::entry(root, "tools").and_then(|(_, v)| v.get_ref().as_table());
         for tool in &m.tools {
             let tt = tools_table

@@ -254,3 +254,75 @@ fn discovered_tools_that_a_model_would_confuse_are_left_out_naming_both() {
     assert!(m.set_discovered("a", Vec::new()).is_empty());
     assert!(m.tool("fine").is_none() && m.tool("echo").is_some());
 }
+
+#[test]
+fn auth_roles_and_token_roles_are_read_and_every_mistake_is_located() {
+    let m = parse(
+        r#"[serve.auth]
+issuer = ["https://auth.example.com", "http://127.0.0.1:9000"]
+resource = "https://gw.example.com/mcp"
+scopes = ["mcp:tools"]
+tenant_claim = "org_id"
+leeway = "30s"
+
+[serve.tokens]
+ops = { token = "${env:OPS}", roles = ["admin"] }
+plain = "${env:PLAIN}"
+
+[roles.admin]
+tools = ["*"]
+ops = ["status", "metrics"]
+sessions = 3
+
+[roles.reader]
+tools = { allow = ["get_*"], deny = ["get_secret"] }
+resources = ["file:///docs/*"]
+"#,
+    )
+    .unwrap();
+    let auth = m.serve.auth.as_ref().expect("[serve.auth]");
+    assert_eq!(auth.issuers.len(), 2);
+    assert_eq!(auth.tenant_claim.as_deref(), Some("org_id"));
+    assert_eq!(
+        (auth.roles_claim.as_str(), auth.subject_claim.as_str()),
+        ("roles", "sub")
+    );
+    assert_eq!(auth.leeway, Duration::from_secs(30));
+    assert_eq!(m.serve.token_roles["ops"], ["admin"]);
+    assert!(m.serve.tokens.contains_key("ops") && m.serve.tokens.contains_key("plain"));
+    assert_eq!(m.roles.0["admin"].ops, [Op::Status, Op::Metrics]);
+    assert_eq!(m.roles.0["admin"].sessions, Some(3));
+    assert!(m.roles.0["reader"].tools.admits("get_user"));
+    assert!(!m.roles.0["reader"].tools.admits("get_secret"));
+    // `plain` has no roles while [roles] is declared: said, with where.
+    let said: Vec<&str> = m.warnings.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        said.iter()
+            .any(|w| w.contains("tenant `plain`'s token has no roles")),
+        "{said:?}"
+    );
+
+    let e = errors(
+        "[serve.auth]\nissuer = \"http://auth.example.com\"\n\n[serve.tokens]\nops = { token = \"${env:OPS}\", roles = [\"admni\"] }\n\n[roles.admin]\nops = [\"stats\"]\n",
+    );
+    let text: Vec<String> = e
+        .iter()
+        .map(|d| format!("{}:{} {}", at(d).0, at(d).1, d.message))
+        .collect();
+    let has = |s: &str| text.iter().any(|t| t.contains(s));
+    assert!(has("1:8 [serve.auth] names no `resource`"), "{text:?}");
+    assert!(
+        has("2:10 `issuer` `http://auth.example.com` in [serve.auth] uses http"),
+        "{text:?}"
+    );
+    assert!(
+        has("5:40 [serve.tokens.ops] names role `admni`"),
+        "{text:?}"
+    );
+    assert!(has("8:8 unknown op `stats`"), "{text:?}");
+    let typo = e
+        .iter()
+        .find(|d| d.message.contains("admni"))
+        .and_then(|d| d.hint.clone());
+    assert!(typo.is_some_and(|h| h.contains("admin")), "a suggestion");
+}
