@@ -212,7 +212,12 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
     };
     let log = p.path().join("calls.log");
     manifest(&p, &issuer.url(), &resource, &log);
-    let gw = gateway(&p, port, &[("ADMIN", "adm1n")]);
+    let collector = crate::http_server::TestServer::start();
+    let gw = gateway(
+        &p,
+        port,
+        &[("ADMIN", "adm1n"), ("FLUX_TOOLS_OTLP", &collector.base)],
+    );
     let reader = outcome(oauth(&py, &gw.url, "alice", &["list"]));
     let reader = reader.unwrap_or_else(|e| {
         panic!(
@@ -297,6 +302,101 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
             .starts_with("flux-tools approve"),
         "{answered}"
     );
+    // The same trail as OpenTelemetry log records, and the subject on the call's span.
+    let records = otel_logs(&collector, |r| {
+        r.get("flux_tools.event")
+            .is_some_and(|e| e == "approval.answered")
+    });
+    assert!(
+        records
+            .iter()
+            .any(|r| r.get("flux_tools.subject").is_some_and(|s| s == "alice")),
+        "{records:?}"
+    );
+    let refused = otel_logs(&collector, |r| {
+        r.get("flux_tools.event")
+            .is_some_and(|e| e == "call.refused")
+    });
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.get("flux_tools.tool").is_some_and(|t| t == "delete_repo")),
+        "{refused:?}"
+    );
+    let span = bobs_span(&collector);
+    assert_eq!(
+        span.get("enduser.id").map(String::as_str),
+        Some("bob"),
+        "{span:?}"
+    );
+    assert_eq!(
+        span.get("flux_tools.tenant").map(String::as_str),
+        Some("acme"),
+        "{span:?}"
+    );
+}
+
+type Attrs = std::collections::HashMap<String, String>;
+
+fn attrs(kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Attrs {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    kvs.iter()
+        .map(|kv| {
+            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Any::StringValue(s)) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), v)
+        })
+        .collect()
+}
+
+/// The log records the collector got that `want` accepts (waiting up to 10 s for one).
+fn otel_logs(c: &crate::http_server::TestServer, want: impl Fn(&Attrs) -> bool) -> Vec<Attrs> {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use prost::Message;
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found: Vec<Attrs> = (c.requests_to("/v1/logs").iter())
+            .filter_map(|r| ExportLogsServiceRequest::decode(r.raw.as_slice()).ok())
+            .flat_map(|r| r.resource_logs)
+            .flat_map(|r| r.scope_logs)
+            .flat_map(|s| s.log_records)
+            .map(|r| attrs(&r.attributes))
+            .filter(|a| want(a))
+            .collect();
+        if !found.is_empty() {
+            return found;
+        }
+        assert!(
+            Instant::now() < until,
+            "no such log record reached the collector"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The attributes of the span of bob's call of `delete_repo`.
+fn bobs_span(c: &crate::http_server::TestServer) -> Attrs {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = (c.requests_to("/v1/traces").iter())
+            .filter_map(|r| ExportTraceServiceRequest::decode(r.raw.as_slice()).ok())
+            .flat_map(|r| r.resource_spans)
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .find(|s| s.name == "execute_tool delete_repo");
+        if let Some(s) = found {
+            return attrs(&s.attributes);
+        }
+        assert!(
+            Instant::now() < until,
+            "no span of delete_repo reached the collector"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A token signed with `pem` (ES256 under `kid`), with `claims`.

@@ -174,6 +174,13 @@ fn call_span(
         KeyValue::new("flux_tools.status", r.status.as_str()),
         KeyValue::new("flux_tools.attempts", i64::from(r.attempts)),
     ];
+    if served {
+        // Who asked (a gateway's caller): its tenant, and its subject when a token named one.
+        attributes.push(KeyValue::new("flux_tools.tenant", run.tenant.to_string()));
+        if let Some(who) = run.subject {
+            attributes.push(KeyValue::new("enduser.id", who.to_string()));
+        }
+    }
     if let Some(lane) = &r.waited_on {
         attributes.push(KeyValue::new("flux_tools.waited_on", lane.clone()));
     }
