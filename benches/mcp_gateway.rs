@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
 
@@ -31,7 +32,8 @@ type Client = RunningService<RoleClient, ()>;
 #[derive(Clone)]
 enum Target {
     Stdio(Vec<String>),
-    Http(String),
+    /// The URL, and the bearer token every request carries.
+    Http(String, Option<String>),
 }
 
 async fn connect(t: &Target) -> Client {
@@ -42,8 +44,12 @@ async fn connect(t: &Target) -> Client {
             let transport = TokioChildProcess::new(cmd).expect("spawn");
             ().serve(transport).await.expect("initialize over stdio")
         }
-        Target::Http(url) => {
-            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+        Target::Http(url, token) => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(t) = token {
+                config = config.auth_header(t.as_str());
+            }
+            let transport = StreamableHttpClientTransport::from_config(config);
             ().serve(transport).await.expect("initialize over HTTP")
         }
     }
@@ -140,7 +146,7 @@ fn launch(argv: &[String], url: String) -> (Gateway, Target) {
         assert!(Instant::now() < until, "{argv:?} never listened on {addr}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (Gateway(child), Target::Http(url))
+    (Gateway(child), Target::Http(url, None))
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -189,6 +195,7 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         format!("http://127.0.0.1:{port}/mcp"),
     );
     rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
+    rows.push(jwt_row(flux, manifest, tmp));
     // `BASELINE=PATH`: another flux-tools binary (an older commit's), side by side.
     if let Ok(old) = std::env::var("BASELINE") {
         let stdio = Target::Stdio(serve_with(&old, &[]));
@@ -240,6 +247,82 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
     }
     rows
+}
+
+/// The gateway over HTTP with `[serve.auth]`: every request carries a JWT access token (ES256)
+/// that the gateway checks against the keys of an issuer served here (its metadata and JWKS,
+/// from a key made with `openssl` for this run).
+fn jwt_row(flux: &str, manifest: &str, tmp: &std::path::Path) -> Row {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let pem = Command::new("sh")
+        .args([
+            "-c",
+            "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt",
+        ])
+        .output()
+        .expect("openssl makes the issuer's key")
+        .stdout;
+    let key = EncodingKey::from_ec_pem(&pem).expect("an EC key");
+    let mut jwk =
+        jsonwebtoken::jwk::Jwk::from_encoding_key(&key, Algorithm::ES256).expect("its JWK");
+    jwk.common.key_id = Some("bench".into());
+    let issuer = issuer(serde_json::json!({ "keys": [jwk] }));
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let with_auth = tmp.join("tools-auth.toml");
+    let text = std::fs::read_to_string(manifest).expect("the manifest");
+    std::fs::write(
+        &with_auth,
+        format!("[serve.auth]\nissuer = \"{issuer}\"\nresource = \"{resource}\"\nscopes = [\"mcp:tools\"]\n\n{text}"),
+    )
+    .expect("the manifest with [serve.auth]");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs();
+    let claims = serde_json::json!({"iss": issuer, "aud": resource, "sub": "bench", "exp": now + 3600, "scope": "mcp:tools"});
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("bench".into());
+    let token = jsonwebtoken::encode(&header, &claims, &key).expect("signed");
+    let argv = s(&[
+        flux,
+        "--manifest",
+        &with_auth.display().to_string(),
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+        "--http",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let (g, _) = launch(&argv, resource.clone());
+    (
+        "  HTTP, [serve.auth] JWT".into(),
+        Target::Http(resource, Some(token)),
+        Some(g),
+    )
+}
+
+/// An issuer's metadata and `jwks` on a free port (a thread answering each GET): its URL.
+fn issuer(jwks: serde_json::Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    let meta = serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")}).to_string();
+    let keys = jwks.to_string();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for conn in listener.incoming().flatten() {
+            let mut line = String::new();
+            let mut r = std::io::BufReader::new(&conn);
+            let _ = r.read_line(&mut line);
+            while r.read_line(&mut String::new()).is_ok_and(|n| n > 2) {}
+            let body = if line.contains("/jwks") { &keys } else { &meta };
+            let _ = (&conn).write_all(
+                format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+            );
+        }
+    });
+    url
 }
 
 #[tokio::main]

@@ -266,42 +266,7 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
         l["event"] == "call.allowed" && l["subject"] == "bob" && l["tool"] == "delete_repo"
     });
 
-    // The reader's approval request names the reader, in `approvals` and on the status page.
-    let waiting = oauth(&py, &gw.url, "alice", &["call", "publish", r#"{"x": "p"}"#]);
-    let parked = crate::serve_policies::wait_parked(&p);
-    assert_eq!(parked["subject"], "alice", "{parked}");
-    let table = p.cmd().arg("approvals").output().expect("approvals");
-    let table = String::from_utf8_lossy(&table.stdout).to_string();
-    assert!(table.contains("asked by:  alice (tenant acme)"), "{table}");
-    let page = crate::serve_holds::first_snapshot(&gw.addr(), "adm1n");
-    assert_eq!(page["approvals"][0]["subject"], "alice", "{page}");
-    audited(&p, |l| {
-        l["event"] == "approval.asked" && l["subject"] == "alice"
-    });
-    let id = parked["id"].as_str().unwrap_or_default();
-    let hash = parked["hash"].as_str().unwrap_or_default();
-    let ok = p
-        .cmd()
-        .args(["approve", &format!("{id}@{hash}")])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    let published = outcome(waiting).expect("the approved call");
-    assert_eq!(published["result"]["isError"], false, "{published}");
-    let answered = audited(&p, |l| l["event"] == "approval.answered");
-    assert_eq!(answered["subject"], "alice");
-    assert_eq!(answered["decision"], "approved");
-    assert!(
-        answered["by"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("flux-tools approve"),
-        "{answered}"
-    );
+    an_approval_names_who_asked(&p, &py, &gw);
     // The same trail as OpenTelemetry log records, and the subject on the call's span.
     let records = otel_logs(&collector, |r| {
         r.get("flux_tools.event")
@@ -333,6 +298,47 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
         span.get("flux_tools.tenant").map(String::as_str),
         Some("acme"),
         "{span:?}"
+    );
+}
+
+/// The reader's approval request names the reader, in `approvals`, on the status page and in
+/// the audit trail with who answered.
+fn an_approval_names_who_asked(p: &Project, py: &Path, gw: &HttpGateway) {
+    // The reader's approval request names the reader, in `approvals` and on the status page.
+    let waiting = oauth(py, &gw.url, "alice", &["call", "publish", r#"{"x": "p"}"#]);
+    let parked = crate::serve_policies::wait_parked(p);
+    assert_eq!(parked["subject"], "alice", "{parked}");
+    let table = p.cmd().arg("approvals").output().expect("approvals");
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(table.contains("asked by:  alice (tenant acme)"), "{table}");
+    let page = crate::serve_holds::first_snapshot(&gw.addr(), "adm1n");
+    assert_eq!(page["approvals"][0]["subject"], "alice", "{page}");
+    audited(p, |l| {
+        l["event"] == "approval.asked" && l["subject"] == "alice"
+    });
+    let id = parked["id"].as_str().unwrap_or_default();
+    let hash = parked["hash"].as_str().unwrap_or_default();
+    let ok = p
+        .cmd()
+        .args(["approve", &format!("{id}@{hash}")])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let published = outcome(waiting).expect("the approved call");
+    assert_eq!(published["result"]["isError"], false, "{published}");
+    let answered = audited(p, |l| l["event"] == "approval.answered");
+    assert_eq!(answered["subject"], "alice");
+    assert_eq!(answered["decision"], "approved");
+    assert!(
+        answered["by"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("flux-tools approve"),
+        "{answered}"
     );
 }
 

@@ -76,7 +76,14 @@ pub(crate) struct Verifier {
     spec: Auth,
     issuers: Vec<Issuer>,
     client: reqwest::Client,
+    /// Tokens already checked (by SHA-256 digest) with who they name, until they expire:
+    /// a client sends the same token with every request, and a signature is checked once.
+    /// Emptied when an issuer's keys are fetched again; at most [`CHECKED`] entries.
+    checked: std::sync::Mutex<HashMap<[u8; 32], (Identity, u64)>>,
 }
+
+/// The most checked tokens kept (past it, the expired go, and if none has, all go).
+const CHECKED: usize = 10_000;
 
 impl Verifier {
     pub(crate) fn new(spec: Auth) -> Verifier {
@@ -96,6 +103,7 @@ impl Verifier {
             spec,
             issuers,
             client,
+            checked: std::sync::Mutex::default(),
         }
     }
 
@@ -120,6 +128,29 @@ impl Verifier {
 
     /// Check `token`: the caller it names, or why it is refused.
     pub(crate) async fn check(&self, token: &str) -> Result<Identity, Rejection> {
+        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some((id, _)) = self.known().get(&digest).filter(|(_, exp)| now < *exp) {
+            return Ok(id.clone());
+        }
+        let (id, exp) = self.verify(token).await?;
+        let mut known = self.known();
+        if known.len() >= CHECKED {
+            known.retain(|_, (_, e)| now < *e);
+            if known.len() >= CHECKED {
+                known.clear();
+            }
+        }
+        known.insert(digest, (id.clone(), exp));
+        Ok(id)
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Identity, u64)>> {
+        self.checked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Check `token`'s signature and claims: who it names, and when it expires.
+    async fn verify(&self, token: &str) -> Result<(Identity, u64), Rejection> {
         let alg = header_alg(token)?;
         let claims = unverified_claims(token)?;
         let iss = claims["iss"].as_str().unwrap_or_default();
@@ -151,7 +182,8 @@ impl Verifier {
         v.validate_nbf = true;
         v.set_required_spec_claims(&["exp", "iss", "aud"]);
         let data = jsonwebtoken::decode::<Value>(token, &key, &v).map_err(why_invalid)?;
-        self.identity(&data.claims)
+        let exp = data.claims["exp"].as_u64().unwrap_or(0);
+        Ok((self.identity(&data.claims)?, exp))
     }
 
     /// The caller the (verified) claims name, once its scopes are checked.
@@ -227,6 +259,8 @@ impl Verifier {
             .await
             .map_err(Rejection::Unavailable)?;
         *issuer.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+        // A key the issuer no longer publishes vouches for no token from now on.
+        self.known().clear();
         Ok(())
     }
 
