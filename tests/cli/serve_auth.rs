@@ -714,3 +714,42 @@ output = { dropped = true }
     assert_eq!(tenants(&mine), ["team"], "{mine}");
     assert_eq!(tenants(&all), ["ops", "team"], "{all}");
 }
+
+#[test]
+fn both_python_sdks_oauth_clients_sign_in_from_the_gateways_metadata() {
+    let p = Project::new("");
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let Some(issuer) = Issuer::start(p.path(), &resource) else {
+        return;
+    };
+    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
+    let gw = gateway(&p, port, &[("ADMIN", "adm1n")]);
+    for (version, venv) in [("1.x", "target/sqlite-venv"), ("2.x", "target/mcp2-venv")] {
+        let py = repo().join(venv).join("bin/python");
+        if !py.exists() {
+            crate::common::skip(
+                &format!(
+                    "the Python mcp SDK {version} is not installed at {}",
+                    py.display()
+                ),
+                "bash .ci/run installs both",
+            );
+            continue;
+        }
+        let listed = outcome(oauth(&py, &gw.url, "alice", &["list"]))
+            .unwrap_or_else(|e| panic!("SDK {version}: {e}"));
+        assert_eq!(listed["tools"], json!(["echo", "publish"]), "SDK {version}");
+        let called = outcome(oauth(
+            &py,
+            &gw.url,
+            "bob",
+            &["call", "echo", r#"{"x": "hi"}"#],
+        ))
+        .unwrap_or_else(|e| panic!("SDK {version}: {e}"));
+        assert_eq!(
+            called["result"]["isError"], false,
+            "SDK {version}: {called}"
+        );
+    }
+}
