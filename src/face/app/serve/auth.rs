@@ -434,6 +434,8 @@ pub(crate) fn metadata_location(resource: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn the_metadata_document_sits_before_the_resources_path() {
@@ -467,6 +469,98 @@ mod tests {
             header_alg(&token_with_header(r#"{"alg":"ES256"}"#)),
             Ok(Algorithm::ES256)
         );
+    }
+
+    /// A key for these tests only.
+    const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgXBMUDUyqlIEkrdBM
+7vRvXgBDWVQAYKb3yG3YhiJM7K6hRANCAATj/YrKs3aF9HmHaZcsOrD8PoUgx/F7
+qtQM7VGSrS/AvMWxtLd5Ff1i+mSpfWGOXQaJg0xYmq28VePgLDZb89Q3
+-----END PRIVATE KEY-----
+";
+
+    /// An issuer on loopback serving its metadata and `jwks`: its URL, how many times its
+    /// keys were fetched, and its task (abort it to take the issuer away).
+    async fn issuer(jwks: Value) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let meta = serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
+        let fetched = Arc::new(AtomicUsize::new(0));
+        let count = fetched.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let asked = String::from_utf8_lossy(&buf[..n]).to_string();
+                let body = if asked.starts_with("GET /jwks") {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    jwks.to_string()
+                } else {
+                    meta.to_string()
+                };
+                let reply = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = conn.write_all(reply.as_bytes()).await;
+            }
+        });
+        (url, fetched, task)
+    }
+
+    fn mint(key: &jsonwebtoken::EncodingKey, kid: &str, claims: &Value) -> String {
+        let mut h = jsonwebtoken::Header::new(Algorithm::ES256);
+        h.kid = Some(kid.into());
+        jsonwebtoken::encode(&h, claims, key).unwrap()
+    }
+
+    /// A flood of tokens naming keys nobody published costs the issuer nothing more within
+    /// `jwks_refresh`; a token once checked is kept, so it is let in with the issuer gone.
+    #[tokio::test]
+    async fn unknown_kids_fetch_the_keys_at_most_once_per_interval_and_a_checked_token_is_kept() {
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
+        let mut jwk = Jwk::from_encoding_key(&key, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some("k1".into());
+        let (url, fetched, task) = issuer(serde_json::json!({"keys": [jwk]})).await;
+        let verifier = Verifier::new(Auth {
+            issuers: vec![url.clone()],
+            resource: "https://gw.example.com/mcp".into(),
+            scopes: vec!["mcp:tools".into()],
+            tenant_claim: Some("org".into()),
+            roles_claim: "roles".into(),
+            subject_claim: "sub".into(),
+            leeway: Duration::from_secs(60),
+            jwks_refresh: Duration::from_secs(30),
+        });
+        verifier.prime().await.unwrap();
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        let exp = jsonwebtoken::get_current_timestamp() + 600;
+        let claims = serde_json::json!({"iss": url, "aud": "https://gw.example.com/mcp", "sub": "alice",
+            "exp": exp, "scope": "mcp:tools", "org": "acme", "roles": "reader writer"});
+        let good = mint(&key, "k1", &claims);
+        let id = verifier.check(&good).await.unwrap();
+        assert_eq!(
+            id,
+            Identity {
+                subject: "alice".into(),
+                tenant: Some("acme".into()),
+                roles: vec!["reader".into(), "writer".into()]
+            }
+        );
+        for i in 0..50 {
+            let forged = mint(&key, &format!("x{i}"), &claims);
+            let refused = verifier.check(&forged).await.unwrap_err();
+            assert!(refused.reason().contains("does not publish"), "{refused:?}");
+        }
+        assert_eq!(
+            fetched.load(Ordering::SeqCst),
+            1,
+            "no fetch within jwks_refresh"
+        );
+        task.abort();
+        let _ = task.await;
+        assert_eq!(verifier.check(&good).await.unwrap().subject, "alice");
     }
 
     #[test]
