@@ -145,7 +145,7 @@ fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
         )
     };
     let text = format!(
-        "[serve]\nadmin_token = \"${{env:ADMIN}}\"\n\n[serve.auth]\nissuer = \"{issuer}\"\nresource = \"{resource}\"\nscopes = [\"mcp:tools\"]\ntenant_claim = \"org_id\"\njwks_refresh = \"1s\"\n\n\
+        "[history]\npath = \"history.jsonl\"\n\n[serve]\nadmin_token = \"${{env:ADMIN}}\"\n\n[serve.auth]\nissuer = \"{issuer}\"\nresource = \"{resource}\"\nscopes = [\"mcp:tools\"]\ntenant_claim = \"org_id\"\njwks_refresh = \"1s\"\n\n\
          [roles.reader]\ntools = [\"echo\", \"publish\"]\n\n[roles.admin]\ntools = [\"*\"]\nops = [\"status\", \"metrics\", \"approve\"]\n\n{}{}{}",
         tool("echo", "read", ""),
         tool("delete_repo", "write", ""),
@@ -288,6 +288,15 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
             .any(|r| r.get("flux_tools.tool").is_some_and(|t| t == "delete_repo")),
         "{refused:?}"
     );
+    // Each session's history record names who made its calls.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(p.path().join("history.jsonl"))
+        .unwrap_or_default()
+        .contains(r#""subject":"bob""#)
+    {
+        assert!(Instant::now() < until, "no history record names bob");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let span = bobs_span(&collector);
     assert_eq!(
         span.get("enduser.id").map(String::as_str),
