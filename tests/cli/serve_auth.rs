@@ -289,14 +289,7 @@ fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed
         "{refused:?}"
     );
     // Each session's history record names who made its calls.
-    let until = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(p.path().join("history.jsonl"))
-        .unwrap_or_default()
-        .contains(r#""subject":"bob""#)
-    {
-        assert!(Instant::now() < until, "no history record names bob");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_history(&p, "bob");
     let span = bobs_span(&collector);
     assert_eq!(
         span.get("enduser.id").map(String::as_str),
@@ -349,6 +342,19 @@ fn an_approval_names_who_asked(p: &Project, py: &Path, gw: &HttpGateway) {
             .starts_with("flux-tools approve"),
         "{answered}"
     );
+}
+
+/// Wait until the history has a record of a session of `subject`.
+fn wait_history(p: &Project, subject: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    let want = format!(r#""subject":"{subject}""#);
+    while !std::fs::read_to_string(p.path().join("history.jsonl"))
+        .unwrap_or_default()
+        .contains(&want)
+    {
+        assert!(Instant::now() < until, "no history record names {subject}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 type Attrs = std::collections::HashMap<String, String>;
