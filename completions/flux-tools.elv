@@ -169,6 +169,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --allow-origin 'Accept requests from this browser Origin, e.g. https://app.example.com:443 (HTTP; without one, a request that carries an Origin is refused). Repeatable'
             cand --grace 'On SIGTERM, how long calls in flight may take to finish before they are cancelled'
             cand --max-processes 'The most calls in flight in this gateway''s command tools [default: from ulimit]'
+            cand --audit 'Write the audit trail — every call allowed or refused, approval asked and answered, token rejected — as JSON lines to FILE (appended), or - for stderr'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --no-cache 'Answer nothing from the read cache and store nothing in it'
