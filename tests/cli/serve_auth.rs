@@ -561,6 +561,21 @@ fn tokens_the_gateway_must_refuse_get_401_or_403_and_each_is_named_in_the_audit_
                 && l["reason"].as_str().is_some_and(|r| r.contains(reason))
         });
     }
+    // A refusal closes its connection, and says so: a client must not send its retry (with the
+    // token it then got) on a connection the gateway is closing.
+    let keep = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let req = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{keep}", keep.len());
+    std::io::Write::write_all(&mut s, req.as_bytes()).expect("send");
+    let mut head = String::new();
+    let mut lines = BufReader::new(s);
+    while lines.read_line(&mut head).is_ok_and(|n| n > 2) {}
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains(" 401 ") && head.contains("connection: close"),
+        "{head}"
+    );
     // No token at all: the challenge that sends a client to the metadata, and no audit line.
     let (line, challenge) = knock(&addr, None);
     assert!(

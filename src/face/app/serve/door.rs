@@ -134,6 +134,9 @@ impl Door {
         if let Ok(v) = HeaderValue::from_str(&challenge) {
             h.insert(hyper::header::WWW_AUTHENTICATE, v);
         }
+        // The request's body was not read: the connection is not used again, and the client is
+        // told so (else it may send its retry, with the token, on a connection being closed).
+        h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             h.insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
