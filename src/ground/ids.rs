@@ -4,6 +4,16 @@
 /// The longest id (of a call, a tenant) there may be.
 pub(crate) const MAX_ID_LEN: usize = 128;
 
+/// Seed the calling thread's `fastrand` generator from the operating system's randomness.
+/// `fastrand` seeds each thread from the monotonic clock and the thread's number — the same in
+/// two processes that start together, which then made the same run ids (and idempotency keys,
+/// trace ids, lock tokens). Called by `main` and by every thread of the runtime as it starts.
+pub(crate) fn reseed_thread() {
+    use std::hash::BuildHasher;
+    let os = std::collections::hash_map::RandomState::new();
+    fastrand::seed(os.hash_one((std::process::id(), std::thread::current().id())));
+}
+
 /// Ids — of calls, of tenants — are untrusted and end up in file names, environment variables
 /// and references: letters, digits, `_`, `-` and `:` only. `noun` says whose id it is in the
 /// error ("call id", "tenant").

@@ -45,6 +45,7 @@ use crate::manifest::Manifest;
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
+    crate::ids::reseed_thread();
     if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == crate::tools::reaper::ARG)
@@ -187,6 +188,7 @@ fn runtime_with(workers: Option<usize>) -> Result<tokio::runtime::Runtime, Error
     }
     builder
         .enable_all()
+        .on_thread_start(crate::ids::reseed_thread)
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))
 }
