@@ -118,7 +118,7 @@ fn a_diff_listed_before_an_add_always_sees_the_change() {
 /// more reads of the first process (ready when the tool lane frees): the write waits for the
 /// first two and the last two wait for it.
 fn reads_and_a_write_from_two_processes(p: &Project) {
-    let s = reader_then_writer(p, "reads.yaml", &[]);
+    let s = reader_then_writer(p, ("reads.yaml", 2), &[]);
     for r in ["r1", "r2"] {
         assert!(s[r].1 <= s["w"].0, "the write ran under {r}: {s:?}");
     }
@@ -127,11 +127,29 @@ fn reads_and_a_write_from_two_processes(p: &Project) {
     }
 }
 
-/// Run `reads` in one process and, 300 ms later, `write.yaml` in another (each with `extra`
-/// arguments); both must succeed. The calls' spans.
-fn reader_then_writer(p: &Project, reads: &str, extra: &[&str]) -> HashMap<String, (u128, u128)> {
+/// Run `reads` in one process and, once `running` of its reads have started, `write.yaml` in
+/// another (each with `extra` arguments); both must succeed. The calls' spans.
+fn reader_then_writer(
+    p: &Project,
+    (reads, running): (&str, usize),
+    extra: &[&str],
+) -> HashMap<String, (u128, u128)> {
     let reader = p.spawn(&[&["run", reads, "-q"], extra].concat());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The writer starts once the first reads run (a fixed pause let a reader that started
+    // late on a loaded machine be overtaken by the write, and the test's premise failed).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(p.path().join("log")).unwrap_or_default();
+        let started = log.lines().filter(|l| l.starts_with("start r")).count();
+        if started >= running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the reads never started: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let writer = p.spawn(&[&["run", "write.yaml", "-q"], extra].concat());
     for (name, child) in [("reads", reader), ("write", writer)] {
         let out = child.wait_with_output().expect("the run ends");
@@ -192,7 +210,7 @@ fn a_writer_killed_mid_write_leaves_reads_running_and_the_order_strict() {
 fn through_redis_a_read_taken_with_its_lane_never_overtakes_a_write_another_process_queued() {
     let Some(redis) = Redis::start() else { return };
     let p = race_project();
-    let s = reader_then_writer(&p, "reads.yaml", &["--lane-store", &redis.url]);
+    let s = reader_then_writer(&p, ("reads.yaml", 2), &["--lane-store", &redis.url]);
     for r in ["r1", "r2"] {
         assert!(s[r].1 <= s["w"].0, "the write ran under {r}: {s:?}");
     }
@@ -213,7 +231,7 @@ fn through_redis_a_read_that_must_wait_for_a_later_lane_holds_no_backend_meanwhi
     let p = race_project();
     let two = "concurrency:\n  per_tool: { read: 1 }\ncalls:\n  - { id: r1, tool: read }\n  - { id: r2, tool: read }\n";
     p.write("two.yaml", two);
-    let s = reader_then_writer(&p, "two.yaml", &["--lane-store", &redis.url]);
+    let s = reader_then_writer(&p, ("two.yaml", 1), &["--lane-store", &redis.url]);
     // Which read takes the batch's lane first is a race inside the process (both are granted
     // their tool lane at once); the order around the write is not.
     let (first, second) = match s["r1"].0 <= s["r2"].0 {
