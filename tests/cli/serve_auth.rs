@@ -155,6 +155,20 @@ fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
     text
 }
 
+/// A project with [`manifest`], its authorization server, and its gateway (with `ADMIN` and
+/// `env`); `None`: `oidc-provider` is not installed (skipped).
+fn signed_in(env: &[(&str, &str)]) -> Option<(Project, Issuer, HttpGateway)> {
+    let p = Project::new("");
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let issuer = Issuer::start(p.path(), &resource)?;
+    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
+    let mut all = vec![("ADMIN", "adm1n")];
+    all.extend_from_slice(env);
+    let gw = gateway(&p, port, &all);
+    Some((p, issuer, gw))
+}
+
 /// The OAuth client's run: signs in as `login` and does `action`.
 fn oauth(py: &Path, url: &str, login: &str, action: &[&str]) -> Child {
     Command::new(py)
@@ -204,20 +218,11 @@ fn audited(p: &Project, want: impl Fn(&Value) -> bool) -> Value {
 #[test]
 fn an_oauth_client_signs_in_and_each_role_sees_and_calls_only_what_it_is_allowed() {
     let Some(py) = python() else { return };
-    let p = Project::new("");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let Some(issuer) = Issuer::start(p.path(), &resource) else {
+    let collector = crate::http_server::TestServer::start();
+    let Some((p, issuer, gw)) = signed_in(&[("FLUX_TOOLS_OTLP", &collector.base)]) else {
         return;
     };
-    let log = p.path().join("calls.log");
-    manifest(&p, &issuer.url(), &resource, &log);
-    let collector = crate::http_server::TestServer::start();
-    let gw = gateway(
-        &p,
-        port,
-        &[("ADMIN", "adm1n"), ("FLUX_TOOLS_OTLP", &collector.base)],
-    );
+    let (log, resource) = (p.path().join("calls.log"), issuer.resource.clone());
     let reader = outcome(oauth(&py, &gw.url, "alice", &["list"]));
     let reader = reader.unwrap_or_else(|e| {
         panic!(
@@ -320,16 +325,7 @@ fn an_approval_names_who_asked(p: &Project, py: &Path, gw: &HttpGateway) {
     });
     let id = parked["id"].as_str().unwrap_or_default();
     let hash = parked["hash"].as_str().unwrap_or_default();
-    let ok = p
-        .cmd()
-        .args(["approve", &format!("{id}@{hash}")])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    crate::serve_policies::approve(p, id, hash);
     let published = outcome(waiting).expect("the approved call");
     assert_eq!(published["result"]["isError"], false, "{published}");
     let answered = audited(p, |l| l["event"] == "approval.answered");
@@ -530,14 +526,10 @@ fn refusals(
 
 #[test]
 fn tokens_the_gateway_must_refuse_get_401_or_403_and_each_is_named_in_the_audit_trail() {
-    let p = Project::new("");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let Some(issuer) = Issuer::start(p.path(), &resource) else {
+    let Some((p, issuer, gw)) = signed_in(&[]) else {
         return;
     };
-    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
-    let gw = gateway(&p, port, &[("ADMIN", "adm1n")]);
+    let resource = issuer.resource.clone();
     let addr = gw.addr();
     let (cases, good) = refusals(&issuer, &resource);
     for (what, token, status, reason) in &cases {
@@ -615,14 +607,9 @@ fn tokens_the_gateway_must_refuse_get_401_or_403_and_each_is_named_in_the_audit_
 #[test]
 fn a_key_rotation_at_the_issuer_is_followed_without_a_restart() {
     let Some(py) = python() else { return };
-    let p = Project::new("");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let Some(mut issuer) = Issuer::start(p.path(), &resource) else {
+    let Some((p, mut issuer, gw)) = signed_in(&[]) else {
         return;
     };
-    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
-    let gw = gateway(&p, port, &[("ADMIN", "adm1n")]);
     let before = issuer.kid();
     let first = outcome(oauth(
         &py,
@@ -747,14 +734,10 @@ output = { dropped = true }
 
 #[test]
 fn both_python_sdks_oauth_clients_sign_in_from_the_gateways_metadata() {
-    let p = Project::new("");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let Some(issuer) = Issuer::start(p.path(), &resource) else {
+    // The project's folder and the issuer live as long as the test.
+    let Some((_p, _issuer, gw)) = signed_in(&[]) else {
         return;
     };
-    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
-    let gw = gateway(&p, port, &[("ADMIN", "adm1n")]);
     for (version, venv) in [("1.x", "target/sqlite-venv"), ("2.x", "target/mcp2-venv")] {
         let py = repo().join(venv).join("bin/python");
         if !py.exists() {

@@ -230,6 +230,20 @@ pub(crate) fn parked(p: &Project) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// `flux-tools approve ID@HASH` in the project, which must succeed.
+pub(crate) fn approve(p: &Project, id: &str, hash: &str) {
+    let ok = p
+        .cmd()
+        .args(["approve", &format!("{id}@{hash}")])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
 pub(crate) fn wait_parked(p: &Project) -> Value {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -283,16 +297,7 @@ fn a_destructive_call_waits_out_of_band_until_approved_with_its_arguments_hash()
     assert!(err.contains("not 0000000000000000: refused"), "{err}");
     std::thread::sleep(std::time::Duration::from_millis(400));
     assert_eq!(upstream_writes(&log), 0);
-    let ok = p
-        .cmd()
-        .args(["approve", &format!("{id}@{hash}")])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    approve(&p, id, hash);
     let r = finish(c);
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(upstream_writes(&log), 1);
