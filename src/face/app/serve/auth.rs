@@ -303,13 +303,7 @@ impl Verifier {
     /// be the one asked about.
     async fn metadata(&self, issuer: &str) -> Result<Value, String> {
         let trimmed = issuer.trim_end_matches('/');
-        let (origin, path) = match trimmed.find("://").map(|i| i + 3) {
-            Some(start) => match trimmed[start..].find('/') {
-                Some(p) => trimmed.split_at(start + p),
-                None => (trimmed, ""),
-            },
-            None => (trimmed, ""),
-        };
+        let (origin, path) = origin_and_path(trimmed);
         let tries = [
             format!("{origin}/.well-known/oauth-authorization-server{path}"),
             format!("{trimmed}/.well-known/openid-configuration"),
@@ -405,6 +399,15 @@ fn words(v: Option<&Value>) -> Vec<String> {
     }
 }
 
+/// A URL's `scheme://authority` and the path after it (`""` when it has none).
+fn origin_and_path(url: &str) -> (&str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url[start..].find('/') {
+        Some(p) => url.split_at(start + p),
+        None => (url, ""),
+    }
+}
+
 /// This resource's metadata document (RFC 9728).
 pub(crate) fn resource_metadata(spec: &Auth) -> Value {
     serde_json::json!({
@@ -419,13 +422,7 @@ pub(crate) fn resource_metadata(spec: &Auth) -> Value {
 /// The path of the metadata document for `resource` (RFC 9728 §3.1: the well-known name
 /// inserted before the resource's path), and the URL a 401 names.
 pub(crate) fn metadata_location(resource: &str) -> (String, String) {
-    let (origin, path) = match resource.find("://").map(|i| i + 3) {
-        Some(start) => match resource[start..].find('/') {
-            Some(p) => resource.split_at(start + p),
-            None => (resource, ""),
-        },
-        None => ("", resource),
-    };
+    let (origin, path) = origin_and_path(resource);
     let path = path.trim_end_matches('/');
     let at = format!("/.well-known/oauth-protected-resource{path}");
     (at.clone(), format!("{origin}{at}"))
