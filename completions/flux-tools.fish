@@ -66,8 +66,9 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s o -l outpu
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l progress -d 'Live lane display on stderr (auto: only when stderr is a terminal and CI is unset)' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from' -r -F
-complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 'Continue the run journaled in FILE: completed calls keep their results, the rest run' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l journal -d 'Record every dispatch and result in FILE (append-only JSON lines, fsynced) or in Redis (redis://…, shared by every machine; running the same --run-id again resumes it)' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l resume -d 'Continue the run journaled in FILE (or in Redis, with --run-id): completed calls keep their results, the rest run' -r -F
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l run-id -d 'Name the run: idempotency keys derive from it, so the same batch run again with the same id, on any machine, sends the same keys (with --turns, turn N is ID-N)' -r
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l trace -d 'Write a Chrome trace-event file of the run (open it in Perfetto)' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l record -d 'Write a cassette of every call\'s fingerprint and result to FILE' -r -F
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l replay -d 'Answer calls from the cassette FILE without invoking any tool' -r -F
@@ -86,6 +87,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l no-cache -
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l refresh -d 'Ignore cached results from earlier runs, but store this run\'s'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 'Emit each result as a JSON line as soon as it and every earlier call have resolved'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l turns -d 'One turn per line of stdin (a model\'s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l run-id-from-reply -d 'Name the run after the model reply\'s own id (chatcmpl-…, msg_…, resp_…, responseId)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -369,13 +369,24 @@ pub(crate) struct RunArgs {
     #[arg(long, conflicts_with = "stream")]
     pub turns: bool,
 
-    /// Record every dispatch and result in FILE (append-only JSON lines, fsynced), to resume from
-    #[arg(long, value_name = "FILE")]
+    /// Record every dispatch and result in FILE (append-only JSON lines, fsynced) or in Redis
+    /// (redis://…, shared by every machine; running the same --run-id again resumes it)
+    #[arg(long, value_name = "FILE|URL")]
     pub journal: Option<PathBuf>,
 
-    /// Continue the run journaled in FILE: completed calls keep their results, the rest run
-    #[arg(long, value_name = "FILE")]
+    /// Continue the run journaled in FILE (or in Redis, with --run-id): completed calls keep
+    /// their results, the rest run
+    #[arg(long, value_name = "FILE|URL")]
     pub resume: Option<PathBuf>,
+
+    /// Name the run: idempotency keys derive from it, so the same batch run again with the
+    /// same id, on any machine, sends the same keys (with --turns, turn N is ID-N)
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
+    /// Name the run after the model reply's own id (chatcmpl-…, msg_…, resp_…, responseId)
+    #[arg(long, conflicts_with = "run_id")]
+    pub run_id_from_reply: bool,
 
     /// With --resume: send non-idempotent calls that were in flight again, with the same
     /// idempotency key (by default they are reported indeterminate)

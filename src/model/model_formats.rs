@@ -88,6 +88,8 @@ pub struct Reply {
     pub notes: Vec<String>,
     /// The tokens the reply cost, when the provider reported them.
     pub usage: Option<Usage>,
+    /// The reply's own id, when the whole response carries one.
+    pub id: Option<String>,
 }
 
 /// A reply's model and token usage, as its provider reports them.
@@ -172,6 +174,7 @@ pub fn read(format: InputFormat, v: &Value) -> Result<Reply, String> {
         }
     }?;
     reply.usage = usage(format, v);
+    reply.id = reply_id(format, v);
     Ok(reply)
 }
 
@@ -226,6 +229,27 @@ pub fn usage(format: InputFormat, v: &Value) -> Option<Usage> {
         input_tokens: input,
         output_tokens: output,
     })
+}
+
+/// A whole response's id: `chatcmpl-…` (OpenAI chat), `resp_…` (Responses), `msg_…`
+/// (Anthropic), `responseId` (Gemini). `None` for a bare message or a list of blocks.
+pub fn reply_id(format: InputFormat, v: &Value) -> Option<String> {
+    let key = match format {
+        InputFormat::Openai if v.get("choices").is_some() => "id",
+        InputFormat::OpenaiResponses if v.get("output").is_some() => "id",
+        InputFormat::Anthropic if v.get("content").is_some() => "id",
+        InputFormat::Gemini => {
+            return ["responseId", "response_id"]
+                .iter()
+                .find_map(|k| v.get(*k).and_then(Value::as_str))
+                .map(str::to_string)
+        }
+        _ => return None,
+    };
+    v.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
 }
 
 /// The first of several alternatives, with a note that the others were ignored.

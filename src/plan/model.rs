@@ -216,6 +216,10 @@ pub struct Plan {
     /// What the batch was read as, and a model reply's token usage (for the run history).
     pub input_format: crate::model_formats::InputFormat,
     pub usage: Option<crate::model_formats::Usage>,
+    /// The batch's `run_id`, and a model reply's own id: who names the run (see
+    /// `face::app::run_ids`).
+    pub run_id: Option<String>,
+    pub reply_id: Option<String>,
 }
 
 impl Plan {

@@ -25,7 +25,7 @@ pub(crate) use cache::Cache;
 pub(crate) use cassette::Cassette;
 pub(crate) use end::{Ended, RunEnd};
 pub(crate) use gate::{ApprovalRequest, Approvals, Approver, Ruling};
-pub(crate) use journal::{result_from_json, Journal, Resume};
+pub(crate) use journal::{open_shared, result_from_json, Journal, Resume};
 pub(crate) use scheduler::{execute_spawned, new_run_id, Control, RunReport};
 pub(crate) use store::{redact_url, Flow, RedisLanes};
 

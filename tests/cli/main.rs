@@ -14,6 +14,7 @@ mod hostile;
 mod http;
 mod http_server;
 mod journal;
+mod journal_shared;
 mod lanes;
 mod limits;
 mod mcp;

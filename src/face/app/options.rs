@@ -129,6 +129,9 @@ pub(super) struct RunOptions {
     /// `$TRACEPARENT`: the agent's span this run belongs to.
     pub traceparent: Option<String>,
     pub files: Files,
+    /// `--run-id`, and `--run-id-from-reply`: who names the run (see `run::named_run_id`).
+    pub run_id: Option<String>,
+    pub run_id_from_reply: bool,
     pub terminal: Terminal,
 }
 
@@ -168,7 +171,13 @@ impl RunOptions {
         {
             crate::app::config::check_output_path(path)?;
         }
+        if let Some(id) = &r.run_id {
+            crate::ids::check_id("run id", id)
+                .map_err(|why| Error::Usage(format!("--run-id: {why}")))?;
+        }
         Ok(RunOptions {
+            run_id: r.run_id.clone(),
+            run_id_from_reply: r.run_id_from_reply,
             manifest: crate::app::config::manifest_path(args.manifest.as_deref())?,
             lease: std::env::var(crate::plan::lease::LEASE_ENV).ok(),
             batch: r.common.batch.clone(),
@@ -283,6 +292,8 @@ fn serve_run(args: &Args, s: &ServeArgs, terminal: Terminal) -> Result<RunOption
         otlp: otlp_target(s.otlp.as_ref()),
         traceparent: None,
         files: Files::default(),
+        run_id: None,
+        run_id_from_reply: false,
         terminal,
     })
 }

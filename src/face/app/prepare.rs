@@ -154,7 +154,7 @@ impl Parts {
             mcp,
             table,
             lanes,
-            run_id: crate::run::new_run_id(),
+            run_id: opts.run_id.clone().unwrap_or_else(crate::run::new_run_id),
         })
     }
 

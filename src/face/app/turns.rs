@@ -128,7 +128,7 @@ impl Turns<'_> {
                 return self.write(&error_line(n, &diags));
             }
         };
-        session.new_run();
+        session.new_run(super::run::named_run_id(self.opts, &plan, Some(n)));
         let tenant = plan.settings.tenant.clone();
         let report = session.execute(rt, Arc::new(plan), Durability::default());
         let end = session.report_end(&tenant, &report, &shape);

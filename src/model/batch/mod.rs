@@ -59,6 +59,10 @@ pub struct Call {
 pub struct Batch {
     pub file: SourceFile,
     pub tenant: Option<String>,
+    /// `run_id`: the caller names the intent (idempotency keys derive from it).
+    pub run_id: Option<String>,
+    /// A model reply's own id (`chatcmpl-…`, `msg_…`, `resp_…`), for `--run-id-from-reply`.
+    pub reply_id: Option<String>,
     pub concurrency: Narrowing,
     pub on_tool_error: Option<OnToolError>,
     pub run_deadline: Option<Duration>,
@@ -90,6 +94,7 @@ pub struct Reading {
 
 const DOC_KEYS: &[&str] = &[
     "tenant",
+    "run_id",
     "concurrency",
     "on_tool_error",
     "deadline",
@@ -104,6 +109,8 @@ impl Batch {
         Batch {
             file: SourceFile::new(name, ""),
             tenant: None,
+            run_id: None,
+            reply_id: None,
             concurrency: Narrowing::default(),
             on_tool_error: None,
             run_deadline: None,
@@ -243,6 +250,7 @@ impl Batch {
             from_model: true,
             input_format: format,
             usage: reply.usage,
+            reply_id: reply.id,
             ..Batch::empty("")
         };
         (batch, notes)

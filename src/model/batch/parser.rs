@@ -64,6 +64,7 @@ impl Parser<'_> {
             }
         }
         batch.tenant = doc.get("tenant").and_then(|t| self.tenant(t));
+        batch.run_id = doc.get("run_id").and_then(|t| self.run_id(t));
         if let Some(c) = doc.get("concurrency") {
             batch.concurrency = self.narrowing(c);
         }
@@ -95,6 +96,23 @@ impl Parser<'_> {
                 None
             }
         }
+    }
+
+    /// `run_id`: an id as call ids are (letters, digits, `_`, `-`, `:`).
+    pub(super) fn run_id(&mut self, t: &Value) -> Option<String> {
+        let why = match t {
+            Value::String(t) => match check_id("run id", t) {
+                Ok(()) => return Some(t.clone()),
+                Err(why) => format!("invalid run_id: {why}"),
+            },
+            other => format!(
+                "`run_id` should be a string, found {}",
+                crate::schema::value_kind(other)
+            ),
+        };
+        let hint = "a run id names one intent: the same batch run again with it sends the same idempotency keys".to_string();
+        self.doc_error("run_id", why, Some(hint));
+        None
     }
 
     /// `surface` or `fail_run` (also spelled `fail-run`, as on the command line).

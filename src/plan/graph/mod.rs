@@ -92,6 +92,8 @@ pub fn build(
         backends,
         input_format: batch.input_format,
         usage: batch.usage.clone(),
+        run_id: batch.run_id.clone(),
+        reply_id: batch.reply_id.clone(),
     })
 }
 

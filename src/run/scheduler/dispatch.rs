@@ -5,7 +5,6 @@
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::idempotency_key;
 use super::state::Coordinator;
 use crate::batch::OnToolError;
 use crate::events::ErrorKind;
@@ -91,9 +90,9 @@ impl Coordinator {
             pos: p,
             run: self.run.clone(),
             resolved,
-            idempotency_key: call
-                .write
-                .then(|| idempotency_key(&self.run.run_id, &call.id)),
+            idempotency_key: self.idempotency_key(p).inspect(|_| {
+                self.write_fps.remove(&p);
+            }),
             attempt: 1,
         };
         let job = Box::new(Job {

@@ -47,15 +47,29 @@ impl Coordinator {
         Ok(None)
     }
 
+    /// The idempotency key of write call `p` (once fingerprinted): `RUN_ID:CALL_ID:FP`, FP
+    /// its fingerprint (16 hex digits) — the same call of the same run has the same
+    /// key on any machine, and a call edited under a reused run id does not.
+    pub(super) fn idempotency_key(&self, p: usize) -> Option<String> {
+        let call = &self.plan.calls[p];
+        if !call.write {
+            return None;
+        }
+        let fp = self.fps.get(p).and_then(Option::as_deref);
+        let fp = fp.or_else(|| self.write_fps.get(&p).map(String::as_str));
+        Some(idempotency_key(
+            &self.run.run_id,
+            &call.id,
+            fp.unwrap_or(""),
+        ))
+    }
+
     /// A write that was in flight when the journaled run stopped: maybe it landed.
     fn indeterminate(&self, p: usize) -> crate::events::CallResult {
-        let call = &self.plan.calls[p];
         let mut r = never_dispatched(&self.plan, p, ErrorKind::RunEnded, "");
         r.status = Status::Indeterminate;
         r.event = Status::Indeterminate.event();
-        r.idempotency_key = call
-            .write
-            .then(|| idempotency_key(&self.run.run_id, &call.id));
+        r.idempotency_key = self.idempotency_key(p);
         r.error = Some(ErrorInfo {
             kind: ErrorKind::RunEnded,
             message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped; --retry-indeterminate sends it again with the same idempotency key)".into(),

@@ -251,9 +251,10 @@ pub async fn execute(
     co.settle(gate, after, config).await
 }
 
-/// The idempotency key of a write call: stable for the call across retries and resume.
-pub(crate) fn idempotency_key(run_id: &str, call_id: &str) -> String {
-    format!("{run_id}:{call_id}")
+/// The idempotency key of a write call: stable for the call across retries, resume and
+/// machines — its run, its id and its fingerprint.
+pub(crate) fn idempotency_key(run_id: &str, call_id: &str, fp: &str) -> String {
+    format!("{run_id}:{call_id}:{fp}")
 }
 
 /// A run id: time-ordered and unique enough to key idempotency across runs.

@@ -75,6 +75,10 @@ impl Coordinator {
             if let Some(settled) = self.durable(p, t, &args)? {
                 return Ok(settled);
             }
+        } else if plan.calls[p].write {
+            let target = self.manifest.tools[t].kind.target();
+            let fp = crate::run::journal::fingerprint(&plan.calls[p].tool_name, &target, &args);
+            self.write_fps.insert(p, fp);
         }
         if let Some(found) = self.consult_cache(p, t, &args) {
             if matches!(found, Ready::Waiting) {

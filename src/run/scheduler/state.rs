@@ -65,6 +65,9 @@ pub(super) struct Coordinator {
     pub(super) retry_indeterminate: bool,
     /// Each call's fingerprint (tool and resolved arguments), once resolved.
     pub(super) fps: Vec<Option<String>>,
+    /// The fingerprints of write calls when calls are not fingerprinted otherwise: a
+    /// write's idempotency key carries its fingerprint.
+    pub(super) write_fps: std::collections::HashMap<usize, String>,
     /// Calls whose result came from the journal.
     pub(super) reused: Vec<bool>,
     /// Whether calls are fingerprinted (journal, resume, record or replay).
@@ -184,6 +187,7 @@ impl Coordinator {
             retry_indeterminate: config.retry_indeterminate,
             // Kept only when used: at 100,000 calls each is megabytes.
             fps: vec![None; if fingerprints { n } else { 0 }],
+            write_fps: std::collections::HashMap::new(),
             reused: vec![false; n],
             fingerprints,
             record: config.record,

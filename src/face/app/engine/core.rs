@@ -101,9 +101,9 @@ impl Core {
     }
 
     /// Start another run on this core (a `--turns` turn): a new run id (idempotency keys are
-    /// per run) and a new span in the same trace.
-    pub(in crate::face::app) fn new_run(&mut self) {
-        self.run_id = run::new_run_id();
+    /// per run) — the one the caller named, if any — and a new span in the same trace.
+    pub(in crate::face::app) fn new_run(&mut self, named: Option<String>) {
+        self.run_id = named.unwrap_or_else(run::new_run_id);
         self.started_wall = std::time::SystemTime::now();
         self.start = Instant::now();
         if let Some(t) = &self.trace {

@@ -163,8 +163,8 @@ impl Engine {
 
     /// Start another run in this process (a `--turns` turn): the core's new run, and nothing
     /// spent or called yet.
-    pub(super) fn new_run(&mut self) {
-        self.core.new_run();
+    pub(super) fn new_run(&mut self, named: Option<String>) {
+        self.core.new_run(named);
         self.spent = 0.0;
         self.calls_made = 0;
     }

@@ -34,11 +34,41 @@ pub(crate) fn fingerprint(
     crate::hash::fnv_hex(text.as_bytes())
 }
 
+mod shared;
+
+pub(crate) use shared::open_shared;
+
 enum Msg {
     Line(String, Option<oneshot::Sender<Result<(), String>>>),
 }
 
-/// The journal writer: a thread that appends and fsyncs.
+/// Where journal records go: a file, or a list in Redis.
+pub(crate) trait Sink: Send + 'static {
+    /// Append one record, durably.
+    fn append(&mut self, line: &str) -> Result<(), String>;
+    /// How often [`Sink::idle`] wants to run (a lease to renew), if at all.
+    fn tick(&self) -> Option<std::time::Duration> {
+        None
+    }
+    fn idle(&mut self) {}
+    /// The run is over: nothing more is written.
+    fn close(&mut self) {}
+}
+
+/// A journal file: each record appended and fsynced.
+struct FileSink(std::fs::File);
+
+impl Sink for FileSink {
+    fn append(&mut self, line: &str) -> Result<(), String> {
+        self.0
+            .write_all(line.as_bytes())
+            .and_then(|_| self.0.write_all(b"\n"))
+            .and_then(|_| self.0.sync_data())
+            .map_err(|e| format!("journal write failed: {e}"))
+    }
+}
+
+/// The journal writer: a thread that owns the sink.
 #[derive(Clone)]
 pub struct Journal {
     tx: std::sync::mpsc::Sender<Msg>,
@@ -47,25 +77,40 @@ pub struct Journal {
 impl Journal {
     /// Open `path` for appending (creating it), with a thread that writes each record.
     pub fn open(path: &Path) -> Result<(Journal, std::thread::JoinHandle<()>), String> {
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
             .map_err(|e| format!("cannot open journal `{}`: {e}", path.display()))?;
+        Ok(Journal::spawn(Box::new(FileSink(file))))
+    }
+
+    /// A thread that writes each record to `sink` (and lets it renew what it holds between).
+    pub(crate) fn spawn(mut sink: Box<dyn Sink>) -> (Journal, std::thread::JoinHandle<()>) {
+        use std::sync::mpsc::RecvTimeoutError;
         let (tx, rx) = std::sync::mpsc::channel::<Msg>();
-        let handle = std::thread::spawn(move || {
-            for Msg::Line(line, ack) in rx {
-                let r = file
-                    .write_all(line.as_bytes())
-                    .and_then(|_| file.write_all(b"\n"))
-                    .and_then(|_| file.sync_data())
-                    .map_err(|e| format!("journal write failed: {e}"));
-                if let Some(ack) = ack {
-                    let _ = ack.send(r);
-                }
+        let handle = std::thread::spawn(move || loop {
+            let msg = match sink.tick() {
+                Some(every) => match rx.recv_timeout(every) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => {
+                        sink.idle();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break sink.close(),
+                },
+                None => match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break sink.close(),
+                },
+            };
+            let Msg::Line(line, ack) = msg;
+            let r = sink.append(&line);
+            if let Some(ack) = ack {
+                let _ = ack.send(r);
             }
         });
-        Ok((Journal { tx }, handle))
+        (Journal { tx }, handle)
     }
 
     /// Append a record without waiting for it to reach the disk.
@@ -115,11 +160,21 @@ impl Resume {
     pub fn load(path: &Path) -> Result<Resume, String> {
         let file = std::fs::File::open(path)
             .map_err(|e| format!("cannot read journal `{}`: {e}", path.display()))?;
+        let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
+        Resume::read(lines).ok_or_else(|| {
+            format!(
+                "`{}` is not a flux-tools journal (it has no run record)",
+                path.display()
+            )
+        })
+    }
+
+    /// Read a journal's records; `None` when there is no run record.
+    pub(crate) fn read(lines: impl Iterator<Item = String>) -> Option<Resume> {
         let mut r = Resume::default();
         let mut dispatched: HashSet<(String, String)> = HashSet::new();
         let mut awaiting: HashMap<String, Awaiting> = HashMap::new();
-        for line in std::io::BufReader::new(file).lines() {
-            let Ok(line) = line else { break };
+        for line in lines {
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
@@ -159,10 +214,7 @@ impl Resume {
             }
         }
         if r.run_id.is_empty() {
-            return Err(format!(
-                "`{}` is not a flux-tools journal (it has no run record)",
-                path.display()
-            ));
+            return None;
         }
         r.awaiting = awaiting.into_values().collect();
         r.awaiting.sort_by_key(|a| a.index);
@@ -170,7 +222,7 @@ impl Resume {
             .into_iter()
             .filter(|k| !r.results.contains_key(k))
             .collect();
-        Ok(r)
+        Some(r)
     }
 }
 
