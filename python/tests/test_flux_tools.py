@@ -187,3 +187,26 @@ def test_a_session_whose_process_died_raises_its_status_from_the_next_turn(manif
             session.turn([{"tool": "add", "args": {"a": 1, "b": 1}}])
         assert e.value.status == -signal.SIGKILL, e.value
     # Leaving the block raised nothing more.
+
+
+def test_a_named_run_sends_the_same_keys_wherever_it_runs_again(tmp_path):
+    manifest = tmp_path / "tools.toml"
+    manifest.write_text(MANIFEST + """
+[tools.note]
+kind = "scripted"
+effect = "write"
+description = "Keeps a note"
+output = { kept = "{text}" }
+[tools.note.args]
+text = { type = "string", required = true }
+""")
+    reply = chat_completion(1, [("c1", "note", {"text": "hello"})])
+    first = flux_tools.run(reply, manifest=str(manifest), run_id="wf-9:step-1")
+    again = flux_tools.run(reply, manifest=str(manifest), run_id="wf-9:step-1")
+    key = first["results"][0]["idempotency_key"]
+    assert first["run_id"] == "wf-9:step-1" and key.startswith("wf-9:step-1:c1:")
+    assert again["results"][0]["idempotency_key"] == key
+    # A named session: turn N is run `RUN_ID-N`.
+    with flux_tools.Session(manifest=str(manifest), run_id="wf-9") as session:
+        runs = [session.turn(reply)["run_id"] for _ in range(2)]
+    assert runs == ["wf-9-1", "wf-9-2"]

@@ -140,9 +140,12 @@ def tools(
     return json.loads(p.stdout)
 
 
-def _run_args(emit: Optional[str], extra: Sequence[str]) -> list:
+def _run_args(emit: Optional[str], extra: Sequence[str], run_id: Optional[str] = None,
+              journal: Optional[str] = None) -> list:
     args = ["run", "-", "-q"]
     args += ["--emit", emit] if emit else ["--format", "json"]
+    args += ["--run-id", run_id] if run_id else []
+    args += ["--journal", os.fspath(journal)] if journal else []
     return args + list(extra)
 
 
@@ -152,11 +155,18 @@ def run(
     emit: Optional[str] = None,
     manifest: Optional[str] = None,
     args: Sequence[str] = (),
+    run_id: Optional[str] = None,
+    journal: Optional[str] = None,
 ) -> Any:
     """Run a model's reply (or a batch) and return the answer: with `emit`, what the provider's
-    loop sends back (e.g. the tool messages); else the results document."""
+    loop sends back (e.g. the tool messages); else the results document.
+
+    `run_id` names the intent (`--run-id`): the same reply run again with it, on any machine,
+    sends the same idempotency keys. `journal` (`--journal`: a file, or `redis://…` shared by
+    every worker) makes running it again resume: finished calls keep their results, a write
+    that was in flight is `indeterminate`, nothing is sent twice."""
     p = subprocess.run(
-        _command(_run_args(emit, args), manifest),
+        _command(_run_args(emit, args, run_id, journal), manifest),
         input=_text(reply),
         capture_output=True,
         text=True,
@@ -170,10 +180,12 @@ async def arun(
     emit: Optional[str] = None,
     manifest: Optional[str] = None,
     args: Sequence[str] = (),
+    run_id: Optional[str] = None,
+    journal: Optional[str] = None,
 ) -> Any:
     """`run`, without blocking the event loop."""
     proc = await asyncio.create_subprocess_exec(
-        *_command(_run_args(emit, args), manifest),
+        *_command(_run_args(emit, args, run_id, journal), manifest),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -216,9 +228,12 @@ class Session:
         manifest: Optional[str] = None,
         args: Sequence[str] = (),
         start_timeout: float = 0.3,
+        run_id: Optional[str] = None,
     ):
         turn_args = ["run", "--turns", "-q"]
         turn_args += ["--emit", emit] if emit else []
+        # Turn N of a named session is run `RUN_ID-N`: its keys are the same wherever it runs.
+        turn_args += ["--run-id", run_id] if run_id else []
         self._proc = subprocess.Popen(
             _command(turn_args + list(args), manifest),
             stdin=subprocess.PIPE,
