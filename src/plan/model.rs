@@ -220,6 +220,9 @@ pub struct Plan {
     /// `face::app::run_ids`).
     pub run_id: Option<String>,
     pub reply_id: Option<String>,
+    /// The idempotency key its caller gave a plan of one call (`mcp serve`: the client's
+    /// `_meta.idempotencyKey`), sent upstream instead of the derived one.
+    pub given_key: Option<String>,
 }
 
 impl Plan {

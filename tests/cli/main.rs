@@ -29,6 +29,7 @@ mod sdk;
 mod serve;
 mod serve_auth;
 mod serve_holds;
+mod serve_keys;
 mod serve_ops;
 mod serve_policies;
 mod serve_whole;

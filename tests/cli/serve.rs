@@ -589,7 +589,7 @@ fn raw_status(addr: &str, headers: &[(&str, &str)]) -> String {
 }
 
 /// One raw HTTP POST to `/mcp` on a connection of its own (left open: the caller reads).
-fn raw_post(addr: &str, session: Option<&str>, body: &str) -> std::net::TcpStream {
+pub(crate) fn raw_post(addr: &str, session: Option<&str>, body: &str) -> std::net::TcpStream {
     raw_post_with(addr, session, body, &[("Host", addr)])
 }
 

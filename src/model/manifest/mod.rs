@@ -316,6 +316,10 @@ pub struct ServeLimits {
     /// How long a request's headers, and then its body, may take to arrive.
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    /// How long a client's `_meta.idempotencyKey` and its answer are remembered, and how many
+    /// keys one gateway process remembers (with the `local` store; Redis keeps its own).
+    pub keys_kept: Duration,
+    pub keys: u32,
 }
 
 impl Default for ServeLimits {
@@ -326,6 +330,8 @@ impl Default for ServeLimits {
             session_idle: Duration::from_secs(30 * 60),
             parked_per_session: 100,
             parked_per_tenant: 10_000,
+            keys_kept: Duration::from_secs(24 * 3600),
+            keys: 100_000,
             connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),

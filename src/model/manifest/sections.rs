@@ -279,6 +279,8 @@ impl Reader<'_> {
                 "connections_per_client",
                 "header_timeout",
                 "body_timeout",
+                "keys_kept",
+                "keys",
             ],
             ctx,
         );
@@ -288,6 +290,7 @@ impl Reader<'_> {
             ("parked_per_session", &mut l.parked_per_session),
             ("parked_per_tenant", &mut l.parked_per_tenant),
             ("connections_per_client", &mut l.connections_per_client),
+            ("keys", &mut l.keys),
         ] {
             if let Some(n) = self.count_field(t, key, ctx) {
                 *field = n;
@@ -297,6 +300,7 @@ impl Reader<'_> {
             ("session_idle", &mut l.session_idle),
             ("header_timeout", &mut l.header_timeout),
             ("body_timeout", &mut l.body_timeout),
+            ("keys_kept", &mut l.keys_kept),
         ] {
             if let Some((d, _)) = self.duration(t, key, ctx) {
                 *field = d;

@@ -94,6 +94,7 @@ pub fn build(
         usage: batch.usage.clone(),
         run_id: batch.run_id.clone(),
         reply_id: batch.reply_id.clone(),
+        given_key: None,
     })
 }
 

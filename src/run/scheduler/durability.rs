@@ -55,6 +55,9 @@ impl Coordinator {
         if !call.write {
             return None;
         }
+        if let Some(key) = &self.plan.given_key {
+            return Some(key.clone());
+        }
         let fp = self.fps.get(p).and_then(Option::as_deref);
         let fp = fp.or_else(|| self.write_fps.get(&p).map(String::as_str));
         Some(idempotency_key(

@@ -22,6 +22,7 @@ use std::time::Duration;
 use crate::plan::LaneSpec;
 
 mod fair;
+pub(crate) mod intents;
 mod local;
 mod memory;
 mod redis;
@@ -220,6 +221,10 @@ pub trait Connection: Send + Sync {
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError>;
     /// The board of parked approvals this store shares with other machines (Redis), if any.
     fn board(&self) -> Option<Arc<dyn Board>> {
+        None
+    }
+    /// The intents (idempotency keys) this store shares with other machines (Redis), if any.
+    fn intents(&self) -> Option<Arc<dyn intents::Intents>> {
         None
     }
     /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.

@@ -22,14 +22,17 @@ pub(super) enum Outcome {
     /// Its run's result, and its upstream's own answer when it had one.
     Ran(Box<CallResult>, Option<Value>),
     Refused(Refusal),
+    /// An answer recorded for the client's idempotency key (by this attempt or an earlier).
+    Recorded(Value),
 }
 
 impl Outcome {
     /// The `CallToolResult` (as JSON).
-    fn answer(self) -> Value {
+    pub(super) fn answer(self) -> Value {
         match self {
             Outcome::Ran(r, raw) => of(&r, raw),
             Outcome::Refused(r) => r.answer(),
+            Outcome::Recorded(v) => v,
         }
     }
 

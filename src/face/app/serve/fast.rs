@@ -126,6 +126,7 @@ pub(super) async fn answer(
         elicit: None,
         arrival,
         asks: None,
+        key: None,
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

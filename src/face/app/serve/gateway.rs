@@ -18,6 +18,7 @@ use super::answer::{Outcome, Refusal};
 use super::audit::{Audit, Event};
 use super::caller::Caller;
 use super::catalog::Catalog;
+use super::keys::Claimed;
 use super::order::{self, Order};
 use super::progress::{ProgressSink, Reporter};
 use super::spend::Spend;
@@ -72,6 +73,8 @@ pub(super) struct Gateway {
     pub followers: super::passthrough::Followers,
     /// Where every decision about a caller is recorded.
     pub audit: Arc<Audit>,
+    /// Clients' idempotency keys and their answers (in the lane store when it is shared).
+    pub(super) keys: super::keys::Keys,
 }
 
 /// A manifest's generation and shape within it.
@@ -159,6 +162,8 @@ pub(super) struct CallCx {
     pub arrival: Option<Arc<order::Pass>>,
     /// The client, when it can answer an upstream's questions (it declared elicitation).
     pub asks: Option<crate::tools::mcp::Asker>,
+    /// The client's `_meta.idempotencyKey`: the call is made once for it (see `keys`).
+    pub key: Option<String>,
 }
 
 #[cfg(test)]
@@ -191,6 +196,7 @@ impl Gateway {
         let catalog_path = catalog.manifest().path.clone();
         let limits = catalog.manifest().serve.limits.clone();
         let board = store.board();
+        let store_intents = store.intents();
         let id = run::new_run_id().replacen("run-", "mcp-", 1);
         let desk = crate::app::parked::Parked::of(&catalog_path, board)
             .ok()
@@ -216,6 +222,7 @@ impl Gateway {
             http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
             followers: super::passthrough::Followers::default(),
             audit,
+            keys: super::keys::Keys::new(store_intents, &limits),
         }
     }
 
@@ -320,6 +327,63 @@ impl Gateway {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };
+        // Keys are for tool calls (a resource read is a read: nothing to make once).
+        let key = cx.key.clone().filter(|_| matches!(name, Target::Tool(_)));
+        let Some(key) = key else {
+            return Ok(self.go(session, planned, &cx, turn).await);
+        };
+        let call = &planned.plan.calls[0];
+        let tenant = cx.caller.tenant.as_str();
+        let claimed = self
+            .keys
+            .claim(
+                (tenant, &key),
+                (&call.tool_name, &call.args.value),
+                &cx.cancel,
+            )
+            .await;
+        let rerun = !call.write || planned.manifest.tools[planned.tool].idempotent;
+        let held = match claimed {
+            Claimed::Answered(v) => return Ok(Outcome::Recorded(v)),
+            Claimed::Refused(why) => return Ok(Outcome::Refused(why)),
+            Claimed::Run(held, true) if !rerun => {
+                let answer = super::keys::indeterminate(&key);
+                held.answer(&answer).await;
+                return Ok(Outcome::Recorded(answer));
+            }
+            Claimed::Run(held, _) => held,
+        };
+        // The client's key goes upstream, the same from every replica and every retry.
+        planned.plan.given_key = Some(key);
+        let (answer, reached) = self.go_reached(session, planned, &cx, turn).await;
+        if !reached {
+            held.forget().await;
+            return Ok(answer);
+        }
+        let answer = answer.answer();
+        held.answer(&answer).await;
+        Ok(Outcome::Recorded(answer))
+    }
+
+    /// A planned call from its place in the order to its answer.
+    async fn go(
+        self: &Arc<Self>,
+        session: &Session,
+        planned: Planned,
+        cx: &CallCx,
+        turn: Through,
+    ) -> Outcome {
+        self.go_reached(session, planned, cx, turn).await.0
+    }
+
+    /// [`Gateway::go`], and whether the call reached its tool.
+    async fn go_reached(
+        self: &Arc<Self>,
+        session: &Session,
+        mut planned: Planned,
+        cx: &CallCx,
+        turn: Through,
+    ) -> (Outcome, bool) {
         planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
         planned.ask = cx.asks.clone();
         let tool = &planned.manifest.tools[planned.tool];
@@ -328,7 +392,7 @@ impl Gateway {
             Ok(s) => s,
             Err(why) => {
                 self.refused(session, &cx.caller, &tool.name, &why.text());
-                return Ok(Outcome::Refused(why));
+                return (Outcome::Refused(why), false);
             }
         };
         if self.audit.on() {
@@ -340,7 +404,7 @@ impl Gateway {
             .progress
             .clone()
             .map(|sink| Arc::new(Reporter::new(sink)));
-        planned.approver = self.approver_for((&planned, session), &cx, reporter.clone());
+        planned.approver = self.approver_for((&planned, session), cx, reporter.clone());
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         drop(turn);
         let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
@@ -360,7 +424,7 @@ impl Gateway {
             session.spend.give_back(share);
         }
         drop(ticket);
-        Ok(answer)
+        (answer, reached)
     }
 
     /// The call planned as a batch of one, with its arrival number; `Ok(Err(why))`: it

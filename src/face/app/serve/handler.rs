@@ -336,6 +336,11 @@ impl Handler {
             elicit: elicit(context),
             arrival: arrival(context),
             asks: asks(context),
+            key: context
+                .meta
+                .get("idempotencyKey")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
         };
         (cx, watch)
     }

@@ -24,6 +24,7 @@ mod force;
 mod gateway;
 mod handler;
 mod http;
+mod keys;
 mod listen;
 mod metrics;
 mod ops;

@@ -37,6 +37,7 @@ const SETTLE_FOR: Duration = Duration::from_secs(2);
 mod bell;
 mod board;
 mod connect;
+mod intents;
 mod pending;
 mod permits;
 mod scripts;
@@ -222,6 +223,14 @@ impl Connection for RedisLanes {
 
     fn board(&self) -> Option<Arc<dyn super::Board>> {
         Some(Arc::new(board::RedisBoard {
+            conn: self.conn.clone(),
+            ns: self.ns.clone(),
+            url: self.url.clone(),
+        }))
+    }
+
+    fn intents(&self) -> Option<Arc<dyn super::intents::Intents>> {
+        Some(Arc::new(intents::RedisIntents {
             conn: self.conn.clone(),
             ns: self.ns.clone(),
             url: self.url.clone(),
