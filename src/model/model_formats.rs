@@ -233,7 +233,7 @@ pub fn usage(format: InputFormat, v: &Value) -> Option<Usage> {
 
 /// A whole response's id: `chatcmpl-…` (OpenAI chat), `resp_…` (Responses), `msg_…`
 /// (Anthropic), `responseId` (Gemini). `None` for a bare message or a list of blocks.
-pub fn reply_id(format: InputFormat, v: &Value) -> Option<String> {
+pub(crate) fn reply_id(format: InputFormat, v: &Value) -> Option<String> {
     let key = match format {
         InputFormat::Openai if v.get("choices").is_some() => "id",
         InputFormat::OpenaiResponses if v.get("output").is_some() => "id",
@@ -296,7 +296,7 @@ fn name_of(v: &Value) -> Result<String, String> {
 }
 
 /// Calls from an OpenAI chat completion, choice or assistant message.
-pub fn from_openai(v: &Value) -> Result<Reply, String> {
+pub(crate) fn from_openai(v: &Value) -> Result<Reply, String> {
     let mut reply = Reply::default();
     let message = match v.get("choices").and_then(Value::as_array) {
         Some(choices) => match first_of(choices, "choice", &mut reply.notes) {
@@ -330,7 +330,7 @@ pub fn from_openai(v: &Value) -> Result<Reply, String> {
 }
 
 /// Calls from an OpenAI Responses API response (or its `output` list).
-pub fn from_responses(v: &Value) -> Result<Reply, String> {
+pub(crate) fn from_responses(v: &Value) -> Result<Reply, String> {
     let items = match v {
         Value::Array(a) => a,
         _ => v
@@ -354,7 +354,7 @@ pub fn from_responses(v: &Value) -> Result<Reply, String> {
 }
 
 /// Calls from an Anthropic Messages response or content list (`tool_use` blocks).
-pub fn from_anthropic(v: &Value) -> Result<Reply, String> {
+pub(crate) fn from_anthropic(v: &Value) -> Result<Reply, String> {
     let blocks = match v {
         Value::Array(a) => a,
         Value::Object(m) => m
@@ -379,7 +379,7 @@ pub fn from_anthropic(v: &Value) -> Result<Reply, String> {
 }
 
 /// Calls from a Gemini response (`candidates`) or one content (`parts`).
-pub fn from_gemini(v: &Value) -> Result<Reply, String> {
+pub(crate) fn from_gemini(v: &Value) -> Result<Reply, String> {
     let mut reply = Reply::default();
     let content = match v.get("candidates").and_then(Value::as_array) {
         Some(candidates) => match first_of(candidates, "candidate", &mut reply.notes) {

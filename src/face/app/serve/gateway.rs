@@ -19,7 +19,7 @@ use super::audit::{Audit, Event};
 use super::caller::Caller;
 use super::catalog::Catalog;
 use super::keys::Claimed;
-use super::order::{self, Order};
+use super::order::{self, behind_text, Order, Through, Users};
 use super::progress::{ProgressSink, Reporter};
 use super::spend::Spend;
 use crate::app::controls::Controls;
@@ -407,14 +407,14 @@ impl Gateway {
         planned.approver = self.approver_for((&planned, session), cx, reporter.clone());
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         drop(turn);
-        let _users = Users::enter(self, planned.seq, planned.lane_names.clone());
+        let _users = Users::enter(&self.users, planned.seq, planned.lane_names.clone());
         let waited = tokio::select! {
             () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
             () = cx.cancel.cancelled() => false,
         };
         let (answer, reached) = if waited {
             if let Some(approver) = planned.approver.take() {
-                planned.approver = Some(ask_first(&planned, approver).await);
+                planned.approver = Some(super::approve::ask_first(&planned.plan, approver).await);
             }
             Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
         } else {
@@ -783,75 +783,4 @@ fn one_call(seq: u64, tool: &str, args: Map<String, Value>) -> Batch {
         invalid: None,
     });
     b
-}
-
-/// Ask for the call's approval before its run starts, so a call parked for approval holds its
-/// plan and its question, not a scheduler; the run's gate then hears the ruling at once
-/// (and runs the `before_call` hook after it, as in a batch).
-async fn ask_first(p: &Planned, approver: Arc<dyn run::Approver>) -> Arc<dyn run::Approver> {
-    let call = &p.plan.calls[0];
-    let request = run::ApprovalRequest {
-        id: call.id.clone(),
-        tool: call.tool_name.clone(),
-        args: Value::Object(call.args.value.clone()),
-    };
-    Arc::new(run::gate::Answered(approver.ask(request).await))
-}
-
-/// What an order wait is behind, for a person.
-fn behind_text(b: &order::Behind) -> String {
-    let what = match b.key.split_once(':') {
-        Some(("backend", name)) => format!("on backend `{name}`"),
-        Some(("session", _)) => "of this session's earlier writes".to_string(),
-        _ => "before a tool that runs alone (parallel_safe = false)".to_string(),
-    };
-    format!("waiting for {} earlier calls {what}", b.ahead)
-}
-
-/// A call's pass goes through when it has taken its place, or leaves without one.
-struct Through(Option<Arc<order::Pass>>);
-
-impl Drop for Through {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            p.through();
-        }
-    }
-}
-
-/// A call's place among each of its lanes' users while it lives.
-struct Users<'a> {
-    gateway: &'a Gateway,
-    seq: u64,
-    lanes: Vec<String>,
-}
-
-impl<'a> Users<'a> {
-    fn enter(gateway: &'a Gateway, seq: u64, lanes: Vec<String>) -> Users<'a> {
-        if let Ok(mut u) = gateway.users.lock() {
-            for l in &lanes {
-                u.entry(l.clone()).or_default().insert(seq);
-            }
-        }
-        Users {
-            gateway,
-            seq,
-            lanes,
-        }
-    }
-}
-
-impl Drop for Users<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut u) = self.gateway.users.lock() {
-            for l in &self.lanes {
-                if let Some(s) = u.get_mut(l) {
-                    s.remove(&self.seq);
-                    if s.is_empty() {
-                        u.remove(l);
-                    }
-                }
-            }
-        }
-    }
 }

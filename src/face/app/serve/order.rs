@@ -251,6 +251,64 @@ impl Drop for Pass {
     }
 }
 
+/// What an order wait is behind, for a person.
+pub(super) fn behind_text(b: &Behind) -> String {
+    let what = match b.key.split_once(':') {
+        Some(("backend", name)) => format!("on backend `{name}`"),
+        Some(("session", _)) => "of this session's earlier writes".to_string(),
+        _ => "before a tool that runs alone (parallel_safe = false)".to_string(),
+    };
+    format!("waiting for {} earlier calls {what}", b.ahead)
+}
+
+/// A call's pass goes through when it has taken its place, or leaves without one.
+pub(super) struct Through(pub(super) Option<Arc<Pass>>);
+
+impl Drop for Through {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            p.through();
+        }
+    }
+}
+
+/// A call's place among each of its lanes' users while it lives.
+pub(super) struct Users<'a> {
+    users: &'a Mutex<HashMap<String, BTreeSet<u64>>>,
+    seq: u64,
+    lanes: Vec<String>,
+}
+
+impl<'a> Users<'a> {
+    pub(super) fn enter(
+        users: &'a Mutex<HashMap<String, BTreeSet<u64>>>,
+        seq: u64,
+        lanes: Vec<String>,
+    ) -> Users<'a> {
+        if let Ok(mut u) = users.lock() {
+            for l in &lanes {
+                u.entry(l.clone()).or_default().insert(seq);
+            }
+        }
+        Users { users, seq, lanes }
+    }
+}
+
+impl Drop for Users<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut u) = self.users.lock() {
+            for l in &self.lanes {
+                if let Some(s) = u.get_mut(l) {
+                    s.remove(&self.seq);
+                    if s.is_empty() {
+                        u.remove(l);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
