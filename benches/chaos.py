@@ -10,6 +10,11 @@ fsyncs it (the effect). After the last resume finishes, it counts:
   indeterminate            calls reported `indeterminate` (in flight at a kill, not re-sent)
 
     python3 benches/chaos.py [--runs 4] [--kills 4] [--calls 200] [--seed 1] [--bin PATH]
+                             [--shared]
+
+With --shared, the journal is in Redis (a redis-server with an append-only file, started
+here) and every attempt runs on another "machine": a fresh working directory with no local
+state, the same run id (`--run-id chaos-N --journal redis://…`) and the same ledger.
 
 Exit status 1 if a must-be-0 figure is not 0.
 """
@@ -31,9 +36,9 @@ ROOT = os.path.dirname(HERE)
 LEDGER_TOOL = """#!/bin/sh
 # One effect: a line in the ledger, on disk before the tool answers.
 sleep "$1"
-printf '%s %s\\n' "$FLUX_CALL_ID" "$FLUX_IDEMPOTENCY_KEY" >> ledger
-sync ledger
-echo '{"ok": true}'
+printf '%s %s\\n' "$FLUX_CALL_ID" "$FLUX_IDEMPOTENCY_KEY" >> {ledger}
+sync {ledger}
+echo '{{"ok": true}}'
 """
 
 MANIFEST = """
@@ -78,17 +83,39 @@ def batch(n, rng):
     return "\n".join(lines) + "\n"
 
 
-def one_run(binary, work, calls, kills, rng):
-    batch_path = os.path.join(work, "batch.jsonl")
-    with open(batch_path, "w") as f:
-        f.write(batch(calls, rng))
+def machine(work, name, ledger, batch_text):
+    """A working directory with the manifest, the tool (writing to `ledger`) and the batch."""
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tools.toml"), "w") as f:
+        f.write(MANIFEST)
+    tool = os.path.join(d, "effect.sh")
+    with open(tool, "w") as f:
+        f.write(LEDGER_TOOL.format(ledger=ledger))
+    os.chmod(tool, 0o755)
+    with open(os.path.join(d, "batch.jsonl"), "w") as f:
+        f.write(batch_text)
+    return d
+
+
+def one_run(binary, work, calls, kills, rng, shared):
+    """Kill a run `kills` times and finish it; `shared`: (Redis URL, run id), each attempt on
+    a new machine."""
+    batch_text = batch(calls, rng)
+    ledger = os.path.join(work, "ledger")
     journal = os.path.join(work, "run.journal")
     killed = 0
     first = True
+    env = dict(os.environ, FLUX_TOOLS_LEASE_MS="500")
     while True:
-        args = [binary, "run", batch_path, "--format", "json", "-q", "--progress", "never"]
-        args += ["--journal", journal] if first else ["--resume", journal]
-        proc = subprocess.Popen(args, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        d = machine(work, f"m{killed}" if shared else "m", ledger, batch_text)
+        args = [binary, "run", "batch.jsonl", "--format", "json", "-q", "--progress", "never"]
+        if shared:
+            args += ["--journal", shared[0], "--run-id", shared[1]]
+        else:
+            args += ["--journal", journal] if first else ["--resume", journal]
+        proc = subprocess.Popen(args, cwd=d, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
         if killed < kills:
             time.sleep(rng.uniform(0.05, 1.2))
             if proc.poll() is None:
@@ -101,6 +128,24 @@ def one_run(binary, work, calls, kills, rng):
         return json.loads(out), killed, proc.returncode, err.decode()
 
 
+def redis(work):
+    """A redis-server with an append-only file, fsynced at every write: its URL and process."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+                             "--dir", work], stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return f"redis://127.0.0.1:{port}", proc
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=4)
@@ -108,18 +153,17 @@ def main():
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "flux-tools"))
+    ap.add_argument("--shared", action="store_true",
+                    help="journal in Redis, each attempt on a fresh working directory")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     totals = collections.Counter()
+    store = tempfile.TemporaryDirectory()
+    url, server = redis(store.name) if a.shared else (None, None)
     for run in range(a.runs):
         with tempfile.TemporaryDirectory() as work:
-            with open(os.path.join(work, "tools.toml"), "w") as f:
-                f.write(MANIFEST)
-            tool = os.path.join(work, "effect.sh")
-            with open(tool, "w") as f:
-                f.write(LEDGER_TOOL)
-            os.chmod(tool, 0o755)
-            doc, killed, code, err = one_run(a.bin, work, a.calls, a.kills, rng)
+            shared = (url, f"chaos-{a.seed}-{run}") if a.shared else None
+            doc, killed, code, err = one_run(a.bin, work, a.calls, a.kills, rng, shared)
             results = doc["results"]
             by_id = {r["id"]: r for r in results}
             ledger = collections.Counter()
@@ -141,6 +185,8 @@ def main():
             })
             print(f"run {run + 1}: {killed} kills, exit {code}, {len(results)} results, "
                   f"{dupes} duplicate effects, {lost} lost", file=sys.stderr)
+    if server:
+        server.kill()
     print(json.dumps(dict(totals), indent=2))
     bad = totals["duplicate write effects"] or totals["lost results"]
     return 1 if bad else 0
