@@ -145,7 +145,14 @@ fn the_call_gets_its_flux_environment() {
     assert_eq!(code, 0);
     let out = results(&doc)[0]["output"].as_str().unwrap().to_string();
     let run_id = doc["run_id"].as_str().unwrap();
-    assert_eq!(out, format!("w1 env acme {run_id}:w1 from-manifest"));
+    // The key is RUN:CALL:FINGERPRINT, the one the result reports.
+    let key = results(&doc)[0]["idempotency_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(key.starts_with(&format!("{run_id}:w1:")), "{key}");
+    assert_eq!(key.len(), format!("{run_id}:w1:").len() + 16, "{key}");
+    assert_eq!(out, format!("w1 env acme {key} from-manifest"));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{Project, Redis};
-use crate::serve::{log_lines, raw_post, raw_response, wait_for_line, HttpGateway};
+use crate::serve::{log_lines, raw_post_with, raw_response, wait_for_line, HttpGateway};
 
 /// A write (not idempotent) that logs `start TAG KEY`, takes 1 s, and answers with the time
 /// it ended (so two runs of it never answer alike).
@@ -28,28 +28,43 @@ fn keyed_project() -> (Project, std::path::PathBuf) {
     (p, log)
 }
 
-/// A session of the gateway at `addr` (initialized).
-fn session(addr: &str) -> String {
+/// A session of the gateway at `addr` (initialized), as the bearer of `token` if any.
+fn session(addr: &str, token: Option<&str>) -> String {
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
-    let (head, _) = raw_response(raw_post(addr, None, init));
+    let (head, _) = raw_response(post(addr, token, None, init));
     let id = head
         .lines()
         .find_map(|l| l.strip_prefix("mcp-session-id:"))
         .map(|v| v.trim().to_string())
         .unwrap_or_else(|| panic!("no session id in {head}"));
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    let _ = raw_response(raw_post(addr, Some(&id), initialized));
+    let _ = raw_response(post(addr, token, Some(&id), initialized));
     id
+}
+
+/// One POST to `/mcp`, with the bearer `token` if any.
+fn post(addr: &str, token: Option<&str>, session: Option<&str>, body: &str) -> std::net::TcpStream {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Host", addr)];
+    if let Some(b) = &bearer {
+        headers.push(("Authorization", b.as_str()));
+    }
+    raw_post_with(addr, session, body, &headers)
 }
 
 /// Call `keyed` with `tag` and idempotency key `key` on a new session of `addr`: the JSON
 /// text of its `result` (as the gateway wrote it), or the whole body when there is none.
 fn call(addr: &str, key: &str, tag: &str) -> String {
-    let s = session(addr);
+    call_as(addr, None, key, tag)
+}
+
+/// [`call`] as the bearer of `token`.
+fn call_as(addr: &str, token: Option<&str>, key: &str, tag: &str) -> String {
+    let s = session(addr, token);
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"keyed","arguments":{{"tag":"{tag}"}},"_meta":{{"idempotencyKey":"{key}"}}}}}}"#
     );
-    let (_, body) = raw_response(raw_post(addr, Some(&s), &body));
+    let (_, body) = raw_response(post(addr, token, Some(&s), &body));
     let answer = body
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))
@@ -146,4 +161,35 @@ fn with_the_local_store_a_key_is_remembered_by_its_process_and_a_call_without_on
     let refused = call(&addr, &long, "long");
     assert!(refused.contains("must be 1 to 256 bytes long"), "{refused}");
     assert!(starts(&log, "long").is_empty());
+}
+
+#[test]
+fn one_key_from_two_tenants_is_two_intents_and_neither_sees_the_others_answer() {
+    let (p, log) = keyed_project();
+    let text = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+    p.write(
+        "tools.toml",
+        &format!("[serve.tokens]\nacme = \"${{env:ACME}}\"\nbeta = \"${{env:BETA}}\"\n\n{text}"),
+    );
+    let env = [("ACME", "tok-a"), ("BETA", "tok-b")];
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &env);
+    let addr = gw.addr();
+    let acme = call_as(&addr, Some("tok-a"), "shared-key", "t");
+    assert!(acme.contains("\"isError\":false"), "{acme}");
+    assert_eq!(call_as(&addr, Some("tok-a"), "shared-key", "t"), acme);
+    assert_eq!(starts(&log, "t").len(), 1, "acme's retry is acme's answer");
+    // beta's same key is beta's own intent: a call of its own, with its own answer.
+    let beta = call_as(&addr, Some("tok-b"), "shared-key", "t");
+    assert!(beta.contains("\"isError\":false"), "{beta}");
+    assert_ne!(beta, acme, "beta never gets acme's recorded answer");
+    // Each tool call saw its tenant's key: a tool that dedupes by key keeps them apart.
+    assert_eq!(
+        starts(&log, "t"),
+        ["start t acme:shared-key", "start t beta:shared-key"]
+    );
+    // Nor is beta refused for "other arguments" when acme used the key for something else.
+    let beta_other = call_as(&addr, Some("tok-b"), "acme-only", "u");
+    let acme_first = call_as(&addr, Some("tok-a"), "acme-only", "v");
+    assert!(!beta_other.contains("other arguments"), "{beta_other}");
+    assert!(!acme_first.contains("other arguments"), "{acme_first}");
 }

@@ -354,7 +354,7 @@ impl Gateway {
             Claimed::Run(held, _) => held,
         };
         // The client's key goes upstream, the same from every replica and every retry.
-        planned.plan.given_key = Some(key);
+        planned.plan.given_key = Some(super::keys::upstream(&cx.caller, key));
         let (answer, reached) = self.go_reached(session, planned, &cx, turn).await;
         if !reached {
             held.forget().await;

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::answer::{self, Refusal};
+use super::caller::{Caller, Via};
 use crate::events::ErrorKind;
 use crate::manifest::ServeLimits;
 use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
@@ -156,4 +157,14 @@ pub(super) fn indeterminate(key: &str) -> Value {
         "indeterminate: the call with idempotency key `{}` was in flight on a gateway that stopped; it may have reached its tool, and it is not sent again (the tool is not idempotent)",
         key.escape_default()
     ))
+}
+
+/// The key a tool sees for a client's `key`: the client's own from the gateway's own tenant;
+/// from a tenant a token or a JWT names, `TENANT:KEY`, so two tenants' same key never reaches
+/// a tool that dedupes by key as one intent.
+pub(super) fn upstream(caller: &Caller, key: String) -> String {
+    match caller.via {
+        Via::Local => key,
+        Via::Token | Via::Jwt => format!("{}:{key}", caller.tenant),
+    }
 }
