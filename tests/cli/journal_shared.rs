@@ -243,3 +243,62 @@ fn the_caller_names_the_run_and_an_edited_call_under_a_reused_id_gets_another_ke
     );
     assert!(err.contains("numbered.yaml:1:1"), "{err}");
 }
+
+/// `redis-cli -u URL ARGS…`'s output.
+fn redis_cli(url: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-u", url])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn with_a_replica_each_dispatch_record_waits_for_it_and_a_silent_replica_stops_the_writes() {
+    let state = tempfile::tempdir().unwrap();
+    let Some(master) = durable_redis(state.path()) else {
+        return;
+    };
+    let port = master.url.rsplit(':').next().unwrap().to_string();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let dir = replica_dir.path().to_str().unwrap();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &port, "--dir", dir])
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !redis_cli(&master.url, &["INFO", "replication"]).contains("state=online") {
+        assert!(Instant::now() < deadline, "the replica never connected");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = state.path().join("log");
+    let p = Project::new(&manifest(&log));
+    let (doc, err) = finish(worker(&p, "wf-r", &master.url));
+    assert!(results(&doc).iter().all(|r| r["status"] == "ok"), "{err}");
+    // Every record the master took, the replica holds (WAIT returned before each call ran).
+    let keys = redis_cli(&replica.url, &["KEYS", "flux-tools:journal:*"]);
+    assert!(keys.contains("wf-r"), "{keys}");
+    let len = |url: &str| redis_cli(url, &["LLEN", keys.lines().next().unwrap_or("")]);
+    assert_eq!(len(&replica.url), len(&master.url));
+
+    // A replica that stops answering: no record is acknowledged within 1 s, so no write is
+    // made — each is reported never dispatched, a journal failure, instead of running
+    // unrecorded.
+    let pid = replica.child.id().to_string();
+    let stop = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+    };
+    stop("-STOP");
+    let (doc, err) = finish(worker(&p, "wf-s", &master.url));
+    stop("-CONT");
+    let r = results(&doc);
+    for r in r {
+        assert_eq!(r["status"], "never_dispatched", "{err}");
+        assert_eq!(r["error"]["kind"], "journal", "{r}");
+    }
+    let msg = r[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("no replica acknowledged"), "{msg}");
+    assert_eq!(log_lines(&log).len(), 3, "only the first run's writes");
+}

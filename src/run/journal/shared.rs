@@ -205,15 +205,18 @@ impl Sink for RedisSink {
             .invoke::<i64>(&mut self.conn)
             .map_err(|e| format!("journal write failed: {e}"))?;
         if self.replicas > 0 {
+            // Well inside the lease: a wait that fails leaves the lease held, so the next
+            // record says why too.
+            let ms = (self.lease.as_millis() as u64 / 4).clamp(1, 1000);
             let acked: usize = redis::cmd("WAIT")
                 .arg(self.replicas)
-                .arg(1000)
+                .arg(ms)
                 .query(&mut self.conn)
                 .map_err(|e| format!("journal write failed: {e}"))?;
             if acked < self.replicas {
-                return Err(
-                    "journal write failed: no replica acknowledged the record within 1 s".into(),
-                );
+                return Err(format!(
+                    "journal write failed: no replica acknowledged the record within {ms} ms"
+                ));
             }
         }
         Ok(())
