@@ -30,6 +30,7 @@ mod serve;
 mod serve_auth;
 mod serve_holds;
 mod serve_keys;
+mod serve_modern;
 mod serve_ops;
 mod serve_policies;
 mod serve_whole;

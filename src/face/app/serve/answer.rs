@@ -24,6 +24,9 @@ pub(super) enum Outcome {
     Refused(Refusal),
     /// An answer recorded for the client's idempotency key (by this attempt or an earlier).
     Recorded(Value),
+    /// A 2026-07-28 client is to approve the call in its follow-up request: the question,
+    /// and the state it echoes (`input_required`; see `approve::Mrtr`).
+    Ask(String, String),
 }
 
 impl Outcome {
@@ -33,6 +36,11 @@ impl Outcome {
             Outcome::Ran(r, raw) => of(&r, raw),
             Outcome::Refused(r) => r.answer(),
             Outcome::Recorded(v) => v,
+            // Only a face that can send `input_required` is given one; said if one came.
+            Outcome::Ask(question, _) => error(&format!(
+                "{}: {question} (the client could not be asked)",
+                ErrorKind::ApprovalDenied
+            )),
         }
     }
 

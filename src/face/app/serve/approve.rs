@@ -47,6 +47,50 @@ pub(super) type Elicit = Arc<dyn Fn(String) -> Asking + Send + Sync>;
 pub(super) type Asking =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<InBand, String>> + Send>>;
 
+/// What the client is asked, in band.
+fn question(tool: &str, args: &serde_json::Value, hash: &str) -> String {
+    format!("flux-tools: approve the call of `{tool}` with arguments {args} (hash {hash})?")
+}
+
+/// Where a 2026-07-28 client's answer goes in its follow-up request (`inputResponses`).
+pub(super) const INPUT_KEY: &str = "flux-tools/approval";
+
+/// A 2026-07-28 client that answers a question in its follow-up request (MRTR, SEP-2322): a
+/// call that needs its approval is answered `input_required` at once — its question, and the
+/// state `flux-tools:approval:HASH` the client echoes — and the follow-up's answer approves
+/// or declines the call only if that hash is still its arguments' (a changed call is asked
+/// again). Nothing waits between the two requests, so any replica takes the follow-up.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Mrtr {
+    /// The state the follow-up echoed, and the client's answer.
+    pub answer: Option<(String, InBand)>,
+}
+
+impl Mrtr {
+    /// The client's answer for a call of `tool` with `args`, as an elicitation already
+    /// answered; else the question to ask and the state to echo.
+    pub(super) fn answer_for(
+        &self,
+        tool: &str,
+        args: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Elicit, (String, String)> {
+        let hash = crate::run::gate::approval_hash(tool, args);
+        let state = format!("flux-tools:approval:{hash}");
+        match &self.answer {
+            Some((echoed, a)) if *echoed == state => {
+                let a = *a;
+                Ok(Arc::new(move |_| {
+                    Box::pin(std::future::ready(Ok(a))) as Asking
+                }))
+            }
+            _ => {
+                let args = serde_json::Value::Object(args.clone());
+                Err((question(tool, &args, &hash), state))
+            }
+        }
+    }
+}
+
 /// The calls one gateway holds for approval out of band.
 pub(super) struct Desk {
     parked: Arc<Parked>,
@@ -304,10 +348,7 @@ impl CallApprover {
         };
         let hash = crate::run::gate::approval_hash(&req.tool, args);
         if let Some(elicit) = &self.in_band {
-            let message = format!(
-                "flux-tools: approve the call of `{}` with arguments {} (hash {hash})?",
-                req.tool, req.args
-            );
+            let message = question(&req.tool, &req.args, &hash);
             self.say("waiting for the client's approval".into());
             match elicit(message).await {
                 Ok(InBand::Accept) => return (Ruling::Approved, client()),

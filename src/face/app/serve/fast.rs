@@ -127,6 +127,7 @@ pub(super) async fn answer(
         arrival,
         asks: None,
         key: None,
+        mrtr: None,
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

@@ -164,6 +164,8 @@ pub(super) struct CallCx {
     pub asks: Option<crate::tools::mcp::Asker>,
     /// The client's `_meta.idempotencyKey`: the call is made once for it (see `keys`).
     pub key: Option<String>,
+    /// A 2026-07-28 client that answers in its follow-up request (`input_required`).
+    pub mrtr: Option<super::approve::Mrtr>,
 }
 
 #[cfg(test)]
@@ -311,7 +313,7 @@ impl Gateway {
         session: &Session,
         name: Target<'_>,
         args: Map<String, Value>,
-        cx: CallCx,
+        mut cx: CallCx,
     ) -> Result<Outcome, String> {
         let turn = Through(cx.arrival.clone());
         if let Some(pass) = &turn.0 {
@@ -327,6 +329,15 @@ impl Gateway {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };
+        // A 2026-07-28 client approves in its follow-up request: asked first (nothing waits
+        // meanwhile), its answer bound to the arguments' hash.
+        if let (Some(m), true) = (&cx.mrtr, self.in_band(&planned)) {
+            let call = &planned.plan.calls[0];
+            match m.answer_for(&call.tool_name, &call.args.value) {
+                Ok(answered) => cx.elicit = Some(answered),
+                Err((question, state)) => return Ok(Outcome::Ask(question, state)),
+            }
+        }
         // Keys are for tool calls (a resource read is a read: nothing to make once).
         let key = cx.key.clone().filter(|_| matches!(name, Target::Tool(_)));
         let Some(key) = key else {
@@ -511,12 +522,10 @@ impl Gateway {
         progress: Option<Arc<Reporter>>,
     ) -> Option<Arc<dyn crate::run::Approver>> {
         let m = &p.manifest;
-        let tool = &m.tools[p.tool];
-        if !tool.requires_approval {
+        if !m.tools[p.tool].requires_approval {
             return None;
         }
-        let in_band =
-            m.serve.approval_in_band && tool.approval != crate::manifest::Approval::OutOfBand;
+        let in_band = self.in_band(p);
         let timeout = m
             .serve
             .approval_timeout
@@ -533,6 +542,14 @@ impl Gateway {
             cancel: cx.cancel.clone(),
             progress,
         }))
+    }
+
+    /// Whether the planned call needs approval and its client may give it.
+    fn in_band(&self, p: &Planned) -> bool {
+        let (m, tool) = (&p.manifest, &p.manifest.tools[p.tool]);
+        tool.requires_approval
+            && m.serve.approval_in_band
+            && tool.approval != crate::manifest::Approval::OutOfBand
     }
 
     /// Run the planned call; its answer (or the cancellation's), and whether it reached its

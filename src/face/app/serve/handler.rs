@@ -171,7 +171,8 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // Cancelled by the client, or with its whole session when the client is gone.
-        let (cx, watch) = self.call_cx(&context);
+        let (mut cx, watch) = self.call_cx(&context);
+        cx.mrtr = mrtr(&context, &request);
         let args = request.arguments.unwrap_or_default();
         // Boxed: rmcp's task for each request reserves room for its largest handler's future.
         let mut call =
@@ -185,6 +186,11 @@ impl ServerHandler for Handler {
             () = watch => call.await,
         };
         let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
+        if let super::answer::Outcome::Ask(question, state) = answer {
+            return Ok(CallToolResponse::InputRequired(input_required(
+                question, state,
+            )));
+        }
         let mut result = answer.result();
         // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
         // upstream's answer from an older server has none.
@@ -341,6 +347,7 @@ impl Handler {
                 .get("idempotencyKey")
                 .and_then(|v| v.as_str())
                 .map(str::to_string),
+            mrtr: None,
         };
         (cx, watch)
     }
@@ -371,6 +378,55 @@ fn asks(context: &RequestContext<RoleServer>) -> Option<crate::tools::mcp::Asker
                 .map_err(|e| format!("the client did not answer: {e}"))
         })
     }))
+}
+
+/// A 2026-07-28 request whose client declared form elicitation: it is asked to approve in
+/// its follow-up request (`input_required`), and this may be that follow-up.
+fn mrtr(
+    context: &RequestContext<RoleServer>,
+    request: &CallToolRequestParams,
+) -> Option<super::approve::Mrtr> {
+    use super::approve::{InBand, Mrtr, INPUT_KEY};
+    use rmcp::model::ProtocolVersion;
+    let modern = context.meta.protocol_version()? >= ProtocolVersion::V_2026_07_28;
+    let caps = context.client_capabilities()?.elicitation?;
+    if !modern || (caps.form.is_none() && caps.url.is_some()) {
+        return None;
+    }
+    let said = request
+        .input_responses
+        .as_ref()
+        .and_then(|r| r.get(INPUT_KEY));
+    let action = said.and_then(|v| v.get("action")).and_then(|a| a.as_str());
+    let answer = match action {
+        Some("accept") => Some(InBand::Accept),
+        Some("decline") => Some(InBand::Decline),
+        Some(_) => Some(InBand::Cancel),
+        None => None,
+    };
+    Some(Mrtr {
+        answer: answer
+            .zip(request.request_state.clone())
+            .map(|(a, s)| (s, a)),
+    })
+}
+
+/// The `input_required` result that asks the client to approve a call (one form
+/// elicitation, under [`super::approve::INPUT_KEY`]).
+fn input_required(question: String, state: String) -> rmcp::model::InputRequiredResult {
+    use rmcp::model::{
+        ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult,
+    };
+    let ask = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: question,
+        requested_schema: ElicitationSchema::new(Default::default()),
+    });
+    let asks = [(
+        super::approve::INPUT_KEY.to_string(),
+        InputRequest::Elicitation(ask),
+    )];
+    InputRequiredResult::new(Some(asks.into_iter().collect()), Some(state))
 }
 
 /// How to ask this session's client to approve a call, if it supports form elicitation.

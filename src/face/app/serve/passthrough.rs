@@ -289,6 +289,7 @@ pub(super) async fn read(
         Outcome::Refused(r) => return Err(ErrorData::internal_error(r.text(), None)),
         // Never for a read (keys are for tool calls), but said if it came.
         Outcome::Recorded(v) => return Err(ErrorData::internal_error(v.to_string(), None)),
+        Outcome::Ask(q, _) => return Err(ErrorData::internal_error(q, None)),
     };
     if let Some(list) = contents.get_mut("contents").and_then(Value::as_array_mut) {
         for c in list {
