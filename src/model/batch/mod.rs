@@ -125,6 +125,25 @@ impl Batch {
         }
     }
 
+    /// A batch of one call `c{seq}` of `tool`, as a model's call (its arguments are data):
+    /// what the gateway plans each `tools/call` as.
+    pub(crate) fn one_call(seq: u64, tool: &str, args: Map<String, Value>) -> Batch {
+        let mut b = Batch::empty("<mcp>");
+        b.from_model = true;
+        b.calls.push(Call {
+            id: format!("c{seq}"),
+            explicit_id: false,
+            tool: tool.to_string(),
+            args: std::sync::Arc::new(Args {
+                value: args,
+                holes: Vec::new(),
+            }),
+            after: Vec::new(),
+            invalid: None,
+        });
+        b
+    }
+
     /// Parse batch text. Errors are returned with every problem found.
     pub fn parse(file: SourceFile) -> Result<(Batch, Vec<Diagnostic>), Vec<Diagnostic>> {
         Batch::parse_as(file, InputFormat::Auto)

@@ -25,10 +25,9 @@ use super::spend::Spend;
 use crate::app::controls::Controls;
 use crate::app::engine::{CallKit, Scope};
 use crate::app::finish::Finish;
-use crate::batch::{Batch, Call};
+use crate::batch::Batch;
 use crate::events::{CallResult, ErrorKind, Outcome as RunOutcome, Stats};
 use crate::plan::{self, LaneSpec, PlanOptions};
-use crate::reference::Args;
 use crate::run::{self, Control, Ended, LaneStore, RunEnd};
 use crate::tools::{McpSpec, Relay};
 use crate::trace_context::TraceContext;
@@ -480,7 +479,7 @@ impl Gateway {
             Err(e) => return Ok(Err(Refusal::new(ErrorKind::LaneStore, e))),
         };
         let tool = &manifest.tools[t];
-        let plan = match plan::build(&manifest, &one_call(seq, &tool.name, args), &opts) {
+        let plan = match plan::build(&manifest, &Batch::one_call(seq, &tool.name, args), &opts) {
             Ok(p) => p,
             Err(d) => {
                 let msg: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
@@ -782,22 +781,4 @@ const SHOWN: usize = 200;
 /// characters.
 fn beat_name(id: &str) -> String {
     id[id.len().saturating_sub(6)..].to_string()
-}
-
-/// A batch of one call, as a model's call: its arguments are data.
-fn one_call(seq: u64, tool: &str, args: Map<String, Value>) -> Batch {
-    let mut b = Batch::empty("<mcp>");
-    b.from_model = true;
-    b.calls.push(Call {
-        id: format!("c{seq}"),
-        explicit_id: false,
-        tool: tool.to_string(),
-        args: Arc::new(Args {
-            value: args,
-            holes: Vec::new(),
-        }),
-        after: Vec::new(),
-        invalid: None,
-    });
-    b
 }
