@@ -314,3 +314,102 @@ impl Drop for Redis {
         let _ = self.child.wait();
     }
 }
+
+/// A throwaway nginx (Debian's) on a free loopback port, proxying `/` round robin over
+/// `upstreams` (`HOST:PORT`) with no stickiness and no retry on another upstream, logging
+/// each request's upstream; stopped on drop.
+pub struct Nginx {
+    child: std::process::Child,
+    pub url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    pub fn start(upstreams: &[String]) -> Option<Nginx> {
+        let bin = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|b| Path::new(b).exists());
+        let Some(bin) = bin else {
+            skip("nginx is not installed", "apt-get install nginx");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let servers: String = upstreams
+            .iter()
+            .map(|u| format!("    server {u} max_fails=0;\n"))
+            .collect();
+        // `user` is ignored (with a warning) unless nginx starts as root, as in CI.
+        let conf = format!(
+            "user root;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n\
+               log_format up '$upstream_addr $request_method $status';\n\
+               access_log {d}/access.log up;\n\
+               client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+               upstream replicas {{\n{servers}  }}\n\
+               server {{\n\
+                 listen 127.0.0.1:{port};\n\
+                 location / {{\n\
+                   proxy_pass http://replicas;\n\
+                   proxy_http_version 1.1;\n\
+                   proxy_set_header Connection \"\";\n\
+                   proxy_set_header Host $http_host;\n\
+                   proxy_buffering off;\n\
+                   proxy_read_timeout 120s;\n\
+                   proxy_next_upstream off;\n\
+                 }}\n\
+               }}\n\
+             }}\n"
+        );
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = std::process::Command::new(bin)
+            .args(["-p", &d.to_string(), "-c"])
+            .arg(&path)
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "nginx did not start: {log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Nginx {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            log: dir.path().join("access.log"),
+            _dir: dir,
+        })
+    }
+
+    /// The upstream (`HOST:PORT`) of each request, in the order nginx logged them.
+    pub fn upstreams(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for Nginx {
+    /// A fast shutdown (`SIGTERM`): the master ends its workers (a `SIGKILL` would orphan
+    /// them).
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}

@@ -33,6 +33,7 @@ mod serve_keys;
 mod serve_modern;
 mod serve_ops;
 mod serve_policies;
+mod serve_shared;
 mod serve_whole;
 mod signals;
 mod sqlite;

@@ -29,7 +29,7 @@ fn keyed_project() -> (Project, std::path::PathBuf) {
 }
 
 /// A session of the gateway at `addr` (initialized), as the bearer of `token` if any.
-fn session(addr: &str, token: Option<&str>) -> String {
+pub(crate) fn session(addr: &str, token: Option<&str>) -> String {
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
     let (head, _) = raw_response(post(addr, token, None, init));
     let id = head
@@ -43,7 +43,12 @@ fn session(addr: &str, token: Option<&str>) -> String {
 }
 
 /// One POST to `/mcp`, with the bearer `token` if any.
-fn post(addr: &str, token: Option<&str>, session: Option<&str>, body: &str) -> std::net::TcpStream {
+pub(crate) fn post(
+    addr: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &str,
+) -> std::net::TcpStream {
     let bearer = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![("Host", addr)];
     if let Some(b) = &bearer {

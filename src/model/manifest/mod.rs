@@ -320,6 +320,9 @@ pub struct ServeLimits {
     /// keys one gateway process remembers (with the `local` store; Redis keeps its own).
     pub keys_kept: Duration,
     pub keys: u32,
+    /// How long a shared store (Redis) keeps an HTTP session after its last request, for any
+    /// replica to serve it.
+    pub session_kept: Duration,
 }
 
 impl Default for ServeLimits {
@@ -332,6 +335,7 @@ impl Default for ServeLimits {
             parked_per_tenant: 10_000,
             keys_kept: Duration::from_secs(24 * 3600),
             keys: 100_000,
+            session_kept: Duration::from_secs(24 * 3600),
             connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),

@@ -281,6 +281,7 @@ impl Reader<'_> {
                 "body_timeout",
                 "keys_kept",
                 "keys",
+                "session_kept",
             ],
             ctx,
         );
@@ -301,6 +302,7 @@ impl Reader<'_> {
             ("header_timeout", &mut l.header_timeout),
             ("body_timeout", &mut l.body_timeout),
             ("keys_kept", &mut l.keys_kept),
+            ("session_kept", &mut l.session_kept),
         ] {
             if let Some((d, _)) = self.duration(t, key, ctx) {
                 *field = d;

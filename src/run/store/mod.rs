@@ -25,6 +25,7 @@ mod fair;
 pub(crate) mod intents;
 mod local;
 mod memory;
+pub(crate) mod records;
 mod redis;
 pub(crate) mod window;
 use crate::events::LaneStats;
@@ -225,6 +226,10 @@ pub trait Connection: Send + Sync {
     }
     /// The intents (idempotency keys) this store shares with other machines (Redis), if any.
     fn intents(&self) -> Option<Arc<dyn intents::Intents>> {
+        None
+    }
+    /// Records of `kind` this store shares with other machines (Redis), if any.
+    fn records(&self, _kind: &str) -> Option<Arc<dyn records::Records>> {
         None
     }
     /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.

@@ -89,7 +89,7 @@ pub(super) struct Session {
     run_id: String,
     lanes: Mutex<HashMap<String, (Version, TenantLanes)>>,
     /// What it has spent against `[serve.session]`.
-    spend: Spend,
+    pub spend: Spend,
     /// Its history record, written when it ends (or hourly).
     record: super::record::SessionRecord,
     /// Its requests in wire order: its calls take their places in that order.
@@ -198,6 +198,7 @@ impl Gateway {
         let limits = catalog.manifest().serve.limits.clone();
         let board = store.board();
         let store_intents = store.intents();
+        let http_sessions = super::sessions::Sessions::new(&limits, store.records("session"));
         let id = run::new_run_id().replacen("run-", "mcp-", 1);
         let desk = crate::app::parked::Parked::of(&catalog_path, board)
             .ok()
@@ -220,7 +221,7 @@ impl Gateway {
             desk,
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
-            http_sessions: Arc::new(super::sessions::Sessions::new(&limits)),
+            http_sessions: Arc::new(http_sessions),
             followers: super::passthrough::Followers::default(),
             audit,
             keys: super::keys::Keys::new(store_intents, &limits),
@@ -340,18 +341,16 @@ impl Gateway {
         // Keys are for tool calls (a resource read is a read: nothing to make once).
         let key = cx.key.clone().filter(|_| matches!(name, Target::Tool(_)));
         let Some(key) = key else {
-            return Ok(self.go(session, planned, &cx, turn).await);
+            return Ok(Box::pin(self.go(session, planned, &cx, turn)).await);
         };
         let call = &planned.plan.calls[0];
         let tenant = cx.caller.tenant.as_str();
-        let claimed = self
-            .keys
-            .claim(
-                (tenant, &key),
-                (&call.tool_name, &call.args.value),
-                &cx.cancel,
-            )
-            .await;
+        let claimed = Box::pin(self.keys.claim(
+            (tenant, &key),
+            (&call.tool_name, &call.args.value),
+            &cx.cancel,
+        ))
+        .await;
         let rerun = !call.write || planned.manifest.tools[planned.tool].idempotent;
         let held = match claimed {
             Claimed::Answered(v) => return Ok(Outcome::Recorded(v)),
@@ -365,7 +364,7 @@ impl Gateway {
         };
         // The client's key goes upstream, the same from every replica and every retry.
         planned.plan.given_key = Some(super::keys::upstream(&cx.caller, key));
-        let (answer, reached) = self.go_reached(session, planned, &cx, turn).await;
+        let (answer, reached) = Box::pin(self.go_reached(session, planned, &cx, turn)).await;
         if !reached {
             held.forget().await;
             return Ok(answer);
@@ -398,7 +397,7 @@ impl Gateway {
         planned.ask = cx.asks.clone();
         let tool = &planned.manifest.tools[planned.tool];
         let limits = &planned.manifest.serve.session;
-        let share = match session.spend.reserve(limits, &tool.name, tool.cost) {
+        let share = match Box::pin(session.spend.reserve(limits, &tool.name, tool.cost)).await {
             Ok(s) => s,
             Err(why) => {
                 self.refused(session, &cx.caller, &tool.name, &why.text());
@@ -431,7 +430,7 @@ impl Gateway {
             (Outcome::Refused(Refusal::Cancelled), false)
         };
         if !reached {
-            session.spend.give_back(share);
+            Box::pin(session.spend.give_back(share)).await;
         }
         drop(ticket);
         (answer, reached)

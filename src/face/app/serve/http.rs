@@ -128,6 +128,7 @@ impl Route {
             .or(asked);
         if let (Some(session), Some(id)) = (created, id) {
             self.sessions.register(&id, &session, caller);
+            self.sessions.share(&id).await;
         }
         if delete && r.status() == hyper::StatusCode::ACCEPTED {
             *r.status_mut() = hyper::StatusCode::OK;
@@ -176,7 +177,10 @@ impl Route {
         // A session is its creator's: to another tenant's token, or another person's, it does
         // not exist.
         if let Some(id) = &session_id {
-            if !self.sessions.owned_by(id, &caller.owner()) {
+            let found = self.sessions.fetch(id).await;
+            if found == super::sessions::Found::Ended
+                || !self.sessions.owned_by(id, &caller.owner())
+            {
                 return session_not_found();
             }
             // One let go for idleness opens again, if there is room for it.

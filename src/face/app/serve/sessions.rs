@@ -7,10 +7,17 @@
 //! session store), so an SDK that never re-initializes carries on. What is remembered of a
 //! session that is gone is its owner and its `initialize` parameters, for at most
 //! [`REMEMBERED`] sessions a live one may have, the least recently used forgotten first.
+//!
+//! With a shared lane store (Redis) a session is also kept there — its owner and its
+//! `initialize` — for `[serve.limits] session_kept` after its last request, and every request
+//! of a session asks the store first: any replica serves any request of it (it opens the
+//! session from the store as it would a remembered one), and a session ended (DELETE) on one
+//! replica is ended on all.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
 
 use rmcp::transport::streamable_http_server::session::{
     SessionState, SessionStore, SessionStoreError,
@@ -19,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
 use super::gateway::Session;
+use crate::run::store::records::Records;
 
 /// How many sessions that are gone are remembered for each live one the limit allows.
 pub(super) const REMEMBERED: usize = 8;
@@ -40,9 +48,39 @@ struct Entry {
     state: Option<SessionState>,
     /// When it was last used (a tick of [`Sessions::clock`]).
     used: u64,
+    /// It is in the shared store (so its absence there means it ended elsewhere).
+    shared: bool,
+}
+
+/// What the shared store keeps of a session.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    owner: String,
+    tenant: String,
+    state: Option<SessionState>,
+}
+
+/// What the shared store says of a session a request names.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Found {
+    /// It is (or may be) served here: known, unknown to all (rmcp answers), or the store is
+    /// away and this process answers from what it knows.
+    Here,
+    /// It was shared and is no more: ended (DELETE) on some replica, or kept no longer.
+    Ended,
 }
 
 impl Entry {
+    fn new(used: u64) -> Entry {
+        Entry {
+            live: None,
+            owner: None,
+            state: None,
+            used,
+            shared: false,
+        }
+    }
+
     fn alive(&self) -> bool {
         self.live
             .as_ref()
@@ -69,16 +107,24 @@ pub(super) struct Sessions {
     reopened: AtomicU64,
     limit: u32,
     per_tenant: u32,
+    /// The shared store's sessions, and how long it keeps one after its last request.
+    shared: Option<Arc<dyn Records>>,
+    kept: Duration,
 }
 
 impl Sessions {
-    pub(super) fn new(limits: &crate::manifest::ServeLimits) -> Sessions {
+    pub(super) fn new(
+        limits: &crate::manifest::ServeLimits,
+        shared: Option<Arc<dyn Records>>,
+    ) -> Sessions {
         Sessions {
             map: RwLock::default(),
             clock: AtomicU64::new(0),
             reopened: AtomicU64::new(0),
             limit: limits.sessions,
             per_tenant: limits.sessions_per_tenant,
+            shared,
+            kept: limits.session_kept,
         }
     }
 
@@ -98,22 +144,88 @@ impl Sessions {
     pub(super) fn register(&self, id: &str, session: &Arc<Session>, caller: &Caller) {
         let used = self.now();
         let mut map = self.write();
-        let e = map.entry(id.to_string()).or_insert(Entry {
-            live: None,
-            owner: None,
-            state: None,
-            used,
-        });
+        let e = map
+            .entry(id.to_string())
+            .or_insert_with(|| Entry::new(used));
         e.used = used;
         if e.live.is_some() && !e.alive() {
             self.reopened.fetch_add(1, Ordering::Relaxed);
         }
         e.owner = Some((caller.owner(), caller.tenant.clone()));
+        if let Some(records) = &self.shared {
+            session.spend.share(records.clone(), id, self.kept);
+        }
         e.live = Some(Arc::new(Live {
             session: Arc::downgrade(session),
             inflight: Mutex::default(),
         }));
         self.forget_oldest(&mut map);
+    }
+
+    /// Keep session `id` (registered) in the shared store, for any replica to serve it. A
+    /// store that is away leaves it this process's alone (said on stderr).
+    pub(super) async fn share(&self, id: &str) {
+        let Some(records) = self.shared.clone() else {
+            return;
+        };
+        let text = {
+            let map = self.read();
+            let Some(Entry {
+                owner: Some((owner, tenant)),
+                state,
+                ..
+            }) = map.get(id)
+            else {
+                return;
+            };
+            let kept = Kept {
+                owner: owner.clone(),
+                tenant: tenant.clone(),
+                state: state.clone(),
+            };
+            serde_json::to_string(&kept).unwrap_or_default()
+        };
+        match records.put(id.to_string(), text, self.kept).await {
+            Ok(()) => {
+                if let Some(e) = self.write().get_mut(id) {
+                    e.shared = true;
+                }
+            }
+            Err(e) => eprintln!("flux-tools: session kept on this replica only: {e}"),
+        }
+    }
+
+    /// Ask the shared store for session `id` as its request comes (keeping it longer): one
+    /// this process does not know is taken in as remembered, to be opened here.
+    pub(super) async fn fetch(&self, id: &str) -> Found {
+        let Some(records) = self.shared.clone() else {
+            return Found::Here;
+        };
+        let kept = match records.get(id.to_string(), self.kept).await {
+            Err(_) => return Found::Here,
+            Ok(None) => {
+                let shared = self.read().get(id).is_some_and(|e| e.shared);
+                return if shared { Found::Ended } else { Found::Here };
+            }
+            Ok(Some(text)) => match serde_json::from_str::<Kept>(&text) {
+                Ok(k) => k,
+                Err(_) => return Found::Here,
+            },
+        };
+        let used = self.now();
+        let mut map = self.write();
+        let e = map
+            .entry(id.to_string())
+            .or_insert_with(|| Entry::new(used));
+        e.shared = true;
+        if e.owner.is_none() {
+            e.owner = Some((kept.owner, kept.tenant));
+        }
+        if e.state.is_none() {
+            e.state = kept.state;
+        }
+        self.forget_oldest(&mut map);
+        Found::Here
     }
 
     /// Beyond what is remembered, the least recently used sessions that are gone.
@@ -213,12 +325,9 @@ impl SessionStore for Store {
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let used = self.0.now();
         let mut map = self.0.write();
-        let e = map.entry(session_id.to_string()).or_insert(Entry {
-            live: None,
-            owner: None,
-            state: None,
-            used,
-        });
+        let e = map
+            .entry(session_id.to_string())
+            .or_insert_with(|| Entry::new(used));
         e.state = Some(state.clone());
         e.used = used;
         Ok(())
@@ -226,6 +335,9 @@ impl SessionStore for Store {
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.0.write().remove(session_id);
+        if let Some(records) = self.0.shared.clone() {
+            records.remove(session_id.to_string()).await?;
+        }
         Ok(())
     }
 }
@@ -260,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_tenants_session_is_its_own_and_past_the_limits_none_is_admitted() {
-        let s = Sessions::new(&limits(3, 2));
+        let s = Sessions::new(&limits(3, 2), None);
         let one = Arc::new(Session::for_tests());
         let two = Arc::new(Session::for_tests());
         s.register("a1", &one, &token("acme"));
@@ -283,7 +395,7 @@ mod tests {
 
     #[test]
     fn a_persons_session_is_not_another_persons_of_the_same_tenant_and_roles_bound_how_many() {
-        let s = Sessions::new(&limits(10, 10));
+        let s = Sessions::new(&limits(10, 10), None);
         let (alice, bob) = (person("acme", "alice"), person("acme", "bob"));
         let one = Arc::new(Session::for_tests());
         s.register("x", &one, &alice);

@@ -40,6 +40,7 @@ mod connect;
 mod intents;
 mod pending;
 mod permits;
+mod records;
 mod scripts;
 pub(crate) use connect::redact_url;
 use connect::store_error;
@@ -234,6 +235,15 @@ impl Connection for RedisLanes {
             conn: self.conn.clone(),
             ns: self.ns.clone(),
             url: self.url.clone(),
+        }))
+    }
+
+    fn records(&self, kind: &str) -> Option<Arc<dyn super::records::Records>> {
+        Some(Arc::new(records::RedisRecords {
+            conn: self.conn.clone(),
+            ns: self.ns.clone(),
+            url: self.url.clone(),
+            kind: kind.to_string(),
         }))
     }
 
