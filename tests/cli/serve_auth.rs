@@ -43,21 +43,35 @@ impl Issuer {
             return None;
         }
         // Node resolves the package from the script's own folder; each test has its own copy.
-        let port = free_port();
-        let script = home.join(format!("provider-{port}.mjs"));
-        std::fs::copy(repo().join("tests/fixtures/oidc/provider.mjs"), &script)
-            .expect("copy the provider");
+        // A port another test took between `free_port` and node's listen is tried again.
         let keys = dir.join("issuer-keys.json");
-        let child = Issuer::spawn(port, &keys, resource);
-        Some(Issuer {
-            child,
-            port,
-            keys,
-            resource: resource.to_string(),
-        })
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let script = home.join(format!("provider-{port}.mjs"));
+            std::fs::copy(repo().join("tests/fixtures/oidc/provider.mjs"), &script)
+                .expect("copy the provider");
+            match Issuer::spawn(port, &keys, resource) {
+                Ok(child) => {
+                    return Some(Issuer {
+                        child,
+                        port,
+                        keys,
+                        resource: resource.to_string(),
+                    })
+                }
+                Err(why) => {
+                    let _ = std::fs::remove_file(&script);
+                    last = why;
+                }
+            }
+        }
+        panic!("the authorization server did not start: {last}");
     }
 
-    fn spawn(port: u16, keys: &Path, resource: &str) -> Child {
+    /// Start node on `port`; `Err` with its log when it never says "ready".
+    fn spawn(port: u16, keys: &Path, resource: &str) -> Result<Child, String> {
+        let log = keys.with_extension("log");
         let mut child = Command::new("node")
             .current_dir(repo().join("target/oidc"))
             .args([&format!("provider-{port}.mjs"), &port.to_string()])
@@ -65,20 +79,19 @@ impl Issuer {
             .arg(resource)
             .env("OIDC_ACCOUNTS", ACCOUNTS)
             .stdout(Stdio::piped())
-            .stderr(
-                std::fs::File::create(keys.with_extension("log"))
-                    .map_or(Stdio::null(), Stdio::from),
-            )
+            .stderr(std::fs::File::create(&log).map_or(Stdio::null(), Stdio::from))
             .spawn()
             .expect("start the authorization server");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        out.read_line(&mut line).expect("its first line");
-        assert!(
-            line.starts_with("ready"),
-            "the authorization server: {line}"
-        );
-        child
+        let _ = out.read_line(&mut line);
+        if line.starts_with("ready") {
+            return Ok(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let err = std::fs::read_to_string(&log).unwrap_or_default();
+        Err(format!("port {port}: {line}{err}"))
     }
 
     fn url(&self) -> String {
@@ -90,7 +103,16 @@ impl Issuer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         std::fs::remove_file(&self.keys).expect("drop the old key");
-        self.child = Issuer::spawn(self.port, &self.keys, &self.resource);
+        // Its own port, just let go of: a few tries while the kernel frees it.
+        let mut tries = 0;
+        self.child = loop {
+            match Issuer::spawn(self.port, &self.keys, &self.resource) {
+                Ok(child) => break child,
+                Err(why) if tries == 10 => panic!("the authorization server: {why}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+            }
+            tries += 1;
+        };
     }
 
     /// The kid its key is published under.
