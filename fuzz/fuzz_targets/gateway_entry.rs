@@ -42,6 +42,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(method, "POST");
             assert!(pick & (4 | 8 | 16) == 0, "only a plain request goes the short way");
         }
+        HttpEntry::Task(_) => {
+            assert_eq!(method, "POST");
+            assert!(pick & (4 | 8 | 16) == 0, "only a plain request reaches the tasks");
+        }
         HttpEntry::Rmcp => {}
     }
 });

@@ -34,6 +34,7 @@ mod serve_modern;
 mod serve_ops;
 mod serve_policies;
 mod serve_shared;
+mod serve_tasks;
 mod serve_whole;
 mod signals;
 mod sqlite;

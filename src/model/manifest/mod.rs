@@ -323,6 +323,10 @@ pub struct ServeLimits {
     /// How long a shared store (Redis) keeps an HTTP session after its last request, for any
     /// replica to serve it.
     pub session_kept: Duration,
+    /// How long a task (a call answered as one) is kept, at most, and how many of one tenant
+    /// may be unfinished at once in one gateway process.
+    pub tasks_kept: Duration,
+    pub tasks_per_tenant: u32,
 }
 
 impl Default for ServeLimits {
@@ -336,6 +340,8 @@ impl Default for ServeLimits {
             keys_kept: Duration::from_secs(24 * 3600),
             keys: 100_000,
             session_kept: Duration::from_secs(24 * 3600),
+            tasks_kept: Duration::from_secs(3600),
+            tasks_per_tenant: 1000,
             connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
@@ -395,7 +401,7 @@ pub struct Hooks {
 }
 
 /// Default `hook_timeout`.
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Hooks {
     fn default() -> Hooks {

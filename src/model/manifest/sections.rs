@@ -282,6 +282,8 @@ impl Reader<'_> {
                 "keys_kept",
                 "keys",
                 "session_kept",
+                "tasks_kept",
+                "tasks_per_tenant",
             ],
             ctx,
         );
@@ -292,6 +294,7 @@ impl Reader<'_> {
             ("parked_per_tenant", &mut l.parked_per_tenant),
             ("connections_per_client", &mut l.connections_per_client),
             ("keys", &mut l.keys),
+            ("tasks_per_tenant", &mut l.tasks_per_tenant),
         ] {
             if let Some(n) = self.count_field(t, key, ctx) {
                 *field = n;
@@ -303,6 +306,7 @@ impl Reader<'_> {
             ("body_timeout", &mut l.body_timeout),
             ("keys_kept", &mut l.keys_kept),
             ("session_kept", &mut l.session_kept),
+            ("tasks_kept", &mut l.tasks_kept),
         ] {
             if let Some((d, _)) = self.duration(t, key, ctx) {
                 *field = d;

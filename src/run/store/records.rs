@@ -2,10 +2,11 @@
 //! an id, kept for a while after it was last written or read: what `mcp serve` keeps of an
 //! HTTP session (its owner and its `initialize`) so that any replica serves any of its
 //! requests — and counters under the same id (what a session has spent). A store that is not
-//! shared has none: its process keeps its own.
+//! shared has none: its process keeps its own, in a [`LocalRecords`] where it needs them.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::{BoxFuture, LaneError};
 
@@ -33,6 +34,11 @@ pub trait Records: Send + Sync {
         adds: Vec<Add>,
         keep: Duration,
     ) -> BoxFuture<'static, Result<Tally, LaneError>>;
+    /// The counters under `id` (none: an empty list).
+    fn counters(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
 }
 
 /// A tally's outcome: added, or refused by the `i`-th addition, its counter being `now`.
@@ -44,4 +50,164 @@ pub struct Add {
     pub counter: String,
     pub by: f64,
     pub most: Option<f64>,
+}
+
+/// Counters by name, and until when they are kept.
+type Counters = (HashMap<String, f64>, Instant);
+
+/// One process's records, at most `cap` texts (past it, the one that expires first goes).
+pub(crate) struct LocalRecords {
+    cap: usize,
+    texts: Mutex<HashMap<String, (String, Instant)>>,
+    counters: Mutex<HashMap<String, Counters>>,
+}
+
+impl LocalRecords {
+    pub(crate) fn new(cap: usize) -> LocalRecords {
+        LocalRecords {
+            cap: cap.max(1),
+            texts: Mutex::default(),
+            counters: Mutex::default(),
+        }
+    }
+
+    fn now_get(&self, id: &str, keep: Duration) -> Option<String> {
+        let mut m = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match m.get_mut(id) {
+            Some((text, until)) if *until > now => {
+                *until = now + keep;
+                Some(text.clone())
+            }
+            Some(_) => {
+                m.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn now_put(&self, id: String, text: String, keep: Duration) {
+        let mut m = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if m.len() >= self.cap && !m.contains_key(&id) {
+            m.retain(|_, (_, until)| *until > now);
+            if m.len() >= self.cap {
+                let first = m
+                    .iter()
+                    .min_by_key(|(_, (_, u))| *u)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = first {
+                    m.remove(&k);
+                }
+            }
+        }
+        m.insert(id, (text, now + keep));
+    }
+
+    fn now_tally(&self, id: String, adds: &[Add], keep: Duration) -> Tally {
+        let mut m = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        m.retain(|_, (_, until)| *until > now);
+        let (c, until) = m.entry(id).or_insert_with(|| (HashMap::new(), now));
+        for (i, a) in adds.iter().enumerate() {
+            let was = c.get(&a.counter).copied().unwrap_or(0.0);
+            if a.most.is_some_and(|most| was + a.by > most + 1e-9) {
+                return Err((i, was));
+            }
+        }
+        for a in adds {
+            *c.entry(a.counter.clone()).or_default() += a.by;
+        }
+        *until = now + keep;
+        Ok(())
+    }
+}
+
+impl Records for LocalRecords {
+    fn put(
+        self: Arc<Self>,
+        id: String,
+        text: String,
+        keep: Duration,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        self.now_put(id, text, keep);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn get(
+        self: Arc<Self>,
+        id: String,
+        keep: Duration,
+    ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
+        Box::pin(std::future::ready(Ok(self.now_get(&id, keep))))
+    }
+
+    fn remove(self: Arc<Self>, id: String) -> BoxFuture<'static, Result<(), LaneError>> {
+        self.texts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn tally(
+        self: Arc<Self>,
+        id: String,
+        adds: Vec<Add>,
+        keep: Duration,
+    ) -> BoxFuture<'static, Result<Tally, LaneError>> {
+        Box::pin(std::future::ready(Ok(self.now_tally(id, &adds, keep))))
+    }
+
+    fn counters(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        let m = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let list = match m.get(&id) {
+            Some((c, until)) if *until > now => c.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            _ => Vec::new(),
+        };
+        Box::pin(std::future::ready(Ok(list)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_records_keep_texts_to_their_cap_and_tally_all_or_none() {
+        let r = Arc::new(LocalRecords::new(2));
+        let hour = Duration::from_secs(3600);
+        for id in ["a", "b", "c"] {
+            r.clone()
+                .put(id.into(), id.into(), hour)
+                .await
+                .expect("put");
+        }
+        let a = r.clone().get("a".into(), hour).await.expect("get");
+        let c = r.clone().get("c".into(), hour).await.expect("get");
+        assert_eq!((a, c), (None, Some("c".to_string())));
+        let add = |counter: &str, by, most| Add {
+            counter: counter.into(),
+            by,
+            most,
+        };
+        let ok = r
+            .clone()
+            .tally("t".into(), vec![add("x", 2.0, Some(3.0))], hour);
+        assert_eq!(ok.await.expect("tally"), Ok(()));
+        let adds = vec![add("y", 1.0, None), add("x", 2.0, Some(3.0))];
+        let refused = r
+            .clone()
+            .tally("t".into(), adds, hour)
+            .await
+            .expect("tally");
+        assert_eq!(refused, Err((1, 2.0)));
+        let counters = r.clone().counters("t".into()).await.expect("counters");
+        assert_eq!(counters, vec![("x".to_string(), 2.0)]);
+    }
 }

@@ -3,8 +3,10 @@
 //! and property-tested here. A stdio line is a message for rmcp or an error to write back
 //! ([`stdio_line`]); an HTTP request's headers and body are refused as JSON-RPC says, taken
 //! on the short way (a plain `tools/call`, or a cancel of one), or left to rmcp
-//! ([`http_request`]). Both faces parse a message once, into rmcp's typed
-//! `ClientJsonRpcMessage`, and the short way is one `match` on it ([`short`]).
+//! ([`http_request`]), or answered from the gateway's tasks ([`tasked`]: a `tools/call` with
+//! `params.task`, `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel` of a `2025-11-25`
+//! client). Both faces parse a message once, into rmcp's typed `ClientJsonRpcMessage`, and
+//! the short way is one `match` on it ([`short`]).
 
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, RequestMetaObject};
 use serde_json::{Map, Value};
@@ -32,6 +34,24 @@ pub struct Call {
     pub traceparent: Option<String>,
 }
 
+/// What a client asks of its tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    Get(String),
+    Result(String),
+    List,
+    Cancel(String),
+}
+
+/// A request the gateway's tasks answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tasked {
+    /// A `tools/call` with `params.task`: started as a task, kept `ttl` ms (when it says).
+    Call { call: Box<Call>, ttl: Option<u64> },
+    /// A task request (its JSON-RPC `id`).
+    Ask { id: Value, asked: Asked },
+}
+
 /// What an HTTP request to `/mcp` is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HttpEntry {
@@ -39,6 +59,8 @@ pub enum HttpEntry {
     Refused { status: u16, body: Vec<u8> },
     /// The short way's.
     Short(Short),
+    /// The tasks'.
+    Task(Tasked),
     /// rmcp's.
     Rmcp,
 }
@@ -68,12 +90,66 @@ pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8])
     if super::fast::eligible(parts, hosts).is_none() {
         return HttpEntry::Rmcp;
     }
+    if let Some(t) = tasked(&message, body) {
+        return HttpEntry::Task(t);
+    }
     short(&message).map_or(HttpEntry::Rmcp, HttpEntry::Short)
+}
+
+/// A task request, or a `tools/call` asking to be a task (`params.task`, read from the
+/// `body` rmcp's typed message drops it from); `None`: anything else.
+fn tasked(message: &ClientJsonRpcMessage, body: &[u8]) -> Option<Tasked> {
+    let ClientJsonRpcMessage::Request(r) = message else {
+        return None;
+    };
+    let id = serde_json::to_value(&r.id).ok()?;
+    let task_id = |p: &Option<Value>| p.as_ref()?["taskId"].as_str().map(str::to_string);
+    let asked = match &r.request {
+        ClientRequest::GetTaskRequest(g) => Asked::Get(g.params.task_id.clone()),
+        ClientRequest::CancelTaskRequest(c) => Asked::Cancel(c.params.task_id.clone()),
+        ClientRequest::CustomRequest(c) if c.method == "tasks/result" => {
+            Asked::Result(task_id(&c.params)?)
+        }
+        ClientRequest::CustomRequest(c) if c.method == "tasks/list" => Asked::List,
+        ClientRequest::CallToolRequest(call) => {
+            let p = &call.params;
+            if p.input_responses.is_some() || p.request_state.is_some() {
+                return None;
+            }
+            let task = task_param(body)?;
+            let call = Call {
+                id,
+                name: p.name.to_string(),
+                args: p.arguments.clone().unwrap_or_default(),
+                progress: None,
+                traceparent: None,
+            };
+            let ttl = task["ttl"].as_u64();
+            return Some(Tasked::Call {
+                call: Box::new(call),
+                ttl,
+            });
+        }
+        _ => return None,
+    };
+    Some(Tasked::Ask { id, asked })
+}
+
+/// A `tools/call`'s `params.task` (an object), when its body has one.
+fn task_param(body: &[u8]) -> Option<Value> {
+    const NEEDLE: &[u8] = b"\"task\"";
+    if !body.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v["params"]["task"]
+        .as_object()
+        .map(|t| Value::Object(t.clone()))
 }
 
 /// A plain `tools/call` (its `_meta` at most a progress token and a `traceparent`, no input
 /// responses or request state) or a cancel; `None`: anything else, rmcp's.
-pub fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
+fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
     match message {
         ClientJsonRpcMessage::Notification(n) => match &n.notification {
             ClientNotification::CancelledNotification(c) => {
@@ -213,6 +289,45 @@ mod tests {
         assert_eq!(decide(no_id), HttpEntry::Rmcp);
     }
 
+    #[test]
+    fn task_requests_and_a_call_asking_to_be_a_task_go_to_the_tasks() {
+        let p = head("POST", &PLAIN);
+        let decide = |body: &[u8]| http_request(&p, &hosts(), body);
+        let call = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","arguments":{"a":1},"task":{"ttl":60000}}}"#;
+        let HttpEntry::Task(Tasked::Call { call, ttl }) = decide(call) else {
+            panic!("a task");
+        };
+        assert_eq!((call.name.as_str(), ttl), ("t", Some(60000)));
+        let in_args = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","arguments":{"task":{}}}}"#;
+        assert!(matches!(decide(in_args), HttpEntry::Short(_)));
+        for (body, asked) in [
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tasks/get","params":{"taskId":"x"}}"#,
+                Asked::Get("x".into()),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{"taskId":"x"}}"#,
+                Asked::Result("x".into()),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tasks/list"}"#,
+                Asked::List,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"x"}}"#,
+                Asked::Cancel("x".into()),
+            ),
+        ] {
+            let want = HttpEntry::Task(Tasked::Ask {
+                id: 5.into(),
+                asked,
+            });
+            assert_eq!(decide(body.as_bytes()), want, "{body}");
+        }
+        let no_id = br#"{"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{}}"#;
+        assert_eq!(decide(no_id), HttpEntry::Rmcp);
+    }
+
     /// What the fuzz target holds, on every run of `cargo test`: any head and body is decided
     /// without a panic; a refusal is a JSON-RPC error (400, or 200 for a call's params); the
     /// short way takes only a `tools/call` or a cancel.
@@ -233,6 +348,10 @@ mod tests {
             HttpEntry::Short(_) => {
                 let text = String::from_utf8_lossy(body);
                 assert!(text.contains("tools/call") || text.contains("notifications/cancelled"));
+            }
+            HttpEntry::Task(_) => {
+                let text = String::from_utf8_lossy(body);
+                assert!(text.contains("tools/call") || text.contains("tasks/"));
             }
             HttpEntry::Rmcp => {}
         }

@@ -128,6 +128,7 @@ pub(super) async fn answer(
         asks: None,
         key: None,
         mrtr: None,
+        started: None,
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

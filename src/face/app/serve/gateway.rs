@@ -74,6 +74,8 @@ pub(super) struct Gateway {
     pub audit: Arc<Audit>,
     /// Clients' idempotency keys and their answers (in the lane store when it is shared).
     pub(super) keys: super::keys::Keys,
+    /// Calls answered as tasks (their records in the lane store when it is shared).
+    pub(super) tasks: Arc<super::tasks::Tasks>,
 }
 
 /// A manifest's generation and shape within it.
@@ -165,6 +167,8 @@ pub(super) struct CallCx {
     pub key: Option<String>,
     /// A 2026-07-28 client that answers in its follow-up request (`input_required`).
     pub mrtr: Option<super::approve::Mrtr>,
+    /// Set when the call reaches its tool (a task's replica records it).
+    pub started: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 #[cfg(test)]
@@ -200,6 +204,8 @@ impl Gateway {
         let store_intents = store.intents();
         let http_sessions = super::sessions::Sessions::new(&limits, store.records("session"));
         let id = run::new_run_id().replacen("run-", "mcp-", 1);
+        let tasks =
+            super::tasks::Tasks::new(store.records("task"), store.intents(), &limits, id.clone());
         let desk = crate::app::parked::Parked::of(&catalog_path, board)
             .ok()
             .map(|p| super::approve::Desk::new(Arc::new(p), beat_name(&id), &limits));
@@ -225,6 +231,7 @@ impl Gateway {
             followers: super::passthrough::Followers::default(),
             audit,
             keys: super::keys::Keys::new(store_intents, &limits),
+            tasks: Arc::new(tasks),
         }
     }
 
@@ -412,7 +419,7 @@ impl Gateway {
         let reporter = cx
             .progress
             .clone()
-            .map(|sink| Arc::new(Reporter::new(sink)));
+            .map(|sink| Arc::new(Reporter::new(sink, cx.started.clone())));
         planned.approver = self.approver_for((&planned, session), cx, reporter.clone());
         let ticket = self.order.enter(planned.seq, planned.claims.clone());
         drop(turn);
@@ -691,8 +698,11 @@ impl Gateway {
             None => 0,
         };
         let sessions = self.http_sessions.counts();
-        self.metrics
-            .render(&self.base().occupancy(), approvals, sessions)
+        self.metrics.render(
+            &self.base().occupancy(),
+            (approvals, self.tasks.running()),
+            sessions,
+        )
     }
 
     /// The status page's snapshot: lanes, last calls, spend, waiting approvals (the first

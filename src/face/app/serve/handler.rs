@@ -348,6 +348,7 @@ impl Handler {
                 .and_then(|v| v.as_str())
                 .map(str::to_string),
             mrtr: None,
+            started: None,
         };
         (cx, watch)
     }

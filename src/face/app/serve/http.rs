@@ -218,6 +218,7 @@ impl Route {
                 return self.rmcp(req, &caller, pass).await;
             }
             HttpEntry::Short(message) => message,
+            HttpEntry::Task(t) => return self.task(&parts, (&session_id, &caller), t).await,
         };
         let asked = (session_id.as_str(), &caller);
         match fast::answer(&self.gateway, &self.sessions, asked, message, pass.clone()).await {
@@ -232,6 +233,43 @@ impl Route {
                 self.rmcp(req, &caller, pass).await
             }
         }
+    }
+
+    /// A task request of session `id`, or its call started as a task (the session opened
+    /// here first when another replica opened it: rmcp opens it for a `ping`).
+    async fn task(
+        &self,
+        parts: &http::request::Parts,
+        (id, caller): (&str, &Caller),
+        t: super::entry::Tasked,
+    ) -> Response<Body> {
+        let tasks = self.gateway.tasks.clone();
+        let (rid, answer) = match t {
+            super::entry::Tasked::Ask { id, asked } => {
+                (id, tasks.answer(&self.gateway, caller, asked).await)
+            }
+            super::entry::Tasked::Call { call, ttl } => {
+                if self.sessions.get(id).is_none() {
+                    let mut open = Request::builder().method(hyper::Method::POST).uri("/mcp");
+                    for (k, v) in &parts.headers {
+                        open = open.header(k, v);
+                    }
+                    let ping = r#"{"jsonrpc":"2.0","id":"flux-tools-open","method":"ping"}"#;
+                    if let Ok(req) = open.body(Full::new(Bytes::from_static(ping.as_bytes()))) {
+                        drop(self.rmcp(req, caller, None).await);
+                    }
+                }
+                let Some((_, session)) = self.sessions.get(id) else {
+                    return session_not_found();
+                };
+                let what = (call.name, call.args);
+                (
+                    call.id,
+                    tasks.start(&self.gateway, session, caller, what, ttl).await,
+                )
+            }
+        };
+        json_reply(hyper::StatusCode::OK, super::tasks::reply(&rid, answer))
     }
 
     /// A POST's body, read within the body timeout (`408` past it) and the size limit (`413`);

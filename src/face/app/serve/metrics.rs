@@ -37,6 +37,7 @@ pub(super) struct Metrics {
     approvals: Gauge,
     sessions: Gauge,
     reopened: Counter,
+    tasks: Gauge,
 }
 
 impl Default for Metrics {
@@ -54,6 +55,7 @@ impl Default for Metrics {
             approvals: Gauge::default(),
             sessions: Gauge::default(),
             reopened: Counter::default(),
+            tasks: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -108,6 +110,11 @@ impl Default for Metrics {
             "HTTP sessions let go for idleness and opened again when their client came back",
             m.reopened.clone(),
         );
+        r.register(
+            "tasks_running",
+            "Calls answered as tasks that this gateway process runs now",
+            m.tasks.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -146,9 +153,10 @@ impl Metrics {
     pub(super) fn render(
         &self,
         lanes: &[Occupancy],
-        approvals: usize,
+        (approvals, tasks): (usize, usize),
         (sessions, reopened): (usize, u64),
     ) -> String {
+        self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
         self.sessions
             .set(i64::try_from(sessions).unwrap_or(i64::MAX));
         let seen = self.reopened.get();

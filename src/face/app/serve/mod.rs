@@ -38,6 +38,7 @@ mod sessions;
 mod spend;
 mod status;
 mod stdio;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;

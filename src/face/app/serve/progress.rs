@@ -25,14 +25,20 @@ pub(super) struct Reporter {
     state: Mutex<(u64, Option<String>)>,
     /// Whether the repeating tick is started (on the first wait: most calls never wait).
     ticking: std::sync::atomic::AtomicBool,
+    /// Set once the call runs (its tool reached), for whoever asked to know.
+    started: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Reporter {
-    pub(super) fn new(sink: ProgressSink) -> Reporter {
+    pub(super) fn new(
+        sink: ProgressSink,
+        started: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Reporter {
         Reporter {
             sink,
             state: Mutex::new((0, None)),
             ticking: std::sync::atomic::AtomicBool::new(false),
+            started,
         }
     }
 
@@ -64,6 +70,9 @@ impl Reporter {
     fn running(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.1 = None;
+        }
+        if let Some(started) = &self.started {
+            started.store(true, Ordering::Relaxed);
         }
     }
 

@@ -122,4 +122,22 @@ impl Records for RedisRecords {
             })
         })
     }
+
+    fn counters(
+        self: Arc<Self>,
+        id: String,
+    ) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let all: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(format!("{}:tally", self.key(&id)))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| store_error(&self.url, e))?;
+            Ok(all
+                .into_iter()
+                .map(|(k, v)| (k, v.parse().unwrap_or(0.0)))
+                .collect())
+        })
+    }
 }

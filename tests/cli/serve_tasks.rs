@@ -1,0 +1,221 @@
+//! Calls answered as tasks (MCP `2025-11-25`), on three replicas sharing one Redis: a call
+//! parked for approval comes back as a task at once and reaches its tool only when approved —
+//! after the replica that started it was SIGKILLed, served by another; a cancelled task
+//! queued in a lane never reaches its tool; another tenant finds no such task.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{repo, Project, Redis};
+use crate::serve::{log_lines, python, raw_response, HttpGateway};
+use crate::serve_keys::{post, session};
+
+/// A project of `guarded` (a write approved out of band) and `slow` (one at a time), both
+/// logging `start TAG` and `end TAG`; `slow` sleeps `TAG`'s number of tenths of a second.
+fn project(p: &Project, tokens: bool) -> std::path::PathBuf {
+    let log = p.path().join("calls.log");
+    let script = p.write(
+        "tool.sh",
+        &format!(
+            "#!/bin/sh\necho \"start $1\" >> '{log}'\nsleep \"$2\"\necho \"end $1\" >> '{log}'\necho \"did $1\"\n",
+            log = log.display()
+        ),
+    );
+    let tokens = if tokens {
+        "[serve.tokens]\nacme = \"${env:ACME}\"\nbeta = \"${env:BETA}\"\n\n"
+    } else {
+        ""
+    };
+    p.write(
+        "tools.toml",
+        &format!(
+            r#"{tokens}[concurrency]
+per_tool = {{ slow = 1 }}
+
+[tools.guarded]
+kind = "command"
+command = ["/bin/sh", "{s}", "{{tag}}", "0"]
+effect = "write"
+approval = "out_of_band"
+[tools.guarded.args]
+tag = {{ type = "string", required = true }}
+
+[tools.slow]
+kind = "command"
+command = ["/bin/sh", "{s}", "{{tag}}", "{{secs}}"]
+effect = "write"
+[tools.slow.args]
+tag = {{ type = "string", required = true }}
+secs = {{ type = "string", required = true }}
+"#,
+            s = script.display()
+        ),
+    );
+    log
+}
+
+/// The SDK 1.x tasks client: `action` on `url`, its JSON line.
+fn sdk(py: &std::path::Path, action: &[&str]) -> Value {
+    let out = Command::new(py)
+        .arg(repo().join("tests/fixtures/mcp_tasks.py"))
+        .args(action)
+        .output()
+        .expect("the SDK client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{action:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// One JSON-RPC request on session `id` at `addr` as the bearer of `token`: its answer.
+fn rpc(addr: &str, token: Option<&str>, id: &str, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+    let (_, body) = raw_response(post(addr, token, Some(id), &body.to_string()));
+    let line = body
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_default()
+        .to_string();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// Start `tool` with `args` as a task (raw): its id.
+fn start(addr: &str, token: Option<&str>, id: &str, tool: &str, args: Value) -> String {
+    let params = json!({"name": tool, "arguments": args, "task": {"ttl": 600000}});
+    let r = rpc(addr, token, id, "tools/call", params);
+    r["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {r}"))
+        .to_string()
+}
+
+fn status(addr: &str, token: Option<&str>, id: &str, task: &str) -> Value {
+    rpc(addr, token, id, "tasks/get", json!({"taskId": task}))
+}
+
+fn starts(log: &std::path::Path) -> Vec<String> {
+    log_lines(log)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("start ").map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_parked_task_is_answered_at_once_and_approved_after_its_replica_died_is_served_by_another() {
+    let (Some(py), Some(redis)) = (python(), Redis::start()) else {
+        return;
+    };
+    let p = Project::new("");
+    let log = project(&p, false);
+    let store = ["--lane-store", redis.url.as_str()];
+    let mut gws: Vec<HttpGateway> = (0..2)
+        .map(|_| HttpGateway::start(&p, &store, &[]))
+        .collect();
+
+    // Started through replica 0: a task at once, parked, nothing called.
+    let made = sdk(&py, &["start", &gws[0].url, "guarded", r#"{"tag": "g1"}"#]);
+    let task = made["taskId"].as_str().unwrap_or_default().to_string();
+    assert!(made["ms"].as_f64().is_some_and(|ms| ms < 200.0), "{made}");
+    assert_eq!(made["status"], "working", "{made}");
+    let message = made["message"].as_str().unwrap_or_default();
+    let call = message
+        .strip_prefix("waiting for approval: flux-tools approve ")
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string();
+    assert!(starts(&log).is_empty(), "{:?}", log_lines(&log));
+
+    // Its replica dies before the approval; the approval is given meanwhile.
+    let _ = gws[0].child.kill();
+    let _ = gws[0].child.wait();
+    let addr = gws[1].addr();
+    let id = session(&addr, None);
+    let seen = status(&addr, None, &id, &task);
+    assert_eq!(seen["result"]["status"], "working", "{seen}");
+    let ok = p
+        .cmd()
+        .args(["approve", "--lane-store", redis.url.as_str(), &call])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // Replica 1 takes the task over (once the dead replica's lease lapsed) and makes the
+    // call once: its result, through a new session of the SDK.
+    let done = sdk(&py, &["result", &gws[1].url, &task]);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "did g1", "{done}");
+    assert_eq!(starts(&log), ["g1"]);
+    let said = gws[1].stderr.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(said.contains("is taken over here"), "{said}");
+}
+
+#[test]
+fn a_task_cancelled_in_its_lane_never_reaches_its_tool_and_another_tenant_finds_none() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = project(&p, true);
+    let store = ["--lane-store", redis.url.as_str()];
+    let env = [("ACME", "tok-a"), ("BETA", "tok-b")];
+    let gws: Vec<HttpGateway> = (0..2)
+        .map(|_| HttpGateway::start(&p, &store, &env))
+        .collect();
+    let (a0, a1) = (gws[0].addr(), gws[1].addr());
+    let (acme, beta) = (Some("tok-a"), Some("tok-b"));
+    let s0 = session(&a0, acme);
+    let s1 = session(&a1, acme);
+
+    // `hold` has the lane for 2 s; `queued` waits behind it, and is cancelled through the
+    // other replica.
+    let hold = start(&a0, acme, &s0, "slow", json!({"tag": "hold", "secs": "2"}));
+    let until = Instant::now() + Duration::from_secs(10);
+    while starts(&log).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let queued = start(
+        &a0,
+        acme,
+        &s0,
+        "slow",
+        json!({"tag": "queued", "secs": "0"}),
+    );
+    let seen = status(&a1, acme, &s1, &queued);
+    assert_eq!(seen["result"]["status"], "working", "{seen}");
+    let cancelled = rpc(&a1, acme, &s1, "tasks/cancel", json!({"taskId": queued}));
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+
+    // Another tenant: not found, whatever it asks, on either replica; its list is empty.
+    let sb = session(&a1, beta);
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let r = rpc(&a1, beta, &sb, method, json!({"taskId": hold}));
+        let text = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.contains("task not found"), "{method}: {r}");
+    }
+    let list = rpc(&a1, beta, &sb, "tasks/list", json!({}));
+    assert_eq!(list["result"]["tasks"], json!([]), "{list}");
+    let list = rpc(&a1, acme, &s1, "tasks/list", json!({}));
+    assert_eq!(
+        list["result"]["tasks"].as_array().map(Vec::len),
+        Some(2),
+        "{list}"
+    );
+
+    // `hold` ends (its result through the other replica); `queued` never started.
+    let r = rpc(&a1, acme, &s1, "tasks/result", json!({"taskId": hold}));
+    assert_eq!(r["result"]["content"][0]["text"], "did hold", "{r}");
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(starts(&log), ["hold"]);
+    let seen = status(&a0, acme, &s0, &queued);
+    assert_eq!(seen["result"]["status"], "cancelled", "{seen}");
+    let r = rpc(&a0, acme, &s0, "tasks/result", json!({"taskId": queued}));
+    assert!(r["error"]["message"].is_string(), "{r}");
+}
