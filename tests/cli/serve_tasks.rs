@@ -219,3 +219,170 @@ fn a_task_cancelled_in_its_lane_never_reaches_its_tool_and_another_tenant_finds_
     let r = rpc(&a0, acme, &s0, "tasks/result", json!({"taskId": queued}));
     assert!(r["error"]["message"].is_string(), "{r}");
 }
+
+/// One stateless (2026-07-28) request of a client that takes tasks (the tasks extension),
+/// as the bearer of `token`: its JSON-RPC message.
+fn modern(addr: &str, token: &str, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let bearer = format!("Bearer {token}");
+    // SEP-2243: a call names its tool, a task request its task.
+    let name = (params["name"].as_str())
+        .or(params["taskId"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let mut headers = vec![
+        ("Host", addr),
+        ("Authorization", bearer.as_str()),
+        ("Mcp-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if !name.is_empty() {
+        headers.push(("Mcp-Name", name.as_str()));
+    }
+    let s = crate::serve::raw_post_with(addr, None, &body.to_string(), &headers);
+    let (_, text) = raw_response(s);
+    let line = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .find(|l| l.contains("\"jsonrpc\""))
+        .unwrap_or(&text)
+        .to_string();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The id of the task `made` says the call goes on as.
+fn task_made(made: &Value) -> String {
+    assert_eq!(made["result"]["resultType"], "task", "{made}");
+    made["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `tasks/get` (the extension's) until the task ends: its last state.
+fn settled(addr: &str, token: &str, task: &str) -> Value {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = modern(addr, token, "tasks/get", json!({"taskId": task}));
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status != "working" || Instant::now() > until {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_modern_client_that_takes_tasks_gets_one_for_a_parked_or_queued_call_and_a_quick_call_whole() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let p = Project::new("");
+    let log = project(&p, true);
+    let text = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+    p.write(
+        "tools.toml",
+        &format!("[serve]\ntask_after = \"1500ms\"\n\n{text}"),
+    );
+    let store = ["--lane-store", redis.url.as_str()];
+    let env = [("ACME", "tok-a"), ("BETA", "tok-b")];
+    let gws: Vec<HttpGateway> = (0..2)
+        .map(|_| HttpGateway::start(&p, &store, &env))
+        .collect();
+    let (a0, a1) = (gws[0].addr(), gws[1].addr());
+
+    // Parked for approval: a task at once (long before `task_after`), nothing called.
+    let t = Instant::now();
+    let made = modern(
+        &a0,
+        "tok-a",
+        "tools/call",
+        json!({"name": "guarded", "arguments": {"tag": "g2"}}),
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        t.elapsed()
+    );
+    let parked = task_made(&made);
+    let message = made["result"]["statusMessage"].as_str().unwrap_or_default();
+    let call = message
+        .strip_prefix("waiting for approval: flux-tools approve ")
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string();
+
+    // Holding its lane past `task_after`: a task; the call queued behind it too, cancelled
+    // through the other replica, never reaches its tool.
+    let hold = modern(
+        &a0,
+        "tok-a",
+        "tools/call",
+        json!({"name": "slow", "arguments": {"tag": "hold", "secs": "4"}}),
+    );
+    let hold = task_made(&hold);
+    let queued = modern(
+        &a1,
+        "tok-a",
+        "tools/call",
+        json!({"name": "slow", "arguments": {"tag": "queued", "secs": "0"}}),
+    );
+    let queued = task_made(&queued);
+    let cancelled = modern(&a0, "tok-a", "tasks/cancel", json!({"taskId": queued}));
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+    // Another tenant: no such task.
+    let other = modern(&a1, "tok-b", "tasks/get", json!({"taskId": hold}));
+    let text = other["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("task not found"), "{other}");
+
+    // Approved from a terminal: the parked task completes, its result in `tasks/get`.
+    let ok = p
+        .cmd()
+        .args(["approve", "--lane-store", redis.url.as_str(), &call])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let done = settled(&a1, "tok-a", &parked);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "did g2",
+        "{done}"
+    );
+    let done = settled(&a1, "tok-a", &hold);
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "did hold",
+        "{done}"
+    );
+    let gone = settled(&a1, "tok-a", &queued);
+    assert_eq!(gone["result"]["status"], "cancelled", "{gone}");
+
+    // A call that ends within `task_after` is answered whole.
+    let quick = modern(
+        &a1,
+        "tok-a",
+        "tools/call",
+        json!({"name": "slow", "arguments": {"tag": "quick", "secs": "0"}}),
+    );
+    assert_eq!(quick["result"]["resultType"], "complete", "{quick}");
+    assert_eq!(
+        quick["result"]["content"][0]["text"], "did quick",
+        "{quick}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut made = starts(&log);
+    made.sort();
+    assert_eq!(made, ["g2", "hold", "quick"]);
+}

@@ -284,6 +284,9 @@ pub struct Serve {
     pub approval_in_band: bool,
     /// `approval_timeout = "10m"`: how long a call waits for approval before it is refused.
     pub approval_timeout: Option<Duration>,
+    /// `task_after = "1s"`: how long a call of a client that takes tasks (the tasks
+    /// extension) may wait in its lanes before it is answered as a task.
+    pub task_after: Option<Duration>,
     /// `admin_token = "${env:…}"`: who may answer approvals on the status page.
     pub admin_token: Option<Template>,
     /// `[serve.tokens]`: tenant → the bearer token an HTTP client of that tenant sends

@@ -153,6 +153,7 @@ impl Reader<'_> {
                 "session",
                 "approval_in_band",
                 "approval_timeout",
+                "task_after",
                 "admin_token",
                 "limits",
                 "auth",
@@ -172,6 +173,7 @@ impl Reader<'_> {
                 .boolean(t, "approval_in_band", "[serve]")
                 .unwrap_or(false),
             approval_timeout: self.duration(t, "approval_timeout", "[serve]").map(|d| d.0),
+            task_after: self.duration(t, "task_after", "[serve]").map(|d| d.0),
             admin_token: self
                 .string(t, "admin_token", "[serve]")
                 .map(|(text, span)| self.template(&text, span, false)),

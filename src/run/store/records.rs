@@ -19,7 +19,8 @@ pub trait Records: Send + Sync {
         text: String,
         keep: Duration,
     ) -> BoxFuture<'static, Result<(), LaneError>>;
-    /// The text under `id`, kept `keep` longer from now; `None`: there is none.
+    /// The text under `id`, kept `keep` longer from now (zero: as long as it was); `None`:
+    /// there is none.
     fn get(
         self: Arc<Self>,
         id: String,
@@ -39,6 +40,12 @@ pub trait Records: Send + Sync {
         self: Arc<Self>,
         id: String,
     ) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
+    /// Drop these counters under `id`.
+    fn forget(
+        self: Arc<Self>,
+        id: String,
+        counters: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), LaneError>>;
 }
 
 /// A tally's outcome: added, or refused by the `i`-th addition, its counter being `now`.
@@ -76,7 +83,9 @@ impl LocalRecords {
         let now = Instant::now();
         match m.get_mut(id) {
             Some((text, until)) if *until > now => {
-                *until = now + keep;
+                if !keep.is_zero() {
+                    *until = now + keep;
+                }
                 Some(text.clone())
             }
             Some(_) => {
@@ -172,6 +181,20 @@ impl Records for LocalRecords {
         };
         Box::pin(std::future::ready(Ok(list)))
     }
+
+    fn forget(
+        self: Arc<Self>,
+        id: String,
+        counters: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        let mut m = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((c, _)) = m.get_mut(&id) {
+            for k in &counters {
+                c.remove(k);
+            }
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 #[cfg(test)]
@@ -209,5 +232,11 @@ mod tests {
         assert_eq!(refused, Err((1, 2.0)));
         let counters = r.clone().counters("t".into()).await.expect("counters");
         assert_eq!(counters, vec![("x".to_string(), 2.0)]);
+        r.clone()
+            .forget("t".into(), vec!["x".into()])
+            .await
+            .expect("forget");
+        let counters = r.clone().counters("t".into()).await.expect("counters");
+        assert!(counters.is_empty());
     }
 }

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, CreateTaskResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -22,6 +23,7 @@ use super::caller::Caller;
 use super::gateway::{CallCx, Gateway, Session, Target};
 use super::passthrough;
 use super::progress::ProgressSink;
+use super::tasks::TaskOr;
 use crate::tools::Progress;
 
 /// One client session's handler.
@@ -109,6 +111,7 @@ impl ServerHandler for Handler {
         let mut caps = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         if passthrough::offered(&self.gateway.catalog.manifest()) {
             // A whole server's resources, templates, prompts and completions pass through.
@@ -174,16 +177,35 @@ impl ServerHandler for Handler {
         let (mut cx, watch) = self.call_cx(&context);
         cx.mrtr = mrtr(&context, &request);
         let args = request.arguments.unwrap_or_default();
-        // Boxed: rmcp's task for each request reserves room for its largest handler's future.
-        let mut call =
-            Box::pin(
-                self.gateway
-                    .call(&self.session, Target::Tool(&request.name), args, cx),
-            );
-        let answer = tokio::select! {
-            biased;
-            r = &mut call => r,
-            () = watch => call.await,
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let answer = if tasks {
+            // A client that takes tasks: a call that parks or waits long goes on as one.
+            let what = (request.name.to_string(), args);
+            let t = &self.gateway.tasks;
+            let mut call = Box::pin(t.call_or_task(&self.gateway, self.session.clone(), what, cx));
+            let r = tokio::select! {
+                biased;
+                r = &mut call => r,
+                () = watch => call.await,
+            };
+            match r.map_err(|(code, m)| ErrorData::new(ErrorCode(code as i32), m, None))? {
+                TaskOr::Task(task) => {
+                    return Ok(CallToolResponse::Task(CreateTaskResult::new(*task)));
+                }
+                TaskOr::Done(answer) => answer,
+            }
+        } else {
+            // Boxed: rmcp's task for each request reserves room for its largest handler's
+            // future.
+            let name = Target::Tool(&request.name);
+            let mut call = Box::pin(self.gateway.call(&self.session, name, args, cx));
+            tokio::select! {
+                biased;
+                r = &mut call => r,
+                () = watch => call.await,
+            }
         };
         let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
         if let super::answer::Outcome::Ask(question, state) = answer {
@@ -196,6 +218,31 @@ impl ServerHandler for Handler {
         // upstream's answer from an older server has none.
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let caller = self.caller(&context);
+        let t = &self.gateway.tasks;
+        match t.detail(&self.gateway, &caller, &request.task_id).await {
+            Ok(task) => Ok(GetTaskResult::new(task)),
+            Err((_, m)) => Err(ErrorData::invalid_params(m, None)),
+        }
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller(&context);
+        let cancelled = self.gateway.tasks.cancel(&caller, &request.task_id).await;
+        cancelled
+            .map(|_| ())
+            .map_err(|(_, m)| ErrorData::invalid_params(m, None))
     }
 
     async fn list_resources(

@@ -76,11 +76,12 @@ impl Records for RedisRecords {
     ) -> BoxFuture<'static, Result<Option<String>, LaneError>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            redis::cmd("GETEX")
-                .arg(self.key(&id))
-                .arg("PX")
-                .arg(millis(keep))
-                .query_async(&mut conn)
+            let mut cmd = redis::cmd("GETEX");
+            cmd.arg(self.key(&id));
+            if !keep.is_zero() {
+                cmd.arg("PX").arg(millis(keep));
+            }
+            cmd.query_async(&mut conn)
                 .await
                 .map_err(|e| store_error(&self.url, e))
         })
@@ -138,6 +139,25 @@ impl Records for RedisRecords {
                 .into_iter()
                 .map(|(k, v)| (k, v.parse().unwrap_or(0.0)))
                 .collect())
+        })
+    }
+
+    fn forget(
+        self: Arc<Self>,
+        id: String,
+        counters: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), LaneError>> {
+        Box::pin(async move {
+            if counters.is_empty() {
+                return Ok(());
+            }
+            let mut conn = self.conn.clone();
+            redis::cmd("HDEL")
+                .arg(format!("{}:tally", self.key(&id)))
+                .arg(counters)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| store_error(&self.url, e))
         })
     }
 }

@@ -18,10 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+mod shape;
+
+use self::shape::{
+    caller_of, detailed, first_text, index_of, mark_of, now, task_id, wire, Record, Status,
+};
+use super::answer::Outcome;
 use super::caller::{Caller, Via};
 use super::entry::Asked;
 use super::gateway::{CallCx, Gateway, Session, Target};
@@ -36,42 +42,47 @@ const WATCH: Duration = Duration::from_millis(250);
 /// over with its `ID@HASH` and any answer given meanwhile.
 const LEASE: Duration = Duration::from_secs(15);
 const RENEW: Duration = Duration::from_secs(2);
+/// How long a call of a client that takes tasks waits before it is answered as one, unless
+/// `[serve] task_after` says otherwise.
+const TASK_AFTER: Duration = Duration::from_secs(1);
+/// What a call parked for approval says (it becomes a task at once).
+const PARKED: &str = "waiting for approval";
 /// The poll interval suggested to clients.
-const POLL_MS: u64 = 500;
+pub(super) const POLL_MS: u64 = 500;
+/// The most tasks `tasks/list` answers (the newest), and the most index entries one list or
+/// prune reads.
+const LISTED: usize = 100;
+const PRUNE: usize = 500;
 /// How long a lapsed lease is looked at again at most once (per task, per replica).
 const ADOPT_EVERY: Duration = Duration::from_secs(1);
 
-/// A task's status, as the protocol names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Status {
-    Working,
-    Completed,
-    Failed,
-    Cancelled,
+/// A task's run, as its replica drives it.
+struct Run {
+    r: Record,
+    claim: Claim,
+    cancel: CancellationToken,
+    /// Set when its call reaches its tool.
+    started: Arc<AtomicBool>,
+    /// What its call says while it waits.
+    said: tokio::sync::mpsc::UnboundedReceiver<String>,
+    front: Option<Arc<Front>>,
 }
 
-/// What the store keeps of a task.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    id: String,
-    owner: String,
-    tenant: String,
-    subject: Option<String>,
-    roles: Option<Vec<String>>,
-    jwt: bool,
-    tool: String,
-    args: Map<String, Value>,
-    status: Status,
-    message: Option<String>,
-    created: String,
-    updated: String,
-    /// How long it is kept (ms).
-    ttl: u64,
-    /// Its call reached its tool (a replica that dies after this may have made it).
-    started: bool,
-    /// The call's `CallToolResult`, once it ended.
-    result: Option<Value>,
+/// A caller that waits for a call that may become a task: the outcome goes to `waiting`
+/// while it is there (taken: the call is a task now); `parked` is told when the call parks
+/// for approval; `said` is the last thing the call said.
+struct Front {
+    waiting: Mutex<Option<oneshot::Sender<Result<Outcome, String>>>>,
+    parked: tokio::sync::Notify,
+    said: Mutex<Option<String>>,
+}
+
+/// What a call of a client that takes tasks came to.
+pub(super) enum TaskOr {
+    /// It ended before it became a task.
+    Done(Result<Outcome, String>),
+    /// It goes on as this task.
+    Task(Box<rmcp::model::Task>),
 }
 
 /// A refusal of a task request: JSON-RPC code and message.
@@ -89,10 +100,6 @@ pub(super) struct Tasks {
     running: Mutex<HashMap<String, (String, CancellationToken)>>,
     /// When this replica last looked at a task's lapsed lease.
     looked: Mutex<HashMap<String, tokio::time::Instant>>,
-}
-
-fn now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
 impl Tasks {
@@ -126,9 +133,24 @@ impl Tasks {
         }
     }
 
+    /// Task `id`'s record; cancelled when its cancel mark is there (a mark of its own, which
+    /// the replica running it, writing the record as the call goes, never overwrites).
     async fn load(&self, id: &str) -> Option<Record> {
-        let text = self.records.clone().get(id.to_string(), self.kept).await;
-        serde_json::from_str(&text.ok()??).ok()
+        // Read as it is: a task is kept its `ttl` after it last changed, however often read.
+        let text = self
+            .records
+            .clone()
+            .get(id.to_string(), Duration::ZERO)
+            .await;
+        let mut r: Record = serde_json::from_str(&text.ok()??).ok()?;
+        if r.status == Status::Working {
+            let mark = self.records.clone().get(mark_of(id), Duration::ZERO).await;
+            if let Ok(Some(why)) = mark {
+                r.status = Status::Cancelled;
+                r.message = Some(why);
+            }
+        }
+        Some(r)
     }
 
     async fn save(&self, r: &Record) {
@@ -143,20 +165,18 @@ impl Tasks {
     async fn own(&self, caller: &Caller, id: &str) -> Result<Record, Refused> {
         match self.load(id).await {
             Some(r) if r.owner == caller.owner() => Ok(r),
-            _ => Err((-32602, format!("task not found: `{id}`"))),
+            _ => {
+                let shown: String = id.chars().take(64).collect();
+                Err((
+                    -32602,
+                    format!("task not found: `{}`", shown.escape_default()),
+                ))
+            }
         }
     }
 
-    /// Start a call of `tool` with `args` as a task of `caller` (kept `ttl` ms, at most
-    /// `tasks_kept`): its `CreateTaskResult`.
-    pub(super) async fn start(
-        self: &Arc<Self>,
-        gateway: &Arc<Gateway>,
-        session: Arc<Session>,
-        caller: &Caller,
-        (tool, args): (String, Map<String, Value>),
-        ttl: Option<u64>,
-    ) -> Result<Value, Refused> {
+    /// Room for one more unfinished task of `caller`'s tenant in this process.
+    fn room(&self, caller: &Caller) -> Result<(), Refused> {
         let busy = {
             let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
             running
@@ -164,16 +184,27 @@ impl Tasks {
                 .filter(|(t, _)| *t == caller.tenant)
                 .count()
         };
-        if busy >= self.per_tenant as usize {
-            let why = format!(
-                "{busy} tasks of tenant `{}` are unfinished in this gateway ([serve.limits] tasks_per_tenant = {}): this call was not started",
-                caller.tenant, self.per_tenant
-            );
-            return Err((-32603, why));
+        if busy < self.per_tenant as usize {
+            return Ok(());
         }
+        let why = format!(
+            "{busy} tasks of tenant `{}` are unfinished in this gateway ([serve.limits] tasks_per_tenant = {}): this call was not started",
+            caller.tenant, self.per_tenant
+        );
+        Err((-32603, why))
+    }
+
+    /// A new task's record: a call of `tool` with `args` by `caller`, kept `ttl` ms (at
+    /// most `tasks_kept`).
+    fn record(
+        &self,
+        caller: &Caller,
+        (tool, args): (String, Map<String, Value>),
+        ttl: Option<u64>,
+    ) -> Record {
         let most = self.kept.as_millis() as u64;
         let at = now();
-        let r = Record {
+        Record {
             id: task_id(),
             owner: caller.owner(),
             tenant: caller.tenant.clone(),
@@ -189,15 +220,20 @@ impl Tasks {
             ttl: ttl.map_or(most, |t| t.clamp(1, most.max(1))),
             started: false,
             result: None,
-        };
+        }
+    }
+
+    /// Record `r` (and lease its run to this replica) before anyone hears of it.
+    async fn keep(&self, r: &Record) -> Result<Claim, Refused> {
         let claim = self.claim(&r.id);
         if let Err(e) = self.intents.clone().claim(claim.clone()).await {
             return Err((-32603, format!("the task could not be recorded: {e}")));
         }
-        self.save(&r).await;
+        self.save(r).await;
+        // Indexed under its owner by when it was made (ms), for `tasks/list`.
         let index = Add {
             counter: r.id.clone(),
-            by: 1.0,
+            by: shape::unix_ms(),
             most: None,
         };
         let indexed = self
@@ -205,48 +241,175 @@ impl Tasks {
             .clone()
             .tally(index_of(&r.owner), vec![index], self.kept);
         let _ = indexed.await;
+        if fastrand::u8(..) < 8 {
+            self.prune(&r.owner).await;
+        }
+        Ok(claim)
+    }
+
+    /// Drop from `owner`'s index (the oldest [`PRUNE`] first) the tasks no longer kept: now
+    /// and then as tasks are made, so an owner that never lists keeps a small index.
+    async fn prune(&self, owner: &str) {
+        let mut all = self
+            .records
+            .clone()
+            .counters(index_of(owner))
+            .await
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut gone = Vec::new();
+        for (id, _) in all.into_iter().take(PRUNE) {
+            if self.load(&id).await.is_none() {
+                gone.push(id);
+            }
+        }
+        let _ = self.records.clone().forget(index_of(owner), gone).await;
+    }
+
+    /// Start a call of `tool` with `args` as a task of `caller` (on request: `params.task`
+    /// of a `2025-11-25` client): its `CreateTaskResult`.
+    pub(super) async fn start(
+        self: &Arc<Self>,
+        gateway: &Arc<Gateway>,
+        session: Arc<Session>,
+        caller: &Caller,
+        what: (String, Map<String, Value>),
+        ttl: Option<u64>,
+    ) -> Result<Value, Refused> {
+        self.room(caller)?;
+        let r = self.record(caller, what, ttl);
+        let claim = self.keep(&r).await?;
         let task = wire(&r);
-        self.run(gateway.clone(), session, r, claim);
+        let cx = bare_cx(&r);
+        self.run(gateway.clone(), session, (r, claim), cx, None);
         Ok(json!({ "task": task }))
     }
 
-    /// Run the task's call on a task of its own, its record kept up to date.
-    fn run(self: &Arc<Self>, gateway: Arc<Gateway>, session: Arc<Session>, r: Record, c: Claim) {
+    /// A call of a client that takes tasks (the tasks extension): its outcome when it ends
+    /// within `[serve] task_after` and is not parked for approval, else a task it goes on as.
+    pub(super) async fn call_or_task(
+        self: &Arc<Self>,
+        gateway: &Arc<Gateway>,
+        session: Arc<Session>,
+        what: (String, Map<String, Value>),
+        cx: CallCx,
+    ) -> Result<TaskOr, Refused> {
+        self.room(&cx.caller)?;
+        let r = self.record(&cx.caller, what, None);
+        let asked = cx.cancel.clone();
+        let (tx, mut rx) = oneshot::channel();
+        let front = Arc::new(Front {
+            waiting: Mutex::new(Some(tx)),
+            parked: tokio::sync::Notify::new(),
+            said: Mutex::new(None),
+        });
+        let claim = self.claim(&r.id);
+        let cancel = self.run(
+            gateway.clone(),
+            session,
+            (r.clone(), claim),
+            cx,
+            Some(front.clone()),
+        );
+        let after = gateway
+            .catalog
+            .manifest()
+            .serve
+            .task_after
+            .unwrap_or(TASK_AFTER);
+        let ended = |out: Result<_, _>| {
+            out.unwrap_or_else(|_| Err("the call ended without an answer".to_string()))
+        };
+        tokio::select! {
+            out = &mut rx => return Ok(TaskOr::Done(ended(out))),
+            () = tokio::time::sleep(after) => {}
+            () = front.parked.notified() => {}
+            () = asked.cancelled() => {
+                cancel.cancel();
+                return Ok(TaskOr::Done(ended(rx.await)));
+            }
+        }
+        // A task from now on: recorded before the client hears of it, unless the call ended
+        // meanwhile (then its answer is the client's, and the record goes).
+        let mut r = r;
+        r.message = front.said.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let kept = self.keep(&r).await;
+        let promoted = front
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .is_some();
+        if promoted && kept.is_ok() {
+            return Ok(TaskOr::Task(Box::new(detailed(&r).task)));
+        }
+        let _ = self.records.clone().remove(r.id.clone()).await;
+        if let Ok(claim) = kept {
+            let _ = self.intents.clone().answer(claim, "done".into()).await;
+        }
+        Ok(TaskOr::Done(ended(rx.await)))
+    }
+
+    /// Run a task's call on a task of its own, its record kept up to date once it is a task
+    /// (`front`: a caller waits for it until then); its cancel.
+    fn run(
+        self: &Arc<Self>,
+        gateway: Arc<Gateway>,
+        session: Arc<Session>,
+        (r, claim): (Record, Claim),
+        mut cx: CallCx,
+        front: Option<Arc<Front>>,
+    ) -> CancellationToken {
         let cancel = CancellationToken::new();
         {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
             running.insert(r.id.clone(), (r.tenant.clone(), cancel.clone()));
         }
-        tokio::spawn(self.clone().drive(gateway, session, r, (c, cancel)));
+        let (tx, said) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let started = Arc::new(AtomicBool::new(false));
+        let client = cx.progress.take();
+        cx.progress = Some(Arc::new(move |p: crate::tools::Progress| {
+            if let Some(m) = &p.message {
+                let _ = tx.send(m.clone());
+            }
+            if let Some(c) = &client {
+                c(p);
+            }
+        }));
+        cx.started = Some(started.clone());
+        cx.cancel = cancel.clone();
+        let run = Run {
+            r,
+            claim,
+            cancel: cancel.clone(),
+            started,
+            said,
+            front,
+        };
+        tokio::spawn(self.clone().drive(gateway, session, cx, run));
+        cancel
     }
 
     async fn drive(
         self: Arc<Self>,
         gateway: Arc<Gateway>,
         session: Arc<Session>,
-        mut r: Record,
-        (claim, cancel): (Claim, CancellationToken),
+        cx: CallCx,
+        run: Run,
     ) {
-        let (tx, mut said) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let started = Arc::new(AtomicBool::new(false));
-        let cx = CallCx {
-            caller: caller_of(&r),
-            traceparent: None,
-            cancel: cancel.clone(),
-            progress: Some(Arc::new(move |p: crate::tools::Progress| {
-                if let Some(m) = p.message {
-                    let _ = tx.send(m);
-                }
-            })),
-            elicit: None,
-            arrival: None,
-            asks: None,
-            key: None,
-            mrtr: None,
-            started: Some(started.clone()),
+        let Run {
+            mut r,
+            claim,
+            cancel,
+            started,
+            mut said,
+            front,
+        } = run;
+        let promoted = |f: &Option<Arc<Front>>| {
+            f.as_ref()
+                .is_none_or(|f| f.waiting.lock().map_or(true, |w| w.is_none()))
         };
-        let args = r.args.clone();
-        let tool = r.tool.clone();
+        let (tool, args) = (r.tool.clone(), r.args.clone());
         let mut call = Box::pin(gateway.call(&session, Target::Tool(&tool), args, cx));
         let mut watch = tokio::time::interval(WATCH);
         let mut renewed = tokio::time::Instant::now();
@@ -254,12 +417,20 @@ impl Tasks {
             tokio::select! {
                 out = &mut call => break out,
                 Some(m) = said.recv() => {
+                    if let Some(f) = &front {
+                        if m.starts_with(PARKED) {
+                            f.parked.notify_one();
+                        }
+                        *f.said.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
+                    }
                     r.message = Some(m);
                     r.started = started.load(Ordering::Relaxed);
                     r.updated = now();
-                    self.save(&r).await;
+                    if promoted(&front) {
+                        self.save(&r).await;
+                    }
                 }
-                _ = watch.tick() => {
+                _ = watch.tick(), if promoted(&front) => {
                     if self.load(&r.id).await.is_some_and(|k| k.status == Status::Cancelled) {
                         cancel.cancel();
                     }
@@ -277,6 +448,15 @@ impl Tasks {
             }
         };
         drop(call);
+        let waiting = front.and_then(|f| f.waiting.lock().ok()?.take());
+        if let Some(tx) = waiting {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&r.id);
+            let _ = tx.send(out);
+            return;
+        }
         let answer = match out {
             Ok(o) => o.answer(),
             Err(e) => super::answer::error(&e),
@@ -286,11 +466,13 @@ impl Tasks {
 
     /// Record the task's answer (a cancel recorded meanwhile stands), and let its lease go.
     async fn finish(&self, mut r: Record, claim: Claim, answer: Value) {
-        let cancelled = self
-            .load(&r.id)
-            .await
-            .is_some_and(|k| k.status == Status::Cancelled);
-        if !cancelled {
+        let now_kept = self.load(&r.id).await;
+        if let Some(k) = now_kept.filter(|k| k.status == Status::Cancelled) {
+            r.status = k.status;
+            r.message = k.message;
+            r.updated = now();
+            self.save(&r).await;
+        } else {
             let failed = answer["isError"].as_bool() == Some(true);
             r.status = if failed {
                 Status::Failed
@@ -323,6 +505,16 @@ impl Tasks {
             Asked::List => Ok(json!({ "tasks": self.list(caller).await })),
             Asked::Cancel(id) => self.cancel(caller, &id).await,
         }
+    }
+
+    /// `tasks/get` of the tasks extension: the caller's task `id` with its result.
+    pub(super) async fn detail(
+        self: &Arc<Self>,
+        gateway: &Arc<Gateway>,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<rmcp::model::DetailedTask, Refused> {
+        Ok(detailed(&self.look(gateway, caller, id).await?))
     }
 
     /// The caller's task `id`, taken over first when the replica running it died.
@@ -377,7 +569,8 @@ impl Tasks {
             r.updated = now();
             self.save(&r).await;
             let session = gateway.session();
-            self.run(gateway.clone(), session, r.clone(), claim);
+            let cx = bare_cx(&r);
+            self.run(gateway.clone(), session, (r.clone(), claim), cx, None);
             return r;
         }
         let answer = super::answer::error(
@@ -415,25 +608,33 @@ impl Tasks {
         }
     }
 
-    /// The caller's tasks that are still kept, newest first.
+    /// The caller's tasks that are still kept, newest first (at most [`LISTED`]).
     async fn list(&self, caller: &Caller) -> Vec<Value> {
-        let ids = self
+        let owner = caller.owner();
+        let mut ids = self
             .records
             .clone()
-            .counters(index_of(&caller.owner()))
-            .await;
-        let mut out = Vec::new();
-        for (id, _) in ids.unwrap_or_default() {
-            if let Some(r) = self.load(&id).await.filter(|r| r.owner == caller.owner()) {
-                out.push(r);
+            .counters(index_of(&owner))
+            .await
+            .unwrap_or_default();
+        ids.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (mut out, mut gone) = (Vec::new(), Vec::new());
+        for (id, _) in ids.into_iter().take(PRUNE) {
+            match self.load(&id).await {
+                Some(r) if r.owner == owner => out.push(wire(&r)),
+                Some(_) => {}
+                None => gone.push(id),
+            }
+            if out.len() == LISTED {
+                break;
             }
         }
-        out.sort_by(|a, b| b.created.cmp(&a.created));
-        out.iter().map(wire).collect()
+        let _ = self.records.clone().forget(index_of(&owner), gone).await;
+        out
     }
 
     /// `tasks/cancel`: marked in the record (the replica running it cancels the call).
-    async fn cancel(&self, caller: &Caller, id: &str) -> Result<Value, Refused> {
+    pub(super) async fn cancel(&self, caller: &Caller, id: &str) -> Result<Value, Refused> {
         let mut r = self.own(caller, id).await?;
         if r.status != Status::Working {
             let status = serde_json::to_value(r.status).unwrap_or_default();
@@ -445,6 +646,11 @@ impl Tasks {
         r.status = Status::Cancelled;
         r.message = Some("cancelled by the client".into());
         r.updated = now();
+        let why = r.message.clone().unwrap_or_default();
+        let keep = Duration::from_millis(r.ttl);
+        if let Err(e) = self.records.clone().put(mark_of(id), why, keep).await {
+            return Err((-32603, format!("task `{id}` could not be cancelled: {e}")));
+        }
         self.save(&r).await;
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, cancel)) = running.get(id) {
@@ -468,6 +674,23 @@ fn safe_to_repeat(gateway: &Gateway, tool: &str) -> bool {
         .is_some_and(|t| t.effect == crate::manifest::Effect::Read || t.idempotent)
 }
 
+/// What a task's call is made with when no client waits for it (nobody to ask, nothing
+/// before it on a wire).
+fn bare_cx(r: &Record) -> CallCx {
+    CallCx {
+        caller: caller_of(r),
+        traceparent: None,
+        cancel: CancellationToken::new(),
+        progress: None,
+        elicit: None,
+        arrival: None,
+        asks: None,
+        key: None,
+        mrtr: None,
+        started: None,
+    }
+}
+
 /// The JSON-RPC answer to task request `id`.
 pub(super) fn reply(id: &Value, answer: Result<Value, Refused>) -> Vec<u8> {
     let message = match answer {
@@ -477,56 +700,4 @@ pub(super) fn reply(id: &Value, answer: Result<Value, Refused>) -> Vec<u8> {
         }
     };
     serde_json::to_vec(&message).unwrap_or_default()
-}
-
-/// The record of an owner's tasks (an index: one counter per task id).
-fn index_of(owner: &str) -> String {
-    format!("tasks-of\u{0}{owner}")
-}
-
-/// A task as the protocol shows it.
-fn wire(r: &Record) -> Value {
-    let mut t = json!({
-        "taskId": r.id,
-        "status": r.status,
-        "createdAt": r.created,
-        "lastUpdatedAt": r.updated,
-        "ttl": r.ttl,
-        "pollInterval": POLL_MS,
-    });
-    if let Some(m) = &r.message {
-        t["statusMessage"] = m.clone().into();
-    }
-    t
-}
-
-/// The caller a task was started by (to run it again on another replica).
-fn caller_of(r: &Record) -> Caller {
-    Caller {
-        tenant: r.tenant.clone(),
-        subject: r.subject.clone(),
-        roles: r.roles.clone().map(Arc::from),
-        via: if r.jwt {
-            Via::Jwt
-        } else if r.roles.is_some() {
-            Via::Token
-        } else {
-            Via::Local
-        },
-    }
-}
-
-/// The first text of a `CallToolResult`.
-fn first_text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .chars()
-        .take(500)
-        .collect()
-}
-
-/// A task id: 128 random bits (what keeps a task from others is its owner, not its id).
-fn task_id() -> String {
-    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }
