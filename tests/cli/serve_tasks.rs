@@ -218,6 +218,29 @@ fn a_task_cancelled_in_its_lane_never_reaches_its_tool_and_another_tenant_finds_
     assert_eq!(seen["result"]["status"], "cancelled", "{seen}");
     let r = rpc(&a0, acme, &s0, "tasks/result", json!({"taskId": queued}));
     assert!(r["error"]["message"].is_string(), "{r}");
+
+    // Two tasks of one idempotency key, through two replicas: one call, one answer.
+    let keyed = json!({
+        "name": "slow",
+        "arguments": {"tag": "once", "secs": "0.5"},
+        "task": {},
+        "_meta": {"idempotencyKey": "k-task"},
+    });
+    let made: Vec<String> = [(&a0, &s0), (&a1, &s1)]
+        .iter()
+        .map(|(addr, s)| {
+            let r = rpc(addr, acme, s, "tools/call", keyed.clone());
+            r["result"]["task"]["taskId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{r}"))
+                .to_string()
+        })
+        .collect();
+    for task in &made {
+        let r = rpc(&a1, acme, &s1, "tasks/result", json!({"taskId": task}));
+        assert_eq!(r["result"]["content"][0]["text"], "did once", "{r}");
+    }
+    assert_eq!(starts(&log), ["hold", "once"]);
 }
 
 /// One stateless (2026-07-28) request of a client that takes tasks (the tasks extension),

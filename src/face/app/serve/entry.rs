@@ -46,8 +46,13 @@ pub enum Asked {
 /// A request the gateway's tasks answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tasked {
-    /// A `tools/call` with `params.task`: started as a task, kept `ttl` ms (when it says).
-    Call { call: Box<Call>, ttl: Option<u64> },
+    /// A `tools/call` with `params.task`: started as a task, kept `ttl` ms (when it says),
+    /// made once for its `_meta.idempotencyKey` (when it has one).
+    Call {
+        call: Box<Call>,
+        ttl: Option<u64>,
+        key: Option<String>,
+    },
     /// A task request (its JSON-RPC `id`).
     Ask { id: Value, asked: Asked },
 }
@@ -117,6 +122,7 @@ fn tasked(message: &ClientJsonRpcMessage, body: &[u8]) -> Option<Tasked> {
                 return None;
             }
             let task = task_param(body)?;
+            let request = call;
             let call = Call {
                 id,
                 name: p.name.to_string(),
@@ -125,9 +131,13 @@ fn tasked(message: &ClientJsonRpcMessage, body: &[u8]) -> Option<Tasked> {
                 traceparent: None,
             };
             let ttl = task["ttl"].as_u64();
+            let key = meta_of(request)
+                .remove("idempotencyKey")
+                .and_then(|k| k.as_str().map(str::to_string));
             return Some(Tasked::Call {
                 call: Box::new(call),
                 ttl,
+                key,
             });
         }
         _ => return None,
@@ -167,16 +177,7 @@ fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
             if p.input_responses.is_some() || p.request_state.is_some() {
                 return None;
             }
-            // rmcp keeps a request's `_meta` in its extensions (and a newer one in `params`).
-            let mut meta = call
-                .extensions
-                .get::<RequestMetaObject>()
-                .map(|m| (m.0).0.clone())
-                .unwrap_or_default();
-            if let Some(m) = &p.meta {
-                meta.extend((m.0).0.clone());
-            }
-            let (progress, traceparent) = known_meta(meta)?;
+            let (progress, traceparent) = known_meta(meta_of(call))?;
             Some(Short::Call(Box::new(Call {
                 id: serde_json::to_value(&r.id).ok()?,
                 name: p.name.to_string(),
@@ -187,6 +188,20 @@ fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
         }
         _ => None,
     }
+}
+
+/// A `tools/call`'s `_meta`: rmcp keeps a request's in its extensions (and a newer one in
+/// `params`).
+fn meta_of(call: &rmcp::model::CallToolRequest) -> Map<String, Value> {
+    let mut meta = call
+        .extensions
+        .get::<RequestMetaObject>()
+        .map(|m| (m.0).0.clone())
+        .unwrap_or_default();
+    if let Some(m) = &call.params.meta {
+        meta.extend((m.0).0.clone());
+    }
+    meta
 }
 
 /// A `_meta` of a progress token and a `traceparent` at most (anything else: `None`, rmcp's).
@@ -294,10 +309,15 @@ mod tests {
         let p = head("POST", &PLAIN);
         let decide = |body: &[u8]| http_request(&p, &hosts(), body);
         let call = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","arguments":{"a":1},"task":{"ttl":60000}}}"#;
-        let HttpEntry::Task(Tasked::Call { call, ttl }) = decide(call) else {
+        let HttpEntry::Task(Tasked::Call { call, ttl, key }) = decide(call) else {
             panic!("a task");
         };
-        assert_eq!((call.name.as_str(), ttl), ("t", Some(60000)));
+        assert_eq!((call.name.as_str(), ttl, key), ("t", Some(60000), None));
+        let keyed = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","task":{},"_meta":{"idempotencyKey":"k1"}}}"#;
+        let HttpEntry::Task(Tasked::Call { key, ttl, .. }) = decide(keyed) else {
+            panic!("a task");
+        };
+        assert_eq!((key.as_deref(), ttl), (Some("k1"), None));
         let in_args = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","arguments":{"task":{}}}}"#;
         assert!(matches!(decide(in_args), HttpEntry::Short(_)));
         for (body, asked) in [

@@ -248,7 +248,7 @@ impl Route {
             super::entry::Tasked::Ask { id, asked } => {
                 (id, tasks.answer(&self.gateway, caller, asked).await)
             }
-            super::entry::Tasked::Call { call, ttl } => {
+            super::entry::Tasked::Call { call, ttl, key } => {
                 if self.sessions.get(id).is_none() {
                     let mut open = Request::builder().method(hyper::Method::POST).uri("/mcp");
                     for (k, v) in &parts.headers {
@@ -263,10 +263,8 @@ impl Route {
                     return session_not_found();
                 };
                 let what = (call.name, call.args);
-                (
-                    call.id,
-                    tasks.start(&self.gateway, session, caller, what, ttl).await,
-                )
+                let started = tasks.start(&self.gateway, session, caller, what, (ttl, key));
+                (call.id, started.await)
             }
         };
         json_reply(hyper::StatusCode::OK, super::tasks::reply(&rid, answer))

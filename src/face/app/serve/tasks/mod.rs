@@ -274,13 +274,14 @@ impl Tasks {
         session: Arc<Session>,
         caller: &Caller,
         what: (String, Map<String, Value>),
-        ttl: Option<u64>,
+        (ttl, key): (Option<u64>, Option<String>),
     ) -> Result<Value, Refused> {
         self.room(caller)?;
         let r = self.record(caller, what, ttl);
         let claim = self.keep(&r).await?;
         let task = wire(&r);
-        let cx = bare_cx(&r);
+        let mut cx = bare_cx(&r);
+        cx.key = key;
         self.run(gateway.clone(), session, (r, claim), cx, None);
         Ok(json!({ "task": task }))
     }
