@@ -409,3 +409,63 @@ fn a_modern_client_that_takes_tasks_gets_one_for_a_parked_or_queued_call_and_a_q
     made.sort();
     assert_eq!(made, ["g2", "hold", "quick"]);
 }
+
+#[test]
+fn with_one_process_tasks_are_bounded_per_tenant_denied_as_failed_and_forgotten_after_tasks_kept() {
+    let p = Project::new("");
+    let log = project(&p, false);
+    let text = std::fs::read_to_string(p.path().join("tools.toml")).unwrap_or_default();
+    p.write(
+        "tools.toml",
+        &format!("[serve.limits]\ntasks_per_tenant = 2\ntasks_kept = \"3s\"\n\n{text}"),
+    );
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let addr = gw.addr();
+    let s = session(&addr, None);
+    let first = start(&addr, None, &s, "guarded", json!({"tag": "a"}));
+    let _second = start(&addr, None, &s, "guarded", json!({"tag": "b"}));
+    // A third unfinished task of the tenant is refused, naming the bound; nothing called.
+    let params = json!({"name": "guarded", "arguments": {"tag": "c"}, "task": {}});
+    let third = rpc(&addr, None, &s, "tools/call", params);
+    let text = third["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("tasks_per_tenant = 2"), "{third}");
+    // Denied from a terminal: a failed task whose result says why.
+    let until = Instant::now() + Duration::from_secs(10);
+    let message = loop {
+        let seen = status(&addr, None, &s, &first);
+        let m = seen["result"]["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if m.starts_with("waiting for approval") || Instant::now() > until {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let id = message
+        .trim_start_matches("waiting for approval: flux-tools approve ")
+        .split('@')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let denied = p.cmd().args(["deny", &id]).output().expect("deny");
+    assert!(
+        denied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    let r = rpc(&addr, None, &s, "tasks/result", json!({"taskId": first}));
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("approval_denied"), "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let seen = status(&addr, None, &s, &first);
+    assert_eq!(seen["result"]["status"], "failed", "{seen}");
+    // Kept `tasks_kept` after it last changed, then forgotten.
+    std::thread::sleep(Duration::from_millis(3500));
+    let gone = status(&addr, None, &s, &first);
+    let text = gone["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("task not found"), "{gone}");
+    assert!(starts(&log).is_empty(), "{:?}", log_lines(&log));
+}
