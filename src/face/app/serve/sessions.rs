@@ -70,6 +70,12 @@ pub(super) enum Found {
     Ended,
 }
 
+/// Session `id`'s entry in `map`, made (last used `used`) when it has none.
+fn entry<'m>(map: &'m mut HashMap<String, Entry>, id: &str, used: u64) -> &'m mut Entry {
+    map.entry(id.to_string())
+        .or_insert_with(|| Entry::new(used))
+}
+
 impl Entry {
     fn new(used: u64) -> Entry {
         Entry {
@@ -144,9 +150,7 @@ impl Sessions {
     pub(super) fn register(&self, id: &str, session: &Arc<Session>, caller: &Caller) {
         let used = self.now();
         let mut map = self.write();
-        let e = map
-            .entry(id.to_string())
-            .or_insert_with(|| Entry::new(used));
+        let e = entry(&mut map, id, used);
         e.used = used;
         if e.live.is_some() && !e.alive() {
             self.reopened.fetch_add(1, Ordering::Relaxed);
@@ -214,9 +218,7 @@ impl Sessions {
         };
         let used = self.now();
         let mut map = self.write();
-        let e = map
-            .entry(id.to_string())
-            .or_insert_with(|| Entry::new(used));
+        let e = entry(&mut map, id, used);
         e.shared = true;
         if e.owner.is_none() {
             e.owner = Some((kept.owner, kept.tenant));
@@ -325,9 +327,7 @@ impl SessionStore for Store {
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let used = self.0.now();
         let mut map = self.0.write();
-        let e = map
-            .entry(session_id.to_string())
-            .or_insert_with(|| Entry::new(used));
+        let e = entry(&mut map, session_id, used);
         e.state = Some(state.clone());
         e.used = used;
         Ok(())
