@@ -52,6 +52,9 @@ fn question(tool: &str, args: &serde_json::Value, hash: &str) -> String {
     format!("flux-tools: approve the call of `{tool}` with arguments {args} (hash {hash})?")
 }
 
+/// What a parked call says while it waits (a task's caller takes it for "parked").
+pub(super) const WAITING: &str = "waiting for approval";
+
 /// Where a 2026-07-28 client's answer goes in its follow-up request (`inputResponses`).
 pub(super) const INPUT_KEY: &str = "flux-tools/approval";
 
@@ -407,9 +410,7 @@ impl CallApprover {
             "flux-tools mcp serve: call `{id}` of `{}` waits for approval: flux-tools approve {id}@{hash}",
             req.tool
         ));
-        self.say(format!(
-            "waiting for approval: flux-tools approve {id}@{hash}"
-        ));
+        self.say(format!("{WAITING}: flux-tools approve {id}@{hash}"));
         let left = (parking.place.waiting().until - now).max(0.0);
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(left);
         tokio::select! {

@@ -45,8 +45,6 @@ const RENEW: Duration = Duration::from_secs(2);
 /// How long a call of a client that takes tasks waits before it is answered as one, unless
 /// `[serve] task_after` says otherwise.
 const TASK_AFTER: Duration = Duration::from_secs(1);
-/// What a call parked for approval says (it becomes a task at once).
-const PARKED: &str = "waiting for approval";
 /// The poll interval suggested to clients.
 pub(super) const POLL_MS: u64 = 500;
 /// The most tasks `tasks/list` answers (the newest), and the most index entries one list or
@@ -419,7 +417,7 @@ impl Tasks {
                 out = &mut call => break out,
                 Some(m) = said.recv() => {
                     if let Some(f) = &front {
-                        if m.starts_with(PARKED) {
+                        if m.starts_with(super::approve::WAITING) {
                             f.parked.notify_one();
                         }
                         *f.said.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
