@@ -411,6 +411,7 @@ impl Tasks {
         let (tool, args) = (r.tool.clone(), r.args.clone());
         let mut call = Box::pin(gateway.call(&session, Target::Tool(&tool), args, cx));
         let mut watch = tokio::time::interval(WATCH);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut renewed = tokio::time::Instant::now();
         let out = loop {
             tokio::select! {
@@ -422,11 +423,14 @@ impl Tasks {
                         }
                         *f.said.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
                     }
-                    r.message = Some(m);
-                    r.started = started.load(Ordering::Relaxed);
-                    r.updated = now();
-                    if promoted(&front) {
-                        self.save(&r).await;
+                    // Said again every second while it waits: recorded when it changes.
+                    if r.message.as_ref() != Some(&m) {
+                        r.message = Some(m);
+                        r.started = started.load(Ordering::Relaxed);
+                        r.updated = now();
+                        if promoted(&front) {
+                            self.save(&r).await;
+                        }
                     }
                 }
                 _ = watch.tick(), if promoted(&front) => {
