@@ -191,3 +191,63 @@ fn a_session_is_served_by_any_replica_outlives_the_one_that_opened_it_and_is_its
         .collect();
     assert_eq!(tags, ["r0", "r1", "r2", "after", "five"]);
 }
+
+/// A JSON-RPC request `method` with `params` on session `id` at `addr`: the status line and
+/// the body.
+fn request(addr: &str, id: &str, method: &str, params: Value) -> (String, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let (head, body) = raw_response(post(addr, None, Some(id), &body.to_string()));
+    (head.lines().next().unwrap_or_default().to_string(), body)
+}
+
+/// Session `id`'s event stream at `addr` (a GET), read until it carries `needle` or `wait`
+/// passes: whether it did, and what it said.
+fn stream_says(addr: &str, id: &str, needle: &str, wait: std::time::Duration) -> (bool, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    let req = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {id}\r\nMcp-Protocol-Version: 2025-06-18\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let until = std::time::Instant::now() + wait;
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < until && !seen.contains(needle) {
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {}
+        }
+    }
+    (seen.contains(needle), seen)
+}
+
+#[test]
+fn a_resource_subscribed_through_a_replica_that_died_is_still_told_through_another() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let Some(manifest) = crate::serve_whole::everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let mut gws = replicas(&p, &redis, &[]);
+    let (a0, a1) = (gws[0].addr(), gws[1].addr());
+    let id = session(&a0, None);
+    let uri = "ev+demo://resource/dynamic/text/1";
+    let (status, body) = request(&a0, &id, "resources/subscribe", json!({"uri": uri}));
+    assert!(
+        status.contains(" 200") && !body.contains("\"error\""),
+        "{status} {body}"
+    );
+
+    // The replica it subscribed through dies; its server starts telling of updates on another.
+    let _ = gws[0].child.kill();
+    let _ = gws[0].child.wait();
+    let toggle = json!({"name": "ev_toggle-subscriber-updates", "arguments": {}});
+    let (status, body) = request(&a1, &id, "tools/call", toggle);
+    assert!(status.contains(" 200"), "{status} {body}");
+    let (told, said) = stream_says(&a1, &id, uri, std::time::Duration::from_secs(20));
+    assert!(told, "no update of {uri} on the session's stream: {said}");
+}

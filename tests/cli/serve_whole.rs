@@ -26,7 +26,7 @@ fn everything() -> Option<PathBuf> {
 }
 
 /// `[mcp_servers.NAME]` serving server-everything whole, with `extra` lines.
-fn everything_whole(name: &str, extra: &str) -> Option<String> {
+pub(crate) fn everything_whole(name: &str, extra: &str) -> Option<String> {
     let ev = everything()?;
     Some(format!(
         "[mcp_servers.{name}]\ncommand = [\"node\", \"{}\", \"stdio\"]\nwhole = true\n{extra}\n",

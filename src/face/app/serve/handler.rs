@@ -62,6 +62,30 @@ impl Handler {
             .map_or_else(|| self.caller.clone(), Caller::clone)
     }
 
+    /// A session opened here from the shared store (another replica opened it) subscribes
+    /// again, here, to the resources it subscribed to there.
+    fn resubscribe(&self, context: &RequestContext<RoleServer>) {
+        use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
+        let Some(marker) = context.extensions.get::<SessionRestoreMarker>() else {
+            return;
+        };
+        let (id, me) = (marker.id.to_string(), self.clone());
+        let (peer, caller) = (context.peer.clone(), self.caller(context));
+        tokio::spawn(async move {
+            for uri in me.gateway.http_sessions.subscriptions(&id).await {
+                let who = (me.session.id, &peer, &caller);
+                let _ = passthrough::subscribe(&me.gateway, who, &uri, true).await;
+            }
+        });
+    }
+
+    /// The `Mcp-Session-Id` of the HTTP request being answered, if any.
+    fn http_session(context: &RequestContext<RoleServer>) -> Option<String> {
+        let parts = context.extensions.get::<http::request::Parts>()?;
+        let id = parts.headers.get(super::fast::SESSION_HEADER)?;
+        id.to_str().ok().map(str::to_string)
+    }
+
     /// From its first list on, tell the session when the list changes (until it is gone).
     fn tell_changes(&self, peer: &rmcp::service::Peer<RoleServer>) {
         if self.told.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -85,6 +109,24 @@ impl Handler {
                 }
             }
         });
+    }
+}
+
+impl Handler {
+    /// Subscribe (`on`) to `uri`, or stop: here, and for every replica in the shared store.
+    async fn subscribe_to(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+        on: bool,
+    ) -> Result<(), ErrorData> {
+        let who = (self.session.id, &context.peer, &self.caller(context));
+        Box::pin(passthrough::subscribe(&self.gateway, who, uri, on)).await?;
+        if let Some(id) = Handler::http_session(context) {
+            let sessions = &self.gateway.http_sessions;
+            sessions.note_subscription(&id, uri, on).await;
+        }
+        Ok(())
     }
 }
 
@@ -143,6 +185,7 @@ impl ServerHandler for Handler {
         let answers = request.capabilities.elicitation.is_some();
         (self.session.answers).store(answers, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
+        self.resubscribe(&context);
         self.negotiate_initialize(&request)
     }
 
@@ -300,14 +343,7 @@ impl ServerHandler for Handler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let who = (self.session.id, &context.peer, &self.caller(&context));
-        Box::pin(passthrough::subscribe(
-            &self.gateway,
-            who,
-            &request.uri,
-            true,
-        ))
-        .await
+        self.subscribe_to(&request.uri, &context, true).await
     }
 
     async fn unsubscribe(
@@ -315,14 +351,7 @@ impl ServerHandler for Handler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let who = (self.session.id, &context.peer, &self.caller(&context));
-        Box::pin(passthrough::subscribe(
-            &self.gateway,
-            who,
-            &request.uri,
-            false,
-        ))
-        .await
+        self.subscribe_to(&request.uri, &context, false).await
     }
 
     async fn list_prompts(

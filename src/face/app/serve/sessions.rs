@@ -12,7 +12,8 @@
 //! `initialize` — for `[serve.limits] session_kept` after its last request, and every request
 //! of a session asks the store first: any replica serves any request of it (it opens the
 //! session from the store as it would a remembered one), and a session ended (DELETE) on one
-//! replica is ended on all.
+//! replica is ended on all. So are the resources it subscribed to (through whole servers): a
+//! replica that opens the session from the store subscribes to them again, for its client.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
 use super::gateway::Session;
-use crate::run::store::records::Records;
+use crate::run::store::records::{Add, Records};
 
 /// How many sessions that are gone are remembered for each live one the limit allows.
 pub(super) const REMEMBERED: usize = 8;
@@ -68,6 +69,11 @@ pub(super) enum Found {
     Here,
     /// It was shared and is no more: ended (DELETE) on some replica, or kept no longer.
     Ended,
+}
+
+/// Where the shared store keeps the resources session `id` is subscribed to.
+fn subscribed_of(id: &str) -> String {
+    format!("{id}\u{0}subscribed")
 }
 
 /// Session `id`'s entry in `map`, made (last used `used`) when it has none.
@@ -228,6 +234,43 @@ impl Sessions {
         }
         self.forget_oldest(&mut map);
         Found::Here
+    }
+
+    /// The served URIs session `id` is subscribed to, as the shared store keeps them (none
+    /// without one).
+    pub(super) async fn subscriptions(&self, id: &str) -> Vec<String> {
+        let Some(records) = self.shared.clone() else {
+            return Vec::new();
+        };
+        let all = records
+            .counters(subscribed_of(id))
+            .await
+            .unwrap_or_default();
+        all.into_iter()
+            .filter(|(_, n)| *n > 0.0)
+            .map(|(uri, _)| uri)
+            .collect()
+    }
+
+    /// Keep session `id`'s subscription to `uri` (`on`), or its end, in the shared store.
+    pub(super) async fn note_subscription(&self, id: &str, uri: &str, on: bool) {
+        let Some(records) = self.shared.clone() else {
+            return;
+        };
+        let key = subscribed_of(id);
+        let done = if on {
+            let add = Add {
+                counter: uri.to_string(),
+                by: 1.0,
+                most: Some(1.0),
+            };
+            records.tally(key, vec![add], self.kept).await.map(|_| ())
+        } else {
+            records.forget(key, vec![uri.to_string()]).await
+        };
+        if let Err(e) = done {
+            eprintln!("flux-tools: a subscription kept on this replica only: {e}");
+        }
     }
 
     /// Beyond what is remembered, the least recently used sessions that are gone.
