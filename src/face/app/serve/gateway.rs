@@ -21,7 +21,6 @@ use super::catalog::Catalog;
 use super::keys::Claimed;
 use super::order::{self, behind_text, Order, Through, Users};
 use super::progress::{ProgressSink, Reporter};
-use super::spend::Spend;
 use crate::app::controls::Controls;
 use crate::app::engine::{CallKit, Scope};
 use crate::app::finish::Finish;
@@ -83,24 +82,9 @@ pub(super) type Version = (u64, u64);
 
 /// A session's lane store and plan options for one tenant (and the manifest generation they
 /// were planned for).
-type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
+pub(super) type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
 
-/// One client's session: its run id (idempotency keys), its turn lane, per tenant.
-pub(super) struct Session {
-    pub id: u64,
-    run_id: String,
-    lanes: Mutex<HashMap<String, (Version, TenantLanes)>>,
-    /// What it has spent against `[serve.session]`.
-    pub spend: Spend,
-    /// Its history record, written when it ends (or hourly).
-    record: super::record::SessionRecord,
-    /// Its requests in wire order: its calls take their places in that order.
-    pub turnstile: Arc<order::Turnstile>,
-    /// Cancelled when its client is gone (stdin closed): every call of the session with it.
-    pub gone: CancellationToken,
-    /// Its client said it answers questions (elicitation) when it initialized.
-    pub answers: std::sync::atomic::AtomicBool,
-}
+pub(super) use super::session::Session;
 
 /// A call planned as a batch of one, ready to take its place.
 struct Planned {
@@ -171,23 +155,6 @@ pub(super) struct CallCx {
     pub started: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
-#[cfg(test)]
-impl Session {
-    /// A session of no gateway (for tables of sessions).
-    pub(super) fn for_tests() -> Session {
-        Session {
-            id: 0,
-            run_id: "test".into(),
-            lanes: Mutex::default(),
-            spend: Spend::default(),
-            record: super::record::SessionRecord::new(None, "test".into()),
-            turnstile: Arc::default(),
-            gone: CancellationToken::new(),
-            answers: Default::default(),
-        }
-    }
-}
-
 impl Gateway {
     pub(super) fn new(
         catalog: Catalog,
@@ -238,20 +205,8 @@ impl Gateway {
     /// A new client session.
     pub(super) fn session(&self) -> Arc<Session> {
         let id = self.sessions.fetch_add(1, Ordering::Relaxed);
-        let run_id = format!("{}-s{id}", self.id);
-        Arc::new(Session {
-            id,
-            record: super::record::SessionRecord::new(
-                self.finish.keeps_history().then(|| self.finish.clone()),
-                run_id.clone(),
-            ),
-            run_id,
-            lanes: Mutex::default(),
-            spend: Spend::default(),
-            turnstile: Arc::default(),
-            gone: CancellationToken::new(),
-            answers: Default::default(),
-        })
+        let history = self.finish.keeps_history().then(|| self.finish.clone());
+        Arc::new(Session::new(id, format!("{}-s{id}", self.id), history))
     }
 
     /// Whether a call of `name` by `session` may ask its client something — its approval,
@@ -296,7 +251,7 @@ impl Gateway {
         // and tenants by weight.
         let flow = run::Flow {
             id: self.sessions.fetch_add(1, Ordering::Relaxed),
-            name: format!("{}-{tenant}", session.run_id).into(),
+            name: format!("{}-{tenant}", session.flow_name()).into(),
             tenant: tenant.into(),
             weight: manifest.tenant_weight(tenant),
         };

@@ -62,13 +62,16 @@ impl Handler {
             .map_or_else(|| self.caller.clone(), Caller::clone)
     }
 
-    /// A session opened here from the shared store (another replica opened it) subscribes
-    /// again, here, to the resources it subscribed to there.
-    fn resubscribe(&self, context: &RequestContext<RoleServer>) {
+    /// A session opened here again from what was kept of it (another replica opened it, or
+    /// it was let go for idleness) is the same flow in the shared lanes as before — named
+    /// before the request that opened it runs — and subscribes again, here, to the resources
+    /// it subscribed to.
+    fn restored(&self, context: &RequestContext<RoleServer>) {
         use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
         let Some(marker) = context.extensions.get::<SessionRestoreMarker>() else {
             return;
         };
+        self.session.share_as(&marker.id);
         let (id, me) = (marker.id.to_string(), self.clone());
         let (peer, caller) = (context.peer.clone(), self.caller(context));
         tokio::spawn(async move {
@@ -185,7 +188,7 @@ impl ServerHandler for Handler {
         let answers = request.capabilities.elicitation.is_some();
         (self.session.answers).store(answers, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
-        self.resubscribe(&context);
+        self.restored(&context);
         self.negotiate_initialize(&request)
     }
 

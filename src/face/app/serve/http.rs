@@ -218,7 +218,7 @@ impl Route {
                 return self.rmcp(req, &caller, pass).await;
             }
             HttpEntry::Short(message) => message,
-            HttpEntry::Task(t) => return self.task(&parts, (&session_id, &caller), t).await,
+            HttpEntry::Task(t) => return self.task(&parts, (&session_id, &caller), t, pass).await,
         };
         let asked = (session_id.as_str(), &caller);
         match fast::answer(&self.gateway, &self.sessions, asked, message, pass.clone()).await {
@@ -242,6 +242,7 @@ impl Route {
         parts: &http::request::Parts,
         (id, caller): (&str, &Caller),
         t: super::entry::Tasked,
+        arrival: Option<Arc<Pass>>,
     ) -> Response<Body> {
         let tasks = self.gateway.tasks.clone();
         let (rid, answer) = match t {
@@ -263,7 +264,8 @@ impl Route {
                     return session_not_found();
                 };
                 let what = (call.name, call.args);
-                let started = tasks.start(&self.gateway, session, caller, what, (ttl, key));
+                let how = (ttl, key, arrival);
+                let started = tasks.start(&self.gateway, session, caller, what, how);
                 (call.id, started.await)
             }
         };

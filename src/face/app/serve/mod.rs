@@ -34,6 +34,7 @@ mod progress;
 mod record;
 mod reload;
 mod say;
+mod session;
 mod sessions;
 mod spend;
 mod status;

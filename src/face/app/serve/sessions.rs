@@ -199,6 +199,11 @@ impl Sessions {
             Ok(()) => {
                 if let Some(e) = self.write().get_mut(id) {
                     e.shared = true;
+                    // One flow in the shared lanes, whichever replica serves it.
+                    let live = e.live.as_ref().and_then(|l| l.session.upgrade());
+                    if let Some(session) = live {
+                        session.share_as(id);
+                    }
                 }
             }
             Err(e) => eprintln!("flux-tools: session kept on this replica only: {e}"),

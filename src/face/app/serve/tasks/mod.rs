@@ -31,6 +31,7 @@ use super::answer::Outcome;
 use super::caller::{Caller, Via};
 use super::entry::Asked;
 use super::gateway::{CallCx, Gateway, Session, Target};
+use super::order::Pass;
 use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
 use crate::run::store::records::{Add, LocalRecords, Records};
 
@@ -265,21 +266,23 @@ impl Tasks {
     }
 
     /// Start a call of `tool` with `args` as a task of `caller` (on request: `params.task`
-    /// of a `2025-11-25` client): its `CreateTaskResult`.
+    /// of a `2025-11-25` client; kept `ttl`, made once for `key`, in its place `arrival` of
+    /// its session's wire): its `CreateTaskResult`.
     pub(super) async fn start(
         self: &Arc<Self>,
         gateway: &Arc<Gateway>,
         session: Arc<Session>,
         caller: &Caller,
         what: (String, Map<String, Value>),
-        (ttl, key): (Option<u64>, Option<String>),
+        (ttl, key, arrival): (Option<u64>, Option<String>, Option<Arc<Pass>>),
     ) -> Result<Value, Refused> {
         self.room(caller)?;
         let r = self.record(caller, what, ttl);
         let claim = self.keep(&r).await?;
         let task = wire(&r);
+        // Its place in its session's wire order, as if it were answered whole.
         let mut cx = bare_cx(&r);
-        cx.key = key;
+        (cx.key, cx.arrival) = (key, arrival);
         self.run(gateway.clone(), session, (r, claim), cx, None);
         Ok(json!({ "task": task }))
     }

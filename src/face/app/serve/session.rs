@@ -1,0 +1,70 @@
+//! One client's session as the gateway holds it: its run id (idempotency keys, history), its
+//! lanes per tenant (its turn lane, and its flow in the lanes it shares), what it has spent,
+//! its wire order, and whether its client answers questions. An HTTP session kept in a shared
+//! store is one flow in the shared lanes whichever replica serves it ([`Session::share_as`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio_util::sync::CancellationToken;
+
+use super::gateway::{TenantLanes, Version};
+use super::order;
+use super::spend::Spend;
+use crate::app::finish::Finish;
+
+/// One client's session: its run id (idempotency keys), its turn lane, per tenant.
+pub(in crate::face::app::serve) struct Session {
+    pub id: u64,
+    pub run_id: String,
+    pub lanes: Mutex<HashMap<String, (Version, TenantLanes)>>,
+    /// What it has spent against `[serve.session]`.
+    pub spend: Spend,
+    /// Its history record, written when it ends (or hourly).
+    pub record: super::record::SessionRecord,
+    /// Its requests in wire order: its calls take their places in that order.
+    pub turnstile: Arc<order::Turnstile>,
+    /// Cancelled when its client is gone (stdin closed): every call of the session with it.
+    pub gone: CancellationToken,
+    /// Its client said it answers questions (elicitation) when it initialized.
+    pub answers: std::sync::atomic::AtomicBool,
+    /// Its name as a flow of the shared lanes, when every replica knows it by one.
+    shared: OnceLock<String>,
+}
+
+impl Session {
+    /// Session `id` of run `run_id`, its history written to `history` (when kept).
+    pub(super) fn new(id: u64, run_id: String, history: Option<Arc<Finish>>) -> Session {
+        Session {
+            id,
+            record: super::record::SessionRecord::new(history, run_id.clone()),
+            run_id,
+            lanes: Mutex::default(),
+            spend: Spend::default(),
+            turnstile: Arc::default(),
+            gone: CancellationToken::new(),
+            answers: Default::default(),
+            shared: OnceLock::new(),
+        }
+    }
+
+    /// A session of no gateway (for tables of sessions).
+    #[cfg(test)]
+    pub(super) fn for_tests() -> Session {
+        Session::new(0, "test".into(), None)
+    }
+
+    /// Known to every replica as HTTP session `id` (kept in the shared store): one flow in
+    /// the shared lanes wherever its calls land (named by a hash of the id, which is never
+    /// shown).
+    pub(super) fn share_as(&self, id: &str) {
+        let _ = self
+            .shared
+            .set(format!("s-{}", crate::hash::fnv_hex(id.as_bytes())));
+    }
+
+    /// Its name as a flow of the lanes: the shared one, else its run id.
+    pub(super) fn flow_name(&self) -> &str {
+        self.shared.get().map_or(&self.run_id, String::as_str)
+    }
+}
