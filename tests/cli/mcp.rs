@@ -449,3 +449,67 @@ fn a_cached_mcp_read_is_asked_of_the_server_once_and_a_cached_destructive_tool_i
     assert!(err.contains("`cache` on tool `write`"), "{err}");
     assert!(err.contains("annotations"), "{err}");
 }
+
+#[test]
+fn reads_spread_over_a_stateless_servers_processes_and_writes_keep_to_its_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, starts) = (dir.path().join("pids.log"), dir.path().join("starts.log"));
+    let manifest = format!(
+        r#"
+[concurrency]
+max_concurrent_tools = 16
+
+[mcp_servers.own]
+command = ["{server}"]
+env = {{ MCP_TEST_PID_LOG = "{pids}", MCP_TEST_START_LOG = "{starts}" }}
+processes = 3
+
+[tools.nap]
+kind = "mcp"
+server = "own"
+tool = "sleep"
+effect = "read"
+
+[tools.write]
+kind = "mcp"
+server = "own"
+effect = "write"
+concurrent_writes = true
+"#,
+        server = own_server().display(),
+        pids = pids.display(),
+        starts = starts.display(),
+    );
+    let p = Project::new(&manifest);
+    // Six reads at once: the pool grows to its three processes, and each serves some.
+    let batch: String = (0..6)
+        .map(|i| format!("- {{ id: r{i}, tool: nap, args: {{ ms: 400, tag: r{i} }} }}\n"))
+        .collect();
+    let (doc, code) = p.run_json(&batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    let by_tag = |prefix: &str| -> std::collections::BTreeSet<String> {
+        log_lines(&pids)
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.split(' ').nth(1).map(str::to_string))
+            .collect()
+    };
+    assert_eq!(by_tag("r").len(), 3, "{:?}", log_lines(&pids));
+    assert_eq!(log_lines(&starts).len(), 3, "{:?}", log_lines(&starts));
+    // Writes, even at once, all go to the first process.
+    let batch: String = (0..4)
+        .map(|i| format!("- {{ id: w{i}, tool: write, args: {{ ms: 200, tag: w{i} }} }}\n"))
+        .collect();
+    let (doc, code) = p.run_json(&batch, &[]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(by_tag("w").len(), 1, "{:?}", log_lines(&pids));
+    // A server with more processes than it may have, or an HTTP server with any, is refused.
+    let too_many = manifest.replace("processes = 3", "processes = 65");
+    let out = Project::new(&too_many)
+        .cmd()
+        .arg("validate")
+        .output()
+        .expect("validate");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("at most 64 processes"), "{text}");
+}

@@ -274,6 +274,9 @@ pub struct McpServer {
     pub headers: BTreeMap<String, Template>,
     /// `whole = true`: every tool, resource and prompt it offers is served.
     pub whole: Option<Whole>,
+    /// `processes = N` (a stdio server that keeps no state of its own): up to N processes,
+    /// started as calls need them; reads spread over them, everything else goes to the first.
+    pub processes: u32,
 }
 
 /// `[serve]`: `mcp serve`'s settings that belong with the tools.

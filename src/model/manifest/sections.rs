@@ -12,6 +12,9 @@ use super::{
 };
 use crate::template::Template;
 
+/// The most processes one `[mcp_servers.NAME]` may have (`processes`).
+const MOST_PROCESSES: u32 = 64;
+
 impl Reader<'_> {
     pub(super) fn concurrency(&mut self, root: &DeTable<'_>) -> Concurrency {
         let mut c = Concurrency::default();
@@ -102,7 +105,7 @@ impl Reader<'_> {
                 continue;
             };
             let keys = [
-                &["command", "url", "env", "headers"][..],
+                &["command", "url", "env", "headers", "processes"][..],
                 super::whole::KEYS,
             ]
             .concat();
@@ -124,6 +127,7 @@ impl Reader<'_> {
                 self.error(v.span(), format!("`command` in {ctx} is empty"), None);
             }
             let whole = self.whole(st, (&name, &ctx), k.span());
+            let processes = self.processes(st, &ctx, url.is_some());
             out.insert(
                 name.clone(),
                 McpServer {
@@ -134,10 +138,34 @@ impl Reader<'_> {
                     env: self.template_map(st, "env", &ctx),
                     headers: self.template_map(st, "headers", &ctx),
                     whole,
+                    processes,
                 },
             );
         }
         out
+    }
+
+    /// `processes = N` of an `[mcp_servers.NAME]`: 1 to [`MOST_PROCESSES`], for a stdio server.
+    fn processes(&mut self, st: &DeTable<'_>, ctx: &str, http: bool) -> u32 {
+        let Some((_, v)) = Reader::entry(st, "processes") else {
+            return 1;
+        };
+        let what = format!("`processes` in {ctx}");
+        let Some(n) = self.count(v, &what) else {
+            return 1;
+        };
+        if http {
+            let hint = "an HTTP server is one endpoint: scale it behind its own URL";
+            let why = format!("{what} is for a stdio server (`command`)");
+            self.error(v.span(), why, Some(hint.to_string()));
+            return 1;
+        }
+        if n > MOST_PROCESSES {
+            let why = format!("{what} is {n}; at most {MOST_PROCESSES} processes serve one server");
+            self.error(v.span(), why, None);
+            return 1;
+        }
+        n
     }
 
     /// `[serve]`: `tokens = { TENANT = "${env:…}" }` (or `TENANT = { token, roles }`),

@@ -195,7 +195,7 @@ impl McpTool {
             self.hub.renew(&self.server).await;
         }
         let session = tokio::select! {
-            s = self.hub.session(&self.server) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
+            s = self.hub.session_for(&self.server, self.reads(inv)) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),
         };
         if session.gone() {
@@ -261,6 +261,11 @@ impl McpTool {
                 format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server),
             )),
         }
+    }
+
+    /// Whether the call only reads (a read may go to any process of a server's pool).
+    fn reads(&self, inv: &Invocation) -> bool {
+        self.op == Op::ReadResource || !inv.plan.calls[inv.pos].write
     }
 
     /// SPEC section 2: `structuredContent` when present, else the text blocks joined (JSON

@@ -1,5 +1,6 @@
 //! The run's MCP sessions: one per `[mcp_servers.NAME]`, started on first use and shared by
-//! every call to it.
+//! every call to it — or, for a server declared `processes = N`, a pool of up to N, each
+//! started when a read finds the others busy ([`McpHub::session_for`]).
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -72,6 +73,11 @@ impl Askers {
         let id = g.0;
         g.1.push((id, asker));
         AskerGuard(self.clone(), id)
+    }
+
+    /// How many calls are in flight.
+    pub(super) fn len(&self) -> usize {
+        self.0.lock().map_or(0, |g| g.1.len())
     }
 
     /// Who to ask: the one call in flight's client. With none, or several (a server's
@@ -252,13 +258,18 @@ type Cell = Arc<OnceCell<Result<Arc<Session>, String>>>;
 
 struct Slot {
     decl: McpServer,
-    session: Mutex<Cell>,
+    /// Its processes' sessions (one unless `processes = N`); the first answers all but reads.
+    sessions: Vec<Mutex<Cell>>,
+    /// The process the next read goes to when none is idle.
+    next: std::sync::atomic::AtomicUsize,
 }
 
 impl Slot {
-    fn cell(&self) -> Cell {
-        self.session
-            .lock()
+    fn cell(&self, i: usize) -> Cell {
+        let Some(m) = self.sessions.get(i) else {
+            return Arc::new(OnceCell::new());
+        };
+        m.lock()
             .map(|c| c.clone())
             .unwrap_or_else(|e| e.into_inner().clone())
     }
@@ -281,7 +292,10 @@ impl McpHub {
                         k.clone(),
                         Slot {
                             decl: d.clone(),
-                            session: Mutex::new(Arc::new(OnceCell::new())),
+                            sessions: (0..d.processes.max(1))
+                                .map(|_| Mutex::new(Arc::new(OnceCell::new())))
+                                .collect(),
+                            next: Default::default(),
                         },
                     )
                 })
@@ -320,20 +334,45 @@ impl McpHub {
 
     /// Forget `server`'s tools (it said its list changed): the next look asks it again.
     pub(crate) fn forget_tools(&self, server: &str) {
-        if let Some(Ok(session)) = self.slots.get(server).and_then(|s| s.cell().get().cloned()) {
+        if let Some(Ok(session)) = self.slots.get(server).and_then(|s| s.cell(0).get().cloned()) {
             if let Ok(mut t) = session.tools.lock() {
                 *t = None;
             }
         }
     }
 
-    /// The session for `server`, starting it on first use.
+    /// The session for `server` (its first process), starting it on first use.
     pub async fn session(&self, server: &str) -> Result<Arc<Session>, String> {
+        self.session_at(server, 0).await
+    }
+
+    /// The session a call goes to: a read of a server with `processes = N` goes to a started
+    /// process with nothing in flight, else to the next of the N in turn (started for it when
+    /// it has not been: the pool grows under load); everything else to the first.
+    pub async fn session_for(&self, server: &str, read: bool) -> Result<Arc<Session>, String> {
+        let slot = self.slots.get(server);
+        let n = slot.map_or(1, |s| s.sessions.len());
+        let (Some(slot), true, true) = (slot, read, n > 1) else {
+            return self.session_at(server, 0).await;
+        };
+        for i in 0..n {
+            if let Some(Ok(s)) = slot.cell(i).get() {
+                if !s.gone() && s.asking.len() == 0 {
+                    return Ok(s.clone());
+                }
+            }
+        }
+        let i = slot.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
+        self.session_at(server, i).await
+    }
+
+    /// The session of `server`'s process `i`, starting it on first use.
+    async fn session_at(&self, server: &str, i: usize) -> Result<Arc<Session>, String> {
         let slot = self
             .slots
             .get(server)
             .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
-        slot.cell()
+        slot.cell(i)
             .get_or_init(|| async {
                 match tokio::time::timeout(START_TIMEOUT, start(&slot.decl, self.changes.clone())).await {
                     Ok(r) => r.map(Arc::new),
@@ -371,8 +410,10 @@ impl McpHub {
     /// Close every session that was started (stdio servers see their stdin close and exit).
     pub async fn shutdown(&self) {
         for slot in self.slots.values() {
-            if let Some(Ok(session)) = slot.cell().get() {
-                session.close().await;
+            for i in 0..slot.sessions.len() {
+                if let Some(Ok(session)) = slot.cell(i).get() {
+                    session.close().await;
+                }
             }
         }
     }
@@ -389,13 +430,22 @@ impl McpHub {
         revived
     }
 
-    /// If `server` died (or could not start), forget its session: its next use starts it
-    /// again. Whether it did.
+    /// If `server`'s processes died (or could not start), forget their sessions: the next
+    /// use starts them again. Whether any was.
     pub(super) async fn renew(&self, server: &str) -> bool {
+        let n = self.slots.get(server).map_or(0, |s| s.sessions.len());
+        let mut any = false;
+        for i in 0..n {
+            any |= self.renew_at(server, i).await;
+        }
+        any
+    }
+
+    async fn renew_at(&self, server: &str, i: usize) -> bool {
         let Some(slot) = self.slots.get(server) else {
             return false;
         };
-        let cell = slot.cell();
+        let cell = slot.cell(i);
         let gone = match cell.get() {
             None => false,
             Some(Err(_)) => true,
@@ -407,7 +457,7 @@ impl McpHub {
         if let Some(Ok(s)) = cell.get() {
             s.close().await;
         }
-        if let Ok(mut c) = slot.session.lock() {
+        if let Some(Ok(mut c)) = slot.sessions.get(i).map(Mutex::lock) {
             // Only the session that was looked at: another caller may have renewed it already.
             if Arc::ptr_eq(&c, &cell) {
                 *c = Arc::new(OnceCell::new());
