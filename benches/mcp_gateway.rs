@@ -196,6 +196,7 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
     );
     rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
     rows.push(jwt_row(flux, manifest, tmp));
+    rows.extend(pool_rows(flux, manifest, tmp));
     // `BASELINE=PATH`: another flux-tools binary (an older commit's), side by side.
     if let Ok(old) = std::env::var("BASELINE") {
         let stdio = Target::Stdio(serve_with(&old, &[]));
@@ -246,6 +247,40 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         );
         rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
     }
+    rows
+}
+
+/// The upstream declared stateless, `processes = 4`, through the gateway over stdio and HTTP:
+/// its reads spread over a pool.
+fn pool_rows(flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let pool = tmp.join("pool.toml");
+    let text = std::fs::read_to_string(manifest).expect("the manifest");
+    let text = text.replace("[tools.sleep]", "[tools.sleep]\neffect = \"read\"");
+    let text = text.replace("\n\n[tools.sleep]", "\nprocesses = 4\n\n[tools.sleep]");
+    std::fs::write(&pool, text).expect("the pool's manifest");
+    let pool = pool.display().to_string();
+    let serve_pool = |extra: &[&str]| {
+        let mut v = s(&[
+            flux,
+            "--manifest",
+            &pool,
+            "mcp",
+            "serve",
+            "--lane-store",
+            "memory",
+        ]);
+        v.extend(s(extra));
+        v
+    };
+    let stdio = Target::Stdio(serve_pool(&[]));
+    rows.push(("  stdio, 4 processes".into(), stdio, None));
+    let port = free_port();
+    let (g, t) = launch(
+        &serve_pool(&["--http", &format!("127.0.0.1:{port}")]),
+        format!("http://127.0.0.1:{port}/mcp"),
+    );
+    rows.push(("  HTTP, 4 processes".into(), t, Some(g)));
     rows
 }
 
