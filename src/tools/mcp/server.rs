@@ -349,7 +349,7 @@ impl McpHub {
     /// The session a call goes to: a read of a server with `processes = N` goes to a started
     /// process with nothing in flight, else to the next of the N in turn (started for it when
     /// it has not been: the pool grows under load); everything else to the first.
-    pub async fn session_for(&self, server: &str, read: bool) -> Result<Arc<Session>, String> {
+    pub(crate) async fn session_for(&self, server: &str, read: bool) -> Result<Arc<Session>, String> {
         let slot = self.slots.get(server);
         let n = slot.map_or(1, |s| s.sessions.len());
         let (Some(slot), true, true) = (slot, read, n > 1) else {
