@@ -244,6 +244,20 @@ pub(crate) fn approve(p: &Project, id: &str, hash: &str) {
     );
 }
 
+/// `flux-tools approve --lane-store STORE ID@HASH` in the project, which must succeed.
+pub(crate) fn approve_in(p: &Project, store: &str, call: &str) {
+    let ok = p
+        .cmd()
+        .args(["approve", "--lane-store", store, call])
+        .output()
+        .expect("approve");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
 pub(crate) fn wait_parked(p: &Project) -> Value {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -506,16 +520,7 @@ fn replicas_on_one_redis_list_and_release_each_others_waiting_approvals() {
         w["id"].as_str().unwrap_or(""),
         w["hash"].as_str().unwrap_or("")
     );
-    let ok = p
-        .cmd()
-        .args(["approve", "--lane-store", redis.url.as_str(), &call])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    approve_in(&p, &redis.url, &call);
     let r = finish(c);
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(upstream_writes(&log), 1, "the call ran once");

@@ -137,16 +137,7 @@ fn a_parked_task_is_answered_at_once_and_approved_after_its_replica_died_is_serv
     let id = session(&addr, None);
     let seen = status(&addr, None, &id, &task);
     assert_eq!(seen["result"]["status"], "working", "{seen}");
-    let ok = p
-        .cmd()
-        .args(["approve", "--lane-store", redis.url.as_str(), &call])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    crate::serve_policies::approve_in(&p, &redis.url, &call);
     // Replica 1 takes the task over (once the dead replica's lease lapsed) and makes the
     // call once: its result, through a new session of the SDK.
     let done = sdk(&py, &["result", &gws[1].url, &task]);
@@ -368,16 +359,7 @@ fn a_modern_client_that_takes_tasks_gets_one_for_a_parked_or_queued_call_and_a_q
     assert!(text.contains("task not found"), "{other}");
 
     // Approved from a terminal: the parked task completes, its result in `tasks/get`.
-    let ok = p
-        .cmd()
-        .args(["approve", "--lane-store", redis.url.as_str(), &call])
-        .output()
-        .expect("approve");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    crate::serve_policies::approve_in(&p, &redis.url, &call);
     let done = settled(&a1, "tok-a", &parked);
     assert_eq!(done["result"]["status"], "completed", "{done}");
     assert_eq!(
