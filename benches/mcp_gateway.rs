@@ -106,6 +106,9 @@ async fn measure(
 }
 
 fn pct(xs: &mut [Duration], p: usize) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
     xs.sort();
     xs[(xs.len() * p / 100).min(xs.len() - 1)].as_secs_f64() * 1000.0
 }
@@ -377,9 +380,12 @@ async fn main() {
         format!("[concurrency]\nmax_concurrent_tools = 64\n\n[mcp_servers.t]\ncommand = [\"{server}\"]\n\n[tools.sleep]\nkind = \"mcp\"\nserver = \"t\"\n\n[tools.inline]\nkind = \"scripted\"\neffect = \"read\"\noutput = {{ slept = 0 }}\n[tools.inline.args]\nms = {{ type = \"integer\" }}\n"),
     )
     .expect("manifest");
-    // `ONLY=whole`: just the whole servers' figures.
+    // `ONLY=whole`: just the whole servers' figures; `ONLY=many`: just the many sessions.
     if std::env::var("ONLY").is_ok_and(|o| o == "whole") {
         return whole_servers(&server, &flux, tmp.path(), calls).await;
+    }
+    if std::env::var("ONLY").is_ok_and(|o| o == "many") {
+        return many_sessions(&flux, &manifest, tmp.path()).await;
     }
     let mut rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
     // `ONLY=TEXT`: just the direct row and the rows whose name has TEXT (to profile one).
@@ -425,6 +431,102 @@ async fn main() {
     }
     if std::env::var("ONLY").is_err() {
         whole_servers(&server, &flux, tmp.path(), calls).await;
+        many_sessions(&flux, &manifest, tmp.path()).await;
+    }
+}
+
+/// The gateway's resident memory (`VmRSS`), in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"));
+    let kib = line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+    kib.unwrap_or(0)
+}
+
+/// `SESSIONS` (default 1,000) HTTP sessions open at once on one gateway, each calling in a loop
+/// at an agent's pace (a call every `PACE_MS`, default 500, started at staggered moments), then
+/// back to back: errors, p50/p99/max of a call, the gateway's memory per open session.
+async fn many_sessions(flux: &str, manifest: &std::path::Path, tmp: &std::path::Path) {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (n, pace, rounds) = (env("SESSIONS", 1000) as usize, env("PACE_MS", 500), 10);
+    let many = tmp.join("many.toml");
+    let text = std::fs::read_to_string(manifest).expect("the manifest");
+    let limits = format!(
+        "[serve.limits]\nsessions = {0}\nsessions_per_tenant = {0}\nconnections_per_client = {1}\n\n",
+        n + 24,
+        4 * n + 64
+    );
+    std::fs::write(&many, limits + &text).expect("the manifest of many sessions");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let argv = s(&[flux, "--manifest", &many.display().to_string(), "mcp", "serve"]);
+    let argv = [argv, s(&["--lane-store", "memory", "--http", &format!("127.0.0.1:{port}")])];
+    let (g, target) = launch(&argv.concat(), url.clone());
+    let pid = g.0.id();
+    let before = rss_kib(pid);
+    let http = reqwest::Client::new();
+    let mut sessions = Vec::with_capacity(n);
+    for _ in 0..n {
+        let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+        let c = ().serve(transport).await.expect("initialize");
+        sessions.push(Arc::new(c));
+    }
+    let opened = rss_kib(pid);
+    let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let paced = |i: usize| Duration::from_millis(pace * i as u64 / n as u64);
+    let run = |gap: Option<u64>| {
+        let tasks: Vec<_> = (sessions.iter().enumerate())
+            .map(|(i, c)| {
+                let (c, errors) = (c.clone(), errors.clone());
+                let start = tokio::time::Instant::now() + paced(i);
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(rounds);
+                    for r in 0..rounds as u32 {
+                        if let Some(gap) = gap {
+                            tokio::time::sleep_until(start + Duration::from_millis(gap) * r).await;
+                        }
+                        let t = Instant::now();
+                        let mut p = CallToolRequestParams::new("sleep");
+                        p.arguments = serde_json::json!({"ms": 0}).as_object().cloned();
+                        match c.peer().call_tool(p).await {
+                            Ok(r) if r.is_error != Some(true) => lat.push(t.elapsed()),
+                            _ => drop(errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+                        }
+                    }
+                    lat
+                })
+            })
+            .collect::<Vec<_>>();
+        async move {
+            let start = Instant::now();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.expect("a session's task"));
+            }
+            (all, start.elapsed())
+        }
+    };
+    println!("\n{n} HTTP sessions open at once, {rounds} calls each (ms)");
+    println!("{:40}{:>9}{:>9}{:>9}{:>9}{:>9}", "", "calls/s", "p50", "p99", "max", "errors");
+    let mut rss = Vec::new();
+    for (name, gap) in [(format!("a call every {pace} ms"), Some(pace)), ("back to back".to_string(), None)] {
+        let (mut lat, wall) = run(gap).await;
+        let rate = lat.len() as f64 / wall.as_secs_f64();
+        let max = lat.iter().max().copied().unwrap_or_default().as_secs_f64() * 1000.0;
+        let errs = errors.swap(0, std::sync::atomic::Ordering::Relaxed);
+        println!("{name:40}{rate:9.0}{:9.3}{:9.3}{max:9.3}{errs:9}", pct(&mut lat, 50), pct(&mut lat, 99));
+        rss.push(rss_kib(pid));
+    }
+    println!(
+        "gateway RSS: {before} KiB before, {opened} KiB with {n} sessions open ({:.1} KiB a session), {} KiB after the paced calls, {} KiB after the back-to-back ones",
+        (opened.saturating_sub(before)) as f64 / n as f64, rss[0], rss[1]
+    );
+    drop(target);
+    for c in sessions {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            let _ = c.cancel().await;
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! learns from a server (annotations, a whole server's tools).
 
 mod learn;
+mod lines;
 mod server;
 
 pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};

@@ -3,13 +3,12 @@
 //! started when a read finds the others busy ([`McpHub::session_for`]).
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::ServiceExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -489,16 +488,13 @@ async fn start(
     let mut pid = None;
     let service: Service = if let Some(argv) = &decl.command {
         let cmd = command(decl, argv, &render)?;
-        let (transport, err) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start MCP server `{name}` (`{}`): {e}",
-                    argv[0].redacted()
-                )
-            })?;
-        pid = transport.id();
+        let (transport, id, err) = super::lines::Lines::spawn(cmd).map_err(|e| {
+            format!(
+                "cannot start MCP server `{name}` (`{}`): {e}",
+                argv[0].redacted()
+            )
+        })?;
+        pid = id;
         if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
             crate::tools::reaper::watch(p);
         }

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use rmcp::model::Tool;
 use serde_json::{json, Map, Value};
 
 use super::caller::Caller;
@@ -73,8 +74,30 @@ pub(super) struct Catalog {
     retrying: Mutex<HashSet<String>>,
     /// Bumped when the list changes.
     changed: tokio::sync::watch::Sender<u64>,
+    /// The lists made, for what they depend on: made once, answered to every caller alike.
+    listed: Mutex<Listed>,
     quiet: bool,
 }
+
+/// What a `tools/list` answer depends on: the manifest in force (generation, shape), the
+/// changes counted since, and which servers are up.
+#[derive(Clone, PartialEq, Eq, Default)]
+struct ListKey {
+    generation: u64,
+    shape: u64,
+    changed: u64,
+    up: Vec<bool>,
+}
+
+/// The lists made for one [`ListKey`], by the roles of the callers they were made for.
+#[derive(Default)]
+struct Listed {
+    key: ListKey,
+    by_roles: HashMap<Option<Arc<[String]>>, Arc<Vec<Tool>>>,
+}
+
+/// The most role sets whose lists are kept (more are made each time, not kept).
+const LISTS_KEPT: usize = 64;
 
 impl Catalog {
     /// The catalog of `manifest`'s tools, or of `select` (manifest or exported names; an
@@ -100,6 +123,7 @@ impl Catalog {
             left_out: Mutex::default(),
             retrying: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(0),
+            listed: Mutex::default(),
             quiet,
         })
     }
@@ -314,7 +338,8 @@ impl Catalog {
 
     /// `tools/list`: every served tool whose server is up (servers still starting are given
     /// [`LIST_WAIT`]), as MCP `Tool` objects. A server left out is retried in the background.
-    pub(super) async fn list(self: &Arc<Self>, caller: &Caller) -> Vec<Value> {
+    /// The list is made once for what it depends on and the caller's roles, then shared.
+    pub(super) async fn list(self: &Arc<Self>, caller: &Caller) -> Arc<Vec<Tool>> {
         let servers = self.servers(&self.manifest());
         let starts = servers.iter().map(|s| async move {
             let up = tokio::time::timeout(LIST_WAIT, self.ensure(s)).await;
@@ -331,10 +356,48 @@ impl Catalog {
             self.retry_in_background(server);
         }
         let now = self.now();
+        let key = ListKey {
+            generation: now.generation,
+            shape: now.shape,
+            changed: *self.changed.borrow(),
+            up: up.values().copied().collect(),
+        };
+        if let Some(made) = self.listed_for(&key, caller) {
+            return made;
+        }
+        let made = Arc::new(self.make_list(&now, &up, caller).await);
+        if let Ok(mut listed) = self.listed.lock() {
+            if listed.key != key {
+                *listed = Listed {
+                    key,
+                    by_roles: HashMap::new(),
+                };
+            }
+            if listed.by_roles.len() < LISTS_KEPT {
+                listed.by_roles.insert(caller.roles.clone(), made.clone());
+            }
+        }
+        made
+    }
+
+    /// The list made for `key` and `caller`'s roles, if there is one.
+    fn listed_for(&self, key: &ListKey, caller: &Caller) -> Option<Arc<Vec<Tool>>> {
+        let listed = self.listed.lock().ok()?;
+        (listed.key == *key)
+            .then(|| listed.by_roles.get(&caller.roles).cloned())
+            .flatten()
+    }
+
+    /// Make the list `caller` sees.
+    async fn make_list(
+        &self,
+        now: &Current,
+        up: &BTreeMap<String, bool>,
+        caller: &Caller,
+    ) -> Vec<Tool> {
         let manifest = now.manifest.clone();
-        let remote = self.remote_tools(&now, &up).await;
-        now.served
-            .iter()
+        let remote = self.remote_tools(now, up).await;
+        let entries = (now.served.iter())
             .filter(|&&i| caller.sees(&manifest, Subject::Tool, &manifest.tools[i].name))
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
@@ -345,8 +408,18 @@ impl Catalog {
                     }),
                     None => Some(local_entry(&manifest, tool)),
                 }
-            })
-            .collect()
+            });
+        let mut tools = Vec::new();
+        for v in entries {
+            let name = v["name"].as_str().unwrap_or_default().to_string();
+            match serde_json::from_value::<Tool>(v) {
+                Ok(t) => tools.push(t),
+                Err(e) => super::say::line(format!(
+                    "warning: mcp serve: tool `{name}` cannot be listed: {e}"
+                )),
+            }
+        }
+        tools
     }
 
     /// Try `server` again and again (2 s, doubling to a minute) until it is up.

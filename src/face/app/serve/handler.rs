@@ -11,7 +11,7 @@ use rmcp::model::{
     CompleteResult, CreateTaskResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
     GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
     UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
@@ -199,18 +199,10 @@ impl ServerHandler for Handler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.tell_changes(&context.peer);
         let caller = self.caller(&context);
-        let mut tools = Vec::new();
         // Boxed: listing may start upstream servers, a big future every request task would
         // otherwise reserve room for (a parked call included).
-        for v in Box::pin(self.gateway.catalog.list(&caller)).await {
-            let name = v["name"].as_str().unwrap_or_default().to_string();
-            match serde_json::from_value::<Tool>(v) {
-                Ok(t) => tools.push(t),
-                Err(e) => super::say::line(format!(
-                    "warning: mcp serve: tool `{name}` cannot be listed: {e}"
-                )),
-            }
-        }
+        let tools = Box::pin(self.gateway.catalog.list(&caller)).await;
+        let tools = Vec::clone(&tools);
         Ok(ListToolsResult::with_all_items(tools))
     }
 

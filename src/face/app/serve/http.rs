@@ -567,6 +567,9 @@ pub(super) async fn serve(
     config.session_store = Some(Arc::new(super::sessions::Store(table.clone())));
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(opts.limits.session_idle);
+    // Nor is an answer kept for a resume that never comes (rmcp keeps each for 60 s: a
+    // `tools/list` of 500 tools is 80 KiB a request).
+    manager.session_config.completed_cache_ttl = std::time::Duration::ZERO;
     let (tenant, g) = (opts.door.tenant.clone(), gateway.clone());
     let service: Service = StreamableHttpService::new(
         move || {

@@ -1,0 +1,306 @@
+//! The stdio transport of an upstream MCP server: one JSON-RPC message a line over its stdin
+//! and stdout, as rmcp's child-process transport — but an answer to a `tools/call` or
+//! `resources/read` this side sent is read as that request's result. rmcp reads every
+//! answer as its untagged `ServerResult`, trying each result type in turn (elicitation,
+//! skills, tasks, lists, … before a tool's result), each miss a formatted serde error:
+//! about a tenth of a gateway call's instructions (`benches/README.md`). Anything else, or an
+//! answer the direct reading refuses, is read as rmcp reads it.
+//!
+//! The process is rmcp's to talk to and ours to end: closing sends EOF on its stdin, waits
+//! up to 3 s, then `SIGTERM`, 3 s more, then `SIGKILL`; dropped, it is killed.
+
+use std::collections::HashMap;
+use std::io;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0,
+    RequestId, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+
+/// The longest line read (a longer one is dropped, as rmcp drops it).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+/// How long a closed server is given to exit, before each harder signal.
+const EXIT_WAIT: Duration = Duration::from_secs(3);
+/// The most requests awaiting a directly read answer (past it, answers are read as rmcp reads
+/// them until the table empties).
+const EXPECTED_MAX: usize = 65_536;
+
+/// What the answer to a request this side sent is read as.
+#[derive(Clone, Copy)]
+enum Expect {
+    CallTool,
+    ReadResource,
+}
+
+/// An upstream server's process and its stdio, as an rmcp client transport.
+pub(super) struct Lines {
+    child: Child,
+    read: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    /// Dropping the tail of a line too long to keep.
+    discarding: bool,
+    write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    expected: Arc<Mutex<HashMap<RequestId, Expect>>>,
+}
+
+impl Lines {
+    /// Start `cmd` with its stdio piped: the transport, its pid and its stderr.
+    pub(super) fn spawn(
+        mut cmd: tokio::process::Command,
+    ) -> io::Result<(Lines, Option<u32>, Option<ChildStderr>)> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(io::Error::other("the server's stdio was not piped"));
+        };
+        let (pid, stderr) = (child.id(), child.stderr.take());
+        let lines = Lines {
+            child,
+            read: BufReader::with_capacity(64 * 1024, stdout),
+            line: Vec::new(),
+            discarding: false,
+            write: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            expected: Arc::default(),
+        };
+        Ok((lines, pid, stderr))
+    }
+
+    /// Remember how the answer to `item` is to be read (a cancel forgets it).
+    fn note(&self, item: &TxJsonRpcMessage<RoleClient>) {
+        let Ok(mut expected) = self.expected.lock() else {
+            return;
+        };
+        match item {
+            JsonRpcMessage::Request(r) => {
+                let expect = match &r.request {
+                    ClientRequest::CallToolRequest(_) => Expect::CallTool,
+                    ClientRequest::ReadResourceRequest(_) => Expect::ReadResource,
+                    _ => return,
+                };
+                if expected.len() < EXPECTED_MAX {
+                    expected.insert(r.id.clone(), expect);
+                }
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification {
+                    if let Some(id) = &c.params.request_id {
+                        expected.remove(id);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Read one line into `self.line` (kept across a cancelled read); `None` at EOF or on
+    /// an error, `Some(false)` for a line too long (dropped).
+    async fn read_line(&mut self) -> Option<bool> {
+        loop {
+            let available = self.read.fill_buf().await.ok()?;
+            if available.is_empty() {
+                return None;
+            }
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let too_long = self.line.len() + take > MAX_LINE;
+            if !self.discarding && !too_long {
+                self.line.extend_from_slice(&available[..take]);
+            }
+            self.read.consume(take);
+            if too_long || self.discarding {
+                self.line.clear();
+                self.discarding = newline.is_none();
+                if !self.discarding || too_long {
+                    return Some(false);
+                }
+                continue;
+            }
+            if newline.is_some() {
+                return Some(true);
+            }
+        }
+    }
+
+    /// The message on `self.line`, if it is one.
+    fn parse(&self) -> Option<ServerJsonRpcMessage> {
+        let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        self.direct(line)
+            .or_else(|| serde_json::from_slice(line).ok())
+    }
+
+    /// `line` read as the answer to a request whose result type is known.
+    fn direct(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
+        #[derive(Deserialize)]
+        struct Answer<'a> {
+            jsonrpc: JsonRpcVersion2_0,
+            id: RequestId,
+            #[serde(borrow)]
+            result: &'a serde_json::value::RawValue,
+        }
+        // Only a line that can be an answer is tried (a notification or request never is).
+        if !has_key(line, b"\"result\"") {
+            return None;
+        }
+        let answer: Answer = serde_json::from_slice(line).ok()?;
+        let expect = self.expected.lock().ok()?.remove(&answer.id)?;
+        let raw = answer.result.get();
+        let result = match expect {
+            Expect::CallTool => ServerResult::CallToolResult(serde_json::from_str(raw).ok()?),
+            Expect::ReadResource => {
+                ServerResult::ReadResourceResult(serde_json::from_str(raw).ok()?)
+            }
+        };
+        Some(JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: answer.jsonrpc,
+            id: answer.id,
+            result,
+        }))
+    }
+
+    /// Close stdin, then wait, `SIGTERM`, wait, `SIGKILL`.
+    async fn shutdown(&mut self) -> io::Result<()> {
+        drop(self.write.lock().await.take());
+        if tokio::time::timeout(EXIT_WAIT, self.child.wait()).await.is_ok() {
+            return Ok(());
+        }
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: a signal to our own child, not yet reaped (its pid is still ours).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        if tokio::time::timeout(EXIT_WAIT, self.child.wait()).await.is_ok() {
+            return Ok(());
+        }
+        self.child.kill().await
+    }
+}
+
+/// Whether `key` (with its quotes) is in `line` (a cheap look before a parse).
+fn has_key(line: &[u8], key: &[u8]) -> bool {
+    line.windows(key.len()).any(|w| w == key)
+}
+
+impl rmcp::transport::Transport<RoleClient> for Lines {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), io::Error>> + Send + 'static {
+        self.note(&item);
+        let write = self.write.clone();
+        async move {
+            let mut line = serde_json::to_vec(&item).map_err(io::Error::other)?;
+            line.push(b'\n');
+            let mut stdin = write.lock().await;
+            let stdin = stdin.as_mut().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotConnected, "the server's stdin is closed")
+            })?;
+            stdin.write_all(&line).await?;
+            stdin.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            // Cancel-safe: a read cut short leaves its part of the line in `self.line`.
+            let whole = self.read_line().await?;
+            let message = whole.then(|| self.parse()).flatten();
+            self.line.clear();
+            if let Some(m) = message {
+                return Some(m);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), io::Error> {
+        self.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::transport::Transport;
+
+    /// A transport over `sh -c SCRIPT` (what the "server" prints is the script's).
+    fn over(script: &str) -> Lines {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", script]);
+        Lines::spawn(cmd).expect("sh starts").0
+    }
+
+    fn call(id: i64) -> TxJsonRpcMessage<RoleClient> {
+        let params = rmcp::model::CallToolRequestParams::new("t");
+        let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+        JsonRpcMessage::request(request, RequestId::Number(id))
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_call_is_read_as_its_result_and_others_as_rmcp_reads_them() {
+        let mut t = over(
+            "read _; printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}' '' '{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}' '{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}'",
+        );
+        t.send(call(7)).await.expect("sent");
+        let first = t.receive().await.expect("a notification");
+        assert!(matches!(first, JsonRpcMessage::Notification(_)), "{first:?}");
+        match t.receive().await.expect("an answer") {
+            JsonRpcMessage::Response(r) => match r.result {
+                ServerResult::CallToolResult(c) => assert_eq!(c.content.len(), 1),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        // Not a request of ours that is known: read as rmcp reads it (`{}` is empty).
+        match t.receive().await.expect("an answer") {
+            JsonRpcMessage::Response(r) => {
+                assert!(matches!(r.result, ServerResult::EmptyResult(_)), "{r:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.receive().await.is_none(), "EOF ends the stream");
+        t.close().await.expect("closed");
+    }
+
+    #[tokio::test]
+    async fn garbage_and_a_call_answered_otherwise_fall_back_to_rmcp() {
+        let mut t = over(
+            "read _; printf '%s\\n' 'not json' '{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"resultType\":\"input_required\",\"inputRequests\":{}}}'",
+        );
+        t.send(call(3)).await.expect("sent");
+        let answer = t.receive().await.expect("the answer, past the garbage");
+        match answer {
+            JsonRpcMessage::Response(r) => assert!(
+                !matches!(r.result, ServerResult::CallToolResult(_)),
+                "an input_required answer is not a tool's result: {r:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        t.close().await.expect("closed");
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_is_dropped_and_the_next_read() {
+        let mut t = over(&format!(
+            "head -c {} /dev/zero | tr '\\0' 'x'; printf '\\n%s\\n' '{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}}'",
+            MAX_LINE + 10
+        ));
+        let m = t.receive().await.expect("the line after the long one");
+        assert!(matches!(m, JsonRpcMessage::Notification(_)), "{m:?}");
+        t.close().await.expect("closed");
+    }
+}
