@@ -435,6 +435,47 @@ async fn main() {
     }
 }
 
+/// Every session making `rounds` calls, one each `gap` ms from moments staggered over the
+/// first gap, or back to back: the latencies of those answered, the errors, the wall time.
+async fn each_calls(
+    sessions: &[Arc<Client>],
+    gap: Option<u64>,
+    rounds: usize,
+) -> (Vec<Duration>, usize, Duration) {
+    let n = sessions.len() as u64;
+    let tasks: Vec<_> = (sessions.iter().enumerate())
+        .map(|(i, c)| {
+            let c = c.clone();
+            let start = tokio::time::Instant::now()
+                + Duration::from_millis(gap.unwrap_or(0) * i as u64 / n);
+            tokio::spawn(async move {
+                let (mut lat, mut errors) = (Vec::with_capacity(rounds), 0);
+                for r in 0..rounds as u32 {
+                    if let Some(gap) = gap {
+                        tokio::time::sleep_until(start + Duration::from_millis(gap) * r).await;
+                    }
+                    let t = Instant::now();
+                    let mut p = CallToolRequestParams::new("sleep");
+                    p.arguments = serde_json::json!({"ms": 0}).as_object().cloned();
+                    match c.peer().call_tool(p).await {
+                        Ok(r) if r.is_error != Some(true) => lat.push(t.elapsed()),
+                        _ => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await.expect("a session's task");
+        all.extend(lat);
+        errors += e;
+    }
+    (all, errors, start.elapsed())
+}
+
 /// The gateway's resident memory (`VmRSS`), in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -447,7 +488,12 @@ fn rss_kib(pid: u32) -> u64 {
 /// at an agent's pace (a call every `PACE_MS`, default 500, started at staggered moments), then
 /// back to back: errors, p50/p99/max of a call, the gateway's memory per open session.
 async fn many_sessions(flux: &str, manifest: &std::path::Path, tmp: &std::path::Path) {
-    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     let (n, pace, rounds) = (env("SESSIONS", 1000) as usize, env("PACE_MS", 500), 10);
     let many = tmp.join("many.toml");
     let text = std::fs::read_to_string(manifest).expect("the manifest");
@@ -459,8 +505,22 @@ async fn many_sessions(flux: &str, manifest: &std::path::Path, tmp: &std::path::
     std::fs::write(&many, limits + &text).expect("the manifest of many sessions");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let argv = s(&[flux, "--manifest", &many.display().to_string(), "mcp", "serve"]);
-    let argv = [argv, s(&["--lane-store", "memory", "--http", &format!("127.0.0.1:{port}")])];
+    let argv = s(&[
+        flux,
+        "--manifest",
+        &many.display().to_string(),
+        "mcp",
+        "serve",
+    ]);
+    let argv = [
+        argv,
+        s(&[
+            "--lane-store",
+            "memory",
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ]),
+    ];
     let (g, target) = launch(&argv.concat(), url.clone());
     let pid = g.0.id();
     let before = rss_kib(pid);
@@ -473,49 +533,24 @@ async fn many_sessions(flux: &str, manifest: &std::path::Path, tmp: &std::path::
         sessions.push(Arc::new(c));
     }
     let opened = rss_kib(pid);
-    let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let paced = |i: usize| Duration::from_millis(pace * i as u64 / n as u64);
-    let run = |gap: Option<u64>| {
-        let tasks: Vec<_> = (sessions.iter().enumerate())
-            .map(|(i, c)| {
-                let (c, errors) = (c.clone(), errors.clone());
-                let start = tokio::time::Instant::now() + paced(i);
-                tokio::spawn(async move {
-                    let mut lat = Vec::with_capacity(rounds);
-                    for r in 0..rounds as u32 {
-                        if let Some(gap) = gap {
-                            tokio::time::sleep_until(start + Duration::from_millis(gap) * r).await;
-                        }
-                        let t = Instant::now();
-                        let mut p = CallToolRequestParams::new("sleep");
-                        p.arguments = serde_json::json!({"ms": 0}).as_object().cloned();
-                        match c.peer().call_tool(p).await {
-                            Ok(r) if r.is_error != Some(true) => lat.push(t.elapsed()),
-                            _ => drop(errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
-                        }
-                    }
-                    lat
-                })
-            })
-            .collect::<Vec<_>>();
-        async move {
-            let start = Instant::now();
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.expect("a session's task"));
-            }
-            (all, start.elapsed())
-        }
-    };
     println!("\n{n} HTTP sessions open at once, {rounds} calls each (ms)");
-    println!("{:40}{:>9}{:>9}{:>9}{:>9}{:>9}", "", "calls/s", "p50", "p99", "max", "errors");
+    println!(
+        "{:40}{:>9}{:>9}{:>9}{:>9}{:>9}",
+        "", "calls/s", "p50", "p99", "max", "errors"
+    );
     let mut rss = Vec::new();
-    for (name, gap) in [(format!("a call every {pace} ms"), Some(pace)), ("back to back".to_string(), None)] {
-        let (mut lat, wall) = run(gap).await;
+    for (name, gap) in [
+        (format!("a call every {pace} ms"), Some(pace)),
+        ("back to back".to_string(), None),
+    ] {
+        let (mut lat, errs, wall) = each_calls(&sessions, gap, rounds).await;
         let rate = lat.len() as f64 / wall.as_secs_f64();
         let max = lat.iter().max().copied().unwrap_or_default().as_secs_f64() * 1000.0;
-        let errs = errors.swap(0, std::sync::atomic::Ordering::Relaxed);
-        println!("{name:40}{rate:9.0}{:9.3}{:9.3}{max:9.3}{errs:9}", pct(&mut lat, 50), pct(&mut lat, 99));
+        println!(
+            "{name:40}{rate:9.0}{:9.3}{:9.3}{max:9.3}{errs:9}",
+            pct(&mut lat, 50),
+            pct(&mut lat, 99)
+        );
         rss.push(rss_kib(pid));
     }
     println!(
