@@ -197,7 +197,8 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         &serve(&["--http", &format!("127.0.0.1:{port}")]),
         format!("http://127.0.0.1:{port}/mcp"),
     );
-    rows.push(("flux-tools serve, HTTP".into(), t, Some(g)));
+    rows.push(("flux-tools serve, HTTP".into(), t.clone(), Some(g)));
+    rows.push(("  its inline tool, HTTP".into(), t, None));
     rows.push(jwt_row(flux, manifest, tmp));
     rows.extend(pool_rows(flux, manifest, tmp));
     // `BASELINE=PATH`: another flux-tools binary (an older commit's), side by side.
@@ -596,8 +597,10 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         "--lane-store",
         "memory",
     ]);
-    let gw = connect(&Target::Stdio(argv)).await;
     let n = (calls / 20).max(50);
+    let raw_direct = vec![s(&[server]); 5];
+    let (mut rd, mut rg) = (raw_lists(raw_direct, n), raw_lists(vec![argv.clone()], n));
+    let gw = connect(&Target::Stdio(argv)).await;
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let t = Instant::now();
@@ -625,6 +628,18 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         "tools/list, 5 × 112 tools, gateway (1 list)",
         pct(&mut g, 50),
         pct(&mut g, 99)
+    );
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "  the same, a client that only reads lines, directly",
+        pct(&mut rd, 50),
+        pct(&mut rd, 99)
+    );
+    println!(
+        "{:40}{:9.3}{:9.3}",
+        "  the same, a client that only reads lines, gateway",
+        pct(&mut rg, 50),
+        pct(&mut rg, 99)
     );
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for _ in 0..calls.min(2000) {
@@ -667,6 +682,75 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         let _ = c.cancel().await;
     }
     let _ = gw.cancel().await;
+}
+
+/// `tools/list` asked `n` times of each of the stdio servers `argvs` in turn, by a client that
+/// writes the request line and reads the answer's line without parsing it (the time is then
+/// the servers', not a client's reading 560 tools): each round's time.
+fn raw_lists(argvs: Vec<Vec<String>>, n: usize) -> Vec<Duration> {
+    let env = [("MCP_TEST_TOOLS", "100")];
+    let mut procs: Vec<Lines> = (argvs.iter())
+        .map(|argv| {
+            let mut child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .envs(env)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("a server starts");
+            let stdin = child.stdin.take().expect("its stdin");
+            let stdout = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+            (child, stdin, stdout)
+        })
+        .collect();
+    for p in procs.iter_mut() {
+        ask_line(p, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}\n", true);
+        ask_line(
+            p,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+            false,
+        );
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/list\"}}\n",
+            i + 1
+        );
+        let t = Instant::now();
+        for p in procs.iter_mut() {
+            ask_line(p, &line, true);
+        }
+        out.push(t.elapsed());
+    }
+    for (mut child, stdin, _) in procs {
+        drop(stdin);
+        let _ = child.wait();
+    }
+    out
+}
+
+/// A server's process, its stdin and its stdout.
+type Lines = (
+    Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+);
+
+/// Write `line` to `p`; with `answer`, read lines until one with an `"id"` (its answer).
+fn ask_line(p: &mut Lines, line: &str, answer: bool) {
+    use std::io::{BufRead, Write};
+    p.1.write_all(line.as_bytes()).expect("a request written");
+    let mut got = Vec::new();
+    while answer {
+        got.clear();
+        p.2.read_until(b'\n', &mut got).expect("an answer read");
+        assert!(!got.is_empty(), "the server closed its stdout");
+        if got.windows(5).any(|w| w == b"\"id\":") {
+            break;
+        }
+    }
 }
 
 /// One round of a row: p50 and p99 at 1 and 8 clients, calls/s at 1, 8 and 64.

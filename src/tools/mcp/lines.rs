@@ -6,6 +6,11 @@
 //! about a tenth of a gateway call's instructions (`benches/README.md`). Anything else, or an
 //! answer the direct reading refuses, is read as rmcp reads it.
 //!
+//! A call can go shorter still ([`Direct`]): written to the server's stdin by the task that
+//! makes it, its answer handed straight to that task by the reading loop — no hand-off to
+//! rmcp's service loop and back, and the answer's `result` parsed once, as JSON. Its id is a
+//! string of ours (`flux-N`), which rmcp's numeric ids never are.
+//!
 //! The process is rmcp's to talk to and ours to end: closing sends EOF on its stdin, waits
 //! up to 3 s, then `SIGTERM`, 3 s more, then `SIGKILL`; dropped, it is killed.
 
@@ -48,6 +53,141 @@ pub(super) struct Lines {
     discarding: bool,
     write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     expected: Arc<Mutex<HashMap<RequestId, Expect>>>,
+    direct: Arc<Direct>,
+}
+
+/// Why a direct request has no result.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// The server answered with a JSON-RPC error: its code and message.
+    Error(i64, String),
+    /// The server's stdio closed (it exited, or is exiting) before it answered.
+    Closed,
+    /// Anything else rmcp says went wrong.
+    Other(String),
+}
+
+/// What a direct request's waiter is given: its `result`, or why there is none.
+type Answered = Result<serde_json::Value, Unanswered>;
+
+/// Requests written by the tasks that make them: their waiters, by the number in their id.
+pub(crate) struct Direct {
+    write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Answered>>>,
+    next: std::sync::atomic::AtomicU64,
+    /// Set when the server's stdout ended: no answer will come.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// The prefix of a direct request's id.
+const DIRECT_ID: &str = "flux-";
+
+impl Direct {
+    /// Send `method` with `params` and wait for its answer; if the future is dropped first
+    /// (the call was stopped), the server is told the request is cancelled.
+    pub(crate) async fn request(&self, method: &str, params: serde_json::Value) -> Answered {
+        use std::sync::atomic::Ordering;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut w) = self.waiting.lock() {
+            w.insert(n, tx);
+        }
+        let mut pending = Pending { direct: self, n };
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Unanswered::Closed);
+        }
+        let line = serde_json::json!({
+            "jsonrpc": "2.0", "id": format!("{DIRECT_ID}{n}"), "method": method, "params": params,
+        });
+        write_line(&self.write, &line).await.map_err(|_| Unanswered::Closed)?;
+        let answered = rx.await.unwrap_or(Err(Unanswered::Closed));
+        pending.n = u64::MAX;
+        answered
+    }
+
+    /// Hand `line`'s answer to its waiter, if it is the answer to a direct request.
+    fn answer(&self, line: &[u8]) -> bool {
+        #[derive(Deserialize)]
+        struct Answer<'a> {
+            id: &'a str,
+            result: Option<serde_json::Value>,
+            error: Option<RpcError>,
+        }
+        #[derive(Deserialize)]
+        struct RpcError {
+            code: i64,
+            message: String,
+        }
+        if !has_key(line, b"\"flux-") {
+            return false;
+        }
+        let Ok(a) = serde_json::from_slice::<Answer>(line) else {
+            return false;
+        };
+        let Some(n) = a.id.strip_prefix(DIRECT_ID).and_then(|n| n.parse().ok()) else {
+            return false;
+        };
+        let Some(tx) = self.waiting.lock().ok().and_then(|mut w| w.remove(&n)) else {
+            return true; // a request given up on: its late answer is dropped
+        };
+        let answered = match (a.result, a.error) {
+            (_, Some(e)) => Err(Unanswered::Error(e.code, e.message)),
+            (Some(r), None) => Ok(r),
+            (None, None) => Err(Unanswered::Error(-32603, "an answer with neither result nor error".into())),
+        };
+        let _ = tx.send(answered);
+        true
+    }
+
+    /// The server's stdout ended: every waiter is told.
+    fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        if let Ok(mut w) = self.waiting.lock() {
+            w.clear();
+        }
+    }
+}
+
+/// A direct request not yet answered: dropped, it is forgotten and the server told.
+struct Pending<'a> {
+    direct: &'a Direct,
+    n: u64,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.n == u64::MAX {
+            return;
+        }
+        let gone = self.direct.waiting.lock().ok().and_then(|mut w| w.remove(&self.n));
+        if gone.is_none() {
+            return;
+        }
+        let cancel = serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": format!("{DIRECT_ID}{}", self.n), "reason": "the call was stopped"},
+        });
+        // Written in the background: a drop cannot wait.
+        let write = self.direct.write.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(EXIT_WAIT, write_line(&write, &cancel)).await;
+        });
+    }
+}
+
+/// Write `message` as a line to the server's stdin.
+async fn write_line(
+    write: &tokio::sync::Mutex<Option<ChildStdin>>,
+    message: &serde_json::Value,
+) -> io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(io::Error::other)?;
+    line.push(b'\n');
+    let mut stdin = write.lock().await;
+    let stdin = stdin
+        .as_mut()
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+    stdin.write_all(&line).await?;
+    stdin.flush().await
 }
 
 impl Lines {
@@ -64,15 +204,28 @@ impl Lines {
             return Err(io::Error::other("the server's stdio was not piped"));
         };
         let (pid, stderr) = (child.id(), child.stderr.take());
+        let write = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
+        let direct = Arc::new(Direct {
+            write: write.clone(),
+            waiting: Mutex::default(),
+            next: Default::default(),
+            closed: Default::default(),
+        });
         let lines = Lines {
             child,
             read: BufReader::with_capacity(64 * 1024, stdout),
             line: Vec::new(),
             discarding: false,
-            write: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            write,
             expected: Arc::default(),
+            direct,
         };
         Ok((lines, pid, stderr))
+    }
+
+    /// Its requests that skip rmcp's service loop.
+    pub(super) fn direct(&self) -> Arc<Direct> {
+        self.direct.clone()
     }
 
     /// Remember how the answer to `item` is to be read (a cancel forgets it).
@@ -136,15 +289,15 @@ impl Lines {
         let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
+        if line.iter().all(u8::is_ascii_whitespace) || self.direct.answer(line) {
             return None;
         }
-        self.direct(line)
+        self.typed(line)
             .or_else(|| serde_json::from_slice(line).ok())
     }
 
     /// `line` read as the answer to a request whose result type is known.
-    fn direct(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
+    fn typed(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
         #[derive(Deserialize)]
         struct Answer<'a> {
             jsonrpc: JsonRpcVersion2_0,
@@ -218,7 +371,10 @@ impl rmcp::transport::Transport<RoleClient> for Lines {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             // Cancel-safe: a read cut short leaves its part of the line in `self.line`.
-            let whole = self.read_line().await?;
+            let Some(whole) = self.read_line().await else {
+                self.direct.close();
+                return None;
+            };
             let message = whole.then(|| self.parse()).flatten();
             self.line.clear();
             if let Some(m) = message {
@@ -302,5 +458,56 @@ mod tests {
         let m = t.receive().await.expect("the line after the long one");
         assert!(matches!(m, JsonRpcMessage::Notification(_)), "{m:?}");
         t.close().await.expect("closed");
+    }
+
+    #[tokio::test]
+    async fn a_direct_request_gets_its_result_or_its_error_and_a_closed_server_ends_it() {
+        let mut t = over(
+            "read a; printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":\"flux-0\",\"result\":{\"content\":[]}}'; read b; printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":\"flux-1\",\"error\":{\"code\":-32602,\"message\":\"no such tool\"}}'; read c",
+        );
+        let direct = t.direct();
+        // The reading loop is rmcp's in a session; here a task drives it.
+        let reader = tokio::spawn(async move { while t.receive().await.is_some() {} });
+        let first = direct.request("tools/call", serde_json::json!({})).await;
+        assert_eq!(first.ok(), Some(serde_json::json!({"content": []})));
+        match direct.request("tools/call", serde_json::json!({})).await {
+            Err(Unanswered::Error(-32602, m)) => assert_eq!(m, "no such tool"),
+            other => panic!("{other:?}"),
+        }
+        // The server reads the third request and exits without an answer.
+        let third = direct.request("tools/call", serde_json::json!({})).await;
+        assert!(matches!(third, Err(Unanswered::Closed)), "{third:?}");
+        reader.await.expect("the reader ends at EOF");
+        let after = direct.request("tools/call", serde_json::json!({})).await;
+        assert!(matches!(after, Err(Unanswered::Closed)), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_direct_request_given_up_on_is_cancelled_at_the_server() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let seen = dir.path().join("seen");
+        let mut t = over(&format!("read a; read b; printf '%s' \"$b\" > '{}'; cat > /dev/null", seen.display()));
+        let direct = t.direct();
+        let reader = tokio::spawn(async move {
+            while t.receive().await.is_some() {}
+        });
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(200),
+            direct.request("tools/call", serde_json::json!({"name": "slow"})),
+        )
+        .await;
+        assert!(gave_up.is_err(), "no answer came");
+        let mut line = String::new();
+        for _ in 0..100 {
+            line = std::fs::read_to_string(&seen).unwrap_or_default();
+            if !line.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cancel: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], "flux-0");
+        reader.abort();
     }
 }

@@ -20,6 +20,7 @@ mod server;
 
 pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};
 pub(crate) use server::{Asker, Change, McpHub};
+use lines::Unanswered;
 use server::relay_progress;
 
 use std::sync::Arc;
@@ -51,6 +52,16 @@ pub enum Op {
     CallTool,
     /// `resources/read` of the call's `uri` (the gateway's reads of a whole server).
     ReadResource,
+}
+
+impl Op {
+    /// Its JSON-RPC method.
+    fn method(self) -> &'static str {
+        match self {
+            Op::CallTool => "tools/call",
+            Op::ReadResource => "resources/read",
+        }
+    }
 }
 
 impl Kind for McpSpec {
@@ -120,6 +131,15 @@ impl Kind for McpSpec {
 
 super::kind::invoke_boxed!(McpTool);
 
+/// Why rmcp has no answer, as a direct request says it.
+fn unanswered(e: ServiceError) -> Unanswered {
+    match e {
+        ServiceError::McpError(e) => Unanswered::Error(i64::from(e.code.0), e.message.to_string()),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => Unanswered::Closed,
+        e => Unanswered::Other(e.to_string()),
+    }
+}
+
 pub struct McpTool {
     name: String,
     server: String,
@@ -140,7 +160,7 @@ impl McpTool {
     }
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
-        let request = match self.op {
+        let params = match self.op {
             Op::CallTool => {
                 let mut params = json!({"name": self.remote, "arguments": inv.args()});
                 if let Some(key) = &inv.idempotency_key {
@@ -149,48 +169,54 @@ impl McpTool {
                 if let Some(tp) = inv.traceparent() {
                     params["_meta"]["traceparent"] = json!(tp);
                 }
-                serde_json::from_value(params)
-                    .map(|p| ClientRequest::CallToolRequest(CallToolRequest::new(p)))
+                params
             }
-            Op::ReadResource => serde_json::from_value(json!({"uri": inv.args()["uri"]}))
-                .map(|p| ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p))),
+            Op::ReadResource => json!({"uri": inv.args()["uri"]}),
         };
-        let request = request.map_err(|e| {
-            let why = format!("cannot build the request to MCP server `{}`: {e}", self.server);
-            Failure::failed(ErrorKind::SpawnFailed, why)
-        })?;
-        match self.send(request, inv, stop).await? {
-            ServerResult::CallToolResult(r) if self.op == Op::CallTool => {
-                let raw = serde_json::to_value(&r).unwrap_or(Value::Null);
+        let raw = self.send(params, inv, stop).await?;
+        if !self.is_answer(&raw) {
+            return Err(Failure::failed(
+                ErrorKind::McpError,
+                format!(
+                    "tool `{}` on MCP server `{}`: unexpected answer: {raw}",
+                    self.name, self.server
+                ),
+            ));
+        }
+        match self.op {
+            Op::CallTool => {
                 if let Some(relay) = &inv.run.relay {
                     relay.keep(raw.clone());
                 }
                 self.shape(raw)
             }
             // A resource's contents are the output, as they came (so a cached read is too).
-            ServerResult::ReadResourceResult(r) if self.op == Op::ReadResource => {
-                Ok(serde_json::to_value(&r).unwrap_or(Value::Null))
-            }
-            other => Err(Failure::failed(
-                ErrorKind::McpError,
-                format!(
-                    "tool `{}` on MCP server `{}`: unexpected answer: {}",
-                    self.name,
-                    self.server,
-                    serde_json::to_string(&other).unwrap_or_default()
-                ),
-            )),
+            Op::ReadResource => Ok(raw),
         }
     }
 
-    /// Send `request` on the server's session (started, or started again for a retry after
-    /// it went away) and wait for its answer, relaying progress; a stop cancels it there.
-    async fn send(
-        &self,
-        request: ClientRequest,
-        inv: &Invocation,
-        stop: &mut Stop,
-    ) -> Result<ServerResult, Failure> {
+    /// Whether `raw` is a whole answer to this tool's request: a tool's result (`content`,
+    /// `structuredContent` or `isError`, and no `resultType` but `complete`), or a read's
+    /// `contents` — as rmcp reads them.
+    fn is_answer(&self, raw: &Value) -> bool {
+        let Some(o) = raw.as_object() else {
+            return false;
+        };
+        match self.op {
+            Op::CallTool => {
+                let complete = o.get("resultType").is_none_or(|t| t == "complete");
+                let any = ["content", "structuredContent", "isError"];
+                complete && any.iter().any(|k| o.contains_key(*k))
+            }
+            Op::ReadResource => o.get("contents").is_some_and(Value::is_array),
+        }
+    }
+
+    /// Send the request (`params`) on the server's session (started, or started again for a
+    /// retry after it went away) and wait for its answer's `result`, relaying progress; a
+    /// stop cancels it there. A stdio server's call that relays no progress is written by
+    /// this task itself ([`lines::Direct`]), else it goes through rmcp.
+    async fn send(&self, params: Value, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         if inv.attempt > 1 {
             // A retry after the server went away mid-call: it is started again for it.
             self.hub.renew(&self.server).await;
@@ -209,44 +235,84 @@ impl McpTool {
         }
         let asker = inv.run.relay.as_ref().and_then(|r| r.ask.clone());
         let _asking = session.asking.enter(asker);
+        let relays = inv.run.relay.as_ref().is_some_and(|r| r.progress.is_some());
+        let answered = match session.direct() {
+            Some(direct) if !relays => tokio::select! {
+                a = direct.request(self.op.method(), params) => a,
+                _ = stop.stopped() => return Err(Failure::Stopped),
+            },
+            _ => Box::pin(self.through_rmcp(&session, params, inv, stop)).await?,
+        };
+        self.answered(&session, answered).await
+    }
+
+    /// The request sent through rmcp's service (progress relayed): its answer as JSON.
+    async fn through_rmcp(
+        &self,
+        session: &server::Session,
+        params: Value,
+        inv: &Invocation,
+        stop: &mut Stop,
+    ) -> Result<Result<Value, Unanswered>, Failure> {
+        let request = match self.op {
+            Op::CallTool => serde_json::from_value(params)
+                .map(|p| ClientRequest::CallToolRequest(CallToolRequest::new(p))),
+            Op::ReadResource => serde_json::from_value(params)
+                .map(|p| ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p))),
+        };
+        let request = request.map_err(|e| {
+            let why = format!("cannot build the request to MCP server `{}`: {e}", self.server);
+            Failure::failed(ErrorKind::SpawnFailed, why)
+        })?;
         let sent = session
             .peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await;
-        let result = match sent {
-            Ok(mut handle) => {
-                let relay = inv.run.relay.as_ref().and_then(|r| r.progress.clone());
-                let progress = match relay {
-                    Some(to) => Some(relay_progress(&session, handle.progress_token.clone(), to).await),
-                    None => None,
-                };
-                let answer = tokio::select! {
-                    r = &mut handle.rx => r.unwrap_or(Err(ServiceError::TransportClosed)),
-                    _ = stop.stopped() => {
-                        // Tell the server, and wait until the notification is written, so a run
-                        // that ends right after still delivers it.
-                        let why = format!("{:?}", stop.cause());
-                        let _ = tokio::time::timeout(Duration::from_secs(2), handle.cancel(Some(why))).await;
-                        return Err(Failure::Stopped);
-                    }
-                };
-                if let Some(p) = progress {
-                    p.abort();
-                }
-                answer
-            }
-            Err(e) => Err(e),
+        let mut handle = match sent {
+            Ok(handle) => handle,
+            Err(e) => return Ok(Err(unanswered(e))),
         };
-        match result {
+        let relay = inv.run.relay.as_ref().and_then(|r| r.progress.clone());
+        let progress = match relay {
+            Some(to) => Some(relay_progress(session, handle.progress_token.clone(), to).await),
+            None => None,
+        };
+        let answer = tokio::select! {
+            r = &mut handle.rx => r.unwrap_or(Err(ServiceError::TransportClosed)),
+            _ = stop.stopped() => {
+                // Tell the server, and wait until the notification is written, so a run
+                // that ends right after still delivers it.
+                let why = format!("{:?}", stop.cause());
+                let _ = tokio::time::timeout(Duration::from_secs(2), handle.cancel(Some(why))).await;
+                return Err(Failure::Stopped);
+            }
+        };
+        if let Some(p) = progress {
+            p.abort();
+        }
+        Ok(answer.map_err(unanswered).map(|r| match r {
+            ServerResult::CallToolResult(r) => serde_json::to_value(&r).unwrap_or(Value::Null),
+            ServerResult::ReadResourceResult(r) => serde_json::to_value(&r).unwrap_or(Value::Null),
+            other => json!({"unexpected": other}),
+        }))
+    }
+
+    /// An answer, or why there is none, as the call's outcome.
+    async fn answered(
+        &self,
+        session: &server::Session,
+        answered: Result<Value, Unanswered>,
+    ) -> Result<Value, Failure> {
+        match answered {
             Ok(r) => Ok(r),
-            Err(ServiceError::McpError(e)) => Err(Failure::failed(
+            Err(Unanswered::Error(code, message)) => Err(Failure::failed(
                 ErrorKind::McpError,
                 format!(
-                    "tool `{}` on MCP server `{}`: JSON-RPC error {}: {}",
-                    self.name, self.server, e.code.0, e.message
+                    "tool `{}` on MCP server `{}`: JSON-RPC error {code}: {message}",
+                    self.name, self.server
                 ),
             )),
-            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+            Err(Unanswered::Closed) => {
                 session
                     .dead
                     .store(true, std::sync::atomic::Ordering::Release);
@@ -257,7 +323,7 @@ impl McpTool {
                 }
                 Err(Failure::Lost(why))
             }
-            Err(e) => Err(Failure::failed(
+            Err(Unanswered::Other(e)) => Err(Failure::failed(
                 ErrorKind::McpError,
                 format!("tool `{}` on MCP server `{}`: {e}", self.name, self.server),
             )),

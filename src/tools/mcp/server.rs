@@ -208,6 +208,8 @@ pub struct Session {
     pub(super) asking: Askers,
     /// A stdio server's process id: its exit is seen as soon as it happens.
     pid: Option<u32>,
+    /// A stdio server's requests that skip rmcp's service loop.
+    direct: Option<Arc<super::lines::Direct>>,
 }
 
 impl Drop for Session {
@@ -237,6 +239,11 @@ impl Session {
 
     /// The stderr tail of a server that went away, once its last words are read (its stderr
     /// can end a moment after its stdout; at most half a second is waited).
+    /// Its requests that skip rmcp's service loop (a stdio server's).
+    pub(super) fn direct(&self) -> Option<&super::lines::Direct> {
+        self.direct.as_deref()
+    }
+
     pub(super) async fn last_words(&self) -> String {
         let mut eof = self.stderr_eof.clone();
         let _ = tokio::time::timeout(Duration::from_millis(500), eof.wait_for(|_| false)).await;
@@ -485,7 +492,7 @@ async fn start(
         changes,
         asking: Askers::default(),
     };
-    let mut pid = None;
+    let (mut pid, mut direct) = (None, None);
     let service: Service = if let Some(argv) = &decl.command {
         let cmd = command(decl, argv, &render)?;
         let (transport, id, err) = super::lines::Lines::spawn(cmd).map_err(|e| {
@@ -495,6 +502,7 @@ async fn start(
             )
         })?;
         pid = id;
+        direct = Some(transport.direct());
         if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
             crate::tools::reaper::watch(p);
         }
@@ -550,6 +558,7 @@ async fn start(
         tools: Mutex::new(None),
         dead: std::sync::atomic::AtomicBool::new(false),
         pid,
+        direct,
     })
 }
 
