@@ -617,29 +617,15 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
     }
     println!("\nwhole servers, {n} times each (ms)");
     println!("{:40}{:>9}{:>9}", "", "p50", "p99");
-    println!(
-        "{:40}{:9.3}{:9.3}",
-        "tools/list, 5 × 112 tools, directly (5 lists)",
-        pct(&mut d, 50),
-        pct(&mut d, 99)
-    );
-    println!(
-        "{:40}{:9.3}{:9.3}",
-        "tools/list, 5 × 112 tools, gateway (1 list)",
-        pct(&mut g, 50),
-        pct(&mut g, 99)
-    );
-    println!(
-        "{:40}{:9.3}{:9.3}",
+    print_row("tools/list, 5 × 112 tools, directly (5 lists)", &mut d);
+    print_row("tools/list, 5 × 112 tools, gateway (1 list)", &mut g);
+    print_row(
         "  the same, a client that only reads lines, directly",
-        pct(&mut rd, 50),
-        pct(&mut rd, 99)
+        &mut rd,
     );
-    println!(
-        "{:40}{:9.3}{:9.3}",
+    print_row(
         "  the same, a client that only reads lines, gateway",
-        pct(&mut rg, 50),
-        pct(&mut rg, 99)
+        &mut rg,
     );
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for _ in 0..calls.min(2000) {
@@ -652,18 +638,8 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         gw.peer().read_resource(p).await.expect("read");
         g.push(t.elapsed());
     }
-    println!(
-        "{:40}{:9.3}{:9.3}",
-        "resources/read, directly",
-        pct(&mut d, 50),
-        pct(&mut d, 99)
-    );
-    println!(
-        "{:40}{:9.3}{:9.3}",
-        "resources/read, gateway",
-        pct(&mut g, 50),
-        pct(&mut g, 99)
-    );
+    print_row("resources/read, directly", &mut d);
+    print_row("resources/read, gateway", &mut g);
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for _ in 0..calls.min(2000) {
         let t = Instant::now();
@@ -673,11 +649,8 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         call(&gw, "s0_sleep").await;
         g.push(t.elapsed());
     }
-    let row = |name: &str, xs: &mut Vec<Duration>| {
-        println!("{name:40}{:9.3}{:9.3}", pct(xs, 50), pct(xs, 99));
-    };
-    row("tools/call, directly", &mut d);
-    row("tools/call, gateway (560 tools)", &mut g);
+    print_row("tools/call, directly", &mut d);
+    print_row("tools/call, gateway (560 tools)", &mut g);
     for c in direct {
         let _ = c.cancel().await;
     }
@@ -743,7 +716,10 @@ fn ask_line(p: &mut Lines, line: &str, answer: bool) {
     use std::io::{BufRead, Write};
     p.1.write_all(line.as_bytes()).expect("a request written");
     let mut got = Vec::new();
-    while answer {
+    if !answer {
+        return;
+    }
+    loop {
         got.clear();
         p.2.read_until(b'\n', &mut got).expect("an answer read");
         assert!(!got.is_empty(), "the server closed its stdout");
@@ -751,6 +727,11 @@ fn ask_line(p: &mut Lines, line: &str, answer: bool) {
             break;
         }
     }
+}
+
+/// A row of p50 and p99.
+fn print_row(name: &str, xs: &mut [Duration]) {
+    println!("{name:40}{:9.3}{:9.3}", pct(xs, 50), pct(xs, 99));
 }
 
 /// One round of a row: p50 and p99 at 1 and 8 clients, calls/s at 1, 8 and 64.
