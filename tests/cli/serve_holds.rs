@@ -251,6 +251,63 @@ fn a_sessions_writes_start_in_the_order_they_came_on_the_wire() {
     assert_eq!(starts, wire);
 }
 
+/// A plain call is answered by the stdio wire itself; one with an idempotency key goes
+/// through rmcp's handler. On one wire, the two ways keep the wire's order of writes, each call
+/// gets its one answer, and a call with a progress token hears it is queued before its answer.
+#[test]
+fn plain_and_keyed_calls_on_one_stdio_wire_keep_its_order_and_each_gets_one_answer() {
+    let p = Project::new("");
+    let log = job_manifest(&p, "write");
+    let mut gw = StdioGateway::start(&p, &[]);
+    let n = 40;
+    for i in 0..n {
+        let args = json!({"tag": format!("w{i}"), "secs": if i == 0 { "0.4" } else { "0" }});
+        let meta = match i % 4 {
+            1 => json!({"idempotencyKey": format!("key-{i}")}),
+            2 => json!({"progressToken": format!("p{i}")}),
+            _ => json!({}),
+        };
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "job", "arguments": args, "_meta": meta}});
+        gw.send(&msg.to_string());
+    }
+    let mut msgs = Vec::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    while msgs
+        .iter()
+        .filter(|m: &&Value| m.get("id").is_some())
+        .count()
+        < n
+        && Instant::now() < until
+    {
+        msgs.extend(gw.recv(Duration::from_secs(10)));
+    }
+    msgs.extend(gw.drain(Duration::from_millis(300)));
+    for i in 0..n {
+        let answers: Vec<&Value> = msgs.iter().filter(|m| m["id"] == json!(i)).collect();
+        assert_eq!(answers.len(), 1, "call {i}: {msgs:?}");
+        let text = answers[0]["result"]["content"][0]["text"].as_str();
+        assert_eq!(text, Some(format!("done w{i}").as_str()), "{}", answers[0]);
+    }
+    // The first write holds the backend for 0.4 s: the calls with a token hear they wait,
+    // before their answers.
+    let position = |pred: &dyn Fn(&Value) -> bool| msgs.iter().position(pred);
+    let said = position(&|m| m["params"]["progressToken"] == "p2").expect("p2 heard");
+    let answered = position(&|m| m["id"] == json!(2)).expect("2 answered");
+    assert!(said < answered, "{msgs:?}");
+    let starts: Vec<String> = log_lines(&log)
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("start ")?
+                .split(' ')
+                .next()
+                .map(String::from)
+        })
+        .collect();
+    let wire: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
+    assert_eq!(starts, wire);
+}
+
 #[test]
 fn on_sigterm_over_stdio_a_call_in_flight_finishes_and_the_gateway_exits_0() {
     let p = Project::new("");

@@ -159,7 +159,7 @@ fn task_param(body: &[u8]) -> Option<Value> {
 
 /// A plain `tools/call` (its `_meta` at most a progress token and a `traceparent`, no input
 /// responses or request state) or a cancel; `None`: anything else, rmcp's.
-fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
+pub(super) fn short(message: &ClientJsonRpcMessage) -> Option<Short> {
     match message {
         ClientJsonRpcMessage::Notification(n) => match &n.notification {
             ClientNotification::CancelledNotification(c) => {

@@ -1,4 +1,4 @@
-//! The short way for a `tools/call` over HTTP: a call of a known session (its `_meta` at
+//! The short way for a `tools/call`. Over HTTP: a call of a known session (its `_meta` at
 //! most a progress token and a `traceparent`) is answered here straight from the gateway — as `application/json`
 //! when nothing is said before the answer, else as an event stream of its progress and then
 //! the answer — not through rmcp's session worker and an SSE stream, which cost a call more
@@ -9,6 +9,10 @@
 //!
 //! A call whose client goes away is cancelled and still driven to its end (its upstream is
 //! told), like one of rmcp's.
+//!
+//! On the stdio wire ([`on_a_wire`]): a plain call of a client that takes no tasks is run by
+//! a task of its own and its answer written as a line, its progress as notifications before
+//! it — what rmcp's service loop and handler would write, without their hand-offs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -177,6 +181,55 @@ pub(super) async fn answer(
     });
     use futures_util::StreamExt;
     Some(Answer::Events(Box::pin(head.chain(rest))))
+}
+
+/// Run a plain call read from a stdio wire and write its answer there. `cancel` is the
+/// client's (`notifications/cancelled`); the end of the client's input (`gone`) cancels it
+/// too, and it is still driven to its end.
+pub(super) async fn on_a_wire(
+    short: Arc<super::stdio::Shortcut>,
+    call: super::entry::Call,
+    (arrival, cancel): (Option<Arc<super::order::Pass>>, CancellationToken),
+    (sink, key, gone): (super::stdio::Sink, String, CancellationToken),
+) {
+    let super::entry::Call {
+        id,
+        name,
+        args,
+        progress,
+        traceparent,
+    } = call;
+    let progress: Option<ProgressSink> = progress.map(|token| {
+        let sink = sink.clone();
+        Arc::new(move |p| {
+            if let Some(line) = answer::progress_message(&token, p) {
+                let _ = sink.say(line);
+            }
+        }) as ProgressSink
+    });
+    let cx = CallCx {
+        caller: short.caller.clone(),
+        traceparent,
+        cancel: cancel.clone(),
+        progress,
+        elicit: None,
+        arrival,
+        asks: None,
+        key: None,
+        mrtr: None,
+        started: None,
+    };
+    let target = super::gateway::Target::Tool(&name);
+    let mut run = Box::pin(short.gateway.call(&short.session, target, args, cx));
+    let r = tokio::select! {
+        biased;
+        r = &mut run => r,
+        () = gone.cancelled() => {
+            cancel.cancel();
+            run.await
+        }
+    };
+    let _ = sink.answer(&key, || answer::reply(&id, r));
 }
 
 /// A progress notification on the client's token, as one event.

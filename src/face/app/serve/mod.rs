@@ -193,7 +193,7 @@ async fn terminated() {
 /// nobody is left to answer) or a signal (they get `grace` to finish, and the session is
 /// served meanwhile, so their answers reach the client).
 async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result<(), Error> {
-    let handler = Handler::new(gateway.clone(), tenant);
+    let handler = Handler::new(gateway.clone(), tenant.clone());
     let (input, output) = rmcp::transport::io::stdio_pipes();
     let session = handler.session();
     let (wire, outbox) = stdio::Wire::new(
@@ -201,6 +201,11 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
         output,
         (session.turnstile.clone(), session.gone.clone()),
     );
+    let wire = wire.answering(stdio::Shortcut {
+        gateway: gateway.clone(),
+        session: session.clone(),
+        caller: caller::Caller::local(tenant),
+    });
     let service = handler
         .serve(wire)
         .await

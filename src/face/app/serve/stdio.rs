@@ -8,8 +8,12 @@
 //! gets no response (the specification's "SHOULD NOT"). Its [`Outbox`] tells the face when
 //! every request read has been answered and every line written, so a gateway that stops on a
 //! signal closes the wire only after the answers of the calls it let finish.
+//!
+//! A plain `tools/call` of a client that takes no tasks and speaks a protocol older than
+//! `2026-07-28` is answered by the wire itself ([`Shortcut`], the short way of
+//! [`super::fast`]), not through rmcp's service loop and handler; everything else is rmcp's.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +29,9 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::caller::Caller;
+use super::entry::Short;
+use super::gateway::{Gateway, Session};
 use super::order::{Pass, Turnstile};
 
 /// The longest line read (as the HTTP face's body limit).
@@ -128,11 +135,51 @@ fn key(id: &rmcp::model::RequestId) -> String {
     serde_json::to_string(id).unwrap_or_default()
 }
 
-/// Requests in flight, and those of them the client cancelled (whose responses are dropped).
+/// Requests in flight, those of them the client cancelled (whose responses are dropped), and
+/// how to cancel those the wire answers itself.
 #[derive(Default)]
 struct Calls {
     inflight: HashSet<String>,
     cancelled: HashSet<String>,
+    short: HashMap<String, CancellationToken>,
+}
+
+/// Where a wire's lines go: its writer, and the requests in flight they answer.
+#[derive(Clone)]
+pub(super) struct Sink {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    calls: Arc<Mutex<Calls>>,
+    answered: Arc<Notify>,
+}
+
+impl Sink {
+    /// Write a line that answers no request (a notification, an error of no request).
+    pub(super) fn say(&self, line: Vec<u8>) -> Result<(), Closed> {
+        self.out.send(line).map_err(|_| Closed)
+    }
+
+    /// Write the answer to request `key`: dropped if the client cancelled it; the face is told
+    /// when it was the last in flight.
+    pub(super) fn answer(&self, key: &str, line: impl FnOnce() -> Vec<u8>) -> Result<(), Closed> {
+        let (mut drop_it, mut last) = (false, false);
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.short.remove(key);
+            last = calls.inflight.remove(key) && calls.inflight.is_empty();
+            drop_it = calls.cancelled.remove(key);
+        }
+        let sent = if drop_it { Ok(()) } else { self.say(line()) };
+        if last {
+            self.answered.notify_waiters();
+        }
+        sent
+    }
+}
+
+/// What a wire needs to answer a plain call itself: its gateway, session and caller.
+pub(super) struct Shortcut {
+    pub gateway: Arc<Gateway>,
+    pub session: Arc<Session>,
+    pub caller: Caller,
 }
 
 /// What the face waits on before it closes a wire: every request read answered, and every
@@ -169,10 +216,11 @@ impl Outbox {
 /// The stdio transport of one session.
 pub(super) struct Wire<R> {
     lines: BufReader<R>,
-    out: mpsc::UnboundedSender<Vec<u8>>,
-    calls: Arc<Mutex<Calls>>,
-    answered: Arc<Notify>,
+    sink: Sink,
     turnstile: Arc<Turnstile>,
+    /// The short way, once the client's `initialize` showed it may take it.
+    short: Option<Arc<Shortcut>>,
+    plain: bool,
     /// Cancelled at the end of input: the client is gone.
     gone: CancellationToken,
 }
@@ -203,13 +251,23 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         };
         let wire = Wire {
             lines: BufReader::with_capacity(64 * 1024, input),
-            out,
-            calls,
-            answered,
+            sink: Sink {
+                out,
+                calls,
+                answered,
+            },
             turnstile,
+            short: None,
+            plain: false,
             gone,
         };
         (wire, outbox)
+    }
+
+    /// Answer plain calls on this wire itself.
+    pub(super) fn answering(mut self, short: Shortcut) -> Wire<R> {
+        self.short = Some(Arc::new(short));
+        self
     }
 
     /// The next line, at most [`MAX_LINE`] bytes (`Err(())`: it was longer and was skipped to
@@ -247,17 +305,24 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         }
     }
 
-    /// Number a call, remember a request, note a cancellation.
-    fn note(&self, msg: &mut ClientJsonRpcMessage) {
-        let Ok(mut calls) = self.calls.lock() else {
+    /// Number a call, remember a request, note a cancellation (and cancel a call of the short
+    /// way), learn from `initialize` whether the short way may be taken.
+    fn note(&mut self, msg: &mut ClientJsonRpcMessage) {
+        let Ok(mut calls) = self.sink.calls.lock() else {
             return;
         };
         match msg {
             ClientJsonRpcMessage::Request(r) => {
                 calls.inflight.insert(key(&r.id));
-                if let ClientRequest::CallToolRequest(call) = &mut r.request {
-                    let pass = Arc::new(self.turnstile.pass());
-                    call.extensions.insert(Arrival(pass));
+                match &mut r.request {
+                    ClientRequest::CallToolRequest(call) => {
+                        let pass = Arc::new(self.turnstile.pass());
+                        call.extensions.insert(Arrival(pass));
+                    }
+                    ClientRequest::InitializeRequest(init) => {
+                        self.plain = plain(&init.params);
+                    }
+                    _ => {}
                 }
             }
             ClientJsonRpcMessage::Notification(n) => {
@@ -265,6 +330,9 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
                     if let Some(id) = &c.params.request_id {
                         let k = key(id);
                         if calls.inflight.contains(&k) {
+                            if let Some(token) = calls.short.get(&k) {
+                                token.cancel();
+                            }
                             calls.cancelled.insert(k);
                         }
                     }
@@ -273,6 +341,55 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
             ClientJsonRpcMessage::Response(_) | ClientJsonRpcMessage::Error(_) => {}
         }
     }
+
+    /// Take `msg` the short way if it is a plain call the wire may answer itself (`None`:
+    /// taken), else give it back for rmcp.
+    fn short_way(&self, msg: Box<ClientJsonRpcMessage>) -> Option<Box<ClientJsonRpcMessage>> {
+        let Some(short) = self.short.as_ref().filter(|_| self.plain) else {
+            return Some(msg);
+        };
+        let Some(Short::Call(call)) = super::entry::short(&msg) else {
+            return Some(msg);
+        };
+        if short.gateway.may_ask_client(&short.session, &call.name) {
+            return Some(msg);
+        }
+        let arrival = match &*msg {
+            ClientJsonRpcMessage::Request(r) => match &r.request {
+                ClientRequest::CallToolRequest(c) => {
+                    c.extensions.get::<Arrival>().map(|a| a.0.clone())
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let key = serde_json::to_string(&call.id).unwrap_or_default();
+        let cancel = CancellationToken::new();
+        if let Ok(mut calls) = self.sink.calls.lock() {
+            calls.short.insert(key.clone(), cancel.clone());
+        }
+        let on = (self.sink.clone(), key, self.gone.clone());
+        tokio::spawn(super::fast::on_a_wire(
+            short.clone(),
+            *call,
+            (arrival, cancel),
+            on,
+        ));
+        None
+    }
+}
+
+/// Whether a client's calls may go the short way: it takes no tasks (a call that parks would
+/// become one) and speaks a protocol whose answers need no `resultType`.
+fn plain(init: &rmcp::model::InitializeRequestParams) -> bool {
+    use rmcp::model::ProtocolVersion as V;
+    let legacy = [
+        V::V_2024_11_05,
+        V::V_2025_03_26,
+        V::V_2025_06_18,
+        V::V_2025_11_25,
+    ];
+    legacy.contains(&init.protocol_version) && !init.capabilities.supports_tasks()
 }
 
 /// Why the wire failed (its writer is gone).
@@ -292,21 +409,11 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
             ServerJsonRpcMessage::Error(e) => e.id.as_ref().map(key),
             _ => None,
         };
-        let mut drop_it = false;
-        let mut last = false;
-        if let (Some(k), Ok(mut calls)) = (answered, self.calls.lock()) {
-            last = calls.inflight.remove(&k) && calls.inflight.is_empty();
-            drop_it = calls.cancelled.remove(&k);
-        }
-        let sent = if drop_it {
-            Ok(())
-        } else {
-            let line = serde_json::to_vec(&item).unwrap_or_default();
-            self.out.send(line).map_err(|_| Closed)
+        let line = || serde_json::to_vec(&item).unwrap_or_default();
+        let sent = match answered {
+            Some(k) => self.sink.answer(&k, line),
+            None => self.sink.say(line()),
         };
-        if last {
-            self.answered.notify_waiters();
-        }
         std::future::ready(sent)
     }
 
@@ -320,18 +427,20 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
                 Ok(l) => l,
                 Err(()) => {
                     let why = format!("invalid request: a message longer than {MAX_LINE} bytes");
-                    let _ = self.out.send(error(&Value::Null, -32600, &why));
+                    let _ = self.sink.say(error(&Value::Null, -32600, &why));
                     continue;
                 }
             };
             match read_line(&line) {
                 Line::Skip => {}
                 Line::Refused(answer) => {
-                    let _ = self.out.send(answer);
+                    let _ = self.sink.say(answer);
                 }
                 Line::Message(mut m) => {
                     self.note(&mut m);
-                    return Some(*m);
+                    if let Some(m) = self.short_way(m) {
+                        return Some(*m);
+                    }
                 }
             }
         }
