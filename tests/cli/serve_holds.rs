@@ -37,6 +37,20 @@ impl StdioGateway {
         (global, extra): (&[&str], &[&str]),
         stderr: Stdio,
     ) -> StdioGateway {
+        StdioGateway::launch(dir, (global, extra), stderr, "2025-06-18")
+    }
+
+    /// Start it in `p` with a client that asks for protocol `version`.
+    pub(crate) fn start_speaking(p: &Project, version: &str) -> StdioGateway {
+        StdioGateway::launch(p.path(), (&[], &[]), Stdio::null(), version)
+    }
+
+    fn launch(
+        dir: &std::path::Path,
+        (global, extra): (&[&str], &[&str]),
+        stderr: Stdio,
+        version: &str,
+    ) -> StdioGateway {
         let mut child = Command::new(flux_bin())
             .current_dir(dir)
             .args(global)
@@ -67,7 +81,9 @@ impl StdioGateway {
             child,
             lines,
         };
-        gw.send(r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#);
+        let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
+        gw.send(&init.to_string());
         let init = gw
             .recv(Duration::from_secs(20))
             .expect("initialize answered");
@@ -306,6 +322,46 @@ fn plain_and_keyed_calls_on_one_stdio_wire_keep_its_order_and_each_gets_one_answ
         .collect();
     let wire: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
     assert_eq!(starts, wire);
+}
+
+/// The short way writes what rmcp's handler writes: for a client of each protocol, a plain
+/// call's answer (and an unknown tool's error) is the line a call with an idempotency key
+/// (rmcp's way) gets, but for its id — `resultType` included or left out alike.
+#[test]
+fn over_stdio_the_short_way_answers_as_rmcps_handler_does_at_every_protocol() {
+    let p = Project::new("");
+    p.write(
+        "tools.toml",
+        "[tools.inline]\nkind = \"scripted\"\neffect = \"read\"\noutput = { n = 1 }\n",
+    );
+    for version in ["2024-11-05", "2025-06-18", "2025-11-25", "2026-07-28"] {
+        let mut gw = StdioGateway::start_speaking(&p, version);
+        for (id, name) in [(1, "inline"), (2, "nope")] {
+            for (way, meta) in [
+                ("short", json!({})),
+                ("rmcp", json!({"idempotencyKey": format!("k{id}")})),
+            ] {
+                let msg = json!({"jsonrpc": "2.0", "id": format!("{way}-{id}"), "method": "tools/call",
+                    "params": {"name": name, "arguments": {}, "_meta": meta}});
+                gw.send(&msg.to_string());
+            }
+        }
+        let mut msgs = gw.drain(Duration::from_millis(1500));
+        assert_eq!(msgs.len(), 4, "{version}: {msgs:?}");
+        for m in &mut msgs {
+            m["id"] = json!(m["id"].as_str().unwrap_or_default().rsplit('-').next());
+        }
+        for id in ["1", "2"] {
+            let both: Vec<&Value> = msgs.iter().filter(|m| m["id"] == id).collect();
+            assert_eq!(both.len(), 2, "{version}: {msgs:?}");
+            assert_eq!(both[0], both[1], "{version}");
+        }
+        let answer = msgs.iter().find(|m| m["id"] == "1").expect("answered");
+        assert_eq!(answer["result"]["structuredContent"]["n"], 1, "{answer}");
+        // A stdio session speaks `2025-11-25` at most (the gateway's answer to a client that
+        // asks for `2026-07-28`), whose results carry no `resultType`.
+        assert!(answer["result"].get("resultType").is_none(), "{answer}");
+    }
 }
 
 #[test]

@@ -183,12 +183,13 @@ pub(super) async fn answer(
     Some(Answer::Events(Box::pin(head.chain(rest))))
 }
 
-/// Run a plain call read from a stdio wire and write its answer there. `cancel` is the
+/// Run a plain call read from a stdio wire and write its answer there (`modern`: to a
+/// `2026-07-28` client, whose result says `resultType`). `cancel` is the
 /// client's (`notifications/cancelled`); the end of the client's input (`gone`) cancels it
 /// too, and it is still driven to its end.
 pub(super) async fn on_a_wire(
     short: Arc<super::stdio::Shortcut>,
-    call: super::entry::Call,
+    (call, modern): (super::entry::Call, bool),
     (arrival, cancel): (Option<Arc<super::order::Pass>>, CancellationToken),
     (sink, key, gone): (super::stdio::Sink, String, CancellationToken),
 ) {
@@ -229,7 +230,7 @@ pub(super) async fn on_a_wire(
             run.await
         }
     };
-    let _ = sink.answer(&key, || answer::reply(&id, r));
+    let _ = sink.answer(&key, || answer::reply_as(&id, r, modern));
 }
 
 /// A progress notification on the client's token, as one event.

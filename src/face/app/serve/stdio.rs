@@ -9,8 +9,8 @@
 //! every request read has been answered and every line written, so a gateway that stops on a
 //! signal closes the wire only after the answers of the calls it let finish.
 //!
-//! A plain `tools/call` of a client that takes no tasks and speaks a protocol older than
-//! `2026-07-28` is answered by the wire itself ([`Shortcut`], the short way of
+//! A plain `tools/call` of a client that takes no tasks (and, in a `2026-07-28` session,
+//! cannot be asked in its follow-up request) is answered by the wire itself ([`Shortcut`], the short way of
 //! [`super::fast`]), not through rmcp's service loop and handler; everything else is rmcp's.
 
 use std::collections::{HashMap, HashSet};
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest,
-    ServerJsonRpcMessage,
+    ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
@@ -220,7 +220,10 @@ pub(super) struct Wire<R> {
     turnstile: Arc<Turnstile>,
     /// The short way, once the client's `initialize` showed it may take it.
     short: Option<Arc<Shortcut>>,
-    plain: bool,
+    /// Whether the client's calls may go the short way: `Some(modern)`, `modern` a
+    /// `2026-07-28` client (whose answers carry `resultType`).
+    plain: Option<bool>,
+    declared: Option<Declared>,
     /// Cancelled at the end of input: the client is gone.
     gone: CancellationToken,
 }
@@ -258,7 +261,8 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
             },
             turnstile,
             short: None,
-            plain: false,
+            plain: None,
+            declared: None,
             gone,
         };
         (wire, outbox)
@@ -320,7 +324,11 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
                         call.extensions.insert(Arrival(pass));
                     }
                     ClientRequest::InitializeRequest(init) => {
-                        self.plain = plain(&init.params);
+                        let caps = &init.params.capabilities;
+                        self.declared = Some(Declared {
+                            tasks: caps.supports_tasks(),
+                            elicits: caps.elicitation.is_some(),
+                        });
                     }
                     _ => {}
                 }
@@ -345,7 +353,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
     /// Take `msg` the short way if it is a plain call the wire may answer itself (`None`:
     /// taken), else give it back for rmcp.
     fn short_way(&self, msg: Box<ClientJsonRpcMessage>) -> Option<Box<ClientJsonRpcMessage>> {
-        let Some(short) = self.short.as_ref().filter(|_| self.plain) else {
+        let (Some(short), Some(modern)) = (self.short.as_ref(), self.plain) else {
             return Some(msg);
         };
         let Some(Short::Call(call)) = super::entry::short(&msg) else {
@@ -371,7 +379,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         let on = (self.sink.clone(), key, self.gone.clone());
         tokio::spawn(super::fast::on_a_wire(
             short.clone(),
-            *call,
+            (*call, modern),
             (arrival, cancel),
             on,
         ));
@@ -379,9 +387,18 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
     }
 }
 
-/// Whether a client's calls may go the short way: it takes no tasks (a call that parks would
-/// become one) and speaks a protocol whose answers need no `resultType`.
-fn plain(init: &rmcp::model::InitializeRequestParams) -> bool {
+/// What a client's `initialize` said of it that the short way needs: whether it takes tasks
+/// (a call that parks would become one) and whether it declared elicitation (at
+/// `2026-07-28` it could be asked to approve in its follow-up request).
+#[derive(Clone, Copy)]
+struct Declared {
+    tasks: bool,
+    elicits: bool,
+}
+
+/// Whether a client's calls may go the short way (`Some(modern)`), by what it declared and
+/// the protocol its session speaks (the gateway's answer to its `initialize`).
+fn plain(declared: Declared, version: &rmcp::model::ProtocolVersion) -> Option<bool> {
     use rmcp::model::ProtocolVersion as V;
     let legacy = [
         V::V_2024_11_05,
@@ -389,7 +406,13 @@ fn plain(init: &rmcp::model::InitializeRequestParams) -> bool {
         V::V_2025_06_18,
         V::V_2025_11_25,
     ];
-    legacy.contains(&init.protocol_version) && !init.capabilities.supports_tasks()
+    if declared.tasks {
+        return None;
+    }
+    if legacy.contains(version) {
+        return Some(false);
+    }
+    (*version == V::V_2026_07_28 && !declared.elicits).then_some(true)
 }
 
 /// Why the wire failed (its writer is gone).
@@ -405,7 +428,14 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
         item: ServerJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), Closed>> + Send + 'static {
         let answered = match &item {
-            ServerJsonRpcMessage::Response(r) => Some(key(&r.id)),
+            ServerJsonRpcMessage::Response(r) => {
+                if let (ServerResult::InitializeResult(init), Some(declared)) =
+                    (&r.result, self.declared)
+                {
+                    self.plain = plain(declared, &init.protocol_version);
+                }
+                Some(key(&r.id))
+            }
             ServerJsonRpcMessage::Error(e) => e.id.as_ref().map(key),
             _ => None,
         };
