@@ -185,6 +185,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--grace', '--grace', [CompletionResultType]::ParameterName, 'On SIGTERM, how long calls in flight may take to finish before they are cancelled')
             [CompletionResult]::new('--max-processes', '--max-processes', [CompletionResultType]::ParameterName, 'The most calls in flight in this gateway''s command tools [default: from ulimit]')
             [CompletionResult]::new('--audit', '--audit', [CompletionResultType]::ParameterName, 'Write the audit trail — every call allowed or refused, approval asked and answered, token rejected — as JSON lines to FILE (appended), or - for stderr')
+            [CompletionResult]::new('--workers', '--workers', [CompletionResultType]::ParameterName, 'The gateway''s worker threads [default: 1 over stdio (one client; its tools and upstreams are processes of their own), a core each over HTTP]')
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('--no-cache', '--no-cache', [CompletionResultType]::ParameterName, 'Answer nothing from the read cache and store nothing in it')

@@ -543,7 +543,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__serve)
-            opts="-q -h --http --otlp --tools --tenant --max-concurrent-tools --lane-store --no-cache --allow-host --allow-origin --grace --max-processes --watch --audit --manifest --quiet --color --help"
+            opts="-q -h --http --otlp --tools --tenant --max-concurrent-tools --lane-store --no-cache --allow-host --allow-origin --grace --max-processes --watch --audit --workers --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -590,6 +590,10 @@ _flux__tools() {
                     return 0
                     ;;
                 --audit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --workers)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -172,6 +172,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --grace 'On SIGTERM, how long calls in flight may take to finish before they are cancelled'
             cand --max-processes 'The most calls in flight in this gateway''s command tools [default: from ulimit]'
             cand --audit 'Write the audit trail — every call allowed or refused, approval asked and answered, token rejected — as JSON lines to FILE (appended), or - for stderr'
+            cand --workers 'The gateway''s worker threads [default: 1 over stdio (one client; its tools and upstreams are processes of their own), a core each over HTTP]'
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand --no-cache 'Answer nothing from the read cache and store nothing in it'

@@ -305,6 +305,11 @@ pub(crate) struct ServeArgs {
     /// token rejected — as JSON lines to FILE (appended), or - for stderr
     #[arg(long, value_name = "FILE", env = "FLUX_TOOLS_AUDIT")]
     pub audit: Option<PathBuf>,
+
+    /// The gateway's worker threads [default: 1 over stdio (one client; its tools and
+    /// upstreams are processes of their own), a core each over HTTP]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..), env = "FLUX_TOOLS_WORKERS")]
+    pub workers: Option<u16>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -231,6 +231,9 @@ pub(super) struct ServeOptions {
     pub tenant: String,
     /// `--audit`: where the audit trail's lines go.
     pub audit: Option<std::path::PathBuf>,
+    /// `--workers`: the runtime's worker threads (`None`: 1 over stdio, a core each over
+    /// HTTP).
+    pub workers: Option<usize>,
 }
 
 impl ServeOptions {
@@ -258,6 +261,7 @@ impl ServeOptions {
             allow_origin: s.allow_origin.clone(),
             tenant: s.tenant.clone().unwrap_or_else(|| "default".into()),
             audit: s.audit.clone(),
+            workers: s.workers.map(usize::from),
         })
     }
 }

@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 use super::engine::Core;
 use super::options::ServeOptions;
 use super::prepare::Parts;
-use super::runtime;
+use super::runtime_with;
 use crate::batch::Batch;
 use crate::error::{Error, EXIT_OK};
 use crate::manifest::Manifest;
@@ -71,7 +71,9 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     let admin = admin_token(&manifest)?;
     let mut manifest = manifest;
     let hub = crate::tools::mcp::hub_for(&manifest);
-    let rt = runtime()?;
+    // Over stdio one worker: a call's hops between the wire, the engine and an upstream's
+    // pipe stay on one thread (`benches/README.md`, a third look).
+    let rt = runtime_with(s.workers.or(s.http.is_none().then_some(1)))?;
     let audit = rt
         .block_on(async { audit::Audit::open(s.audit.as_deref(), opts.otlp.clone()) })
         .map_err(Error::Usage)?;
