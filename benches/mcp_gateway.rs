@@ -4,16 +4,21 @@
 //!
 //! The upstream is the project's own rmcp test server (`mcp_test_server`, tool `sleep` with
 //! `ms = 0`: the call's own time is nothing). A row per way of reaching it: directly over
-//! stdio, through `flux-tools mcp serve` over stdio and over Streamable HTTP (and the served
-//! manifest's own inline `scripted` tool, which has no upstream at all), and through the
-//! peer gateways whose launchers are given (`SUPERGATEWAY`: supergateway's bin; `MCP_PROXY_PY`:
-//! PyPI mcp-proxy's; `MCP_PROXY_RS`: the `mcp-proxy` crate's) — each serving the same upstream
-//! on Streamable HTTP; `BASELINE=PATH` adds another flux-tools binary's two rows (an older
-//! commit's, to compare). The client is rmcp's, in this process. Columns: p50 and p99 of a call's
-//! latency with 1 client calling in sequence and with 8 at once (each its own session), the p50
-//! added over the direct row, and calls per second with 1, 8 and 64 clients — each the median
-//! of `ROUNDS` (default 3) rounds over every row in turn. Then whole servers: `tools/list` of
-//! five servers of 112 tools each directly (five lists) and through a gateway serving them whole
+//! stdio and over its own Streamable HTTP (rmcp's server, `mcp_test_server --http`: a
+//! client's floor over HTTP), through `flux-tools mcp serve` over stdio and over Streamable
+//! HTTP (and the served manifest's own inline `scripted` tool, which has no upstream at all;
+//! and HTTP with `--workers 1`), and through the peer gateways whose launchers are given
+//! (`SUPERGATEWAY`: supergateway's bin; `MCP_PROXY_PY`: PyPI mcp-proxy's; `MCP_PROXY_RS`: the
+//! `mcp-proxy` crate's) — each serving the same upstream on Streamable HTTP; `BASELINE=PATH`
+//! adds another flux-tools binary's two rows (an older commit's, to compare). The client is
+//! rmcp's, in this process. Columns: p50 and p99 of a call's latency with 1 client calling in
+//! sequence and with 8 at once (each its own session), the p50 added over the direct row,
+//! calls per second with 1, 8 and 64 clients, and the CPU time a call took at 64 clients
+//! (µs): the whole machine's (`/proc/stat`), the clients' (this process), and over HTTP the
+//! serving process's threads' and its children's (the upstream, for a gateway; `schedstat`)
+//! — each the median of `ROUNDS` (default 3) rounds over every row in turn. After the table,
+//! each HTTP row's added p50 over `direct (HTTP)`. Then whole servers: `tools/list` of five
+//! servers of 112 tools each directly (five lists) and through a gateway serving them whole
 //! (one list), and `resources/read` directly and through it (`ONLY=whole`: just these).
 
 use std::process::{Child, Command, Stdio};
@@ -32,8 +37,8 @@ type Client = RunningService<RoleClient, ()>;
 #[derive(Clone)]
 enum Target {
     Stdio(Vec<String>),
-    /// The URL, and the bearer token every request carries.
-    Http(String, Option<String>),
+    /// The URL, the bearer token every request carries, and the serving process's id.
+    Http(String, Option<String>, Option<u32>),
 }
 
 async fn connect(t: &Target) -> Client {
@@ -44,7 +49,7 @@ async fn connect(t: &Target) -> Client {
             let transport = TokioChildProcess::new(cmd).expect("spawn");
             ().serve(transport).await.expect("initialize over stdio")
         }
-        Target::Http(url, token) => {
+        Target::Http(url, token, _) => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(t) = token {
                 config = config.auth_header(t.as_str());
@@ -63,20 +68,50 @@ async fn call(c: &Client, tool: &str) {
     assert_ne!(r.is_error, Some(true), "{r:?}");
 }
 
-/// `clients` sessions, each making `calls` calls in sequence, all at once: every latency,
-/// and the wall time.
-async fn measure(
-    (t, tool): (&Target, &str),
-    clients: usize,
-    calls: usize,
-) -> (Vec<Duration>, Duration) {
+/// What `clients` sessions making calls at once gave: every latency, the wall time, and the
+/// CPU time used meanwhile (µs): the machine's and this process's ([`cpu_now`]), and the
+/// serving process's and its children's ([`served`]; NaN over stdio).
+type Measured = (Vec<Duration>, Duration, [f64; 4]);
+
+/// The CPU time (µs) of process `pid`'s threads, and of its children's, from `schedstat`.
+fn served(t: &Target) -> (f64, f64) {
+    let Target::Http(_, _, Some(pid)) = t else {
+        return (f64::NAN, f64::NAN);
+    };
+    let threads = |pid: u32| -> f64 {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return 0.0;
+        };
+        dir.flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            / 1000.0
+    };
+    let children: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (threads(*pid), children.into_iter().map(threads).sum())
+}
+
+/// `clients` sessions, each making `calls` calls in sequence, all at once (sessions are
+/// opened and warmed first, outside the figures).
+async fn measure((t, tool): (&Target, &str), clients: usize, calls: usize) -> Measured {
     let mut sessions = Vec::new();
     for _ in 0..clients {
         let c = connect(t).await;
         call(&c, tool).await; // warm up
         sessions.push(Arc::new(c));
     }
-    let start = Instant::now();
+    let (start, cpu, own) = (Instant::now(), cpu_now(), served(t));
     let tasks: Vec<_> = sessions
         .iter()
         .map(|c| {
@@ -96,13 +131,19 @@ async fn measure(
     for t in tasks {
         all.extend(t.await.expect("client task"));
     }
-    let wall = start.elapsed();
+    let (wall, now, own_now) = (start.elapsed(), cpu_now(), served(t));
+    let cpu = [
+        now.0 - cpu.0,
+        now.1 - cpu.1,
+        own_now.0 - own.0,
+        own_now.1 - own.1,
+    ];
     for c in sessions {
         if let Ok(c) = Arc::try_unwrap(c) {
             let _ = c.cancel().await;
         }
     }
-    (all, wall)
+    (all, wall, cpu)
 }
 
 fn pct(xs: &mut [Duration], p: usize) -> f64 {
@@ -149,7 +190,8 @@ fn launch(argv: &[String], url: String) -> (Gateway, Target) {
         assert!(Instant::now() < until, "{argv:?} never listened on {addr}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (Gateway(child), Target::Http(url, None))
+    let pid = child.id();
+    (Gateway(child), Target::Http(url, None, Some(pid)))
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -192,6 +234,14 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
             None,
         ),
     ];
+    // The upstream serving Streamable HTTP itself (rmcp's server): a client's floor over HTTP.
+    let port = free_port();
+    let (g, direct_http) = launch(
+        &s(&[server, "--http", &format!("127.0.0.1:{port}")]),
+        format!("http://127.0.0.1:{port}/"),
+    );
+    rows.insert(1, ("direct (HTTP)".into(), direct_http.clone(), Some(g)));
+    rows.push(http_upstream_row(flux, manifest, tmp, &direct_http));
     let port = free_port();
     let (g, t) = launch(
         &serve(&["--http", &format!("127.0.0.1:{port}")]),
@@ -199,6 +249,12 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
     );
     rows.push(("flux-tools serve, HTTP".into(), t.clone(), Some(g)));
     rows.push(("  its inline tool, HTTP".into(), t, None));
+    let port = free_port();
+    let (g, t) = launch(
+        &serve(&["--http", &format!("127.0.0.1:{port}"), "--workers", "1"]),
+        format!("http://127.0.0.1:{port}/mcp"),
+    );
+    rows.push(("  HTTP, --workers 1".into(), t, Some(g)));
     rows.push(jwt_row(flux, manifest, tmp));
     rows.extend(pool_rows(flux, manifest, tmp));
     // `BASELINE=PATH`: another flux-tools binary (an older commit's), side by side.
@@ -212,6 +268,13 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         );
         rows.push(("baseline serve, HTTP".into(), t, Some(g)));
     }
+    rows.extend(peer_rows(server, tmp));
+    rows
+}
+
+/// The peer gateways whose launchers are given, each serving the upstream on HTTP.
+fn peer_rows(server: &str, tmp: &std::path::Path) -> Vec<Row> {
+    let mut rows = Vec::new();
     if let Ok(sg) = std::env::var("SUPERGATEWAY") {
         let port = free_port().to_string();
         let argv = [
@@ -252,6 +315,34 @@ fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<
         rows.push(("mcp-proxy (crate)".into(), t, Some(g)));
     }
     rows
+}
+
+/// The gateway over HTTP in front of the upstream's own Streamable HTTP (`url =`): an HTTP
+/// hop on each side, against `direct (HTTP)`'s one.
+fn http_upstream_row(flux: &str, manifest: &str, tmp: &std::path::Path, up: &Target) -> Row {
+    let Target::Http(url, ..) = up else {
+        unreachable!("the direct HTTP row is HTTP")
+    };
+    let text = std::fs::read_to_string(manifest).expect("the manifest");
+    let start = text.find("command = [").expect("the server's command");
+    let end = start + text[start..].find('\n').expect("its line");
+    let text = format!("{}url = \"{url}\"{}", &text[..start], &text[end..]);
+    let path = tmp.join("over-http.toml");
+    std::fs::write(&path, text).expect("the manifest over HTTP");
+    let port = free_port();
+    let argv = s(&[
+        flux,
+        "--manifest",
+        &path.display().to_string(),
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+        "--http",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let (g, t) = launch(&argv, format!("http://127.0.0.1:{port}/mcp"));
+    ("  HTTP, upstream over HTTP".into(), t, Some(g))
 }
 
 /// The upstream declared stateless, `processes = 4`, through the gateway over stdio and HTTP:
@@ -335,9 +426,10 @@ fn jwt_row(flux: &str, manifest: &str, tmp: &std::path::Path) -> Row {
         &format!("127.0.0.1:{port}"),
     ]);
     let (g, _) = launch(&argv, resource.clone());
+    let pid = Some(g.0.id());
     (
         "  HTTP, [serve.auth] JWT".into(),
-        Target::Http(resource, Some(token)),
+        Target::Http(resource, Some(token), pid),
         Some(g),
     )
 }
@@ -399,8 +491,21 @@ async fn main() {
     }
     println!("{calls} calls a row; latencies in ms");
     println!(
-        "{:26}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
-        "", "p50 1c", "p99 1c", "p50 8c", "p99 8c", "+p50 1c", "+p50 8c", "calls/s 1", "8", "64"
+        "{:26}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}{:>9}{:>9}{:>9}{:>9}",
+        "",
+        "p50 1c",
+        "p99 1c",
+        "p50 8c",
+        "p99 8c",
+        "+p50 1c",
+        "+p50 8c",
+        "calls/s 1",
+        "8",
+        "64",
+        "cpu µs",
+        "client",
+        "server",
+        "its kids"
     );
     // Rounds over every row in turn; each figure is its row's median over the rounds, so a
     // moment of load on the machine moves one round of every row, not one row.
@@ -418,7 +523,7 @@ async fn main() {
     for ((name, _, _), f) in rows.iter().zip(&figures) {
         let m = median(f);
         println!(
-            "{name:26}{:9.3}{:9.3}{:9.3}{:9.3}{:10.3}{:10.3}{:10.0}{:10.0}{:10.0}",
+            "{name:26}{:9.3}{:9.3}{:9.3}{:9.3}{:10.3}{:10.3}{:10.0}{:10.0}{:10.0}{:9.0}{:9.0}{:9.0}{:9.0}",
             m[0],
             m[1],
             m[2],
@@ -427,12 +532,36 @@ async fn main() {
             m[2] - base[2],
             m[4],
             m[5],
-            m[6]
+            m[6],
+            m[7],
+            m[8],
+            m[9],
+            m[10]
         );
     }
+    same_transport(&rows, &figures);
     if std::env::var("ONLY").is_err() {
         whole_servers(&server, &flux, tmp.path(), calls).await;
         many_sessions(&flux, &manifest, tmp.path()).await;
+    }
+}
+
+/// Each HTTP row's p50 over the upstream's own Streamable HTTP (`direct (HTTP)`): what a
+/// gateway adds where its client would otherwise speak HTTP to the server itself.
+fn same_transport(rows: &[Row], figures: &[Vec<[f64; 11]>]) {
+    let Some(at) = rows.iter().position(|(n, _, _)| n == "direct (HTTP)") else {
+        return;
+    };
+    let base = median(&figures[at]);
+    println!(
+        "\nover HTTP, against direct (HTTP){:>10}{:>10}",
+        "+p50 1c", "+p50 8c"
+    );
+    for ((name, t, _), f) in rows.iter().zip(figures).skip(at + 1) {
+        if matches!(t, Target::Http(..)) {
+            let m = median(f);
+            println!("{name:32}{:10.3}{:10.3}", m[0] - base[0], m[2] - base[2]);
+        }
     }
 }
 
@@ -735,15 +864,38 @@ fn print_row(name: &str, xs: &mut [Duration]) {
 }
 
 /// One round of a row: p50 and p99 at 1 and 8 clients, calls/s at 1, 8 and 64.
-async fn cells(name: &str, t: &Target, calls: usize) -> [f64; 7] {
+/// CPU time used so far: the whole machine's (every process, from `/proc/stat`) and this
+/// process's (the clients'), in µs.
+fn cpu_now() -> (f64, f64) {
+    let machine = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let cpu = s.lines().next()?.split_whitespace().skip(1);
+            // user nice system idle iowait irq softirq steal: all but idle and iowait.
+            let ticks: Vec<f64> = cpu.take(8).filter_map(|x| x.parse().ok()).collect();
+            let busy: f64 = ticks.iter().sum::<f64>() - ticks.get(3)? - ticks.get(4)?;
+            Some(busy * 1e6 / 100.0) // USER_HZ
+        })
+        .unwrap_or(f64::NAN);
+    // SAFETY: getrusage fills the struct we own.
+    let own = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+        us(u.ru_utime) + us(u.ru_stime)
+    };
+    (machine, own)
+}
+
+async fn cells(name: &str, t: &Target, calls: usize) -> [f64; 11] {
     // The mcp-proxy crate names a backend's tools `BACKEND/TOOL`.
     let tool = match name {
         n if n.contains("crate") => "t/sleep",
         n if n.contains("inline") => "inline",
         _ => "sleep",
     };
-    let (mut one, _) = measure((t, tool), 1, calls).await;
-    let (mut eight, _) = measure((t, tool), 8, calls / 8).await;
+    let (mut one, ..) = measure((t, tool), 1, calls).await;
+    let (mut eight, ..) = measure((t, tool), 8, calls / 8).await;
     let mut out = [
         pct(&mut one, 50),
         pct(&mut one, 99),
@@ -752,18 +904,28 @@ async fn cells(name: &str, t: &Target, calls: usize) -> [f64; 7] {
         0.0,
         0.0,
         0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
     ];
     for (i, clients) in [1usize, 8, 64].into_iter().enumerate() {
         let per = (calls / clients).max(20);
-        let (_, wall) = measure((t, tool), clients, per).await;
+        let (_, wall, cpu) = measure((t, tool), clients, per).await;
         out[4 + i] = (clients * per) as f64 / wall.as_secs_f64();
+        if clients == 64 {
+            let n = (clients * per) as f64;
+            for (i, c) in cpu.iter().enumerate() {
+                out[7 + i] = c / n;
+            }
+        }
     }
     out
 }
 
 /// Each cell's median over the rounds.
-fn median(rounds: &[[f64; 7]]) -> [f64; 7] {
-    let mut out = [0.0; 7];
+fn median(rounds: &[[f64; 11]]) -> [f64; 11] {
+    let mut out = [0.0; 11];
     for (i, cell) in out.iter_mut().enumerate() {
         let mut xs: Vec<f64> = rounds.iter().map(|r| r[i]).collect();
         xs.sort_by(f64::total_cmp);

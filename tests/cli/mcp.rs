@@ -513,3 +513,68 @@ concurrent_writes = true
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("at most 64 processes"), "{text}");
 }
+
+/// The project's own server on Streamable HTTP (`--http`), killed when dropped.
+struct OwnOverHttp(std::process::Child, String);
+
+impl OwnOverHttp {
+    fn start(log: &std::path::Path) -> OwnOverHttp {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(own_server())
+            .args(["--http", &addr])
+            .env("MCP_TEST_LOG", log)
+            .spawn()
+            .expect("the own server starts");
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < until, "the own server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        OwnOverHttp(child, format!("http://{addr}/"))
+    }
+}
+
+impl Drop for OwnOverHttp {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_server_over_streamable_http_takes_overlapping_calls_and_its_failures_are_classified() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let server = OwnOverHttp::start(&log);
+    let manifest = own_manifest(&log).replace(
+        &format!("command = [\"{}\"]", own_server().display()),
+        &format!("url = \"{}\"", server.1),
+    );
+    assert!(manifest.contains("url = \"http://127.0.0.1:"), "{manifest}");
+    let p = Project::new(&manifest);
+    let batch = "- { id: a, tool: sleep, args: { ms: 600, tag: a } }\n- { id: b, tool: sleep, args: { ms: 300, tag: b } }\n- { id: f, tool: fail }\n- { id: r, tool: rpc_error }\n";
+    let (doc, code) = p.run_json(batch, &[]);
+    assert_eq!(code, 1, "{doc}");
+    let r = results(&doc);
+    let ids: Vec<&str> = r.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "b", "f", "r"], "call order");
+    assert_eq!(r[0]["output"], json!({"slept": 600, "tag": "a"}));
+    assert_eq!(r[1]["output"], json!({"slept": 300, "tag": "b"}));
+    assert_eq!(r[2]["error"]["kind"], "tool_error", "{doc}");
+    assert_eq!(r[3]["error"]["kind"], "mcp_error", "{doc}");
+    // From the server's own clock: `b` started before `a` ended (one session, two calls).
+    let lines = log_lines(&log);
+    let at = |prefix: &str| -> u128 {
+        let line = lines.iter().find(|l| l.starts_with(prefix));
+        let ms = line.and_then(|l| l.split(' ').nth(2)?.parse().ok());
+        ms.unwrap_or_else(|| panic!("no `{prefix}` in {lines:?}"))
+    };
+    assert!(
+        at("start b") < at("end a"),
+        "the calls did not overlap: {lines:?}"
+    );
+}
