@@ -167,12 +167,36 @@ impl Drop for Pending<'_> {
             "jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": format!("{DIRECT_ID}{}", self.n), "reason": "the call was stopped"},
         });
-        // Written in the background: a drop cannot wait.
+        // Written now when the pipe takes it at once — so a session closed right after (the
+        // gateway ending) cannot take the server's stdin away first — else in the background:
+        // a drop cannot wait.
+        if write_now(&self.direct.write, &cancel) {
+            return;
+        }
         let write = self.direct.write.clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(EXIT_WAIT, write_line(&write, &cancel)).await;
         });
     }
+}
+
+/// Write `message` as a line to the server's stdin without waiting: whether it was written
+/// whole. A line shorter than `PIPE_BUF` goes into a pipe whole or not at all.
+fn write_now(write: &tokio::sync::Mutex<Option<ChildStdin>>, message: &serde_json::Value) -> bool {
+    use tokio::io::AsyncWrite;
+    let Ok(mut line) = serde_json::to_vec(message) else {
+        return false;
+    };
+    line.push(b'\n');
+    let Ok(mut stdin) = write.try_lock() else {
+        return false;
+    };
+    let Some(stdin) = stdin.as_mut() else {
+        return false;
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let wrote = std::pin::Pin::new(stdin).poll_write(&mut cx, &line);
+    matches!(wrote, std::task::Poll::Ready(Ok(n)) if n == line.len())
 }
 
 /// Write `message` as a line to the server's stdin.
@@ -480,6 +504,28 @@ mod tests {
         reader.await.expect("the reader ends at EOF");
         let after = direct.request("tools/call", serde_json::json!({})).await;
         assert!(matches!(after, Err(Unanswered::Closed)), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_is_written_before_a_close_that_comes_right_after() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let seen = dir.path().join("seen");
+        let script = format!("read a; read b; printf '%s' \"$b\" > '{}'", seen.display());
+        let mut t = over(&script);
+        let direct = t.direct();
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(200),
+            direct.request("tools/call", serde_json::json!({"name": "slow"})),
+        )
+        .await;
+        assert!(gave_up.is_err(), "no answer came");
+        // The gateway ending: the session is closed at once, before anything else runs.
+        t.close().await.expect("closed");
+        let line = std::fs::read_to_string(&seen).unwrap_or_default();
+        let cancel: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the server saw no cancel before its stdin closed ({e}): {line:?}"));
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], "flux-0");
     }
 
     #[tokio::test]
