@@ -783,10 +783,14 @@ fn held_connections_are_closed_within_the_header_timeout_and_do_not_take_the_gat
         .iter()
         .filter(|g| g.as_deref().is_some_and(|t| t.contains(" 429 ")))
         .count();
-    let silent = got.iter().filter(|g| g.is_none()).count();
+    // Held: still silent, or — on a machine slow enough that the header timeout has passed
+    // by now — closed without a word.
+    let held_n = (got.iter())
+        .filter(|g| g.as_deref().is_none_or(str::is_empty))
+        .count();
     assert!(
-        refused + silent == got.len() && silent <= 40,
-        "refused {refused}, silent {silent} of {}",
+        refused + held_n == got.len() && held_n <= 40,
+        "refused {refused}, held {held_n} of {}",
         got.len()
     );
     assert!(refused >= 200, "refused {refused}");

@@ -438,7 +438,7 @@ impl McpHub {
 
     /// If `server`'s processes died (or could not start), forget their sessions: the next
     /// use starts them again. Whether any was.
-    pub(super) async fn renew(&self, server: &str) -> bool {
+    pub(crate) async fn renew(&self, server: &str) -> bool {
         let n = self.slots.get(server).map_or(0, |s| s.sessions.len());
         let mut any = false;
         for i in 0..n {

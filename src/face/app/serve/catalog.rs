@@ -223,8 +223,9 @@ impl Catalog {
             match state {
                 Upstream::Ready => {
                     // A server that died is started again by this call (its calls in flight
-                    // were classified when it went).
-                    hub.revive().await;
+                    // were classified when it went): this call's server alone, not every
+                    // server of the manifest — a look a server, each a system call.
+                    hub.renew(server).await;
                     return Ok(());
                 }
                 Upstream::Failed(why, at) if at.elapsed() < RETRY_AFTER => return Err(why),
