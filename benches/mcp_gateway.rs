@@ -198,24 +198,27 @@ fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
+/// `flux-tools --manifest MANIFEST mcp serve --lane-store memory EXTRA…`.
+fn serve_argv(flux: &str, manifest: &str, extra: &[&str]) -> Vec<String> {
+    let mut v = s(&[
+        flux,
+        "--manifest",
+        manifest,
+        "mcp",
+        "serve",
+        "--lane-store",
+        "memory",
+    ]);
+    v.extend(s(extra));
+    v
+}
+
 /// A row: its name, how a client reaches the upstream, the gateway process (killed at the end).
 type Row = (String, Target, Option<Gateway>);
 
 /// The rows: directly, through flux-tools over stdio and HTTP, and the peers that are given.
 fn rows(server: &str, flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<Row> {
-    let serve_with = |flux: &str, extra: &[&str]| {
-        let mut v = s(&[
-            flux,
-            "--manifest",
-            manifest,
-            "mcp",
-            "serve",
-            "--lane-store",
-            "memory",
-        ]);
-        v.extend(s(extra));
-        v
-    };
+    let serve_with = |flux: &str, extra: &[&str]| serve_argv(flux, manifest, extra);
     let serve = |extra: &[&str]| serve_with(flux, extra);
     let mut rows: Vec<Row> = vec![
         (
@@ -330,17 +333,8 @@ fn http_upstream_row(flux: &str, manifest: &str, tmp: &std::path::Path, up: &Tar
     let path = tmp.join("over-http.toml");
     std::fs::write(&path, text).expect("the manifest over HTTP");
     let port = free_port();
-    let argv = s(&[
-        flux,
-        "--manifest",
-        &path.display().to_string(),
-        "mcp",
-        "serve",
-        "--lane-store",
-        "memory",
-        "--http",
-        &format!("127.0.0.1:{port}"),
-    ]);
+    let http = format!("127.0.0.1:{port}");
+    let argv = serve_argv(flux, &path.display().to_string(), &["--http", &http]);
     let (g, t) = launch(&argv, format!("http://127.0.0.1:{port}/mcp"));
     ("  HTTP, upstream over HTTP".into(), t, Some(g))
 }
@@ -355,19 +349,7 @@ fn pool_rows(flux: &str, manifest: &str, tmp: &std::path::Path) -> Vec<Row> {
     let text = text.replace("\n\n[tools.sleep]", "\nprocesses = 4\n\n[tools.sleep]");
     std::fs::write(&pool, text).expect("the pool's manifest");
     let pool = pool.display().to_string();
-    let serve_pool = |extra: &[&str]| {
-        let mut v = s(&[
-            flux,
-            "--manifest",
-            &pool,
-            "mcp",
-            "serve",
-            "--lane-store",
-            "memory",
-        ]);
-        v.extend(s(extra));
-        v
-    };
+    let serve_pool = |extra: &[&str]| serve_argv(flux, &pool, extra);
     let stdio = Target::Stdio(serve_pool(&[]));
     rows.push(("  stdio, 4 processes".into(), stdio, None));
     let port = free_port();
@@ -414,17 +396,8 @@ fn jwt_row(flux: &str, manifest: &str, tmp: &std::path::Path) -> Row {
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some("bench".into());
     let token = jsonwebtoken::encode(&header, &claims, &key).expect("signed");
-    let argv = s(&[
-        flux,
-        "--manifest",
-        &with_auth.display().to_string(),
-        "mcp",
-        "serve",
-        "--lane-store",
-        "memory",
-        "--http",
-        &format!("127.0.0.1:{port}"),
-    ]);
+    let http = format!("127.0.0.1:{port}");
+    let argv = serve_argv(flux, &with_auth.display().to_string(), &["--http", &http]);
     let (g, _) = launch(&argv, resource.clone());
     let pid = Some(g.0.id());
     (
@@ -481,12 +454,13 @@ async fn main() {
         return many_sessions(&flux, &manifest, tmp.path()).await;
     }
     let mut rows = rows(&server, &flux, &manifest.display().to_string(), tmp.path());
-    // `ONLY=TEXT`: just the direct row and the rows whose name has TEXT (to profile one).
+    // `ONLY=TEXT`: just the two direct rows and the rows whose name has TEXT (to profile one;
+    // `direct (HTTP)`'s process is also the upstream of `upstream over HTTP`).
     if let Ok(only) = std::env::var("ONLY") {
         let mut i = 0;
         rows.retain(|(name, _, _)| {
             i += 1;
-            i == 1 || name.contains(&only)
+            i == 1 || name == "direct (HTTP)" || name.contains(&only)
         });
     }
     println!("{calls} calls a row; latencies in ms");
@@ -635,23 +609,9 @@ async fn many_sessions(flux: &str, manifest: &std::path::Path, tmp: &std::path::
     std::fs::write(&many, limits + &text).expect("the manifest of many sessions");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let argv = s(&[
-        flux,
-        "--manifest",
-        &many.display().to_string(),
-        "mcp",
-        "serve",
-    ]);
-    let argv = [
-        argv,
-        s(&[
-            "--lane-store",
-            "memory",
-            "--http",
-            &format!("127.0.0.1:{port}"),
-        ]),
-    ];
-    let (g, target) = launch(&argv.concat(), url.clone());
+    let http = format!("127.0.0.1:{port}");
+    let argv = serve_argv(flux, &many.display().to_string(), &["--http", &http]);
+    let (g, target) = launch(&argv, url.clone());
     let pid = g.0.id();
     let before = rss_kib(pid);
     let http = reqwest::Client::new();
@@ -717,15 +677,7 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         }
         v
     };
-    let argv = s(&[
-        flux,
-        "--manifest",
-        &manifest.display().to_string(),
-        "mcp",
-        "serve",
-        "--lane-store",
-        "memory",
-    ]);
+    let argv = serve_argv(flux, &manifest.display().to_string(), &[]);
     let n = (calls / 20).max(50);
     let raw_direct = vec![s(&[server]); 5];
     let (mut rd, mut rg) = (raw_lists(raw_direct, n), raw_lists(vec![argv.clone()], n));
