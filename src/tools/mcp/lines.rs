@@ -73,31 +73,56 @@ type Answered = Result<serde_json::Value, Unanswered>;
 /// Requests written by the tasks that make them: their waiters, by the number in their id.
 pub(crate) struct Direct {
     write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
-    waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Answered>>>,
+    waiting: Mutex<HashMap<u64, Waiter>>,
     next: std::sync::atomic::AtomicU64,
     /// Set when the server's stdout ended: no answer will come.
     closed: std::sync::atomic::AtomicBool,
 }
 
-/// The prefix of a direct request's id.
+/// A direct request's waiter: where its answer goes, and its progress if anyone listens.
+struct Waiter {
+    answer: tokio::sync::oneshot::Sender<Answered>,
+    progress: Option<ProgressTo>,
+}
+
+/// Where a request's progress notifications go.
+pub(crate) type ProgressTo = tokio::sync::mpsc::UnboundedSender<crate::tools::Progress>;
+
+/// The prefix of a direct request's id (and of its progress token).
 const DIRECT_ID: &str = "flux-";
 
 impl Direct {
-    /// Send `method` with `params` and wait for its answer; if the future is dropped first
-    /// (the call was stopped), the server is told the request is cancelled.
-    pub(crate) async fn request(&self, method: &str, params: serde_json::Value) -> Answered {
+    /// Send `method` with `params` and wait for its answer, its progress notifications (if
+    /// `progress`: the request carries a progress token, its id) passed on as they come; if
+    /// the future is dropped first (the call was stopped), the server is told the request is
+    /// cancelled.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        mut params: serde_json::Value,
+        progress: Option<ProgressTo>,
+    ) -> Answered {
         use std::sync::atomic::Ordering;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{DIRECT_ID}{n}");
+        if progress.is_some() {
+            if let Some(p) = params.as_object_mut() {
+                let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
+                if let Some(m) = meta.as_object_mut() {
+                    m.insert("progressToken".into(), id.clone().into());
+                }
+            }
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Ok(mut w) = self.waiting.lock() {
-            w.insert(n, tx);
+            w.insert(n, Waiter { answer: tx, progress });
         }
         let mut pending = Pending { direct: self, n };
         if self.closed.load(Ordering::Acquire) {
             return Err(Unanswered::Closed);
         }
         let line = serde_json::json!({
-            "jsonrpc": "2.0", "id": format!("{DIRECT_ID}{n}"), "method": method, "params": params,
+            "jsonrpc": "2.0", "id": id, "method": method, "params": params,
         });
         write_line(&self.write, &line).await.map_err(|_| Unanswered::Closed)?;
         let answered = rx.await.unwrap_or(Err(Unanswered::Closed));
@@ -105,8 +130,52 @@ impl Direct {
         answered
     }
 
-    /// Hand `line`'s answer to its waiter, if it is the answer to a direct request.
+    /// Hand `line` to its direct request's waiter, if it is the answer to one or a progress
+    /// notification on one's token.
     fn answer(&self, line: &[u8]) -> bool {
+        if !has_key(line, b"\"flux-") {
+            return false;
+        }
+        if has_key(line, b"\"notifications/progress\"") {
+            return self.progress(line);
+        }
+        self.result(line)
+    }
+
+    /// A progress notification on a direct request's token, passed on to its listener.
+    fn progress(&self, line: &[u8]) -> bool {
+        #[derive(Deserialize)]
+        struct Note<'a> {
+            method: &'a str,
+            #[serde(borrow)]
+            params: Params<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Params<'a> {
+            #[serde(rename = "progressToken")]
+            token: &'a str,
+            progress: f64,
+            total: Option<f64>,
+            message: Option<String>,
+        }
+        let Ok(note) = serde_json::from_slice::<Note>(line) else {
+            return false;
+        };
+        let n = note.params.token.strip_prefix(DIRECT_ID).and_then(|n| n.parse::<u64>().ok());
+        let Some(n) = n.filter(|_| note.method == "notifications/progress") else {
+            return false;
+        };
+        let p = note.params;
+        let to = self.waiting.lock().ok().and_then(|w| w.get(&n)?.progress.clone());
+        if let Some(to) = to {
+            let (progress, total, message) = (p.progress, p.total, p.message);
+            let _ = to.send(crate::tools::Progress { progress, total, message });
+        }
+        true
+    }
+
+    /// The answer to a direct request, handed to its waiter.
+    fn result(&self, line: &[u8]) -> bool {
         #[derive(Deserialize)]
         struct Answer<'a> {
             id: &'a str,
@@ -118,16 +187,13 @@ impl Direct {
             code: i64,
             message: String,
         }
-        if !has_key(line, b"\"flux-") {
-            return false;
-        }
         let Ok(a) = serde_json::from_slice::<Answer>(line) else {
             return false;
         };
         let Some(n) = a.id.strip_prefix(DIRECT_ID).and_then(|n| n.parse().ok()) else {
             return false;
         };
-        let Some(tx) = self.waiting.lock().ok().and_then(|mut w| w.remove(&n)) else {
+        let Some(waiter) = self.waiting.lock().ok().and_then(|mut w| w.remove(&n)) else {
             return true; // a request given up on: its late answer is dropped
         };
         let answered = match (a.result, a.error) {
@@ -135,7 +201,7 @@ impl Direct {
             (Some(r), None) => Ok(r),
             (None, None) => Err(Unanswered::Error(-32603, "an answer with neither result nor error".into())),
         };
-        let _ = tx.send(answered);
+        let _ = waiter.answer.send(answered);
         true
     }
 
@@ -492,18 +558,63 @@ mod tests {
         let direct = t.direct();
         // The reading loop is rmcp's in a session; here a task drives it.
         let reader = tokio::spawn(async move { while t.receive().await.is_some() {} });
-        let first = direct.request("tools/call", serde_json::json!({})).await;
+        let first = direct.request("tools/call", serde_json::json!({}), None).await;
         assert_eq!(first.ok(), Some(serde_json::json!({"content": []})));
-        match direct.request("tools/call", serde_json::json!({})).await {
+        match direct.request("tools/call", serde_json::json!({}), None).await {
             Err(Unanswered::Error(-32602, m)) => assert_eq!(m, "no such tool"),
             other => panic!("{other:?}"),
         }
         // The server reads the third request and exits without an answer.
-        let third = direct.request("tools/call", serde_json::json!({})).await;
+        let third = direct.request("tools/call", serde_json::json!({}), None).await;
         assert!(matches!(third, Err(Unanswered::Closed)), "{third:?}");
         reader.await.expect("the reader ends at EOF");
-        let after = direct.request("tools/call", serde_json::json!({})).await;
+        let after = direct.request("tools/call", serde_json::json!({}), None).await;
         assert!(matches!(after, Err(Unanswered::Closed)), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_direct_request_with_a_listener_carries_a_token_and_hears_its_progress() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let seen = dir.path().join("seen");
+        // The server echoes the request it read, says progress on the token it was given
+        // (and on another's, and a malformed one, which are not heard), answers.
+        let progress = |token: &str, extra: &str| {
+            format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"{token}\",\"progress\":1{extra}}}}}")
+        };
+        let script = format!(
+            "read a; printf '%s' \"$a\" > '{}'; printf '%s\\n' '{}' '{}' '{}' '{{\"jsonrpc\":\"2.0\",\"id\":\"flux-0\",\"result\":{{\"content\":[]}}}}'",
+            seen.display(),
+            progress("flux-7", ""),
+            progress("flux-0", ",\"total\":2,\"message\":\"half\""),
+            progress("flux-0", ",\"total\":\"x\""),
+        );
+        let mut t = over(&script);
+        let direct = t.direct();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            let mut others = 0;
+            while let Some(m) = t.receive().await {
+                assert!(matches!(m, JsonRpcMessage::Notification(_)), "{m:?}");
+                others += 1;
+            }
+            others
+        });
+        let params = serde_json::json!({"name": "t", "_meta": {"traceparent": "x"}});
+        let answer = direct.request("tools/call", params, Some(tx)).await;
+        assert_eq!(answer.ok(), Some(serde_json::json!({"content": []})));
+        let heard = rx.recv().await.expect("the progress on its token");
+        assert_eq!((heard.progress, heard.total), (1.0, Some(2.0)));
+        assert_eq!(heard.message.as_deref(), Some("half"));
+        assert!(rx.try_recv().is_err(), "nothing else is heard");
+        let sent: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&seen).expect("seen")).expect("json");
+        let meta = &sent["params"]["_meta"];
+        assert_eq!(meta["progressToken"], "flux-0");
+        assert_eq!(meta["traceparent"], "x", "the request's own _meta is kept");
+        drop(direct);
+        // The malformed one is left to rmcp's reading (which takes it for a notification of
+        // another kind): the call does not hear it.
+        assert_eq!(reader.await.expect("reader"), 1);
     }
 
     #[tokio::test]
@@ -515,7 +626,7 @@ mod tests {
         let direct = t.direct();
         let gave_up = tokio::time::timeout(
             Duration::from_millis(200),
-            direct.request("tools/call", serde_json::json!({"name": "slow"})),
+            direct.request("tools/call", serde_json::json!({"name": "slow"}), None),
         )
         .await;
         assert!(gave_up.is_err(), "no answer came");
@@ -539,7 +650,7 @@ mod tests {
         });
         let gave_up = tokio::time::timeout(
             Duration::from_millis(200),
-            direct.request("tools/call", serde_json::json!({"name": "slow"})),
+            direct.request("tools/call", serde_json::json!({"name": "slow"}), None),
         )
         .await;
         assert!(gave_up.is_err(), "no answer came");

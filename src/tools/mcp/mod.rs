@@ -214,8 +214,8 @@ impl McpTool {
 
     /// Send the request (`params`) on the server's session (started, or started again for a
     /// retry after it went away) and wait for its answer's `result`, relaying progress; a
-    /// stop cancels it there. A stdio server's call that relays no progress is written by
-    /// this task itself ([`lines::Direct`]), else it goes through rmcp.
+    /// stop cancels it there. A stdio server's call is written by this task itself
+    /// ([`lines::Direct`]), its progress read by the reading loop; else it goes through rmcp.
     async fn send(&self, params: Value, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         if inv.attempt > 1 {
             // A retry after the server went away mid-call: it is started again for it.
@@ -235,10 +235,9 @@ impl McpTool {
         }
         let asker = inv.run.relay.as_ref().and_then(|r| r.ask.clone());
         let _asking = session.asking.enter(asker);
-        let relays = inv.run.relay.as_ref().is_some_and(|r| r.progress.is_some());
         let answered = match session.direct() {
-            Some(direct) if !relays => tokio::select! {
-                a = direct.request(self.op.method(), params) => a,
+            Some(direct) => tokio::select! {
+                a = direct.request(self.op.method(), params, inv.run.relay.as_ref().and_then(|r| r.progress.clone())) => a,
                 _ = stop.stopped() => return Err(Failure::Stopped),
             },
             _ => Box::pin(self.through_rmcp(&session, params, inv, stop)).await?,

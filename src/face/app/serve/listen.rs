@@ -146,7 +146,7 @@ pub(super) async fn accept<F, Fut>(
         };
         let conn = Arc::new(conn);
         let id = conn.id;
-        let task = tokio::spawn(serve(stream, conn.clone()));
+        let task = tokio::spawn(super::repoll::Repoll::new(serve(stream, conn.clone())));
         let mut o = conns.lock();
         // It may have spoken already (then it is no candidate); if it has ended, dropping
         // `conn` below takes it off the list.

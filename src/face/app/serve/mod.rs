@@ -33,6 +33,7 @@ mod passthrough;
 mod progress;
 mod record;
 mod reload;
+mod repoll;
 mod say;
 mod session;
 mod sessions;
