@@ -28,6 +28,7 @@ mod run;
 mod sdk;
 mod serve;
 mod serve_auth;
+mod serve_door;
 mod serve_holds;
 mod serve_keys;
 mod serve_modern;

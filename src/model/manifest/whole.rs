@@ -31,6 +31,7 @@ pub(super) const KEYS: &[&str] = &[
     "cost",
     "requires_approval",
     "cache",
+    "unlisted_resources",
 ];
 
 /// How a whole server's served tools and resources are named, filtered and defaulted.
@@ -49,6 +50,9 @@ pub struct Whole {
     pub cost: f64,
     pub approval: WholeApproval,
     pub cache: WholeCache,
+    /// `unlisted_resources = true`: a resource URI the server did not list (nor matches one
+    /// of its templates) is forwarded to it all the same.
+    pub unlisted: bool,
     /// The `[mcp_servers.NAME]` key, for messages.
     pub span: Range<usize>,
 }
@@ -240,6 +244,7 @@ impl Reader<'_> {
             cost: self.cost(st, ctx),
             approval: self.whole_approval(st, ctx),
             cache: self.whole_cache(st, ctx),
+            unlisted: self.boolean(st, "unlisted_resources", ctx) == Some(true),
             span,
         })
     }
@@ -326,6 +331,7 @@ mod tests {
             cost: 0.0,
             approval: WholeApproval::Destructive,
             cache: WholeCache::Matching(vec![("file:///docs/*".into(), Duration::from_secs(60))]),
+            unlisted: false,
             span: 0..0,
         }
     }

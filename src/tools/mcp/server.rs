@@ -33,6 +33,15 @@ pub(crate) enum Change {
     ResourceUpdated(String, String),
 }
 
+/// Why a server did not answer what it was asked.
+#[derive(Debug, Clone)]
+pub(crate) enum Asked {
+    /// It answered with a JSON-RPC error of its own.
+    Refused(rmcp::model::ErrorData),
+    /// It could not be asked (not started, gone, the answer lost).
+    Failed(String),
+}
+
 /// How many changes a slow follower may fall behind before it misses some (it then learns
 /// everything again).
 const CHANGES: usize = 256;
@@ -320,13 +329,16 @@ impl McpHub {
         &self,
         server: &str,
         request: rmcp::model::ClientRequest,
-    ) -> Result<rmcp::model::ServerResult, String> {
-        let session = self.session(server).await?;
+    ) -> Result<rmcp::model::ServerResult, Asked> {
+        let session = self.session(server).await.map_err(Asked::Failed)?;
         session
             .peer
             .send_request(request)
             .await
-            .map_err(|e| format!("MCP server `{server}`: {e}"))
+            .map_err(|e| match e {
+                rmcp::ServiceError::McpError(e) => Asked::Refused(e),
+                e => Asked::Failed(format!("MCP server `{server}`: {e}")),
+            })
     }
 
     /// What `server` said it can do when it started (`None`: it has not started).

@@ -438,16 +438,18 @@ impl Approver for CallApprover {
 
 /// Ask for the call's approval before its run starts, so a call parked for approval holds its
 /// plan and its question, not a scheduler; the run's gate then hears the ruling at once
-/// (and runs the `before_call` hook after it, as in a batch).
+/// (and runs the `before_call` hook after it, as in a batch). `true`: it was approved.
 pub(super) async fn ask_first(
     p: &crate::plan::Plan,
     approver: Arc<dyn Approver>,
-) -> Arc<dyn Approver> {
+) -> (Arc<dyn Approver>, bool) {
     let call = &p.calls[0];
     let request = ApprovalRequest {
         id: call.id.clone(),
         tool: call.tool_name.clone(),
         args: serde_json::Value::Object(call.args.value.clone()),
     };
-    Arc::new(crate::run::gate::Answered(approver.ask(request).await))
+    let ruling = approver.ask(request).await;
+    let yes = matches!(ruling, crate::run::gate::Ruling::Approved);
+    (Arc::new(crate::run::gate::Answered(ruling)), yes)
 }

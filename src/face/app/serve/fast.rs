@@ -92,6 +92,27 @@ pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
     })
 }
 
+/// Whether a request's `Origin` is its own `Host` (a page served by this gateway's own name
+/// and port, as a browser-based client on localhost sends), that `Host` being allowed: such a
+/// request is no cross-origin one, and DNS rebinding comes with another `Host`.
+pub(super) fn same_origin(headers: &http::HeaderMap, hosts: &[String]) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let (Some(origin), Some(host)) = (text(http::header::ORIGIN), text(http::header::HOST)) else {
+        return false;
+    };
+    let Some(authority) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    authority.eq_ignore_ascii_case(host) && host_allowed(host, hosts)
+}
+
 /// Answer `body` here if it is a plain `tools/call` or a cancel of one of ours; `None`: rmcp's.
 pub(super) async fn answer(
     gateway: &Arc<Gateway>,
@@ -313,6 +334,33 @@ mod tests {
     fn hosts_match_by_name_and_port_when_given() {
         let hosts = ["localhost".to_string(), "gw.internal:8080".to_string()];
         assert!(host_allowed("localhost:1234", &hosts));
+        let heads = |origin: &str, host: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::ORIGIN, origin.parse().expect("a value"));
+            h.insert(http::header::HOST, host.parse().expect("a value"));
+            h
+        };
+        assert!(same_origin(
+            &heads("http://localhost:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(same_origin(
+            &heads("https://LOCALHOST:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://evil.example:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://localhost:9999", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://evil.example", "evil.example"),
+            &hosts
+        ));
+        assert!(!same_origin(&heads("null", "localhost:1234"), &hosts));
         assert!(host_allowed("LOCALHOST", &hosts));
         assert!(host_allowed("gw.internal:8080", &hosts));
         assert!(!host_allowed("gw.internal:9090", &hosts));

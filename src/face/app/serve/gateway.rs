@@ -376,17 +376,32 @@ impl Gateway {
             .clone()
             .map(|sink| Arc::new(Reporter::new(sink, cx.started.clone())));
         planned.approver = self.approver_for((&planned, session), cx, reporter.clone());
-        let ticket = self.order.enter(planned.seq, planned.claims.clone());
+        // A call that needs approval holds its own session's order while it waits for it, and
+        // takes its place across sessions once approved: nobody waits on another's approval.
+        let (claims, parked) = (planned.claims.clone(), planned.approver.is_some());
+        let ticket = match parked {
+            true => self.order.park(planned.seq, claims, session.id),
+            false => self.order.enter(planned.seq, claims, session.id),
+        };
         drop(turn);
         let _users = Users::enter(&self.users, planned.seq, planned.lane_names.clone());
-        let waited = tokio::select! {
-            () = ticket.wait(|b| if let Some(r) = &reporter { r.waiting(behind_text(b)) }) => true,
-            () = cx.cancel.cancelled() => false,
-        };
-        let (answer, reached) = if waited {
-            if let Some(approver) = planned.approver.take() {
-                planned.approver = Some(super::approve::ask_first(&planned.plan, approver).await);
+        let tell = |b: &_| {
+            if let Some(r) = &reporter {
+                r.waiting(behind_text(b));
             }
+        };
+        let mut waited = ticket.wait_unless(&cx.cancel, tell).await;
+        let mut place = None;
+        if let (true, Some(approver)) = (waited, planned.approver.take()) {
+            let (answered, yes) = super::approve::ask_first(&planned.plan, approver).await;
+            planned.approver = Some(answered);
+            if yes {
+                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                let approved = place.insert(self.order.approved(seq, &ticket));
+                waited = approved.wait_unless(&cx.cancel, tell).await;
+            }
+        }
+        let (answer, reached) = if waited {
             Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
         } else {
             (Outcome::Refused(Refusal::Cancelled), false)
@@ -394,7 +409,7 @@ impl Gateway {
         if !reached {
             Box::pin(session.spend.give_back(share)).await;
         }
-        drop(ticket);
+        drop((place, ticket));
         (answer, reached)
     }
 

@@ -23,6 +23,7 @@ use super::caller::Caller;
 use super::gateway::{CallCx, Gateway, Session, Target};
 use super::passthrough;
 use super::progress::ProgressSink;
+use super::shaped::Complete;
 use super::tasks::TaskOr;
 use crate::tools::Progress;
 
@@ -55,7 +56,7 @@ impl Handler {
 
     /// The request's caller: its HTTP request's (the front door put it there), else the
     /// session's.
-    fn caller(&self, cx: &RequestContext<RoleServer>) -> Caller {
+    pub(super) fn caller(&self, cx: &RequestContext<RoleServer>) -> Caller {
         cx.extensions
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Caller>())
@@ -203,7 +204,7 @@ impl ServerHandler for Handler {
         // otherwise reserve room for (a parked call included).
         let tools = Box::pin(self.gateway.catalog.list(&caller)).await;
         let tools = Vec::clone(&tools);
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(tools).complete())
     }
 
     async fn call_tool(
@@ -251,11 +252,7 @@ impl ServerHandler for Handler {
                 question, state,
             )));
         }
-        let mut result = answer.result();
-        // A `2026-07-28` client needs `resultType` (rmcp strips it for older ones); an
-        // upstream's answer from an older server has none.
-        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
-        Ok(CallToolResponse::Complete(result))
+        Ok(CallToolResponse::Complete(answer.result().complete()))
     }
 
     async fn get_task(
@@ -299,6 +296,7 @@ impl ServerHandler for Handler {
             &self.caller(&context),
         ))
         .await
+        .map(Complete::complete)
     }
 
     async fn list_resource_templates(
@@ -311,6 +309,7 @@ impl ServerHandler for Handler {
             &self.caller(&context),
         ))
         .await
+        .map(Complete::complete)
     }
 
     async fn read_resource(
@@ -330,7 +329,7 @@ impl ServerHandler for Handler {
             r = &mut read => r,
             () = watch => read.await,
         };
-        answer.map(ReadResourceResponse::Complete)
+        answer.map(|r| ReadResourceResponse::Complete(r.complete()))
     }
 
     async fn subscribe(
@@ -360,7 +359,9 @@ impl ServerHandler for Handler {
             self.session.id,
             &context.peer,
         );
-        Box::pin(passthrough::prompts(&self.gateway, &self.caller(&context))).await
+        Box::pin(passthrough::prompts(&self.gateway, &self.caller(&context)))
+            .await
+            .map(Complete::complete)
     }
 
     async fn get_prompt(
@@ -371,7 +372,7 @@ impl ServerHandler for Handler {
         let caller = self.caller(&context);
         Box::pin(passthrough::prompt(&self.gateway, request, &caller))
             .await
-            .map(GetPromptResponse::Complete)
+            .map(|r| GetPromptResponse::Complete(r.complete()))
     }
 
     async fn complete(
@@ -380,7 +381,26 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let caller = self.caller(&context);
-        Box::pin(passthrough::complete(&self.gateway, request, &caller)).await
+        Box::pin(passthrough::complete(&self.gateway, request, &caller))
+            .await
+            .map(Complete::complete)
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let Some(asked) = super::shaped::task_request(&request) else {
+            let method = super::fault::Fault::Method(request.method.clone());
+            return Err(method.error());
+        };
+        let (gateway, caller) = (&self.gateway, self.caller(&context));
+        let tasks = Arc::clone(&gateway.tasks);
+        match Box::pin(tasks.answer(gateway, &caller, asked)).await {
+            Ok(v) => Ok(rmcp::model::CustomResult::new(v)),
+            Err((code, m)) => Err(ErrorData::new(ErrorCode(code as i32), m, None)),
+        }
     }
 }
 

@@ -169,6 +169,11 @@ impl Route {
             return ops_reply(super::ops::answer(&self.gateway, e).await);
         }
         req.extensions_mut().insert(caller.clone());
+        // A same-origin request (a page on this gateway's own allowed name and port) is no
+        // cross-origin one: its `Origin` is taken here and not judged again.
+        if fast::same_origin(req.headers(), &self.hosts) {
+            req.headers_mut().remove(hyper::header::ORIGIN);
+        }
         let session_id = req
             .headers()
             .get(fast::SESSION_HEADER)

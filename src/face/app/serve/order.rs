@@ -26,7 +26,17 @@ pub(super) use crate::plan::Claim;
 /// key cost a read nothing.
 #[derive(Default)]
 struct Queue {
-    by_claim: [std::collections::BTreeMap<u64, Arc<Notify>>; 3],
+    by_claim: [std::collections::BTreeMap<u64, Slot>; 3],
+}
+
+/// One call's place on a key.
+#[derive(Clone)]
+struct Slot {
+    wake: Arc<Notify>,
+    /// The session whose call it is.
+    session: u64,
+    /// A place held for its own session only (a call waiting for approval).
+    own: bool,
 }
 
 const KINDS: [Claim; 3] = [Claim::Read, Claim::Write, Claim::ConcurrentWrite];
@@ -39,13 +49,45 @@ fn kind(c: Claim) -> usize {
     }
 }
 
+/// Whose places a call waits behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Everyone's (a call that needs no approval).
+    All,
+    /// Its own session's only: a call waiting for approval holds its session's order and
+    /// nobody else's ([`Order::park`]).
+    Own,
+    /// Everyone's but its own session's: an approved call taking its place across sessions
+    /// (its session's later calls wait behind the place it held while parked).
+    Others,
+}
+
+/// Who a ticket is.
+#[derive(Debug, Clone, Copy)]
+struct Who {
+    session: u64,
+    scope: Scope,
+}
+
 impl Queue {
-    /// How many calls before `seq` hold a claim that `claim` waits for.
-    fn ahead(&self, seq: u64, claim: Claim) -> usize {
+    /// How many calls before `seq` hold a claim that `claim` of `who` waits for.
+    fn ahead(&self, seq: u64, claim: Claim, who: Who) -> usize {
+        let counts = |s: &Slot| {
+            let mine = s.session == who.session;
+            (mine || !s.own)
+                && match who.scope {
+                    Scope::All => true,
+                    Scope::Own => mine,
+                    Scope::Others => !mine,
+                }
+        };
         KINDS
             .iter()
             .filter(|k| claim.waits_for(**k))
-            .map(|k| self.by_claim[kind(*k)].range(..seq).count())
+            .map(|k| {
+                let earlier = self.by_claim[kind(*k)].range(..seq);
+                earlier.filter(|e| counts(e.1)).count()
+            })
             .sum()
     }
 
@@ -74,6 +116,7 @@ pub(super) struct Ticket {
     seq: u64,
     keys: Vec<(String, Claim)>,
     wake: Arc<Notify>,
+    who: Who,
 }
 
 impl Order {
@@ -82,13 +125,52 @@ impl Order {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Take call `seq`'s place (arrival order: `seq` only grows) in the queues of `keys`.
-    pub(super) fn enter(self: &Arc<Self>, seq: u64, keys: Vec<(String, Claim)>) -> Ticket {
+    /// Take call `seq`'s place (arrival order: `seq` only grows) in the queues of `keys`,
+    /// for session `session`.
+    pub(super) fn enter(
+        self: &Arc<Self>,
+        seq: u64,
+        keys: Vec<(String, Claim)>,
+        session: u64,
+    ) -> Ticket {
+        self.place(seq, keys, (session, Scope::All))
+    }
+
+    /// A call that waits for approval: its places hold its own session's later calls, and
+    /// nobody else's. Once approved it takes its place for everyone with [`Order::approved`].
+    pub(super) fn park(
+        self: &Arc<Self>,
+        seq: u64,
+        keys: Vec<(String, Claim)>,
+        session: u64,
+    ) -> Ticket {
+        self.place(seq, keys, (session, Scope::Own))
+    }
+
+    /// The approved call `parked` takes its place in every key's queue as a call arriving
+    /// now (`seq`, later than any before it), waiting behind everyone but its own session
+    /// (whose later calls wait behind `parked`, which it keeps until it is done).
+    pub(super) fn approved(self: &Arc<Self>, seq: u64, parked: &Ticket) -> Ticket {
+        let session = parked.who.session;
+        self.place(seq, parked.keys.clone(), (session, Scope::Others))
+    }
+
+    fn place(
+        self: &Arc<Self>,
+        seq: u64,
+        keys: Vec<(String, Claim)>,
+        (session, scope): (u64, Scope),
+    ) -> Ticket {
         let wake = Arc::new(Notify::new());
+        let slot = Slot {
+            wake: wake.clone(),
+            session,
+            own: scope == Scope::Own,
+        };
         let mut q = self.lock();
         for (k, claim) in &keys {
             let queue = q.entry(k.clone()).or_default();
-            queue.by_claim[kind(*claim)].insert(seq, wake.clone());
+            queue.by_claim[kind(*claim)].insert(seq, slot.clone());
         }
         drop(q);
         Ticket {
@@ -96,6 +178,7 @@ impl Order {
             seq,
             keys,
             wake,
+            who: Who { session, scope },
         }
     }
 }
@@ -106,7 +189,7 @@ impl Ticket {
         let q = self.order.lock();
         for (k, claim) in &self.keys {
             let Some(queue) = q.get(k) else { continue };
-            let ahead = queue.ahead(self.seq, *claim);
+            let ahead = queue.ahead(self.seq, *claim, self.who);
             if ahead > 0 {
                 return Some(Behind {
                     key: k.clone(),
@@ -115,6 +198,18 @@ impl Ticket {
             }
         }
         None
+    }
+
+    /// [`Ticket::wait`], unless `cancel` comes first (`false`).
+    pub(super) async fn wait_unless(
+        &self,
+        cancel: &tokio_util::sync::CancellationToken,
+        waiting: impl FnMut(&Behind),
+    ) -> bool {
+        tokio::select! {
+            () = self.wait(waiting) => true,
+            () = cancel.cancelled() => false,
+        }
     }
 
     /// Wait until nothing before the call conflicts with it. `waiting` is told what it
@@ -146,8 +241,8 @@ impl Drop for Ticket {
             if queue.by_claim[kind(*claim)].remove(&self.seq).is_some() {
                 // Whoever behind it waited for it may go now: each looks for itself.
                 for later in KINDS.iter().filter(|l| l.waits_for(*claim)) {
-                    for wake in queue.by_claim[kind(*later)].range(self.seq..).map(|e| e.1) {
-                        wake.notify_one();
+                    for slot in queue.by_claim[kind(*later)].range(self.seq..).map(|e| e.1) {
+                        slot.wake.notify_one();
                     }
                 }
             }
@@ -345,10 +440,10 @@ mod tests {
     #[test]
     fn reads_overlap_and_a_write_waits_for_them_and_blocks_later_reads() {
         let o = Arc::new(Order::default());
-        let r1 = o.enter(1, keys(&[("b", Claim::Read)]));
-        let r2 = o.enter(2, keys(&[("b", Claim::Read)]));
-        let w3 = o.enter(3, keys(&[("b", Claim::Write)]));
-        let r4 = o.enter(4, keys(&[("b", Claim::Read)]));
+        let r1 = o.enter(1, keys(&[("b", Claim::Read)]), 0);
+        let r2 = o.enter(2, keys(&[("b", Claim::Read)]), 0);
+        let w3 = o.enter(3, keys(&[("b", Claim::Write)]), 0);
+        let r4 = o.enter(4, keys(&[("b", Claim::Read)]), 0);
         assert_eq!(r1.behind(), None);
         assert_eq!(r2.behind(), None);
         assert_eq!(w3.behind().map(|b| b.ahead), Some(2));
@@ -364,10 +459,10 @@ mod tests {
     #[test]
     fn concurrent_writes_overlap_each_other_but_not_reads() {
         let o = Arc::new(Order::default());
-        let w1 = o.enter(1, keys(&[("b", Claim::ConcurrentWrite)]));
-        let w2 = o.enter(2, keys(&[("b", Claim::ConcurrentWrite)]));
-        let r3 = o.enter(3, keys(&[("b", Claim::Read)]));
-        let w4 = o.enter(4, keys(&[("b", Claim::ConcurrentWrite)]));
+        let w1 = o.enter(1, keys(&[("b", Claim::ConcurrentWrite)]), 0);
+        let w2 = o.enter(2, keys(&[("b", Claim::ConcurrentWrite)]), 0);
+        let r3 = o.enter(3, keys(&[("b", Claim::Read)]), 0);
+        let w4 = o.enter(4, keys(&[("b", Claim::ConcurrentWrite)]), 0);
         assert_eq!(w1.behind(), None);
         assert_eq!(w2.behind(), None);
         assert_eq!(r3.behind().map(|b| b.ahead), Some(2));
@@ -377,9 +472,9 @@ mod tests {
     #[test]
     fn a_call_waits_on_its_first_blocked_key_and_other_keys_are_free() {
         let o = Arc::new(Order::default());
-        let w = o.enter(1, keys(&[("x", Claim::Write)]));
-        let on_y = o.enter(2, keys(&[("y", Claim::Write)]));
-        let both = o.enter(3, keys(&[("y", Claim::Read), ("x", Claim::Read)]));
+        let w = o.enter(1, keys(&[("x", Claim::Write)]), 0);
+        let on_y = o.enter(2, keys(&[("y", Claim::Write)]), 0);
+        let both = o.enter(3, keys(&[("y", Claim::Read), ("x", Claim::Read)]), 0);
         assert_eq!(w.behind(), None);
         assert_eq!(on_y.behind(), None);
         let b = both.behind().map(|b| b.key);
@@ -392,11 +487,39 @@ mod tests {
         assert!(o.lock().is_empty(), "empty queues are removed");
     }
 
+    #[test]
+    fn a_call_parked_for_approval_holds_its_own_session_and_nobody_else() {
+        let o = Arc::new(Order::default());
+        // Session 1's write waits for approval; session 2 reads and writes the same backend.
+        let parked = o.park(1, keys(&[("b", Claim::Write)]), 1);
+        let theirs = o.enter(2, keys(&[("b", Claim::Read)]), 2);
+        let their_write = o.enter(3, keys(&[("b", Claim::Write)]), 2);
+        assert_eq!(parked.behind(), None);
+        assert_eq!(theirs.behind(), None);
+        assert_eq!(their_write.behind().map(|b| b.ahead), Some(1));
+        // Its own session's later read waits behind it (and session 2's write).
+        let mine = o.enter(4, keys(&[("b", Claim::Read)]), 1);
+        assert_eq!(mine.behind().map(|b| b.ahead), Some(2));
+        // Approved, it takes its place now: behind session 2's calls, not its own later one.
+        let placed = o.approved(5, &parked);
+        assert_eq!(placed.behind().map(|b| b.ahead), Some(2));
+        // A later call of session 2 waits behind the approved place, not the parked one.
+        let later = o.enter(6, keys(&[("b", Claim::Read)]), 2);
+        assert_eq!(later.behind().map(|b| b.ahead), Some(2));
+        drop((theirs, their_write));
+        assert_eq!(placed.behind(), None);
+        assert_eq!(later.behind().map(|b| b.ahead), Some(1));
+        assert_eq!(mine.behind().map(|b| b.ahead), Some(1));
+        drop((placed, parked));
+        assert_eq!(mine.behind(), None);
+        assert_eq!(later.behind(), None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_waiter_is_woken_when_the_call_before_it_leaves() {
         let o = Arc::new(Order::default());
-        let first = o.enter(1, keys(&[("b", Claim::Write)]));
-        let second = o.enter(2, keys(&[("b", Claim::Write)]));
+        let first = o.enter(1, keys(&[("b", Claim::Write)]), 0);
+        let second = o.enter(2, keys(&[("b", Claim::Write)]), 0);
         let mut seen = Vec::new();
         let waiter = tokio::spawn(async move {
             second.wait(|b| seen.push(b.ahead)).await;

@@ -22,10 +22,12 @@ use serde_json::{json, Map, Value};
 
 use super::answer::Outcome;
 use super::caller::Caller;
+use super::fault::Fault;
 use super::gateway::{CallCx, Gateway, Session, Target};
+use super::uri::{self, Template};
 use crate::events::Status;
 use crate::manifest::{Manifest, Subject, Whole};
-use crate::tools::mcp::{Change, McpHub};
+use crate::tools::mcp::{Asked, Change, McpHub};
 
 /// How long a list waits for a whole server still starting.
 const LIST_WAIT: Duration = Duration::from_secs(5);
@@ -40,7 +42,20 @@ pub(super) struct Followers {
     prompts: Mutex<Peers>,
     /// By server and its own URI: the sessions subscribed.
     subscribed: Mutex<HashMap<(String, String), Peers>>,
+    /// What each server listed, as last asked.
+    offers: Mutex<HashMap<String, (std::time::Instant, Arc<Offer>)>>,
 }
+
+/// What a whole server listed: its resources (normalized), templates and prompts.
+#[derive(Default)]
+struct Offer {
+    uris: std::collections::HashSet<String>,
+    templates: Vec<Template>,
+    prompts: std::collections::HashSet<String>,
+}
+
+/// How long a server's list is trusted without its word that it changed.
+const OFFER_TTL: Duration = Duration::from_secs(30);
 
 /// Sessions, by id.
 type Peers = HashMap<u64, Peer<RoleServer>>;
@@ -137,8 +152,109 @@ fn prompt_name(w: &Whole, name: &str) -> String {
     }
 }
 
-fn upstream_error(e: String) -> ErrorData {
-    ErrorData::internal_error(e, None)
+fn upstream_error(e: Asked) -> ErrorData {
+    match e {
+        // The server's own refusal (an unknown prompt, bad arguments) is the client's answer.
+        Asked::Refused(e) => Fault::Upstream(e).error(),
+        Asked::Failed(why) => Fault::Internal(why).error(),
+    }
+}
+
+/// What `server` lists now (asked again after it said its lists changed, or after
+/// [`OFFER_TTL`]).
+async fn offer(g: &Gateway, hub: &McpHub, server: &str) -> Result<Arc<Offer>, ErrorData> {
+    let fresh =
+        |(at, o): &(std::time::Instant, Arc<Offer>)| (at.elapsed() < OFFER_TTL).then(|| o.clone());
+    if let Some(o) = (g.followers.offers.lock().ok()).and_then(|m| m.get(server).and_then(fresh)) {
+        return Ok(o);
+    }
+    let caps = hub.capabilities(server).await.unwrap_or_default();
+    let mut offer = Offer::default();
+    if caps.resources.is_some() {
+        let listed = all_pages(hub, server, ("resources/list", "resources")).await?;
+        let uris = listed.iter().filter_map(|r| r["uri"].as_str());
+        offer.uris = uris.filter_map(|u| uri::normalized(u).ok()).collect();
+        let listed = all_pages(
+            hub,
+            server,
+            ("resources/templates/list", "resourceTemplates"),
+        )
+        .await?;
+        let templates = listed.iter().filter_map(|t| t["uriTemplate"].as_str());
+        offer.templates = templates.filter_map(Template::parse).collect();
+    }
+    if caps.prompts.is_some() {
+        let listed = all_pages(hub, server, ("prompts/list", "prompts")).await?;
+        let names = listed.iter().filter_map(|p| p["name"].as_str());
+        offer.prompts = names.map(str::to_string).collect();
+    }
+    let offer = Arc::new(offer);
+    if let Ok(mut m) = g.followers.offers.lock() {
+        m.insert(
+            server.to_string(),
+            (std::time::Instant::now(), offer.clone()),
+        );
+    }
+    Ok(offer)
+}
+
+/// Forget what `server` listed (it said a list changed).
+fn forget_offer(g: &Gateway, server: &str) {
+    if let Ok(mut m) = g.followers.offers.lock() {
+        m.remove(server);
+    }
+}
+
+/// A resource a client names, as the door takes it: its server, that server's own URI
+/// (normalized) and the whole server's settings.
+struct Door {
+    server: String,
+    own: String,
+    whole: Whole,
+}
+
+/// Take the resource `uri` a client named, or say why not: it is normalized first (every check
+/// and the server see the same string), must be under a whole server's prefix, admitted by
+/// the server's filters and the caller's role, and listed by the server (or match one of its
+/// templates with plain values) unless the manifest says `unlisted_resources = true`.
+async fn resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, Fault> {
+    let manifest = g.catalog.manifest();
+    let unknown = || Fault::Unknown {
+        what: "resource",
+        name: uri.to_string(),
+    };
+    let refused = |why: uri::Fault| Fault::Uri {
+        uri: uri.to_string(),
+        why: why.to_string(),
+    };
+    let (server, raw) = route_uri(&manifest, uri).ok_or_else(unknown)?;
+    let own = uri::normalized(&raw).map_err(refused)?;
+    let whole = wholes(&manifest).into_iter().find(|(s, _)| *s == server);
+    let Some((_, w)) = whole.filter(|(_, w)| w.admits(&own)) else {
+        return Err(unknown());
+    };
+    if !caller.sees(&manifest, Subject::Resource, &w.uri_of(&own)) {
+        return Err(unknown());
+    }
+    if !w.unlisted {
+        let hub = g.catalog.now().hub().ok_or_else(unknown)?;
+        let started = g.catalog.ensure(&server).await;
+        started.map_err(|e| Fault::Internal(e.to_string()))?;
+        let offer = offer(g, &hub, &server).await.map_err(Fault::Upstream)?;
+        if !offer.uris.contains(&own) {
+            let values = (offer.templates.iter())
+                .find_map(|t| t.matches(&own))
+                .ok_or_else(unknown)?;
+            for v in values {
+                uri::plain(&v).map_err(refused)?;
+            }
+        }
+    }
+    Ok(Door {
+        server,
+        own,
+        whole: w,
+    })
 }
 
 /// Ask `server` and take its answer apart with `take`.
@@ -149,7 +265,11 @@ async fn ask<T>(
     take: fn(ServerResult) -> Option<T>,
 ) -> Result<T, ErrorData> {
     let answer = hub.ask(server, request).await.map_err(upstream_error)?;
-    take(answer).ok_or_else(|| upstream_error(format!("MCP server `{server}` answered amiss")))
+    take(answer).ok_or_else(|| {
+        upstream_error(Asked::Failed(format!(
+            "MCP server `{server}` answered amiss"
+        )))
+    })
 }
 
 /// Every page of list `method` from `server`, its items under `key`.
@@ -164,7 +284,11 @@ async fn all_pages(
     for _ in 0..1000 {
         let answer = hub.ask(server, list_request(method, cursor)).await;
         let answer = answer.map_err(upstream_error)?;
-        let amiss = || upstream_error(format!("MCP server `{server}` answered {method} amiss"));
+        let amiss = || {
+            upstream_error(Asked::Failed(format!(
+                "MCP server `{server}` answered {method} amiss"
+            )))
+        };
         let (items, next) = list_items(answer, key).ok_or_else(amiss)?;
         out.extend(items);
         match next {
@@ -258,17 +382,11 @@ pub(super) async fn read(
     uri: &str,
     cx: CallCx,
 ) -> Result<ReadResourceResult, ErrorData> {
-    let manifest = g.catalog.manifest();
-    let not_found =
-        || ErrorData::resource_not_found(format!("no resource `{uri}` is served"), None);
-    if !cx.caller.sees(&manifest, Subject::Resource, uri) {
-        return Err(not_found());
-    }
-    let (server, own) = route_uri(&manifest, uri).ok_or_else(not_found)?;
-    let whole = wholes(&manifest).into_iter().find(|(s, _)| *s == server);
-    let Some((_, w)) = whole.filter(|(_, w)| w.admits(&own)) else {
-        return Err(not_found());
-    };
+    let Door {
+        server,
+        own,
+        whole: w,
+    } = resource(g, &cx.caller, uri).await?;
     let mut args = Map::new();
     args.insert("uri".into(), json!(own));
     let target = Target::Read {
@@ -328,8 +446,14 @@ pub(super) async fn prompt(
     caller: &Caller,
 ) -> Result<GetPromptResult, ErrorData> {
     let manifest = g.catalog.manifest();
-    let not_found =
-        || ErrorData::invalid_params(format!("no prompt `{}` is served", request.name), None);
+    let name = request.name.clone();
+    let not_found = || {
+        Fault::Unknown {
+            what: "prompt",
+            name: name.clone(),
+        }
+        .error()
+    };
     if !caller.sees(&manifest, Subject::Prompt, &request.name) {
         return Err(not_found());
     }
@@ -338,7 +462,12 @@ pub(super) async fn prompt(
         return Err(not_found());
     }
     let hub = g.catalog.now().hub().ok_or_else(not_found)?;
-    g.catalog.ensure(&server).await.map_err(upstream_error)?;
+    let started = g.catalog.ensure(&server).await;
+    started.map_err(|e| Fault::Internal(e.to_string()).error())?;
+    // A prompt the server did not list is not asked for.
+    if !offer(g, &hub, &server).await?.prompts.contains(&own) {
+        return Err(not_found());
+    }
     request.name = own;
     let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(request));
     ask(&hub, &server, request, |a| match a {
@@ -394,7 +523,8 @@ pub(super) async fn complete(
         _ => return Err(unknown()),
     };
     let hub = g.catalog.now().hub().ok_or_else(unknown)?;
-    g.catalog.ensure(&server).await.map_err(upstream_error)?;
+    let started = g.catalog.ensure(&server).await;
+    started.map_err(|e| Fault::Internal(e.to_string()).error())?;
     let request = from_json(json!({"method": "completion/complete", "params": v}))?;
     ask(&hub, &server, request, |a| match a {
         ServerResult::CompleteResult(r) => Some(r),
@@ -411,22 +541,27 @@ pub(super) async fn subscribe(
     uri: &str,
     on: bool,
 ) -> Result<(), ErrorData> {
-    let manifest = g.catalog.manifest();
-    let not_found =
-        || ErrorData::resource_not_found(format!("no resource `{uri}` is served"), None);
-    if on && !caller.sees(&manifest, Subject::Resource, uri) {
-        return Err(not_found());
-    }
-    let (server, own) = route_uri(&manifest, uri).ok_or_else(not_found)?;
-    let admitted = wholes(&manifest)
-        .iter()
-        .any(|(s, w)| *s == server && w.admits(&own));
-    let hub = g
-        .catalog
-        .now()
-        .hub()
-        .filter(|_| admitted)
-        .ok_or_else(not_found)?;
+    // Taken as a read is (a stop is taken as named: what was subscribed to may be gone).
+    let (server, own) = if on {
+        let door = resource(g, caller, uri).await?;
+        (door.server, door.own)
+    } else {
+        let manifest = g.catalog.manifest();
+        let unknown = || Fault::Unknown {
+            what: "resource",
+            name: uri.to_string(),
+        };
+        let (server, raw) = route_uri(&manifest, uri).ok_or_else(unknown)?;
+        (server, uri::normalized(&raw).unwrap_or(raw))
+    };
+    let not_found = || {
+        Fault::Unknown {
+            what: "resource",
+            name: uri.to_string(),
+        }
+        .error()
+    };
+    let hub = g.catalog.now().hub().ok_or_else(not_found)?;
     let key = (server.clone(), own.clone());
     let (first, last) = {
         let mut subs = g.followers.subscribed.lock().map_err(|_| not_found())?;
@@ -477,13 +612,15 @@ pub(super) async fn follow(g: Arc<Gateway>, hub: Arc<McpHub>) {
         };
         match change {
             Change::Tools(server) => g.catalog.relearn(&server).await,
-            Change::Resources(_) => {
+            Change::Resources(server) => {
+                forget_offer(&g, &server);
                 tell(&g.followers.resources, |p| async move {
                     p.notify_resource_list_changed().await.is_ok()
                 })
                 .await
             }
-            Change::Prompts(_) => {
+            Change::Prompts(server) => {
+                forget_offer(&g, &server);
                 tell(&g.followers.prompts, |p| async move {
                     p.notify_prompt_list_changed().await.is_ok()
                 })

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
 use super::entry::Short;
+use super::fault::Fault;
 use super::gateway::{Gateway, Session};
 use super::order::{Pass, Turnstile};
 
@@ -67,27 +68,58 @@ pub fn read_line(line: &[u8]) -> Line {
     }
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(e) => return Line::Refused(error(&Value::Null, -32700, &format!("parse error: {e}"))),
+        Err(e) => return Line::Refused(Fault::Parse(e.to_string()).line(&Value::Null)),
     };
     let Value::Object(msg) = &value else {
         let why = if value.is_array() {
-            "invalid request: batches are not supported; send one message a line"
+            "batches are not supported; send one message a line"
         } else {
-            "invalid request: a message is a JSON object"
+            "a message is a JSON object"
         };
-        return Line::Refused(error(&Value::Null, -32600, why));
+        return Line::Refused(Fault::Request(why.into()).line(&Value::Null));
     };
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
         if let Err(why) = call_params(msg.get("params")) {
-            return Line::Refused(error(&id, -32602, &format!("invalid params: {why}")));
+            return Line::Refused(Fault::Params(why).line(&id));
         }
     }
     match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
+            // A method rmcp models whose params it could not read: rmcp would take it for a
+            // method of its own (`-32601`); it is the params that are wrong.
+            ClientRequest::CustomRequest(c) if MODELED.contains(&c.method.as_str()) => {
+                let why = format!("`{}` takes other params (see its schema)", c.method);
+                Line::Refused(Fault::Params(why).line(&id))
+            }
+            _ => Line::Message(Box::new(ClientJsonRpcMessage::Request(r))),
+        },
         Ok(m) => Line::Message(Box::new(m)),
-        Err(e) => Line::Refused(error(&id, -32600, &format!("invalid request: {e}"))),
+        Err(e) => Line::Refused(Fault::Request(e.to_string()).line(&id)),
     }
 }
+
+/// The methods a client sends that rmcp reads into types of their own.
+const MODELED: &[&str] = &[
+    "initialize",
+    "ping",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/update",
+    "server/discover",
+    "subscriptions/listen",
+];
 
 /// A `tools/call` request read as one, straight from its line: rmcp's own reading of a message
 /// tries it as each kind of message and each request in turn, a formatted serde error a miss
@@ -319,9 +351,14 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
             ClientJsonRpcMessage::Request(r) => {
                 calls.inflight.insert(key(&r.id));
                 match &mut r.request {
+                    // A call and a resource read take their places in the wire's order.
                     ClientRequest::CallToolRequest(call) => {
                         let pass = Arc::new(self.turnstile.pass());
                         call.extensions.insert(Arrival(pass));
+                    }
+                    ClientRequest::ReadResourceRequest(read) => {
+                        let pass = Arc::new(self.turnstile.pass());
+                        read.extensions.insert(Arrival(pass));
                     }
                     ClientRequest::InitializeRequest(init) => {
                         let caps = &init.params.capabilities;
@@ -456,8 +493,8 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
             let line = match line {
                 Ok(l) => l,
                 Err(()) => {
-                    let why = format!("invalid request: a message longer than {MAX_LINE} bytes");
-                    let _ = self.sink.say(error(&Value::Null, -32600, &why));
+                    let why = format!("a message longer than {MAX_LINE} bytes");
+                    let _ = self.sink.say(Fault::Request(why).line(&Value::Null));
                     continue;
                 }
             };

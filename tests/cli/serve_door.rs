@@ -1,0 +1,381 @@
+//! The gateway's one door (issue 67): the defects that lived in the seams between its doors,
+//! each tried as a client would — a 2026-07-28 SDK client reading resources and prompts, URIs
+//! written to slip past a policy, a tenant's parked call beside another tenant's work, a read
+//! sent right after a write on one wire, protocol faults, and a same-origin browser request.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{repo, skip, Project};
+use crate::mcp::own_server;
+use crate::serve::{client, finish, log_lines, python, raw_post_with, raw_response, HttpGateway};
+use crate::serve_holds::StdioGateway;
+use crate::serve_whole::everything_whole;
+
+/// The Python `mcp` SDK 2.x, or `None` (skipped with a notice, except in CI).
+fn sdk2() -> Option<PathBuf> {
+    let py = repo().join("target/mcp2-venv/bin/python");
+    if py.exists() {
+        return Some(py);
+    }
+    skip(
+        &format!(
+            "the Python mcp SDK 2.x is not installed at {}",
+            py.display()
+        ),
+        "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
+    );
+    None
+}
+
+/// What SDK 2.x in its default mode gets of everything the gateway serves, at `how` (a URL,
+/// or `--` and a command).
+fn everything_as_2026_client(py: &Path, how: &[String]) -> Value {
+    let out = Command::new(py)
+        .arg(repo().join("tests/fixtures/mcp_whole2.py"))
+        .args(how)
+        .args(["ev_args-prompt", r#"{"city": "Paris"}"#])
+        .output()
+        .expect("the SDK client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn gateway_cmd(p: &Project) -> Vec<String> {
+    let bin = crate::serve::flux_bin().display().to_string();
+    let manifest = p.path().join("tools.toml").display().to_string();
+    ["--", &bin, "--manifest", &manifest, "mcp", "serve"]
+        .map(String::from)
+        .to_vec()
+}
+
+#[test]
+fn a_2026_client_gets_resources_prompts_and_completions_over_stdio_and_http() {
+    let Some(py) = sdk2() else { return };
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    for (face, how) in [("stdio", gateway_cmd(&p)), ("http", vec![gw.url.clone()])] {
+        let got = everything_as_2026_client(&py, &how);
+        assert_eq!(got["version"], "2026-07-28", "{face}: {got}");
+        let errors = got["errors"].as_object().cloned().unwrap_or_default();
+        // `ping` left the protocol at 2026-07-28 (the SDK itself says so); nothing else fails.
+        let failed: Vec<&String> = errors.keys().filter(|k| *k != "ping").collect();
+        assert!(failed.is_empty(), "{face}: {errors:?}");
+        assert!(
+            got["tools"].as_u64().is_some_and(|n| n > 5),
+            "{face}: {got}"
+        );
+        let resources = got["resources"].as_array().cloned().unwrap_or_default();
+        assert!(
+            resources
+                .iter()
+                .all(|u| u.as_str().is_some_and(|u| u.starts_with("ev+demo://"))),
+            "{face}: {got}"
+        );
+        assert!(
+            !resources.is_empty() && got["templates"].as_array().is_some_and(|t| !t.is_empty())
+        );
+        assert!(
+            got["read"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()),
+            "{face}"
+        );
+        assert!(
+            got["prompts"].to_string().contains("ev_args-prompt"),
+            "{face}"
+        );
+        assert!(got["prompt"].to_string().contains("Paris"), "{face}: {got}");
+        assert!(got["complete"].is_array(), "{face}: {got}");
+    }
+}
+
+/// One `resources/read` over a raw stdio wire: its `result` or its `error`.
+fn read(gw: &mut StdioGateway, id: u64, uri: &str) -> Value {
+    let msg =
+        json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}});
+    gw.send(&msg.to_string());
+    answer(gw, id)
+}
+
+/// The answer to request `id` (skipping anything else said meanwhile).
+fn answer(gw: &StdioGateway, id: u64) -> Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let m = gw.recv(left).unwrap_or_else(|| panic!("no answer to {id}"));
+        if m["id"] == id {
+            return m;
+        }
+    }
+}
+
+#[test]
+fn a_resource_policy_sees_the_uri_the_server_reads() {
+    let Some(manifest) = everything_whole(
+        "ev",
+        "deny = [\"demo://resource/dynamic/text/1\", \"demo://resource/static/document/s*\"]",
+    ) else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let mut gw = StdioGateway::start_speaking(&p, "2025-11-25");
+    // What is served reads as the server gives it.
+    let ok = read(&mut gw, 1, "ev+demo://resource/dynamic/text/2");
+    let text = ok["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("Resource 2:"), "{ok}");
+    assert_eq!(
+        ok["result"]["contents"][0]["uri"],
+        "ev+demo://resource/dynamic/text/2"
+    );
+    // The denied resource, however it is written, is not read.
+    let attacks = [
+        "ev+demo://resource/dynamic/text/01",
+        "ev+demo://resource/dynamic/text/+1",
+        "ev+demo://resource/dynamic/text/1.0",
+        "ev+demo://resource/dynamic/text/%31",
+        "ev+DEMO://resource/dynamic/text/1",
+        "ev+demo://RESOURCE/dynamic/text/1",
+        "ev+demo://resource/static/../dynamic/text/1",
+        "ev+demo://resource/static/%2e%2e/dynamic/text/1",
+        "ev+demo://resource/static/document/../../dynamic/text/./1",
+        "ev+demo://resource/static/document/%73tartup.md",
+        // Not listed, nor under a template: never forwarded.
+        "ev+http://169.254.169.254/latest/meta-data/",
+        "ev+demo://resource/static/document/not-there.md",
+        "ev+file:///etc/passwd",
+    ];
+    for (i, uri) in attacks.iter().enumerate() {
+        let r = read(&mut gw, 10 + i as u64, uri);
+        assert!(r.get("result").is_none(), "{uri} was read: {r}");
+        let code = r["error"]["code"].as_i64();
+        assert!(matches!(code, Some(-32602 | -32002)), "{uri}: {r}");
+        let said = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            said.starts_with("no resource `") || said.contains("is not taken"),
+            "{uri}: the gateway's own refusal, not the server's: {r}"
+        );
+    }
+}
+
+#[test]
+fn protocol_faults_get_their_own_codes_and_a_long_name_is_not_echoed_whole() {
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let mut gw = StdioGateway::start_speaking(&p, "2025-11-25");
+    let huge = "p".repeat(100_000);
+    let asks = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/get", "params": {"name": 5}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "ev_no-such-prompt"}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get", "params": {"name": format!("ev_{huge}")}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": format!("ev+demo://resource/{huge}")}}),
+    ];
+    for ask in asks {
+        gw.send(&ask.to_string());
+        let id = ask["id"].as_u64().unwrap_or_default();
+        let r = answer(&gw, id);
+        assert_eq!(r["error"]["code"], -32602, "{id}: {}", cut(&r));
+        let said = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(said.len() < 1000, "{id}: {} bytes echoed", said.len());
+    }
+    // Tasks' own list is served over stdio as over HTTP.
+    gw.send(r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{}}"#);
+    let r = answer(&gw, 6);
+    assert!(r["result"]["tasks"].is_array(), "{r}");
+}
+
+fn cut(v: &Value) -> String {
+    v.to_string().chars().take(400).collect()
+}
+
+/// The project's own test server served whole (`own+note://board` reads in 50 ms), logging to
+/// `log`.
+fn own_whole(p: &Project, log: &Path) {
+    p.write(
+        "tools.toml",
+        &format!(
+            "[mcp_servers.own]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\", MCP_TEST_READ_MS = \"50\" }}\nwhole = true\nrequires_approval = false\n",
+            own_server().display(),
+            log.display()
+        ),
+    );
+}
+
+fn at(lines: &[String], what: &str) -> u128 {
+    lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix(what)
+                .and_then(|r| r.trim().split(' ').next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no `{what}` in {lines:?}"))
+}
+
+#[test]
+fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log);
+    let mut gw = StdioGateway::start(&p, &[]);
+    for round in 0..3 {
+        let tag = format!("w{round}");
+        gw.call(100 + round, "own_write", json!({"ms": 600, "tag": tag}));
+        let msg = json!({"jsonrpc": "2.0", "id": 200 + round, "method": "resources/read", "params": {"uri": "own+note://board"}});
+        gw.send(&msg.to_string());
+        let answers: Vec<Value> = (0..2).map(|_| next_answer(&gw)).collect();
+        let read = answers.iter().find(|a| a["id"] == 200 + round);
+        assert!(
+            read.is_some_and(|r| r["result"]["contents"].is_array()),
+            "{answers:?}"
+        );
+        let lines = log_lines(&log);
+        let reads: Vec<u128> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("read-start "))
+            .filter_map(|r| r.trim().parse().ok())
+            .collect();
+        let read_at = reads.last().copied().unwrap_or_default();
+        assert!(
+            read_at >= at(&lines, &format!("end {tag}")),
+            "round {round}: {lines:?}"
+        );
+    }
+}
+
+/// The next answer to a request (notifications skipped).
+fn next_answer(gw: &StdioGateway) -> Value {
+    loop {
+        let m = gw
+            .recv(Duration::from_secs(30))
+            .expect("an answer within 30 s");
+        if m.get("id").is_some() {
+            return m;
+        }
+    }
+}
+
+#[test]
+fn one_tenants_parked_write_holds_nothing_of_another_tenant() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("calls.log");
+    let tool = |name: &str, effect: &str, approval: bool| {
+        format!(
+            "[tools.{name}]\nkind = \"command\"\ncommand = [\"/bin/sh\", \"-c\", \"echo \\\"{name} $1\\\" >> '{log}'; echo '{{\\\"ok\\\": true}}'\", \"w\", \"{{tag}}\"]\neffect = \"{effect}\"\nbackend = \"orders-db\"\nrequires_approval = {approval}\n[tools.{name}.args]\ntag = {{ type = \"string\", required = true }}\n\n",
+            log = log.display()
+        )
+    };
+    p.write(
+        "tools.toml",
+        &format!(
+            "[serve]\napproval_timeout = \"8s\"\n[serve.tokens]\nacme = \"${{env:ACME}}\"\nbeta = \"${{env:BETA}}\"\n[concurrency]\nhazards = \"backend\"\n\n{}{}{}",
+            tool("refund", "write", true),
+            tool("note", "write", false),
+            tool("lookup", "read", false),
+        ),
+    );
+    let gw = HttpGateway::start(
+        &p,
+        &["--lane-store", "memory"],
+        &[("ACME", "tok-a"), ("BETA", "tok-b")],
+    );
+    let as_tenant = |token: &str| {
+        vec![
+            "--http".to_string(),
+            gw.url.clone(),
+            "-".into(),
+            token.into(),
+        ]
+    };
+    // Beta's write waits for an approval nobody gives (8 s).
+    let parked = client(
+        &py,
+        &as_tenant("tok-b"),
+        &["call", "refund", r#"{"tag": "b1"}"#],
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while parked_now(&p) == 0 {
+        assert!(Instant::now() < until, "beta's call never parked");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Acme reads and writes the same backend meanwhile, at once.
+    let t = Instant::now();
+    let read = crate::serve::run_client(
+        &py,
+        &as_tenant("tok-a"),
+        &["call", "lookup", r#"{"tag": "a1"}"#],
+    );
+    let write = crate::serve::run_client(
+        &py,
+        &as_tenant("tok-a"),
+        &["call", "note", r#"{"tag": "a2"}"#],
+    );
+    let took = t.elapsed();
+    assert_eq!(read["isError"], false, "{read}");
+    assert_eq!(write["isError"], false, "{write}");
+    assert!(
+        took < Duration::from_secs(6),
+        "acme waited {took:?} behind beta's approval"
+    );
+    assert_eq!(log_lines(&log), ["lookup a1", "note a2"]);
+    let b = finish(parked);
+    let text = b["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("nobody approved it"), "{b}");
+}
+
+/// How many calls `flux-tools approvals` lists for the gateway in `p`.
+fn parked_now(p: &Project) -> usize {
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn a_same_origin_request_on_an_allowed_host_is_served_and_another_origin_is_not() {
+    let p = Project::new("[tools.who]\nkind = \"scripted\"\neffect = \"read\"\n");
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let port = gw.addr().rsplit(':').next().unwrap_or_default().to_string();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}"#;
+    let host = format!("localhost:{port}");
+    let same = format!("http://localhost:{port}");
+    let (head, body) = raw_response(raw_post_with(
+        &gw.addr(),
+        None,
+        init,
+        &[("Host", &host), ("Origin", &same)],
+    ));
+    assert!(head.starts_with("http/1.1 200"), "{head}\n{body}");
+    for (host, origin) in [
+        (host.as_str(), "http://evil.example"),
+        (host.as_str(), "http://localhost:1"),
+        ("evil.example", "http://evil.example"),
+    ] {
+        let (head, _) = raw_response(raw_post_with(
+            &gw.addr(),
+            None,
+            init,
+            &[("Host", host), ("Origin", origin)],
+        ));
+        assert!(head.starts_with("http/1.1 403"), "{host} {origin}: {head}");
+    }
+}
