@@ -379,3 +379,128 @@ fn a_same_origin_request_on_an_allowed_host_is_served_and_another_origin_is_not(
         assert!(head.starts_with("http/1.1 403"), "{host} {origin}: {head}");
     }
 }
+
+#[test]
+fn resources_a_tool_names_are_named_as_served_and_read_here() {
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let mut gw = StdioGateway::start_speaking(&p, "2025-11-25");
+    gw.call(1, "ev_get-resource-links", json!({"count": 2}));
+    let links = answer(&gw, 1);
+    let blocks = links["result"]["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let uris: Vec<String> = blocks
+        .iter()
+        .filter(|b| b["type"] == "resource_link")
+        .filter_map(|b| b["uri"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(uris.len(), 2, "{links}");
+    for (i, uri) in uris.iter().enumerate() {
+        assert!(uri.starts_with("ev+demo://"), "{uri}");
+        let r = read(&mut gw, 10 + i as u64, uri);
+        assert!(r["result"]["contents"].is_array(), "{uri}: {r}");
+    }
+    gw.call(2, "ev_get-resource-reference", json!({"resourceId": 2}));
+    let embedded = answer(&gw, 2);
+    let uri = (embedded["result"]["content"]
+        .as_array()
+        .into_iter()
+        .flatten())
+    .find(|b| b["type"] == "resource")
+    .and_then(|b| b["resource"]["uri"].as_str())
+    .unwrap_or_default()
+    .to_string();
+    assert_eq!(uri, "ev+demo://resource/dynamic/text/2", "{embedded}");
+}
+
+/// The audit trail's lines.
+fn trail(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn every_route_to_an_upstream_is_in_the_audit_trail_under_the_name_the_client_used() {
+    let Some(manifest) = everything_whole(
+        "ev",
+        "deny = [\"get-env\", \"args-prompt\", \"demo://resource/dynamic/text/1\"]",
+    ) else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let audit = p.path().join("audit.jsonl");
+    let path = audit.display().to_string();
+    let mut gw = StdioGateway::start_in(p.path(), &[], &["--audit", &path]);
+    gw.call(1, "ev_get-sum", json!({"a": 1, "b": 2}));
+    gw.call(2, "ev_get-env", json!({}));
+    let _ = (next_answer(&gw), next_answer(&gw));
+    let _ = read(&mut gw, 3, "ev+demo://resource/dynamic/text/2");
+    let _ = read(&mut gw, 4, "ev+demo://resource/static/../dynamic/text/1");
+    gw.send(r#"{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"ev_args-prompt","arguments":{"city":"x"}}}"#);
+    gw.send(
+        r#"{"jsonrpc":"2.0","id":6,"method":"prompts/get","params":{"name":"ev_simple-prompt"}}"#,
+    );
+    gw.send(r#"{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{"uri":"ev+demo://resource/dynamic/text/01"}}"#);
+    for _ in 5..=7 {
+        let _ = next_answer(&gw);
+    }
+    drop(gw);
+    let lines = trail(&audit);
+    let has = |event: &str, key: &str, value: &str| {
+        lines.iter().any(|l| l["event"] == event && l[key] == value)
+    };
+    for (event, key, value) in [
+        ("call.allowed", "tool", "ev_get-sum"),
+        ("call.refused", "tool", "ev_get-env"),
+        (
+            "call.allowed",
+            "resource",
+            "ev+demo://resource/dynamic/text/2",
+        ),
+        (
+            "call.refused",
+            "resource",
+            "ev+demo://resource/static/../dynamic/text/1",
+        ),
+        ("call.refused", "prompt", "ev_args-prompt"),
+        ("call.allowed", "prompt", "ev_simple-prompt"),
+        (
+            "call.refused",
+            "resource",
+            "ev+demo://resource/dynamic/text/01",
+        ),
+    ] {
+        assert!(
+            has(event, key, value),
+            "no {event} {key}={value} in {lines:#?}"
+        );
+    }
+    // No line names a tool by its name in the manifest (`ev.get-sum`).
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["tool"].as_str().is_some_and(|t| t.contains('.'))),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn validate_says_when_a_roles_tool_glob_is_written_for_manifest_names_or_matches_nothing() {
+    let p = Project::new(
+        "[tools.search]\nkind = \"scripted\"\neffect = \"read\"\n\n[serve.tokens]\nacme = { token = \"${env:ACME}\", roles = [\"reader\"] }\n\n[roles.reader]\ntools = [\"search\", \"serch_*\", \"email.send\"]\n",
+    );
+    let out = p.cmd().arg("validate").output().expect("validate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tool glob `serch_*` matches no tool of the manifest"),
+        "{err}"
+    );
+    assert!(err.contains("write `email_send`"), "{err}");
+    assert!(!err.contains("`search` matches no tool"), "{err}");
+}

@@ -100,16 +100,24 @@ impl Roles {
         !self.0.is_empty()
     }
 
-    /// Whether a caller holding `held` may see `name` (a tool's or prompt's served name, a
-    /// resource's served URI): one of its roles allows it.
+    /// Whether a caller holding `held` may see `name` (a tool's name in the manifest, a
+    /// prompt's served name, a resource's served URI): one of its roles allows it. A tool is
+    /// named as clients see it (`ev_get-sum`), like a prompt; a glob written for its name in
+    /// the manifest (`ev.get-sum`) still matches it (`validate` says to rewrite it), and a
+    /// `deny` in either form denies it.
     pub fn allows(&self, held: &[String], what: Subject, name: &str) -> bool {
+        let served = match what {
+            Subject::Tool => super::export_name(name),
+            Subject::Resource | Subject::Prompt => name.to_string(),
+        };
         self.held(held).any(|r| {
             let rule = match what {
                 Subject::Tool => &r.tools,
                 Subject::Resource => &r.resources,
                 Subject::Prompt => &r.prompts,
             };
-            rule.admits(name)
+            let any = |globs: &[String]| glob::any(globs, &served) || glob::any(globs, name);
+            any(&rule.allow) && !any(&rule.deny)
         })
     }
 
@@ -349,6 +357,7 @@ impl Reader<'_> {
                 self.warn(k.span(), msg, Some(hint));
             }
         }
+        self.role_tool_globs(m, root);
         if m.roles.declared() && m.serve.tokens.is_empty() && m.serve.auth.is_none() {
             if let Some((k, _)) = Reader::entry(root, "roles") {
                 let msg = "[roles] is declared, but no caller has roles: without [serve.tokens] or [serve.auth] every caller sees everything";
@@ -360,6 +369,69 @@ impl Reader<'_> {
             }
         }
     }
+}
+
+impl Reader<'_> {
+    /// Each role's tool globs: one written for a tool's name in the manifest (`ev.*`) is to
+    /// be written as clients see the tool (`ev_*`), and one that can match no tool is said.
+    fn role_tool_globs(&mut self, m: &super::Manifest, root: &DeTable<'_>) {
+        let roles = Reader::entry(root, "roles").and_then(|(_, v)| v.get_ref().as_table());
+        for (role, v) in roles.into_iter().flat_map(|t| t.iter()) {
+            let tools = v
+                .get_ref()
+                .as_table()
+                .and_then(|t| Reader::entry(t, "tools"));
+            let lists: Vec<&DeValue<'_>> = match tools.map(|(_, v)| v.get_ref()) {
+                Some(DeValue::Table(t)) => ["allow", "deny"]
+                    .iter()
+                    .filter_map(|k| Reader::entry(t, k).map(|(_, v)| v.get_ref()))
+                    .collect(),
+                Some(list) => vec![list],
+                None => Vec::new(),
+            };
+            let items = lists.into_iter().filter_map(DeValue::as_array).flatten();
+            for item in items {
+                if let Some(g) = item.get_ref().as_str() {
+                    let ctx = format!("[roles.{}]", role.get_ref());
+                    if let Some((msg, hint)) = tool_glob_problem(m, g, &ctx) {
+                        self.warn(item.span(), msg, Some(hint));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What is amiss with tool glob `g` of a role (`ctx`), if anything.
+fn tool_glob_problem(m: &super::Manifest, g: &str, ctx: &str) -> Option<(String, String)> {
+    let served = |n: &str| glob::matches(g, &super::export_name(n));
+    let wholes: Vec<&str> = (m.whole_servers())
+        .map(|(_, w)| w.prefix.as_str())
+        .collect();
+    if g.contains('.') {
+        let fixed = g.replace('.', "_");
+        let msg = format!("{ctx} names tools by `{g}`, their names in the manifest");
+        return Some((
+            msg,
+            format!("roles name a tool as clients see it: write `{fixed}`"),
+        ));
+    }
+    let learnt = |p: &&str| p.is_empty() || g.starts_with(&format!("{p}_"));
+    let may_match = g.starts_with(['*', '?'])
+        || m.tools.iter().any(|t| served(&t.name))
+        || wholes.iter().any(learnt);
+    (!may_match).then(|| {
+        let names = m.tools.iter().map(|t| super::export_name(&t.name));
+        let names: Vec<String> = names.collect();
+        let hint =
+            crate::error::suggest(g, names.iter().map(String::as_str)).unwrap_or_else(|| {
+                "a tool is named as clients see it: `PREFIX_name` for a whole server's".into()
+            });
+        (
+            format!("{ctx}: tool glob `{g}` matches no tool of the manifest"),
+            hint,
+        )
+    })
 }
 
 #[cfg(test)]

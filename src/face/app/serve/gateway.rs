@@ -362,12 +362,25 @@ impl Gateway {
         let share = match Box::pin(session.spend.reserve(limits, &tool.name, tool.cost)).await {
             Ok(s) => s,
             Err(why) => {
-                self.refused(session, &cx.caller, &tool.name, &why.text());
+                let served = crate::manifest::export_name(&tool.name);
+                self.refused(session, &cx.caller, &served, &why.text());
                 return (Outcome::Refused(why), false);
             }
         };
         if self.audit.on() {
-            let fields = serde_json::json!({"tool": tool.name, "session": session.id});
+            // Named as the client named it: a tool as served, a read by its URI.
+            let call = &planned.plan.calls[0];
+            let fields = match tool.settings_of::<crate::tools::mcp::McpSpec>() {
+                Some(s) if s.op == crate::tools::mcp::Op::ReadResource => {
+                    let own = call.args.value.get("uri").and_then(|u| u.as_str());
+                    let whole = super::passthrough::whole_of(&planned.manifest, planned.tool);
+                    let uri = own.map(|u| whole.map_or_else(|| u.to_string(), |w| w.uri_of(u)));
+                    serde_json::json!({"resource": uri, "session": session.id})
+                }
+                _ => {
+                    serde_json::json!({"tool": crate::manifest::export_name(&tool.name), "session": session.id})
+                }
+            };
             self.audit
                 .record(Event::CallAllowed, Some(&cx.caller), fields);
         }
@@ -569,6 +582,7 @@ impl Gateway {
         // call); a cancellation interrupts the run and waits for it to wind down.
         let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let cost = p.manifest.tools[p.tool].cost;
+        let whole = super::passthrough::whole_of(&p.manifest, p.tool);
         session.record.started(&p.caller);
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
@@ -600,7 +614,10 @@ impl Gateway {
         if interrupted {
             return (Outcome::Refused(Refusal::Cancelled), reached);
         }
-        (Outcome::Ran(Box::new(r), relay.take()), reached)
+        let raw = relay
+            .take()
+            .map(|raw| super::passthrough::served_links(raw, whole));
+        (Outcome::Ran(Box::new(r), raw), reached)
     }
 
     /// End a call's run on a task of its own (the answer does not wait for the collector):
@@ -712,7 +729,7 @@ impl Gateway {
         (session, caller, name): (&Session, &Caller, Target<'_>),
     ) -> Result<Result<Planned, Refusal>, String> {
         let what = match name {
-            Target::Tool(n) => n.to_string(),
+            Target::Tool(n) => super::fault::cut(n),
             Target::Read { server, uri } => format!("{server}:resources/read {uri}"),
         };
         match &prepared {

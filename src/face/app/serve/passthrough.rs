@@ -21,6 +21,7 @@ use rmcp::service::{Peer, RoleServer};
 use serde_json::{json, Map, Value};
 
 use super::answer::Outcome;
+use super::audit::Event;
 use super::caller::Caller;
 use super::fault::Fault;
 use super::gateway::{CallCx, Gateway, Session, Target};
@@ -218,6 +219,23 @@ struct Door {
 /// the server's filters and the caller's role, and listed by the server (or match one of its
 /// templates with plain values) unless the manifest says `unlisted_resources = true`.
 async fn resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, Fault> {
+    let taken = Box::pin(take_resource(g, caller, uri)).await;
+    if let Err(f) = &taken {
+        refused(g, caller, ("resource", uri), &f.error().message);
+    }
+    taken
+}
+
+/// Say in the audit trail that `caller`'s request for `what` (a resource's URI, a prompt's
+/// name) was refused at the door, and why.
+fn refused(g: &Gateway, caller: &Caller, (what, name): (&str, &str), why: &str) {
+    if g.audit.on() {
+        let fields = json!({ what: super::fault::cut(name), "reason": why });
+        g.audit.record(Event::CallRefused, Some(caller), fields);
+    }
+}
+
+async fn take_resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, Fault> {
     let manifest = g.catalog.manifest();
     let unknown = || Fault::Unknown {
         what: "resource",
@@ -419,6 +437,34 @@ pub(super) async fn read(
     from_json(contents)
 }
 
+/// The whole server a tool of `manifest` is one of (`None`: a tool of no whole server).
+pub(super) fn whole_of(manifest: &Manifest, tool: usize) -> Option<Whole> {
+    let spec = manifest.tools[tool].settings_of::<crate::tools::mcp::McpSpec>()?;
+    manifest.mcp_servers.get(&spec.server)?.whole.clone()
+}
+
+/// A whole server's tool result with the resources it names — resource links and embedded
+/// resources — under their served URIs, which the client can read here.
+pub(super) fn served_links(mut raw: Value, whole: Option<Whole>) -> Value {
+    let Some(w) = whole.filter(|w| !w.prefix.is_empty()) else {
+        return raw;
+    };
+    let blocks = raw.get_mut("content").and_then(Value::as_array_mut);
+    for block in blocks.into_iter().flatten() {
+        let uri = match block["type"].as_str() {
+            Some("resource_link") => block.get_mut("uri"),
+            Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
+            _ => None,
+        };
+        if let Some(u) = uri {
+            if let Some(own) = u.as_str().map(str::to_string) {
+                *u = json!(w.uri_of(&own));
+            }
+        }
+    }
+    raw
+}
+
 /// `prompts/list`: every whole server's prompts it admits, under served names.
 pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsResult, ErrorData> {
     let mut all = Vec::new();
@@ -441,6 +487,24 @@ pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsR
 
 /// `prompts/get` of a served prompt name: its server's messages, as they came.
 pub(super) async fn prompt(
+    g: &Gateway,
+    request: GetPromptRequestParams,
+    caller: &Caller,
+) -> Result<GetPromptResult, ErrorData> {
+    let name = request.name.clone();
+    let got = Box::pin(get_prompt(g, request, caller)).await;
+    match &got {
+        Err(e) => refused(g, caller, ("prompt", &name), &e.message),
+        Ok(_) if g.audit.on() => {
+            let fields = json!({"prompt": name});
+            g.audit.record(Event::CallAllowed, Some(caller), fields);
+        }
+        Ok(_) => {}
+    }
+    got
+}
+
+async fn get_prompt(
     g: &Gateway,
     mut request: GetPromptRequestParams,
     caller: &Caller,

@@ -63,13 +63,16 @@ impl Template {
             let close = rest[open..].find('}')? + open;
             let op = rest[open + 1..close].chars().next().unwrap_or(' ');
             re.push_str(match op {
-                // Reserved expansion, a fragment: anything.
-                '+' | '#' => "(.*)",
-                // A query or its continuation: up to a fragment.
-                '?' | '&' => "([^#]*)",
-                // Path segments: up to a query or fragment.
-                '/' => "([^?#]*)",
-                // A simple value (and `.`, `;`): inside one segment.
+                // Reserved expansion: anything, as little as lets the rest match.
+                '+' => "([^#]*?)",
+                // The expressions that begin with their operator, or expand to nothing.
+                '#' => "((?:#.*)?)",
+                '?' => r"((?:\?[^#]*)?)",
+                '&' => "((?:&[^#]*)?)",
+                '/' => "((?:/[^?#]*)?)",
+                '.' => r"((?:\.[^/?#]*)?)",
+                ';' => "((?:;[^/?#]*)?)",
+                // A simple value: inside one segment.
                 _ => "([^/?#]*)",
             });
             rest = &rest[close + 1..];
@@ -172,7 +175,8 @@ mod tests {
         assert_eq!(t.matches("demo://resource/static/text/1"), None);
         let q = Template::parse("file:///{+path}{?rev}").expect("a template");
         let got = q.matches("file:///a/b/c.md?rev=3").expect("a match");
-        assert_eq!(got[0], "a/b/c.md");
+        assert_eq!(got, ["a/b/c.md", "?rev=3"]);
+        assert_eq!(q.matches("file:///a.md").expect("a match"), ["a.md", ""]);
         let two = Template::parse("x://{a}-{b}").expect("a template");
         assert_eq!(
             two.matches("x://p-q-r"),
