@@ -504,3 +504,38 @@ fn validate_says_when_a_roles_tool_glob_is_written_for_manifest_names_or_matches
     assert!(err.contains("write `email_send`"), "{err}");
     assert!(!err.contains("`search` matches no tool"), "{err}");
 }
+
+#[test]
+fn a_2026_client_follows_a_resource_with_subscriptions_listen_over_stdio_and_http() {
+    let Some(py) = sdk2() else { return };
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let uri = "ev+demo://resource/dynamic/text/1";
+    for (face, how) in [("stdio", gateway_cmd(&p)), ("http", vec![gw.url.clone()])] {
+        let out = Command::new(&py)
+            .arg(repo().join("tests/fixtures/mcp_listen2.py"))
+            .args(&how)
+            .args([uri, "ev_toggle-subscriber-updates", "20"])
+            .output()
+            .expect("the SDK client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{face}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value =
+            serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(got["version"], "2026-07-28", "{face}: {got}");
+        assert_eq!(
+            got["honored"]["resourceSubscriptions"][0], uri,
+            "{face}: {got}"
+        );
+        let updated = (got["events"].as_array().into_iter().flatten())
+            .any(|e| e["kind"] == "ResourceUpdated" && e["uri"] == uri);
+        assert!(updated, "{face}: {got}");
+    }
+}

@@ -117,7 +117,7 @@ impl Gateway {
             .filter(|h| !old.hub().is_some_and(|o| Arc::ptr_eq(&o, h)));
         let generation = self.catalog.replace(manifest, hub).await?;
         if let Some(hub) = fresh {
-            tokio::spawn(super::passthrough::follow(self.clone(), hub));
+            tokio::spawn(super::followers::follow(self.clone(), hub));
         }
         if let Ok(mut s) = self.store.write() {
             *s = base;

@@ -68,7 +68,7 @@ pub(super) struct Gateway {
     /// The HTTP face's sessions.
     pub http_sessions: Arc<super::sessions::Sessions>,
     /// The sessions told when a whole server's resources or prompts change.
-    pub followers: super::passthrough::Followers,
+    pub followers: super::followers::Followers,
     /// Where every decision about a caller is recorded.
     pub audit: Arc<Audit>,
     /// Clients' idempotency keys and their answers (in the lane store when it is shared).
@@ -195,7 +195,7 @@ impl Gateway {
             metrics: super::metrics::Metrics::default(),
             status: super::status::Log::default(),
             http_sessions: Arc::new(http_sessions),
-            followers: super::passthrough::Followers::default(),
+            followers: super::followers::Followers::default(),
             audit,
             keys: super::keys::Keys::new(store_intents, &limits),
             tasks: Arc::new(tasks),

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
+use super::followers::{Listener, Listing};
 use super::gateway::{CallCx, Gateway, Session, Target};
 use super::passthrough;
 use super::progress::ProgressSink;
@@ -77,7 +78,7 @@ impl Handler {
         let (peer, caller) = (context.peer.clone(), self.caller(context));
         tokio::spawn(async move {
             for uri in me.gateway.http_sessions.subscriptions(&id).await {
-                let who = (me.session.id, &peer, &caller);
+                let who = (me.session.id, &Listener::Peer(peer.clone()), &caller);
                 let _ = passthrough::subscribe(&me.gateway, who, &uri, true).await;
             }
         });
@@ -124,7 +125,8 @@ impl Handler {
         context: &RequestContext<RoleServer>,
         on: bool,
     ) -> Result<(), ErrorData> {
-        let who = (self.session.id, &context.peer, &self.caller(context));
+        let to = Listener::Peer(context.peer.clone());
+        let who = (self.session.id, &to, &self.caller(context));
         Box::pin(passthrough::subscribe(&self.gateway, who, uri, on)).await?;
         if let Some(id) = Handler::http_session(context) {
             let sessions = &self.gateway.http_sessions;
@@ -287,9 +289,9 @@ impl ServerHandler for Handler {
     ) -> Result<ListResourcesResult, ErrorData> {
         let f = &self.gateway.followers;
         f.listed(
-            passthrough::Listing::Resources,
+            Listing::Resources,
             self.session.id,
-            &context.peer,
+            Listener::Peer(context.peer.clone()),
         );
         Box::pin(passthrough::resources(
             &self.gateway,
@@ -355,9 +357,9 @@ impl ServerHandler for Handler {
     ) -> Result<ListPromptsResult, ErrorData> {
         let f = &self.gateway.followers;
         f.listed(
-            passthrough::Listing::Prompts,
+            Listing::Prompts,
             self.session.id,
-            &context.peer,
+            Listener::Peer(context.peer.clone()),
         );
         Box::pin(passthrough::prompts(&self.gateway, &self.caller(&context)))
             .await
@@ -384,6 +386,23 @@ impl ServerHandler for Handler {
         Box::pin(passthrough::complete(&self.gateway, request, &caller))
             .await
             .map(Complete::complete)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(super::followers::accepted(requested))
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        let caller = self.caller(context.request_context());
+        Box::pin(super::subscriptions::listen(
+            &self.gateway,
+            &caller,
+            context,
+        ))
+        .await
     }
 
     async fn on_custom_request(

@@ -21,6 +21,7 @@ mod door;
 pub mod entry;
 mod fast;
 mod fault;
+mod followers;
 mod force;
 mod gateway;
 mod handler;
@@ -42,6 +43,7 @@ mod shaped;
 mod spend;
 mod status;
 mod stdio;
+mod subscriptions;
 mod tasks;
 mod uri;
 
@@ -111,7 +113,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         audit.clone(),
     ));
     if let Some(hub) = gateway.catalog.now().hub() {
-        rt.spawn(passthrough::follow(gateway.clone(), hub));
+        rt.spawn(followers::follow(gateway.clone(), hub));
     }
     let path = opts.manifest.clone();
     rt.spawn(reload::reloads(gateway.clone(), path, s.watch, opts.quiet));

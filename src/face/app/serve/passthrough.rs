@@ -8,8 +8,7 @@
 //! completions go straight to the server. What the servers say changed (their lists, a
 //! subscribed resource) reaches the sessions that listed or subscribed ([`follow`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -17,72 +16,26 @@ use rmcp::model::{
     GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ReadResourceResult, ServerResult,
 };
-use rmcp::service::{Peer, RoleServer};
 use serde_json::{json, Map, Value};
 
 use super::answer::Outcome;
 use super::audit::Event;
 use super::caller::Caller;
 use super::fault::Fault;
+use super::followers::{Listener, Offer};
 use super::gateway::{CallCx, Gateway, Session, Target};
 use super::uri::{self, Template};
 use crate::events::Status;
 use crate::manifest::{Manifest, Subject, Whole};
-use crate::tools::mcp::{Asked, Change, McpHub};
+use crate::tools::mcp::{Asked, McpHub};
 
 /// How long a list waits for a whole server still starting.
 const LIST_WAIT: Duration = Duration::from_secs(5);
 /// How many resources one session may be subscribed to at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
 
-/// Who is told what changed: the sessions that listed resources or prompts, and the
-/// resources each session subscribed to.
-#[derive(Default)]
-pub(super) struct Followers {
-    resources: Mutex<Peers>,
-    prompts: Mutex<Peers>,
-    /// By server and its own URI: the sessions subscribed.
-    subscribed: Mutex<HashMap<(String, String), Peers>>,
-    /// What each server listed, as last asked.
-    offers: Mutex<HashMap<String, (std::time::Instant, Arc<Offer>)>>,
-}
-
-/// What a whole server listed: its resources (normalized), templates and prompts.
-#[derive(Default)]
-struct Offer {
-    uris: std::collections::HashSet<String>,
-    templates: Vec<Template>,
-    prompts: std::collections::HashSet<String>,
-}
-
-/// How long a server's list is trusted without its word that it changed.
-const OFFER_TTL: Duration = Duration::from_secs(30);
-
-/// Sessions, by id.
-type Peers = HashMap<u64, Peer<RoleServer>>;
-
-/// What is listed.
-#[derive(Clone, Copy)]
-pub(super) enum Listing {
-    Resources,
-    Prompts,
-}
-
-impl Followers {
-    /// Tell session `id` when the servers' `what` change (from its first list on).
-    pub(super) fn listed(&self, what: Listing, id: u64, peer: &Peer<RoleServer>) {
-        let map = match what {
-            Listing::Resources => &self.resources,
-            Listing::Prompts => &self.prompts,
-        };
-        if let Ok(mut m) = map.lock() {
-            m.entry(id).or_insert_with(|| peer.clone());
-        }
-    }
-}
-
 /// The whole servers of `manifest`, by name.
-fn wholes(manifest: &Manifest) -> Vec<(String, Whole)> {
+pub(super) fn wholes(manifest: &Manifest) -> Vec<(String, Whole)> {
     (manifest.whole_servers())
         .map(|(s, w)| (s.name.clone(), w.clone()))
         .collect()
@@ -164,9 +117,7 @@ fn upstream_error(e: Asked) -> ErrorData {
 /// What `server` lists now (asked again after it said its lists changed, or after
 /// [`OFFER_TTL`]).
 async fn offer(g: &Gateway, hub: &McpHub, server: &str) -> Result<Arc<Offer>, ErrorData> {
-    let fresh =
-        |(at, o): &(std::time::Instant, Arc<Offer>)| (at.elapsed() < OFFER_TTL).then(|| o.clone());
-    if let Some(o) = (g.followers.offers.lock().ok()).and_then(|m| m.get(server).and_then(fresh)) {
+    if let Some(o) = g.followers.offer(server) {
         return Ok(o);
     }
     let caps = hub.capabilities(server).await.unwrap_or_default();
@@ -190,20 +141,8 @@ async fn offer(g: &Gateway, hub: &McpHub, server: &str) -> Result<Arc<Offer>, Er
         offer.prompts = names.map(str::to_string).collect();
     }
     let offer = Arc::new(offer);
-    if let Ok(mut m) = g.followers.offers.lock() {
-        m.insert(
-            server.to_string(),
-            (std::time::Instant::now(), offer.clone()),
-        );
-    }
+    g.followers.remember(server, offer.clone());
     Ok(offer)
-}
-
-/// Forget what `server` listed (it said a list changed).
-fn forget_offer(g: &Gateway, server: &str) {
-    if let Ok(mut m) = g.followers.offers.lock() {
-        m.remove(server);
-    }
 }
 
 /// A resource a client names, as the door takes it: its server, that server's own URI
@@ -601,7 +540,7 @@ pub(super) async fn complete(
 /// server is asked once for the first session, and told to stop after the last.
 pub(super) async fn subscribe(
     g: &Gateway,
-    (id, peer, caller): (u64, &Peer<RoleServer>, &Caller),
+    (id, peer, caller): (u64, &Listener, &Caller),
     uri: &str,
     on: bool,
 ) -> Result<(), ErrorData> {
@@ -660,78 +599,4 @@ pub(super) async fn subscribe(
         _ => None,
     })
     .await
-}
-
-/// Pass on what the servers of `hub` say changed, until the hub is gone: a server's tools are
-/// learnt again (and every session that listed them is told), the sessions that listed its
-/// resources or prompts are told, and those subscribed to a resource hear of its update.
-pub(super) async fn follow(g: Arc<Gateway>, hub: Arc<McpHub>) {
-    let mut changes = hub.changes();
-    drop(hub);
-    loop {
-        let change = match changes.recv().await {
-            Ok(c) => c,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        };
-        match change {
-            Change::Tools(server) => g.catalog.relearn(&server).await,
-            Change::Resources(server) => {
-                forget_offer(&g, &server);
-                tell(&g.followers.resources, |p| async move {
-                    p.notify_resource_list_changed().await.is_ok()
-                })
-                .await
-            }
-            Change::Prompts(server) => {
-                forget_offer(&g, &server);
-                tell(&g.followers.prompts, |p| async move {
-                    p.notify_prompt_list_changed().await.is_ok()
-                })
-                .await
-            }
-            Change::ResourceUpdated(server, own) => {
-                let manifest = g.catalog.manifest();
-                let Some((_, w)) = wholes(&manifest).into_iter().find(|(s, _)| *s == server) else {
-                    continue;
-                };
-                let key = (server, own.clone());
-                let peers: Vec<(u64, Peer<RoleServer>)> = (g.followers.subscribed.lock().ok())
-                    .and_then(|s| {
-                        s.get(&key)
-                            .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
-                    })
-                    .unwrap_or_default();
-                let served = w.uri_of(&own);
-                for (id, p) in peers {
-                    let param = rmcp::model::ResourceUpdatedNotificationParam::new(served.clone());
-                    if p.notify_resource_updated(param).await.is_err() {
-                        // A session that is gone hears of nothing more.
-                        if let Ok(mut s) = g.followers.subscribed.lock() {
-                            s.get_mut(&key).map(|m| m.remove(&id));
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Tell every session of `map` with `say`; those that cannot be told are forgotten.
-async fn tell<F, Fut>(map: &Mutex<Peers>, say: F)
-where
-    F: Fn(Peer<RoleServer>) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let peers: Vec<(u64, Peer<RoleServer>)> = map
-        .lock()
-        .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
-        .unwrap_or_default();
-    for (id, p) in peers {
-        if !say(p).await {
-            if let Ok(mut m) = map.lock() {
-                m.remove(&id);
-            }
-        }
-    }
 }
