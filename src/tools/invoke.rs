@@ -132,7 +132,7 @@ pub struct Relay {
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
     /// Who answers the upstream's questions (elicitation) during the call: the client that
     /// made it, when it can be asked.
-    pub ask: Option<super::mcp::Asker>,
+    pub(crate) ask: Option<super::mcp::Asker>,
 }
 
 impl std::fmt::Debug for Relay {

@@ -539,3 +539,39 @@ fn a_2026_client_follows_a_resource_with_subscriptions_listen_over_stdio_and_htt
         assert!(updated, "{face}: {got}");
     }
 }
+
+#[test]
+fn an_upstream_s_log_messages_and_sampling_reach_the_client_of_the_call() {
+    let Some(py) = python() else { return };
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log);
+    let how = crate::serve::stdio(&p, &[]);
+    // Asked from `info` on: info and error are heard, debug is not.
+    let r = crate::serve::run_client(
+        &py,
+        &how,
+        &["logs", "info", "own_log", r#"{"message": "m"}"#],
+    );
+    assert_eq!(r["result"]["content"][0]["text"], "logged", "{r}");
+    let heard: Vec<String> = (r["logs"].as_array().into_iter().flatten())
+        .filter_map(|l| l["data"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(heard, ["m at Info", "m at Error"], "{r}");
+    // A client that asked for none hears none.
+    let r = crate::serve::run_client(&py, &how, &["logs", "-", "own_log", r#"{"message": "m"}"#]);
+    assert_eq!(r["logs"], json!([]), "{r}");
+    // server-everything asks its client to sample during a call: the client of the call does.
+    let Some(manifest) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&manifest);
+    let how = crate::serve::stdio(&p, &[]);
+    let args = r#"{"prompt": "say hi", "maxTokens": 20}"#;
+    let r = crate::serve::run_client(&py, &how, &["sample", "ev_trigger-sampling-request", args]);
+    assert!(
+        r["result"].to_string().contains("sampled by the client"),
+        "{r}"
+    );
+    assert!(r["asked"][0].as_str().is_some_and(|a| a.ends_with("say hi")), "{r}");
+}

@@ -19,7 +19,7 @@ mod lines;
 mod server;
 
 pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};
-pub(crate) use server::{Asked, Asker, Change, McpHub};
+pub(crate) use server::{Answerer, Asked, Asker, Change, McpHub};
 use lines::Unanswered;
 use server::relay_progress;
 

@@ -57,14 +57,25 @@ pub(crate) struct Upstream {
     pub(super) asking: Askers,
 }
 
-/// Answers an upstream's elicitation request: the client of the call it came during.
-pub(crate) type Asker = Arc<
-    dyn Fn(
-            rmcp::model::ElicitRequestParams,
-        ) -> futures_util::future::BoxFuture<'static, Result<rmcp::model::ElicitResult, String>>
-        + Send
-        + Sync,
+/// Answers one kind of an upstream's request (a question, a sampling request) during a call.
+pub(crate) type Answerer<P, R> = Arc<
+    dyn Fn(P) -> futures_util::future::BoxFuture<'static, Result<R, String>> + Send + Sync,
 >;
+
+/// The client of a call in flight on an upstream session: what of the server's requests it
+/// answers (each `None` when it declared it cannot), and where the server's log messages go.
+/// (Sampling and logging are deprecated from `2026-07-28` on, SEP-2577; a client of an earlier
+/// version still uses them.)
+#[derive(Clone)]
+#[allow(deprecated)]
+pub(crate) struct Asker {
+    /// The client's session: the calls of one client are one client to ask.
+    pub client: u64,
+    pub elicit: Option<Answerer<rmcp::model::ElicitRequestParams, rmcp::model::ElicitResult>>,
+    pub sample:
+        Option<Answerer<rmcp::model::CreateMessageRequestParams, rmcp::model::CreateMessageResult>>,
+    pub log: Option<Arc<dyn Fn(rmcp::model::LoggingMessageNotificationParam) + Send + Sync>>,
+}
 
 /// The calls in flight on a session (by a number of their own), each with its asker.
 #[derive(Clone, Default)]
@@ -88,16 +99,23 @@ impl Askers {
         self.0.lock().map_or(0, |g| g.1.len())
     }
 
-    /// Who to ask: the one call in flight's client. With none, or several (a server's
-    /// question does not say which call it is about), nobody.
+    /// Who to ask: the client of the calls in flight, when they are all one client's (a
+    /// server's request does not say which call it is about). With none, or calls of several
+    /// clients, nobody.
     fn one(&self) -> Result<Asker, String> {
         let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match g.1.as_slice() {
-            [(_, Some(a))] => Ok(a.clone()),
-            [(_, None)] => Err("the client that made this call cannot be asked (it declared no elicitation capability)".into()),
-            [] => Err("no call is in flight to ask about".into()),
-            many => Err(format!("{} calls are in flight on this server: the gateway cannot tell which client to ask", many.len())),
+        let mut clients = g.1.iter().map(|(_, a)| a.as_ref());
+        let Some(first) = clients.next() else {
+            return Err("no call is in flight to ask about".into());
+        };
+        let Some(first) = first else {
+            return Err("the client that made this call cannot be asked".into());
+        };
+        if clients.any(|a| a.is_none_or(|a| a.client != first.client)) {
+            let n = g.1.len();
+            return Err(format!("{n} calls of different clients are in flight on this server: the gateway cannot tell which client to ask"));
         }
+        Ok(first.clone())
     }
 }
 
@@ -147,13 +165,44 @@ impl rmcp::ClientHandler for Upstream {
         let refused = |why: String| {
             rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
         };
-        let ask = self.asking.one().map_err(refused)?;
+        let client = self.asking.one().map_err(refused)?;
+        let why = "the client that made this call cannot be asked (it declared no elicitation capability)";
+        let ask = client.elicit.ok_or_else(|| refused(why.into()))?;
         ask(request).await.map_err(refused)
     }
 
-    /// It may ask questions (elicitation, both modes): a call's client answers them.
+    /// A sampling request from the server during a call goes to that call's client.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        _: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let refused = |why: String| {
+            rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
+        };
+        let client = self.asking.one().map_err(refused)?;
+        let why = "the client that made this call cannot sample (it declared no sampling capability)";
+        let sample = client.sample.ok_or_else(|| refused(why.into()))?;
+        sample(request).await.map_err(refused)
+    }
+
+    /// A log message from the server during a call goes to that call's client, when it asked
+    /// for log messages (`logging/setLevel`) at that level or below.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        if let Some(log) = self.asking.one().ok().and_then(|c| c.log) {
+            log(params);
+        }
+    }
+
+    /// It may ask questions (elicitation, both modes) and sample: a call's client answers.
     fn get_info(&self) -> rmcp::model::ClientConfig {
-        let caps = serde_json::json!({"elicitation": {"form": {}, "url": {}}});
+        let caps = serde_json::json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}});
         let mut info = rmcp::model::ClientConfig::default();
         if let Ok(c) = serde_json::from_value(caps) {
             info.capabilities = c;

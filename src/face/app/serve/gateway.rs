@@ -218,7 +218,8 @@ impl Gateway {
             return false;
         };
         let mcp = t.settings_of::<McpSpec>().is_some();
-        if mcp && session.answers.load(Ordering::Relaxed) {
+        let hears = session.log_level.load(Ordering::Relaxed) > 0;
+        if mcp && (session.answers.load(Ordering::Relaxed) || hears) {
             return true;
         }
         if !m.serve.approval_in_band {

@@ -188,7 +188,8 @@ impl ServerHandler for Handler {
         request: rmcp::model::InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
-        let answers = request.capabilities.elicitation.is_some();
+        let caps = &request.capabilities;
+        let answers = caps.elicitation.is_some() || caps.sampling.is_some();
         (self.session.answers).store(answers, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
         self.restored(&context);
@@ -405,6 +406,19 @@ impl ServerHandler for Handler {
         .await
     }
 
+    /// A client asks to hear its calls' log messages from this level on (a `2025` session:
+    /// `2026-07-28` deprecated the method).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let level = rank(request.level);
+        (self.session.log_level).store(level, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
@@ -451,7 +465,7 @@ impl Handler {
             progress: progress_sink(context),
             elicit: elicit(context),
             arrival: arrival(context),
-            asks: asks(context),
+            asks: asks(context, &self.session),
             key: context
                 .meta
                 .get("idempotencyKey")
@@ -476,19 +490,71 @@ fn arrival(cx: &RequestContext<RoleServer>) -> Option<Arc<super::order::Pass>> {
     stamped.map(|a| a.0.clone())
 }
 
-/// How to pass an upstream's question on to this session's client, if it declared it can
-/// answer one (elicitation, in either mode: the client's own capability decides).
-fn asks(context: &RequestContext<RoleServer>) -> Option<crate::tools::mcp::Asker> {
+/// The client of this request, as an upstream's call sees it: its questions go to it (when
+/// it declared elicitation), its sampling requests (when it declared sampling), and its log
+/// messages at or above the level the session asked for.
+#[allow(deprecated)]
+fn asks(
+    context: &RequestContext<RoleServer>,
+    session: &Arc<Session>,
+) -> Option<crate::tools::mcp::Asker> {
     let peer = context.peer.clone();
-    peer.peer_info()?.capabilities.elicitation.as_ref()?;
-    Some(Arc::new(move |params| {
+    let caps = peer.peer_info().map(|i| i.capabilities.clone());
+    let caps = caps.unwrap_or_default();
+    let elicit = caps.elicitation.as_ref().map(|_| {
         let peer = peer.clone();
-        Box::pin(async move {
-            peer.create_elicitation(params)
-                .await
-                .map_err(|e| format!("the client did not answer: {e}"))
-        })
-    }))
+        Arc::new(move |params| {
+            let peer = peer.clone();
+            Box::pin(async move {
+                let asked = peer.create_elicitation(params).await;
+                asked.map_err(|e| format!("the client did not answer: {e}"))
+            }) as futures_util::future::BoxFuture<'static, _>
+        }) as crate::tools::mcp::Answerer<_, _>
+    });
+    let sample = caps.sampling.as_ref().map(|_| {
+        let peer = peer.clone();
+        Arc::new(move |params| {
+            let peer = peer.clone();
+            Box::pin(async move {
+                let sampled = peer.create_message(params).await;
+                sampled.map_err(|e| format!("the client did not sample: {e}"))
+            }) as futures_util::future::BoxFuture<'static, _>
+        }) as crate::tools::mcp::Answerer<_, _>
+    });
+    let level = session.log_level.load(std::sync::atomic::Ordering::Relaxed);
+    let log = (level > 0).then(|| {
+        let peer = peer.clone();
+        Arc::new(
+            move |params: rmcp::model::LoggingMessageNotificationParam| {
+                if rank(params.level) >= level {
+                    let peer = peer.clone();
+                    tokio::spawn(async move { peer.notify_logging_message(params).await });
+                }
+            },
+        ) as Arc<dyn Fn(_) + Send + Sync>
+    });
+    Some(crate::tools::mcp::Asker {
+        client: session.id,
+        elicit,
+        sample,
+        log,
+    })
+}
+
+/// A log level's rank, least severe first (1: debug).
+#[allow(deprecated)]
+pub(super) fn rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 1,
+        L::Info => 2,
+        L::Notice => 3,
+        L::Warning => 4,
+        L::Error => 5,
+        L::Critical => 6,
+        L::Alert => 7,
+        L::Emergency => 8,
+    }
 }
 
 /// A 2026-07-28 request whose client declared form elicitation: it is asked to approve in

@@ -26,8 +26,11 @@ pub(in crate::face::app::serve) struct Session {
     pub turnstile: Arc<order::Turnstile>,
     /// Cancelled when its client is gone (stdin closed): every call of the session with it.
     pub gone: CancellationToken,
-    /// Its client said it answers questions (elicitation) when it initialized.
+    /// Its client said it answers questions (elicitation) or samples when it initialized.
     pub answers: std::sync::atomic::AtomicBool,
+    /// The least severe log message its client asked to hear (`logging/setLevel`), by rank
+    /// ([`super::handler::rank`]; 0: none asked).
+    pub log_level: std::sync::atomic::AtomicU8,
     /// Its name as a flow of the shared lanes, when every replica knows it by one.
     shared: OnceLock<String>,
 }
@@ -44,6 +47,7 @@ impl Session {
             turnstile: Arc::default(),
             gone: CancellationToken::new(),
             answers: Default::default(),
+            log_level: Default::default(),
             shared: OnceLock::new(),
         }
     }
