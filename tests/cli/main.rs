@@ -5,6 +5,7 @@ mod chaos;
 mod common;
 mod completions;
 mod compose;
+mod conformance;
 mod errors;
 mod formats;
 mod gate;

