@@ -19,7 +19,7 @@ use rmcp::model::Tool;
 use serde_json::{json, Map, Value};
 
 use super::caller::Caller;
-use crate::manifest::{export_name, Manifest, Subject};
+use crate::manifest::{export_name, Manifest, Subject, Whole};
 use crate::tools::mcp::{self, McpHub};
 use crate::tools::McpSpec;
 
@@ -585,4 +585,38 @@ fn destructive_needs_approval(m: &mut crate::manifest::Manifest, server: &str, r
             tool.approval = crate::manifest::Approval::Required;
         }
     }
+}
+/// The whole servers of `manifest`, by name.
+pub(super) fn wholes(manifest: &Manifest) -> Vec<(String, Whole)> {
+    (manifest.whole_servers())
+        .map(|(s, w)| (s.name.clone(), w.clone()))
+        .collect()
+}
+
+/// The whole server a tool of `manifest` is one of (`None`: a tool of no whole server).
+pub(super) fn whole_of(manifest: &Manifest, tool: usize) -> Option<Whole> {
+    let spec = manifest.tools[tool].settings_of::<crate::tools::mcp::McpSpec>()?;
+    manifest.mcp_servers.get(&spec.server)?.whole.clone()
+}
+
+/// A whole server's tool result with the resources it names — resource links and embedded
+/// resources — under their served URIs, which the client can read here.
+pub(super) fn served_links(mut raw: Value, whole: Option<Whole>) -> Value {
+    let Some(w) = whole.filter(|w| !w.prefix.is_empty()) else {
+        return raw;
+    };
+    let blocks = raw.get_mut("content").and_then(Value::as_array_mut);
+    for block in blocks.into_iter().flatten() {
+        let uri = match block["type"].as_str() {
+            Some("resource_link") => block.get_mut("uri"),
+            Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
+            _ => None,
+        };
+        if let Some(u) = uri {
+            if let Some(own) = u.as_str().map(str::to_string) {
+                *u = json!(w.uri_of(&own));
+            }
+        }
+    }
+    raw
 }

@@ -8,10 +8,15 @@
 //! client). Both faces parse a message once, into rmcp's typed `ClientJsonRpcMessage`, and
 //! the short way is one `match` on it ([`short`]).
 
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, RequestMetaObject};
+use rmcp::model::{
+    CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest,
+    RequestMetaObject,
+};
 use serde_json::{Map, Value};
 
-pub use super::stdio::{read_line as stdio_line, Line};
+use super::fault::Fault;
+
+pub use super::tasks::Asked;
 
 /// A plain `tools/call` or a cancel, as the short way takes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,15 +39,6 @@ pub struct Call {
     pub traceparent: Option<String>,
 }
 
-/// What a client asks of its tasks.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Asked {
-    Get(String),
-    Result(String),
-    List,
-    Cancel(String),
-}
-
 /// A request the gateway's tasks answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tasked {
@@ -55,6 +51,126 @@ pub enum Tasked {
     },
     /// A task request (its JSON-RPC `id`).
     Ask { id: Value, asked: Asked },
+}
+
+/// What one line is: a message for rmcp, or an answer the wire gives itself.
+#[derive(Debug)]
+pub enum Line {
+    Message(Box<ClientJsonRpcMessage>),
+    /// A JSON-RPC error to write back (the request never reaches rmcp).
+    Refused(Vec<u8>),
+    /// Nothing to do (a blank line).
+    Skip,
+}
+
+/// A JSON-RPC error response, `id` as given (`null` when it could not be read).
+pub(super) fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    let v = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Classify one message as the client sent it (a stdio line, an HTTP body).
+pub fn stdio_line(line: &[u8]) -> Line {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Line::Skip;
+    }
+    if let Some(call) = call_request(line) {
+        return Line::Message(Box::new(call));
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Line::Refused(Fault::Parse(e.to_string()).line(&Value::Null)),
+    };
+    let Value::Object(msg) = &value else {
+        let why = if value.is_array() {
+            "batches are not supported; send one message a line"
+        } else {
+            "a message is a JSON object"
+        };
+        return Line::Refused(Fault::Request(why.into()).line(&Value::Null));
+    };
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+        if let Err(why) = call_params(msg.get("params")) {
+            return Line::Refused(Fault::Params(why).line(&id));
+        }
+    }
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
+            // A method rmcp models whose params it could not read: rmcp would take it for a
+            // method of its own (`-32601`); it is the params that are wrong.
+            ClientRequest::CustomRequest(c) if MODELED.contains(&c.method.as_str()) => {
+                let why = format!("`{}` takes other params (see its schema)", c.method);
+                Line::Refused(Fault::Params(why).line(&id))
+            }
+            _ => Line::Message(Box::new(ClientJsonRpcMessage::Request(r))),
+        },
+        Ok(m) => Line::Message(Box::new(m)),
+        Err(e) => Line::Refused(Fault::Request(e.to_string()).line(&id)),
+    }
+}
+
+/// The methods a client sends that rmcp reads into types of their own.
+const MODELED: &[&str] = &[
+    "initialize",
+    "ping",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/update",
+    "server/discover",
+    "subscriptions/listen",
+];
+
+/// A `tools/call` request read as one, straight from its line: rmcp's own reading of a message
+/// tries it as each kind of message and each request in turn, a formatted serde error a miss
+/// (`benches/README.md`). The types hold what [`call_params`] checks (a string `name`, an
+/// object or no `arguments` and `_meta`). `None`: not plainly a call (no `id`, a `result` or
+/// `error` anywhere in it, params of another shape) — left to the reading that names what is
+/// wrong.
+fn call_request(line: &[u8]) -> Option<ClientJsonRpcMessage> {
+    let has = |key: &[u8]| line.windows(key.len()).any(|w| w == key);
+    if !has(b"\"tools/call\"") || has(b"\"result\"") || has(b"\"error\"") {
+        return None;
+    }
+    let r: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(line).ok()?;
+    Some(ClientJsonRpcMessage::Request(JsonRpcRequest {
+        jsonrpc: r.jsonrpc,
+        id: r.id,
+        request: ClientRequest::CallToolRequest(r.request),
+    }))
+}
+
+/// Whether `tools/call` params are `{name: string, arguments?: object, _meta?: object}`.
+pub(super) fn call_params(params: Option<&Value>) -> Result<(), String> {
+    let Some(Value::Object(p)) = params else {
+        return Err("tools/call takes params {\"name\": …, \"arguments\": {…}}".into());
+    };
+    match p.get("name") {
+        Some(Value::String(_)) => {}
+        Some(_) => return Err("`name` is not a string".into()),
+        None => return Err("`name` is missing".into()),
+    }
+    if !matches!(
+        p.get("arguments"),
+        None | Some(Value::Null | Value::Object(_))
+    ) {
+        return Err("`arguments` is not an object".into());
+    }
+    if !matches!(p.get("_meta"), None | Some(Value::Object(_))) {
+        return Err("`_meta` is not an object".into());
+    }
+    Ok(())
 }
 
 /// What an HTTP request to `/mcp` is.
@@ -92,13 +208,82 @@ pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8])
         Line::Skip => return HttpEntry::Rmcp,
         Line::Message(m) => m,
     };
-    if super::fast::eligible(parts, hosts).is_none() {
+    if eligible(parts, hosts).is_none() {
         return HttpEntry::Rmcp;
     }
     if let Some(t) = tasked(&message, body) {
         return HttpEntry::Task(t);
     }
     short(&message).map_or(HttpEntry::Rmcp, HttpEntry::Short)
+}
+
+/// Protocol versions whose requests rmcp serves in session mode (older than `2026-07-28`).
+const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// Whether a request's headers let this path take it (else rmcp judges it). `hosts` are the
+/// allowed `Host` names (`name` or `name:port`).
+pub(super) fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String> {
+    let h = &parts.headers;
+    if parts.method != http::Method::POST || h.contains_key(http::header::ORIGIN) {
+        return None;
+    }
+    let text = |name| {
+        h.get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let accept = text(http::header::ACCEPT.as_str())?;
+    let json = text(http::header::CONTENT_TYPE.as_str())?;
+    if !accept.contains("application/json")
+        || !accept.contains("text/event-stream")
+        || !json.trim_start().starts_with("application/json")
+    {
+        return None;
+    }
+    if let Some(v) = text("mcp-protocol-version") {
+        if !LEGACY_VERSIONS.contains(&v) {
+            return None;
+        }
+    }
+    // SEP-2243's `Mcp-Method`/`Mcp-Name` headers are checked by rmcp only from `2026-07-28`
+    // on, which this path leaves to rmcp.
+    if !host_allowed(text(http::header::HOST.as_str())?, hosts) {
+        return None;
+    }
+    text(super::sessions::SESSION_HEADER).map(str::to_string)
+}
+
+/// The `Host` header is one of `hosts` exactly (an entry without a port: any port).
+pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
+    let Ok(got) = host.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    let name = |a: &http::uri::Authority| a.host().trim_matches(['[', ']']).to_ascii_lowercase();
+    hosts.iter().any(|h| {
+        h.parse::<http::uri::Authority>().is_ok_and(|want| {
+            name(&want) == name(&got) && want.port_u16().is_none_or(|p| got.port_u16() == Some(p))
+        })
+    })
+}
+
+/// Whether a request's `Origin` is its own `Host` (a page served by this gateway's own name
+/// and port, as a browser-based client on localhost sends), that `Host` being allowed: such a
+/// request is no cross-origin one, and DNS rebinding comes with another `Host`.
+pub(super) fn same_origin(headers: &http::HeaderMap, hosts: &[String]) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let (Some(origin), Some(host)) = (text(http::header::ORIGIN), text(http::header::HOST)) else {
+        return false;
+    };
+    let Some(authority) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    authority.eq_ignore_ascii_case(host) && host_allowed(host, hosts)
 }
 
 /// A task request, or a `tools/call` asking to be a task (`params.task`, read from the
@@ -243,6 +428,107 @@ mod tests {
 
     fn hosts() -> Vec<String> {
         vec!["127.0.0.1".into()]
+    }
+
+    fn refused(line: &str) -> Value {
+        match stdio_line(line.as_bytes()) {
+            Line::Refused(b) => serde_json::from_slice(&b).expect("an error is JSON"),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_bad_line_gets_its_json_rpc_code() {
+        let e = refused("{not json");
+        assert_eq!(
+            (e["id"].clone(), e["error"]["code"].clone()),
+            (Value::Null, (-32700).into())
+        );
+        assert_eq!(refused("[1, 2]")["error"]["code"], -32600);
+        assert_eq!(refused("17")["error"]["code"], -32600);
+        let e =
+            refused(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"arguments":{}}}"#);
+        assert_eq!(
+            (e["id"].clone(), e["error"]["code"].clone()),
+            (4.into(), (-32602).into())
+        );
+        let e = refused(
+            r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"a","arguments":[1]}}"#,
+        );
+        assert_eq!(e["error"]["code"], -32602);
+        assert!(matches!(stdio_line(b"  "), Line::Skip));
+        let ok = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#;
+        assert!(matches!(stdio_line(ok.as_bytes()), Line::Message(_)));
+    }
+
+    #[test]
+    fn a_call_read_as_one_is_what_rmcps_reading_makes_of_it() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#,
+            r#"{"id":"s-1","jsonrpc":"2.0","params":{"arguments":{"x":[1,{"y":null}]},"name":"b"},"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"c","_meta":{"progressToken":"p","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","idempotencyKey":"k"}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"d","task":{"ttl":1000},"extra":true},"other":1}"#,
+        ];
+        for line in lines {
+            let fast = call_request(line.as_bytes()).expect("read as a call");
+            let slow: ClientJsonRpcMessage = serde_json::from_str(line).expect("rmcp reads it");
+            assert_eq!(
+                serde_json::to_value(&fast).expect("it serializes"),
+                serde_json::to_value(&slow).expect("it serializes"),
+                "{line}"
+            );
+        }
+        // Not a request's shape, or not JSON-RPC 2.0: left to rmcp's reading (which refuses).
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"result":{}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"tools/call"}}"#,
+        ] {
+            assert!(call_request(line.as_bytes()).is_none(), "{line}");
+        }
+    }
+
+    #[test]
+    fn hosts_match_by_name_and_port_when_given() {
+        let hosts = ["localhost".to_string(), "gw.internal:8080".to_string()];
+        assert!(host_allowed("localhost:1234", &hosts));
+        let heads = |origin: &str, host: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::ORIGIN, origin.parse().expect("a value"));
+            h.insert(http::header::HOST, host.parse().expect("a value"));
+            h
+        };
+        assert!(same_origin(
+            &heads("http://localhost:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(same_origin(
+            &heads("https://LOCALHOST:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://evil.example:1234", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://localhost:9999", "localhost:1234"),
+            &hosts
+        ));
+        assert!(!same_origin(
+            &heads("http://evil.example", "evil.example"),
+            &hosts
+        ));
+        assert!(!same_origin(&heads("null", "localhost:1234"), &hosts));
+        assert!(host_allowed("LOCALHOST", &hosts));
+        assert!(host_allowed("gw.internal:8080", &hosts));
+        assert!(!host_allowed("gw.internal:9090", &hosts));
+        assert!(!host_allowed("evil.example", &hosts));
+        assert!(!host_allowed("", &hosts));
+        let v6 = ["[::1]".to_string()];
+        assert!(host_allowed("[::1]:80", &v6));
     }
 
     #[test]

@@ -10,9 +10,7 @@
 //! A call whose client goes away is cancelled and still driven to its end (its upstream is
 //! told), like one of rmcp's.
 //!
-//! On the stdio wire ([`on_a_wire`]): a plain call of a client that takes no tasks is run by
-//! a task of its own and its answer written as a line, its progress as notifications before
-//! it — what rmcp's service loop and handler would write, without their hand-offs.
+//! (On the stdio wire the wire itself answers a plain call: `stdio.rs`.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,11 +29,6 @@ use super::progress::ProgressSink;
 use super::sessions::{Live, Sessions};
 use crate::tools::Progress;
 
-/// The session id header of Streamable HTTP.
-pub(super) const SESSION_HEADER: &str = "mcp-session-id";
-/// Protocol versions whose requests rmcp serves in session mode (older than `2026-07-28`).
-const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-
 /// A stream of server-sent events, each a whole `data:` event.
 pub(super) type Events = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
 
@@ -45,72 +38,6 @@ pub(super) enum Answer {
     Json(Vec<u8>),
     Events(Events),
     Accepted,
-}
-
-/// Whether a request's headers let this path take it (else rmcp judges it). `hosts` are the
-/// allowed `Host` names (`name` or `name:port`).
-pub(super) fn eligible(parts: &http::request::Parts, hosts: &[String]) -> Option<String> {
-    let h = &parts.headers;
-    if parts.method != http::Method::POST || h.contains_key(http::header::ORIGIN) {
-        return None;
-    }
-    let text = |name| {
-        h.get(name)
-            .and_then(|v: &http::HeaderValue| v.to_str().ok())
-    };
-    let accept = text(http::header::ACCEPT.as_str())?;
-    let json = text(http::header::CONTENT_TYPE.as_str())?;
-    if !accept.contains("application/json")
-        || !accept.contains("text/event-stream")
-        || !json.trim_start().starts_with("application/json")
-    {
-        return None;
-    }
-    if let Some(v) = text("mcp-protocol-version") {
-        if !LEGACY_VERSIONS.contains(&v) {
-            return None;
-        }
-    }
-    // SEP-2243's `Mcp-Method`/`Mcp-Name` headers are checked by rmcp only from `2026-07-28`
-    // on, which this path leaves to rmcp.
-    if !host_allowed(text(http::header::HOST.as_str())?, hosts) {
-        return None;
-    }
-    text(SESSION_HEADER).map(str::to_string)
-}
-
-/// The `Host` header is one of `hosts` exactly (an entry without a port: any port).
-pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
-    let Ok(got) = host.parse::<http::uri::Authority>() else {
-        return false;
-    };
-    let name = |a: &http::uri::Authority| a.host().trim_matches(['[', ']']).to_ascii_lowercase();
-    hosts.iter().any(|h| {
-        h.parse::<http::uri::Authority>().is_ok_and(|want| {
-            name(&want) == name(&got) && want.port_u16().is_none_or(|p| got.port_u16() == Some(p))
-        })
-    })
-}
-
-/// Whether a request's `Origin` is its own `Host` (a page served by this gateway's own name
-/// and port, as a browser-based client on localhost sends), that `Host` being allowed: such a
-/// request is no cross-origin one, and DNS rebinding comes with another `Host`.
-pub(super) fn same_origin(headers: &http::HeaderMap, hosts: &[String]) -> bool {
-    let text = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &http::HeaderValue| v.to_str().ok())
-    };
-    let (Some(origin), Some(host)) = (text(http::header::ORIGIN), text(http::header::HOST)) else {
-        return false;
-    };
-    let Some(authority) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    authority.eq_ignore_ascii_case(host) && host_allowed(host, hosts)
 }
 
 /// Answer `body` here if it is a plain `tools/call` or a cancel of one of ours; `None`: rmcp's.
@@ -204,56 +131,6 @@ pub(super) async fn answer(
     Some(Answer::Events(Box::pin(head.chain(rest))))
 }
 
-/// Run a plain call read from a stdio wire and write its answer there (`modern`: to a
-/// `2026-07-28` client, whose result says `resultType`). `cancel` is the
-/// client's (`notifications/cancelled`); the end of the client's input (`gone`) cancels it
-/// too, and it is still driven to its end.
-pub(super) async fn on_a_wire(
-    short: Arc<super::stdio::Shortcut>,
-    (call, modern): (super::entry::Call, bool),
-    (arrival, cancel): (Option<Arc<super::order::Pass>>, CancellationToken),
-    (sink, key, gone): (super::stdio::Sink, String, CancellationToken),
-) {
-    let super::entry::Call {
-        id,
-        name,
-        args,
-        progress,
-        traceparent,
-    } = call;
-    let progress: Option<ProgressSink> = progress.map(|token| {
-        let sink = sink.clone();
-        Arc::new(move |p| {
-            if let Some(line) = answer::progress_message(&token, p) {
-                let _ = sink.say(line);
-            }
-        }) as ProgressSink
-    });
-    let cx = CallCx {
-        caller: short.caller.clone(),
-        traceparent,
-        cancel: cancel.clone(),
-        progress,
-        elicit: None,
-        arrival,
-        asks: None,
-        key: None,
-        mrtr: None,
-        started: None,
-    };
-    let target = super::gateway::Target::Tool(&name);
-    let mut run = Box::pin(short.gateway.call(&short.session, target, args, cx));
-    let r = tokio::select! {
-        biased;
-        r = &mut run => r,
-        () = gone.cancelled() => {
-            cancel.cancel();
-            run.await
-        }
-    };
-    let _ = sink.answer(&key, || answer::reply_as(&id, r, modern));
-}
-
 /// A progress notification on the client's token, as one event.
 fn notice(token: &Value, p: Progress) -> Option<Bytes> {
     answer::progress_message(token, p).map(|json| event(&json))
@@ -323,50 +200,5 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Finish<F> {
                 rt.spawn(fut);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_match_by_name_and_port_when_given() {
-        let hosts = ["localhost".to_string(), "gw.internal:8080".to_string()];
-        assert!(host_allowed("localhost:1234", &hosts));
-        let heads = |origin: &str, host: &str| {
-            let mut h = http::HeaderMap::new();
-            h.insert(http::header::ORIGIN, origin.parse().expect("a value"));
-            h.insert(http::header::HOST, host.parse().expect("a value"));
-            h
-        };
-        assert!(same_origin(
-            &heads("http://localhost:1234", "localhost:1234"),
-            &hosts
-        ));
-        assert!(same_origin(
-            &heads("https://LOCALHOST:1234", "localhost:1234"),
-            &hosts
-        ));
-        assert!(!same_origin(
-            &heads("http://evil.example:1234", "localhost:1234"),
-            &hosts
-        ));
-        assert!(!same_origin(
-            &heads("http://localhost:9999", "localhost:1234"),
-            &hosts
-        ));
-        assert!(!same_origin(
-            &heads("http://evil.example", "evil.example"),
-            &hosts
-        ));
-        assert!(!same_origin(&heads("null", "localhost:1234"), &hosts));
-        assert!(host_allowed("LOCALHOST", &hosts));
-        assert!(host_allowed("gw.internal:8080", &hosts));
-        assert!(!host_allowed("gw.internal:9090", &hosts));
-        assert!(!host_allowed("evil.example", &hosts));
-        assert!(!host_allowed("", &hosts));
-        let v6 = ["[::1]".to_string()];
-        assert!(host_allowed("[::1]:80", &v6));
     }
 }

@@ -151,7 +151,7 @@ pub(super) async fn follow(g: Arc<Gateway>, hub: Arc<McpHub>) {
             }
             Change::ResourceUpdated(server, own) => {
                 let manifest = g.catalog.manifest();
-                let wholes = super::passthrough::wholes(&manifest);
+                let wholes = super::catalog::wholes(&manifest);
                 let Some((_, w)) = wholes.into_iter().find(|(s, _)| *s == server) else {
                     continue;
                 };

@@ -77,12 +77,7 @@ pub(super) struct Gateway {
     pub(super) tasks: Arc<super::tasks::Tasks>,
 }
 
-/// A manifest's generation and shape within it.
-pub(super) type Version = (u64, u64);
-
-/// A session's lane store and plan options for one tenant (and the manifest generation they
-/// were planned for).
-pub(super) type TenantLanes = (Arc<dyn LaneStore>, Arc<PlanOptions>);
+pub(super) use super::session::{TenantLanes, Version};
 
 pub(super) use super::session::Session;
 
@@ -374,7 +369,7 @@ impl Gateway {
             let fields = match tool.settings_of::<crate::tools::mcp::McpSpec>() {
                 Some(s) if s.op == crate::tools::mcp::Op::ReadResource => {
                     let own = call.args.value.get("uri").and_then(|u| u.as_str());
-                    let whole = super::passthrough::whole_of(&planned.manifest, planned.tool);
+                    let whole = super::catalog::whole_of(&planned.manifest, planned.tool);
                     let uri = own.map(|u| whole.map_or_else(|| u.to_string(), |w| w.uri_of(u)));
                     serde_json::json!({"resource": uri, "session": session.id})
                 }
@@ -583,7 +578,7 @@ impl Gateway {
         // call); a cancellation interrupts the run and waits for it to wind down.
         let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let cost = p.manifest.tools[p.tool].cost;
-        let whole = super::passthrough::whole_of(&p.manifest, p.tool);
+        let whole = super::catalog::whole_of(&p.manifest, p.tool);
         session.record.started(&p.caller);
         let job = run::execute(p.manifest, Arc::new(p.plan), config, ctl_rx);
         tokio::pin!(job, watch);
@@ -617,7 +612,7 @@ impl Gateway {
         }
         let raw = relay
             .take()
-            .map(|raw| super::passthrough::served_links(raw, whole));
+            .map(|raw| super::catalog::served_links(raw, whole));
         (Outcome::Ran(Box::new(r), raw), reached)
     }
 

@@ -87,7 +87,7 @@ impl Handler {
     /// The `Mcp-Session-Id` of the HTTP request being answered, if any.
     fn http_session(context: &RequestContext<RoleServer>) -> Option<String> {
         let parts = context.extensions.get::<http::request::Parts>()?;
-        let id = parts.headers.get(super::fast::SESSION_HEADER)?;
+        let id = parts.headers.get(super::sessions::SESSION_HEADER)?;
         id.to_str().ok().map(str::to_string)
     }
 
@@ -418,7 +418,7 @@ impl ServerHandler for Handler {
         request: rmcp::model::SetLevelRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let level = rank(request.level);
+        let level = super::session::rank(request.level);
         (self.session.log_level).store(level, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -485,7 +485,7 @@ impl Handler {
 /// The call's place on its session's wire: stamped by the stdio wire, or by the HTTP face as
 /// the request came.
 fn arrival(cx: &RequestContext<RoleServer>) -> Option<Arc<super::order::Pass>> {
-    use super::stdio::Arrival;
+    use super::order::Arrival;
     let stamped = cx.extensions.get::<Arrival>().or_else(|| {
         cx.extensions
             .get::<http::request::Parts>()
@@ -530,7 +530,7 @@ fn asks(
         let peer = peer.clone();
         Arc::new(
             move |params: rmcp::model::LoggingMessageNotificationParam| {
-                if rank(params.level) >= level {
+                if super::session::rank(params.level) >= level {
                     let peer = peer.clone();
                     tokio::spawn(async move { peer.notify_logging_message(params).await });
                 }
@@ -543,22 +543,6 @@ fn asks(
         sample,
         log,
     })
-}
-
-/// A log level's rank, least severe first (1: debug).
-#[allow(deprecated)]
-pub(super) fn rank(level: rmcp::model::LoggingLevel) -> u8 {
-    use rmcp::model::LoggingLevel as L;
-    match level {
-        L::Debug => 1,
-        L::Info => 2,
-        L::Notice => 3,
-        L::Warning => 4,
-        L::Error => 5,
-        L::Critical => 6,
-        L::Alert => 7,
-        L::Emergency => 8,
-    }
 }
 
 /// A 2026-07-28 request whose client declared form elicitation: it is asked to approve in

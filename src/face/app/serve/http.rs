@@ -23,9 +23,9 @@ use super::entry::HttpEntry;
 use super::fast::{self, Answer};
 use super::gateway::{Gateway, Session};
 use super::handler::Handler;
+use super::order::Arrival;
 use super::order::Pass;
 use super::sessions::{Full as SessionsFull, Sessions};
-use super::stdio::Arrival;
 use crate::manifest::Op;
 
 /// What the HTTP face is told.
@@ -106,7 +106,7 @@ impl Route {
         let delete = req.method() == hyper::Method::DELETE;
         let asked = req
             .headers()
-            .get(fast::SESSION_HEADER)
+            .get(super::sessions::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let (mut r, created) = CREATED
@@ -122,7 +122,7 @@ impl Route {
             .await;
         let id = r
             .headers()
-            .get(fast::SESSION_HEADER)
+            .get(super::sessions::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
             .or(asked);
@@ -160,7 +160,7 @@ impl Route {
                 .headers()
                 .get(hyper::header::HOST)
                 .and_then(|v| v.to_str().ok());
-            if !host.is_some_and(|h| fast::host_allowed(h, &self.hosts)) {
+            if !host.is_some_and(|h| super::entry::host_allowed(h, &self.hosts)) {
                 return plain(hyper::StatusCode::FORBIDDEN, "forbidden: Host not allowed");
             }
             if !self.may(&caller, req.headers(), Op::Metrics) {
@@ -171,12 +171,12 @@ impl Route {
         req.extensions_mut().insert(caller.clone());
         // A same-origin request (a page on this gateway's own allowed name and port) is no
         // cross-origin one: its `Origin` is taken here and not judged again.
-        if fast::same_origin(req.headers(), &self.hosts) {
+        if super::entry::same_origin(req.headers(), &self.hosts) {
             req.headers_mut().remove(hyper::header::ORIGIN);
         }
         let session_id = req
             .headers()
-            .get(fast::SESSION_HEADER)
+            .get(super::sessions::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         // A session is its creator's: to another tenant's token, or another person's, it does
@@ -314,7 +314,7 @@ impl Route {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        if !fast::host_allowed(&host, &self.hosts) {
+        if !super::entry::host_allowed(&host, &self.hosts) {
             return plain(hyper::StatusCode::FORBIDDEN, "forbidden: Host not allowed");
         }
         let path = req.uri().path().to_string();
@@ -527,7 +527,7 @@ fn sessions_full(full: &SessionsFull) -> Response<Body> {
     };
     let mut r = json_reply(
         status,
-        super::stdio::error(&serde_json::Value::Null, -32000, &why),
+        super::entry::error(&serde_json::Value::Null, -32000, &why),
     );
     r.headers_mut().insert(
         hyper::header::RETRY_AFTER,

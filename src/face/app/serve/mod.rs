@@ -47,6 +47,9 @@ mod subscriptions;
 mod tasks;
 mod uri;
 
+#[cfg(test)]
+mod floors_tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -253,6 +253,11 @@ impl Drop for Ticket {
     }
 }
 
+/// A request's place on its session's wire (a request extension: a `tools/call`'s, a
+/// `resources/read`'s), stamped by the wire as it is read.
+#[derive(Clone)]
+pub(super) struct Arrival(pub Arc<Pass>);
+
 /// One session's requests in the order they came off the wire.
 #[derive(Default)]
 pub(super) struct Turnstile {

@@ -21,6 +21,7 @@ use serde_json::{json, Map, Value};
 use super::answer::Outcome;
 use super::audit::Event;
 use super::caller::Caller;
+use super::catalog::wholes;
 use super::fault::Fault;
 use super::followers::{Listener, Offer};
 use super::gateway::{CallCx, Gateway, Session, Target};
@@ -33,13 +34,6 @@ use crate::tools::mcp::{Asked, McpHub};
 const LIST_WAIT: Duration = Duration::from_secs(5);
 /// How many resources one session may be subscribed to at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
-
-/// The whole servers of `manifest`, by name.
-pub(super) fn wholes(manifest: &Manifest) -> Vec<(String, Whole)> {
-    (manifest.whole_servers())
-        .map(|(s, w)| (s.name.clone(), w.clone()))
-        .collect()
-}
 
 /// Whether the manifest serves any server whole (the gateway then offers resources, prompts
 /// and completions).
@@ -374,34 +368,6 @@ pub(super) async fn read(
         }
     }
     from_json(contents)
-}
-
-/// The whole server a tool of `manifest` is one of (`None`: a tool of no whole server).
-pub(super) fn whole_of(manifest: &Manifest, tool: usize) -> Option<Whole> {
-    let spec = manifest.tools[tool].settings_of::<crate::tools::mcp::McpSpec>()?;
-    manifest.mcp_servers.get(&spec.server)?.whole.clone()
-}
-
-/// A whole server's tool result with the resources it names — resource links and embedded
-/// resources — under their served URIs, which the client can read here.
-pub(super) fn served_links(mut raw: Value, whole: Option<Whole>) -> Value {
-    let Some(w) = whole.filter(|w| !w.prefix.is_empty()) else {
-        return raw;
-    };
-    let blocks = raw.get_mut("content").and_then(Value::as_array_mut);
-    for block in blocks.into_iter().flatten() {
-        let uri = match block["type"].as_str() {
-            Some("resource_link") => block.get_mut("uri"),
-            Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
-            _ => None,
-        };
-        if let Some(u) = uri {
-            if let Some(own) = u.as_str().map(str::to_string) {
-                *u = json!(w.uri_of(&own));
-            }
-        }
-    }
-    raw
 }
 
 /// `prompts/list`: every whole server's prompts it admits, under served names.

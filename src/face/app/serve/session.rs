@@ -8,10 +8,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
-use super::gateway::{TenantLanes, Version};
 use super::order;
 use super::spend::Spend;
 use crate::app::finish::Finish;
+
+/// A manifest's generation and shape within it.
+pub(super) type Version = (u64, u64);
+
+/// A session's lane store and plan options for one tenant (and the manifest generation they
+/// were planned for).
+pub(super) type TenantLanes = (
+    Arc<dyn crate::run::LaneStore>,
+    Arc<crate::plan::PlanOptions>,
+);
 
 /// One client's session: its run id (idempotency keys), its turn lane, per tenant.
 pub(in crate::face::app::serve) struct Session {
@@ -29,7 +38,7 @@ pub(in crate::face::app::serve) struct Session {
     /// Its client said it answers questions (elicitation) or samples when it initialized.
     pub answers: std::sync::atomic::AtomicBool,
     /// The least severe log message its client asked to hear (`logging/setLevel`), by rank
-    /// ([`super::handler::rank`]; 0: none asked).
+    /// ([`rank`]; 0: none asked).
     pub log_level: std::sync::atomic::AtomicU8,
     /// Its name as a flow of the shared lanes, when every replica knows it by one.
     shared: OnceLock<String>,
@@ -70,5 +79,21 @@ impl Session {
     /// Its name as a flow of the lanes: the shared one, else its run id.
     pub(super) fn flow_name(&self) -> &str {
         self.shared.get().map_or(&self.run_id, String::as_str)
+    }
+}
+
+/// A log level's rank, least severe first (1: debug).
+#[allow(deprecated)]
+pub(super) fn rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 1,
+        L::Info => 2,
+        L::Notice => 3,
+        L::Warning => 4,
+        L::Error => 5,
+        L::Critical => 6,
+        L::Alert => 7,
+        L::Emergency => 8,
     }
 }

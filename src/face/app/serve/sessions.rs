@@ -26,8 +26,11 @@ use rmcp::transport::streamable_http_server::session::{
 use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
-use super::gateway::Session;
+use super::session::Session;
 use crate::run::store::records::{Add, Records};
+
+/// The session id header of Streamable HTTP.
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 
 /// How many sessions that are gone are remembered for each live one the limit allows.
 pub(super) const REMEMBERED: usize = 8;

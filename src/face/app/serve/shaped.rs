@@ -18,7 +18,7 @@ use rmcp::model::{
     ResultType,
 };
 
-use super::entry::Asked;
+use super::tasks::Asked;
 
 /// A result that says it is complete (`resultType`), as a `2026-07-28` client reads it.
 pub(super) trait Complete {

@@ -1,25 +1,24 @@
 //! The stdio face's wire: newline-delimited JSON-RPC on stdin and stdout, read and written
 //! here rather than by rmcp's codec so that what a careless or hostile client sends is
-//! answered as JSON-RPC says. A line that is not JSON gets `-32700` (id `null`), a batch array
-//! or a message of no known shape `-32600`, a `tools/call` whose params are not
-//! `{name, arguments?}` `-32602` with its id; a line longer than [`MAX_LINE`] is skipped to its
-//! end and refused `-32600`. Each `tools/call` is numbered as it is read ([`Arrival`]), so
-//! its session's calls take their places in the order they came; a call the client cancelled
-//! gets no response (the specification's "SHOULD NOT"). Its [`Outbox`] tells the face when
-//! every request read has been answered and every line written, so a gateway that stops on a
-//! signal closes the wire only after the answers of the calls it let finish.
+//! answered as JSON-RPC says: each line is classified by the entry ([`super::entry::stdio_line`]:
+//! `-32700`, `-32600`, `-32602` with the id when it can be read); a line longer than
+//! [`MAX_LINE`] is skipped to its end and refused `-32600`. Each `tools/call` and
+//! `resources/read` is numbered as it is read ([`super::order::Arrival`]), so its session's
+//! calls and reads take their places in the order they came; a call the client cancelled gets
+//! no response (the specification's "SHOULD NOT"). Its [`Outbox`] tells the face when every
+//! request read has been answered and every line written, so a gateway that stops on a signal
+//! closes the wire only after the answers of the calls it let finish.
 //!
 //! A plain `tools/call` of a client that takes no tasks (and, in a `2026-07-28` session,
-//! cannot be asked in its follow-up request) is answered by the wire itself ([`Shortcut`], the short way of
-//! [`super::fast`]), not through rmcp's service loop and handler; everything else is rmcp's.
+//! cannot be asked in its follow-up request) is answered by the wire itself ([`Shortcut`]),
+//! not through rmcp's service loop and handler; everything else is rmcp's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest,
-    ServerJsonRpcMessage, ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
@@ -30,137 +29,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
-use super::entry::Short;
+use super::entry::{stdio_line, Line, Short};
 use super::fault::Fault;
 use super::gateway::{Gateway, Session};
-use super::order::{Pass, Turnstile};
+use super::order::{Arrival, Turnstile};
 
 /// The longest line read (as the HTTP face's body limit).
 pub(super) const MAX_LINE: usize = 4 * 1024 * 1024;
-
-/// A `tools/call`'s place on its session's wire (a request extension).
-#[derive(Clone)]
-pub(super) struct Arrival(pub Arc<Pass>);
-
-/// What one line is: a message for rmcp, or an answer the wire gives itself.
-#[derive(Debug)]
-pub enum Line {
-    Message(Box<ClientJsonRpcMessage>),
-    /// A JSON-RPC error to write back (the request never reaches rmcp).
-    Refused(Vec<u8>),
-    /// Nothing to do (a blank line).
-    Skip,
-}
-
-/// A JSON-RPC error response, `id` as given (`null` when it could not be read).
-pub(super) fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    let v = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    serde_json::to_vec(&v).unwrap_or_default()
-}
-
-/// Classify one line as the client sent it.
-pub fn read_line(line: &[u8]) -> Line {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Line::Skip;
-    }
-    if let Some(call) = call_request(line) {
-        return Line::Message(Box::new(call));
-    }
-    let value: Value = match serde_json::from_slice(line) {
-        Ok(v) => v,
-        Err(e) => return Line::Refused(Fault::Parse(e.to_string()).line(&Value::Null)),
-    };
-    let Value::Object(msg) = &value else {
-        let why = if value.is_array() {
-            "batches are not supported; send one message a line"
-        } else {
-            "a message is a JSON object"
-        };
-        return Line::Refused(Fault::Request(why.into()).line(&Value::Null));
-    };
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
-        if let Err(why) = call_params(msg.get("params")) {
-            return Line::Refused(Fault::Params(why).line(&id));
-        }
-    }
-    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
-        Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
-            // A method rmcp models whose params it could not read: rmcp would take it for a
-            // method of its own (`-32601`); it is the params that are wrong.
-            ClientRequest::CustomRequest(c) if MODELED.contains(&c.method.as_str()) => {
-                let why = format!("`{}` takes other params (see its schema)", c.method);
-                Line::Refused(Fault::Params(why).line(&id))
-            }
-            _ => Line::Message(Box::new(ClientJsonRpcMessage::Request(r))),
-        },
-        Ok(m) => Line::Message(Box::new(m)),
-        Err(e) => Line::Refused(Fault::Request(e.to_string()).line(&id)),
-    }
-}
-
-/// The methods a client sends that rmcp reads into types of their own.
-const MODELED: &[&str] = &[
-    "initialize",
-    "ping",
-    "completion/complete",
-    "logging/setLevel",
-    "prompts/get",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "tools/call",
-    "tools/list",
-    "tasks/get",
-    "tasks/cancel",
-    "tasks/update",
-    "server/discover",
-    "subscriptions/listen",
-];
-
-/// A `tools/call` request read as one, straight from its line: rmcp's own reading of a message
-/// tries it as each kind of message and each request in turn, a formatted serde error a miss
-/// (`benches/README.md`). The types hold what [`call_params`] checks (a string `name`, an
-/// object or no `arguments` and `_meta`). `None`: not plainly a call (no `id`, a `result` or
-/// `error` anywhere in it, params of another shape) — left to the reading that names what is
-/// wrong.
-fn call_request(line: &[u8]) -> Option<ClientJsonRpcMessage> {
-    let has = |key: &[u8]| line.windows(key.len()).any(|w| w == key);
-    if !has(b"\"tools/call\"") || has(b"\"result\"") || has(b"\"error\"") {
-        return None;
-    }
-    let r: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(line).ok()?;
-    Some(ClientJsonRpcMessage::Request(JsonRpcRequest {
-        jsonrpc: r.jsonrpc,
-        id: r.id,
-        request: ClientRequest::CallToolRequest(r.request),
-    }))
-}
-
-/// Whether `tools/call` params are `{name: string, arguments?: object, _meta?: object}`.
-pub(super) fn call_params(params: Option<&Value>) -> Result<(), String> {
-    let Some(Value::Object(p)) = params else {
-        return Err("tools/call takes params {\"name\": …, \"arguments\": {…}}".into());
-    };
-    match p.get("name") {
-        Some(Value::String(_)) => {}
-        Some(_) => return Err("`name` is not a string".into()),
-        None => return Err("`name` is missing".into()),
-    }
-    if !matches!(
-        p.get("arguments"),
-        None | Some(Value::Null | Value::Object(_))
-    ) {
-        return Err("`arguments` is not an object".into());
-    }
-    if !matches!(p.get("_meta"), None | Some(Value::Object(_))) {
-        return Err("`_meta` is not an object".into());
-    }
-    Ok(())
-}
 
 /// The key a request id is remembered by.
 fn key(id: &rmcp::model::RequestId) -> String {
@@ -414,7 +289,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
             calls.short.insert(key.clone(), cancel.clone());
         }
         let on = (self.sink.clone(), key, self.gone.clone());
-        tokio::spawn(super::fast::on_a_wire(
+        tokio::spawn(on_a_wire(
             short.clone(),
             (*call, modern),
             (arrival, cancel),
@@ -422,6 +297,56 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         ));
         None
     }
+}
+
+/// Run a plain call read from a stdio wire and write its answer there (`modern`: to a
+/// `2026-07-28` client, whose result says `resultType`). `cancel` is the
+/// client's (`notifications/cancelled`); the end of the client's input (`gone`) cancels it
+/// too, and it is still driven to its end.
+async fn on_a_wire(
+    short: Arc<Shortcut>,
+    (call, modern): (super::entry::Call, bool),
+    (arrival, cancel): (Option<Arc<super::order::Pass>>, CancellationToken),
+    (sink, key, gone): (Sink, String, CancellationToken),
+) {
+    let super::entry::Call {
+        id,
+        name,
+        args,
+        progress,
+        traceparent,
+    } = call;
+    let progress: Option<super::progress::ProgressSink> = progress.map(|token| {
+        let sink = sink.clone();
+        Arc::new(move |p| {
+            if let Some(line) = super::answer::progress_message(&token, p) {
+                let _ = sink.say(line);
+            }
+        }) as super::progress::ProgressSink
+    });
+    let cx = super::gateway::CallCx {
+        caller: short.caller.clone(),
+        traceparent,
+        cancel: cancel.clone(),
+        progress,
+        elicit: None,
+        arrival,
+        asks: None,
+        key: None,
+        mrtr: None,
+        started: None,
+    };
+    let target = super::gateway::Target::Tool(&name);
+    let mut run = Box::pin(short.gateway.call(&short.session, target, args, cx));
+    let r = tokio::select! {
+        biased;
+        r = &mut run => r,
+        () = gone.cancelled() => {
+            cancel.cancel();
+            run.await
+        }
+    };
+    let _ = sink.answer(&key, || super::answer::reply_as(&id, r, modern));
 }
 
 /// What a client's `initialize` said of it that the short way needs: whether it takes tasks
@@ -498,7 +423,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
                     continue;
                 }
             };
-            match read_line(&line) {
+            match stdio_line(&line) {
                 Line::Skip => {}
                 Line::Refused(answer) => {
                     let _ = self.sink.say(answer);
@@ -521,67 +446,6 @@ impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn refused(line: &str) -> Value {
-        match read_line(line.as_bytes()) {
-            Line::Refused(b) => serde_json::from_slice(&b).expect("an error is JSON"),
-            other => panic!("{line}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn each_kind_of_bad_line_gets_its_json_rpc_code() {
-        let e = refused("{not json");
-        assert_eq!(
-            (e["id"].clone(), e["error"]["code"].clone()),
-            (Value::Null, (-32700).into())
-        );
-        assert_eq!(refused("[1, 2]")["error"]["code"], -32600);
-        assert_eq!(refused("17")["error"]["code"], -32600);
-        let e =
-            refused(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"arguments":{}}}"#);
-        assert_eq!(
-            (e["id"].clone(), e["error"]["code"].clone()),
-            (4.into(), (-32602).into())
-        );
-        let e = refused(
-            r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"a","arguments":[1]}}"#,
-        );
-        assert_eq!(e["error"]["code"], -32602);
-        assert!(matches!(read_line(b"  "), Line::Skip));
-        let ok = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#;
-        assert!(matches!(read_line(ok.as_bytes()), Line::Message(_)));
-    }
-
-    #[test]
-    fn a_call_read_as_one_is_what_rmcps_reading_makes_of_it() {
-        let lines = [
-            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#,
-            r#"{"id":"s-1","jsonrpc":"2.0","params":{"arguments":{"x":[1,{"y":null}]},"name":"b"},"method":"tools/call"}"#,
-            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"c","_meta":{"progressToken":"p","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","idempotencyKey":"k"}}}"#,
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"d","task":{"ttl":1000},"extra":true},"other":1}"#,
-        ];
-        for line in lines {
-            let fast = call_request(line.as_bytes()).expect("read as a call");
-            let slow: ClientJsonRpcMessage = serde_json::from_str(line).expect("rmcp reads it");
-            assert_eq!(
-                serde_json::to_value(&fast).expect("it serializes"),
-                serde_json::to_value(&slow).expect("it serializes"),
-                "{line}"
-            );
-        }
-        // Not a request's shape, or not JSON-RPC 2.0: left to rmcp's reading (which refuses).
-        for line in [
-            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"result":{}}"#,
-            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":[1]}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"tools/call"}}"#,
-        ] {
-            assert!(call_request(line.as_bytes()).is_none(), "{line}");
-        }
-    }
 
     #[tokio::test]
     async fn a_line_past_the_limit_is_skipped_and_the_next_is_read() {

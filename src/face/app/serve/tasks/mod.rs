@@ -29,9 +29,9 @@ use self::shape::{
 };
 use super::answer::Outcome;
 use super::caller::{Caller, Via};
-use super::entry::Asked;
-use super::gateway::{CallCx, Gateway, Session, Target};
+use super::gateway::{CallCx, Gateway, Target};
 use super::order::Pass;
+use super::session::Session;
 use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
 use crate::run::store::records::{Add, LocalRecords, Records};
 
@@ -48,6 +48,15 @@ const RENEW: Duration = Duration::from_secs(2);
 const TASK_AFTER: Duration = Duration::from_secs(1);
 /// The poll interval suggested to clients.
 pub(super) const POLL_MS: u64 = 500;
+/// What a client asks of its tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    Get(String),
+    Result(String),
+    List,
+    Cancel(String),
+}
+
 /// The most tasks `tasks/list` answers (the newest), and the most index entries one list or
 /// prune reads.
 const LISTED: usize = 100;
