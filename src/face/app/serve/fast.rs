@@ -71,16 +71,10 @@ pub(super) async fn answer(
         }) as ProgressSink
     });
     let cx = CallCx {
-        caller: caller.clone(),
         traceparent,
-        cancel: CancellationToken::new(),
         progress,
-        elicit: None,
         arrival,
-        asks: None,
-        key: None,
-        mrtr: None,
-        started: None,
+        ..CallCx::new(caller.clone(), CancellationToken::new())
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

@@ -32,6 +32,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         &[
             "mod",
             "gateway",
+            "cx",
             "session",
             "sessions",
             "catalog",

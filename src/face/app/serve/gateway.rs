@@ -20,7 +20,7 @@ use super::caller::Caller;
 use super::catalog::Catalog;
 use super::keys::Claimed;
 use super::order::{self, behind_text, Order, Through, Users};
-use super::progress::{ProgressSink, Reporter};
+use super::progress::Reporter;
 use crate::app::controls::Controls;
 use crate::app::engine::{CallKit, Scope};
 use crate::app::finish::Finish;
@@ -127,28 +127,7 @@ impl Target<'_> {
     }
 }
 
-/// What a call brings besides its tool and arguments.
-pub(super) struct CallCx {
-    /// Who makes it (its tenant spends; its roles decide what it sees).
-    pub caller: Caller,
-    /// The client's `_meta.traceparent`: the call's span is its child.
-    pub traceparent: Option<String>,
-    pub cancel: CancellationToken,
-    pub progress: Option<ProgressSink>,
-    /// The client, when it can be asked to approve a call (MCP elicitation).
-    pub elicit: Option<super::approve::Elicit>,
-    /// Its place on its session's wire: it takes its place in the order after the requests
-    /// read before it.
-    pub arrival: Option<Arc<order::Pass>>,
-    /// The client, when it can answer an upstream's questions (it declared elicitation).
-    pub asks: Option<crate::tools::mcp::Asker>,
-    /// The client's `_meta.idempotencyKey`: the call is made once for it (see `keys`).
-    pub key: Option<String>,
-    /// A 2026-07-28 client that answers in its follow-up request (`input_required`).
-    pub mrtr: Option<super::approve::Mrtr>,
-    /// Set when the call reaches its tool (a task's replica records it).
-    pub started: Option<Arc<std::sync::atomic::AtomicBool>>,
-}
+pub(super) use super::cx::CallCx;
 
 impl Gateway {
     pub(super) fn new(

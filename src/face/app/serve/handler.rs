@@ -464,8 +464,6 @@ impl Handler {
         };
         let cx = CallCx {
             traceparent: traceparent.map(str::to_string),
-            caller: self.caller(context),
-            cancel,
             progress: progress_sink(context),
             elicit: elicit(context),
             arrival: arrival(context),
@@ -475,8 +473,7 @@ impl Handler {
                 .get("idempotencyKey")
                 .and_then(|v| v.as_str())
                 .map(str::to_string),
-            mrtr: None,
-            started: None,
+            ..CallCx::new(self.caller(context), cancel)
         };
         (cx, watch)
     }

@@ -17,6 +17,7 @@ mod audit_logs;
 mod auth;
 mod caller;
 mod catalog;
+mod cx;
 mod door;
 pub mod entry;
 mod fast;

@@ -325,16 +325,10 @@ async fn on_a_wire(
         }) as super::progress::ProgressSink
     });
     let cx = super::gateway::CallCx {
-        caller: short.caller.clone(),
         traceparent,
-        cancel: cancel.clone(),
         progress,
-        elicit: None,
         arrival,
-        asks: None,
-        key: None,
-        mrtr: None,
-        started: None,
+        ..super::gateway::CallCx::new(short.caller.clone(), cancel.clone())
     };
     let target = super::gateway::Target::Tool(&name);
     let mut run = Box::pin(short.gateway.call(&short.session, target, args, cx));

@@ -692,18 +692,7 @@ fn safe_to_repeat(gateway: &Gateway, tool: &str) -> bool {
 /// What a task's call is made with when no client waits for it (nobody to ask, nothing
 /// before it on a wire).
 fn bare_cx(r: &Record) -> CallCx {
-    CallCx {
-        caller: caller_of(r),
-        traceparent: None,
-        cancel: CancellationToken::new(),
-        progress: None,
-        elicit: None,
-        arrival: None,
-        asks: None,
-        key: None,
-        mrtr: None,
-        started: None,
-    }
+    CallCx::new(caller_of(r), CancellationToken::new())
 }
 
 /// The JSON-RPC answer to task request `id`.

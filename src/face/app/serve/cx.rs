@@ -1,0 +1,52 @@
+//! What a call brings besides its tool and arguments, from whichever door it came by: one
+//! constructor ([`CallCx::new`]: who makes it and how it is cancelled), and each door adds
+//! what it has (a progress sink, its place on the wire, a client that can be asked, a key).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::caller::Caller;
+use super::order;
+use super::progress::ProgressSink;
+
+/// What a call brings besides its tool and arguments.
+pub(in crate::face::app::serve) struct CallCx {
+    /// Who makes it (its tenant spends; its roles decide what it sees).
+    pub caller: Caller,
+    /// The client's `_meta.traceparent`: the call's span is its child.
+    pub traceparent: Option<String>,
+    pub cancel: CancellationToken,
+    pub progress: Option<ProgressSink>,
+    /// The client, when it can be asked to approve a call (MCP elicitation).
+    pub elicit: Option<super::approve::Elicit>,
+    /// Its place on its session's wire: it takes its place in the order after the requests
+    /// read before it.
+    pub arrival: Option<Arc<order::Pass>>,
+    /// The client, when it can answer an upstream's questions (it declared elicitation).
+    pub asks: Option<crate::tools::mcp::Asker>,
+    /// The client's `_meta.idempotencyKey`: the call is made once for it (see `keys`).
+    pub key: Option<String>,
+    /// A 2026-07-28 client that answers in its follow-up request (`input_required`).
+    pub mrtr: Option<super::approve::Mrtr>,
+    /// Set when the call reaches its tool (a task's replica records it).
+    pub started: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl CallCx {
+    /// The context of a call by `caller`, cancelled by `cancel`; nothing else known yet.
+    pub(super) fn new(caller: Caller, cancel: CancellationToken) -> CallCx {
+        CallCx {
+            caller,
+            traceparent: None,
+            cancel,
+            progress: None,
+            elicit: None,
+            arrival: None,
+            asks: None,
+            key: None,
+            mrtr: None,
+            started: None,
+        }
+    }
+}
