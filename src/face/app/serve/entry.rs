@@ -63,12 +63,6 @@ pub enum Line {
     Skip,
 }
 
-/// A JSON-RPC error response, `id` as given (`null` when it could not be read).
-pub(super) fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    let v = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    serde_json::to_vec(&v).unwrap_or_default()
-}
-
 /// Classify one message as the client sent it (a stdio line, an HTTP body).
 pub fn stdio_line(line: &[u8]) -> Line {
     if line.iter().all(u8::is_ascii_whitespace) {
@@ -199,7 +193,8 @@ pub fn http_request(parts: &http::request::Parts, hosts: &[String], body: &[u8])
                 .ok()
                 .and_then(|e| e["error"]["code"].as_i64());
             // A call's malformed params are the call's answer; the rest is a bad request.
-            let status = if code == Some(-32602) { 200 } else { 400 };
+            let params = i64::from(rmcp::model::ErrorCode::INVALID_PARAMS.0);
+            let status = if code == Some(params) { 200 } else { 400 };
             return HttpEntry::Refused {
                 status,
                 body: error,

@@ -33,6 +33,8 @@ pub(super) enum Fault {
     Unknown { what: &'static str, name: String },
     /// A URI refused at the door (`-32602`).
     Uri { uri: String, why: String },
+    /// The gateway is at a limit (`-32000`): try again later (an HTTP `429` says when).
+    Busy(String),
     /// The upstream's own refusal, passed on as it gave it.
     Upstream(ErrorData),
     /// Something that should not happen (`-32603`).
@@ -65,6 +67,7 @@ impl Fault {
                 ErrorCode::INVALID_PARAMS,
                 format!("resource `{}` is not taken: {why}", cut(uri)),
             ),
+            Fault::Busy(why) => (ErrorCode(-32000), why.clone()),
             Fault::Upstream(e) => (e.code, cut(&e.message)),
             Fault::Internal(why) => (ErrorCode::INTERNAL_ERROR, why.clone()),
         };
@@ -112,6 +115,7 @@ mod tests {
                 -32602,
             ),
             (Fault::Internal("x".into()), -32603),
+            (Fault::Busy("x".into()), -32000),
         ];
         for (f, code) in codes {
             let line: Value = serde_json::from_slice(&f.line(&Value::from(7))).expect("JSON");

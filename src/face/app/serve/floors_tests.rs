@@ -243,3 +243,34 @@ fn the_floor_checks_catch_a_back_arrow_and_a_circle_of_three() {
         ["caller"]
     );
 }
+
+/// JSON-RPC error codes are written in `fault.rs` alone: everything else says a [`Fault`]
+/// (`super::fault::Fault`) or names rmcp's constructor.
+#[test]
+fn json_rpc_codes_are_written_in_one_place() {
+    let mut bad = Vec::new();
+    for (_, path) in files() {
+        if path.ends_with("fault.rs") {
+            continue;
+        }
+        let code = std::fs::read_to_string(&path).unwrap_or_default();
+        let code = code
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        for (i, line) in code.lines().enumerate() {
+            let text = line.trim_start();
+            if text.starts_with("//") {
+                continue;
+            }
+            let digits = text.match_indices("-32").any(|(at, _)| {
+                let rest = &text[at + 3..];
+                rest.len() >= 3 && rest.as_bytes()[..3].iter().all(u8::is_ascii_digit)
+            });
+            if digits {
+                bad.push(format!("{}:{}: {text}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "JSON-RPC codes outside fault.rs: {bad:#?}");
+}

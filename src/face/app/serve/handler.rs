@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, CreateTaskResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
-    GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
     UnsubscribeRequestParams,
@@ -236,7 +236,7 @@ impl ServerHandler for Handler {
                 r = &mut call => r,
                 () = watch => call.await,
             };
-            match r.map_err(|(code, m)| ErrorData::new(ErrorCode(code as i32), m, None))? {
+            match r.map_err(|f| f.error())? {
                 TaskOr::Task(task) => {
                     return Ok(CallToolResponse::Task(CreateTaskResult::new(*task)));
                 }
@@ -271,7 +271,7 @@ impl ServerHandler for Handler {
         let t = &self.gateway.tasks;
         match t.detail(&self.gateway, &caller, &request.task_id).await {
             Ok(task) => Ok(GetTaskResult::new(task)),
-            Err((_, m)) => Err(ErrorData::invalid_params(m, None)),
+            Err(f) => Err(f.error()),
         }
     }
 
@@ -282,9 +282,7 @@ impl ServerHandler for Handler {
     ) -> Result<(), ErrorData> {
         let caller = self.caller(&context);
         let cancelled = self.gateway.tasks.cancel(&caller, &request.task_id).await;
-        cancelled
-            .map(|_| ())
-            .map_err(|(_, m)| ErrorData::invalid_params(m, None))
+        cancelled.map(|_| ()).map_err(|f| f.error())
     }
 
     async fn list_resources(
@@ -436,7 +434,7 @@ impl ServerHandler for Handler {
         let tasks = Arc::clone(&gateway.tasks);
         match Box::pin(tasks.answer(gateway, &caller, asked)).await {
             Ok(v) => Ok(rmcp::model::CustomResult::new(v)),
-            Err((code, m)) => Err(ErrorData::new(ErrorCode(code as i32), m, None)),
+            Err(f) => Err(f.error()),
         }
     }
 }

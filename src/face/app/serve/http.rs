@@ -527,7 +527,7 @@ fn sessions_full(full: &SessionsFull) -> Response<Body> {
     };
     let mut r = json_reply(
         status,
-        super::entry::error(&serde_json::Value::Null, -32000, &why),
+        super::fault::Fault::Busy(why).line(&serde_json::Value::Null),
     );
     r.headers_mut().insert(
         hyper::header::RETRY_AFTER,

@@ -94,7 +94,7 @@ pub(super) enum TaskOr {
 }
 
 /// A refusal of a task request: JSON-RPC code and message.
-pub(super) type Refused = (i64, String);
+pub(super) type Refused = super::fault::Fault;
 
 /// The gateway's tasks.
 pub(super) struct Tasks {
@@ -175,10 +175,10 @@ impl Tasks {
             Some(r) if r.owner == caller.owner() => Ok(r),
             _ => {
                 let shown: String = id.chars().take(64).collect();
-                Err((
-                    -32602,
-                    format!("task not found: `{}`", shown.escape_default()),
-                ))
+                Err(super::fault::Fault::Params(format!(
+                    "task not found: `{}`",
+                    shown.escape_default()
+                )))
             }
         }
     }
@@ -199,7 +199,7 @@ impl Tasks {
             "{busy} tasks of tenant `{}` are unfinished in this gateway ([serve.limits] tasks_per_tenant = {}): this call was not started",
             caller.tenant, self.per_tenant
         );
-        Err((-32603, why))
+        Err(super::fault::Fault::Internal(why))
     }
 
     /// A new task's record: a call of `tool` with `args` by `caller`, kept `ttl` ms (at
@@ -235,7 +235,9 @@ impl Tasks {
     async fn keep(&self, r: &Record) -> Result<Claim, Refused> {
         let claim = self.claim(&r.id);
         if let Err(e) = self.intents.clone().claim(claim.clone()).await {
-            return Err((-32603, format!("the task could not be recorded: {e}")));
+            return Err(super::fault::Fault::Internal(format!(
+                "the task could not be recorded: {e}"
+            )));
         }
         self.save(r).await;
         // Indexed under its owner by when it was made (ms), for `tasks/list`.
@@ -607,10 +609,9 @@ impl Tasks {
             match (r.status, r.result) {
                 (Status::Working, _) => tokio::time::sleep(WATCH).await,
                 (Status::Cancelled, _) | (_, None) => {
-                    return Err((
-                        -32602,
-                        format!("task `{id}` was cancelled: it has no result"),
-                    ))
+                    return Err(super::fault::Fault::Params(format!(
+                        "task `{id}` was cancelled: it has no result"
+                    )))
                 }
                 (_, Some(mut result)) => {
                     let related = json!({"io.modelcontextprotocol/related-task": {"taskId": id}});
@@ -653,10 +654,9 @@ impl Tasks {
         let mut r = self.own(caller, id).await?;
         if r.status != Status::Working {
             let status = serde_json::to_value(r.status).unwrap_or_default();
-            return Err((
-                -32602,
-                format!("task `{id}` cannot be cancelled: it is {status}"),
-            ));
+            return Err(super::fault::Fault::Params(format!(
+                "task `{id}` cannot be cancelled: it is {status}"
+            )));
         }
         r.status = Status::Cancelled;
         r.message = Some("cancelled by the client".into());
@@ -664,7 +664,9 @@ impl Tasks {
         let why = r.message.clone().unwrap_or_default();
         let keep = Duration::from_millis(r.ttl);
         if let Err(e) = self.records.clone().put(mark_of(id), why, keep).await {
-            return Err((-32603, format!("task `{id}` could not be cancelled: {e}")));
+            return Err(super::fault::Fault::Internal(format!(
+                "task `{id}` could not be cancelled: {e}"
+            )));
         }
         self.save(&r).await;
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
@@ -697,11 +699,11 @@ fn bare_cx(r: &Record) -> CallCx {
 
 /// The JSON-RPC answer to task request `id`.
 pub(super) fn reply(id: &Value, answer: Result<Value, Refused>) -> Vec<u8> {
-    let message = match answer {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err((code, message)) => {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+    match answer {
+        Ok(result) => {
+            let message = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            serde_json::to_vec(&message).unwrap_or_default()
         }
-    };
-    serde_json::to_vec(&message).unwrap_or_default()
+        Err(fault) => fault.line(id),
+    }
 }
