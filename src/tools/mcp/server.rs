@@ -109,7 +109,7 @@ impl Askers {
             return Err("no call is in flight to ask about".into());
         };
         let Some(first) = first else {
-            return Err("the client that made this call cannot be asked".into());
+            return Err("the client that made this call cannot be asked (it declared no elicitation or sampling capability)".into());
         };
         if clients.any(|a| a.is_none_or(|a| a.client != first.client)) {
             let n = g.1.len();
