@@ -27,6 +27,22 @@ pub(crate) fn python() -> Option<PathBuf> {
     None
 }
 
+/// The Python `mcp` SDK 2.x, or `None` (skipped with a notice, except in CI).
+pub(crate) fn sdk2() -> Option<PathBuf> {
+    let py = repo().join("target/mcp2-venv/bin/python");
+    if py.exists() {
+        return Some(py);
+    }
+    crate::common::skip(
+        &format!(
+            "the Python mcp SDK 2.x is not installed at {}",
+            py.display()
+        ),
+        "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
+    );
+    None
+}
+
 pub(crate) fn flux_bin() -> PathBuf {
     assert_cmd::cargo::cargo_bin("flux-tools")
 }

@@ -3,43 +3,32 @@
 //! written to slip past a policy, a tenant's parked call beside another tenant's work, a read
 //! sent right after a write on one wire, protocol faults, and a same-origin browser request.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{repo, skip, Project};
-use crate::mcp::own_server;
-use crate::serve::{client, finish, log_lines, python, raw_post_with, raw_response, HttpGateway};
+use crate::common::{repo, Project};
+use crate::serve::{
+    client, finish, log_lines, python, raw_post_with, raw_response, sdk2, HttpGateway,
+};
 use crate::serve_holds::StdioGateway;
-use crate::serve_whole::everything_whole;
-
-/// The Python `mcp` SDK 2.x, or `None` (skipped with a notice, except in CI).
-fn sdk2() -> Option<PathBuf> {
-    let py = repo().join("target/mcp2-venv/bin/python");
-    if py.exists() {
-        return Some(py);
-    }
-    skip(
-        &format!(
-            "the Python mcp SDK 2.x is not installed at {}",
-            py.display()
-        ),
-        "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
-    );
-    None
-}
+use crate::serve_whole::{everything_whole, own_whole, when};
 
 /// What SDK 2.x in its default mode gets of everything the gateway serves, at `how` (a URL,
 /// or `--` and a command).
 fn everything_as_2026_client(py: &Path, how: &[String]) -> Value {
-    let out = Command::new(py)
-        .arg(repo().join("tests/fixtures/mcp_whole2.py"))
+    let mut cmd = Command::new(py);
+    cmd.arg(repo().join("tests/fixtures/mcp_whole2.py"))
         .args(how)
-        .args(["ev_args-prompt", r#"{"city": "Paris"}"#])
-        .output()
-        .expect("the SDK client");
+        .args(["ev_args-prompt", r#"{"city": "Paris"}"#]);
+    printed(&mut cmd)
+}
+
+/// What `cmd` (a client fixture) printed: one JSON document; it must succeed.
+pub(crate) fn printed(cmd: &mut Command) -> Value {
+    let out = cmd.output().expect("the client");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -204,34 +193,11 @@ fn cut(v: &Value) -> String {
     v.to_string().chars().take(400).collect()
 }
 
-/// The project's own test server served whole (`own+note://board` reads in 50 ms), logging to
-/// `log`.
-fn own_whole(p: &Project, log: &Path) {
-    p.write(
-        "tools.toml",
-        &format!(
-            "[mcp_servers.own]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\", MCP_TEST_READ_MS = \"50\" }}\nwhole = true\nrequires_approval = false\n",
-            own_server().display(),
-            log.display()
-        ),
-    );
-}
-
-fn at(lines: &[String], what: &str) -> u128 {
-    lines
-        .iter()
-        .find_map(|l| {
-            l.strip_prefix(what)
-                .and_then(|r| r.trim().split(' ').next()?.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no `{what}` in {lines:?}"))
-}
-
 #[test]
 fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
     let p = Project::new("");
     let log = p.path().join("server.log");
-    own_whole(&p, &log);
+    own_whole(&p, &log, "");
     let mut gw = StdioGateway::start(&p, &[]);
     for round in 0..3 {
         let tag = format!("w{round}");
@@ -252,7 +218,7 @@ fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
             .collect();
         let read_at = reads.last().copied().unwrap_or_default();
         assert!(
-            read_at >= at(&lines, &format!("end {tag}")),
+            read_at >= when(&lines, &format!("end {tag}")),
             "round {round}: {lines:?}"
         );
     }
@@ -515,20 +481,11 @@ fn a_2026_client_follows_a_resource_with_subscriptions_listen_over_stdio_and_htt
     let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
     let uri = "ev+demo://resource/dynamic/text/1";
     for (face, how) in [("stdio", gateway_cmd(&p)), ("http", vec![gw.url.clone()])] {
-        let out = Command::new(&py)
-            .arg(repo().join("tests/fixtures/mcp_listen2.py"))
+        let mut cmd = Command::new(&py);
+        cmd.arg(repo().join("tests/fixtures/mcp_listen2.py"))
             .args(&how)
-            .args([uri, "ev_toggle-subscriber-updates", "20"])
-            .output()
-            .expect("the SDK client");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{face}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got: Value =
-            serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+            .args([uri, "ev_toggle-subscriber-updates", "20"]);
+        let got = printed(&mut cmd);
         assert_eq!(got["version"], "2026-07-28", "{face}: {got}");
         assert_eq!(
             got["honored"]["resourceSubscriptions"][0], uri,
@@ -545,7 +502,7 @@ fn an_upstream_s_log_messages_and_sampling_reach_the_client_of_the_call() {
     let Some(py) = python() else { return };
     let p = Project::new("");
     let log = p.path().join("server.log");
-    own_whole(&p, &log);
+    own_whole(&p, &log, "");
     let how = crate::serve::stdio(&p, &[]);
     // Asked from `info` on: info and error are heard, debug is not.
     let r = crate::serve::run_client(

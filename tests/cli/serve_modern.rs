@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{repo, skip, Project};
+use crate::common::{repo, Project};
 use crate::serve::{log_lines, raw_post_with, raw_response, HttpGateway};
 
 /// `write` needs approval (in band allowed), `vault` only out of band; each logs
@@ -169,33 +169,17 @@ fn a_modern_client_is_never_asked_for_an_out_of_band_tool_nor_when_it_cannot_ans
 
 #[test]
 fn the_2_x_sdk_client_answers_in_band_and_its_accept_makes_the_call_once() {
-    let py = repo().join("target/mcp2-venv/bin/python");
-    if !py.exists() {
-        skip(
-            &format!(
-                "the Python mcp SDK 2.x is not installed at {}",
-                py.display()
-            ),
-            "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
-        );
+    let Some(py) = crate::serve::sdk2() else {
         return;
-    }
+    };
     let (p, log) = project();
     let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
     let run = |answer: &str, tag: &str| -> Value {
-        let out = Command::new(&py)
-            .arg(repo().join("tests/fixtures/mcp_modern.py"))
+        let mut cmd = Command::new(&py);
+        cmd.arg(repo().join("tests/fixtures/mcp_modern.py"))
             .args([gw.url.as_str(), answer, "write"])
-            .arg(json!({ "tag": tag }).to_string())
-            .output()
-            .expect("the SDK client");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+            .arg(json!({ "tag": tag }).to_string());
+        crate::serve_door::printed(&mut cmd)
     };
     let yes = run("accept", "s1");
     assert_eq!(yes["version"], "2026-07-28", "{yes}");

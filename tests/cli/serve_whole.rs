@@ -265,7 +265,7 @@ fn a_subscribed_resource_s_update_reaches_the_session() {
 }
 
 /// The project's own test server served whole, logging to `log`.
-fn own_whole(p: &Project, log: &std::path::Path, extra: &str) {
+pub(crate) fn own_whole(p: &Project, log: &std::path::Path, extra: &str) {
     p.write(
         "tools.toml",
         &format!(
@@ -324,7 +324,7 @@ fn a_read_waits_for_the_write_before_it(gws: &[&HttpGateway]) {
     assert_eq!(out[1]["text"], "the board", "{out}");
 }
 
-fn when(lines: &[String], what: &str) -> u128 {
+pub(crate) fn when(lines: &[String], what: &str) -> u128 {
     lines
         .iter()
         .find_map(|l| {

@@ -77,7 +77,13 @@ pub(crate) struct Direct {
     next: std::sync::atomic::AtomicU64,
     /// Set when the server's stdout ended: no answer will come.
     closed: std::sync::atomic::AtomicBool,
+    /// Who hears the server's log messages (`notifications/message`), read in the order they
+    /// came — before the answer of the call they were sent during.
+    pub(crate) logs: std::sync::OnceLock<LogTo>,
 }
+
+/// Where a server's log message goes: told its line.
+pub(crate) type LogTo = Box<dyn Fn(&[u8]) + Send + Sync>;
 
 /// A direct request's waiter: where its answer goes, and its progress if anyone listens.
 struct Waiter {
@@ -134,12 +140,24 @@ impl Direct {
     /// notification on one's token.
     fn answer(&self, line: &[u8]) -> bool {
         if !has_key(line, b"\"flux-") {
-            return false;
+            return self.log(line);
         }
         if has_key(line, b"\"notifications/progress\"") {
             return self.progress(line);
         }
         self.result(line)
+    }
+
+    /// A log message, passed on to who hears them (`true`: taken).
+    fn log(&self, line: &[u8]) -> bool {
+        let Some(to) = self.logs.get() else {
+            return false;
+        };
+        if !has_key(line, b"\"notifications/message\"") {
+            return false;
+        }
+        to(line);
+        true
     }
 
     /// A progress notification on a direct request's token, passed on to its listener.
@@ -300,6 +318,7 @@ impl Lines {
             waiting: Mutex::default(),
             next: Default::default(),
             closed: Default::default(),
+            logs: Default::default(),
         });
         let lines = Lines {
             child,

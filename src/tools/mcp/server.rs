@@ -94,6 +94,21 @@ impl Askers {
         AskerGuard(self.clone(), id)
     }
 
+    /// Pass a server's log message (its line) to the client of the calls in flight.
+    #[allow(deprecated)]
+    pub(super) fn log(&self, line: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Note {
+            params: rmcp::model::LoggingMessageNotificationParam,
+        }
+        let Ok(note) = serde_json::from_slice::<Note>(line) else {
+            return;
+        };
+        if let Some(log) = self.one().ok().and_then(|c| c.log) {
+            log(note.params);
+        }
+    }
+
     /// How many calls are in flight.
     pub(super) fn len(&self) -> usize {
         self.0.lock().map_or(0, |g| g.1.len())
@@ -133,6 +148,22 @@ impl Upstream {
     fn tell(&self, change: fn(String) -> Change) {
         let _ = self.changes.send(change(self.server.clone()));
     }
+
+    /// Pass a request of the server's on to the client of the call in flight, by what
+    /// `answers` takes of it (`cannot`: why, when the client cannot answer it).
+    async fn relay<P, R>(
+        &self,
+        answers: fn(Asker) -> Option<Answerer<P, R>>,
+        cannot: &str,
+        request: P,
+    ) -> Result<R, rmcp::ErrorData> {
+        let refused = |why: String| {
+            rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
+        };
+        let client = self.asking.one().map_err(refused)?;
+        let answer = answers(client).ok_or_else(|| refused(cannot.into()))?;
+        answer(request).await.map_err(refused)
+    }
 }
 
 impl rmcp::ClientHandler for Upstream {
@@ -162,13 +193,8 @@ impl rmcp::ClientHandler for Upstream {
         request: rmcp::model::ElicitRequestParams,
         _: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        let refused = |why: String| {
-            rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
-        };
-        let client = self.asking.one().map_err(refused)?;
         let why = "the client that made this call cannot be asked (it declared no elicitation capability)";
-        let ask = client.elicit.ok_or_else(|| refused(why.into()))?;
-        ask(request).await.map_err(refused)
+        self.relay(|c| c.elicit, why, request).await
     }
 
     /// A sampling request from the server during a call goes to that call's client.
@@ -178,13 +204,8 @@ impl rmcp::ClientHandler for Upstream {
         request: rmcp::model::CreateMessageRequestParams,
         _: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
-        let refused = |why: String| {
-            rmcp::ErrorData::invalid_request(format!("flux-tools gateway: {why}"), None)
-        };
-        let client = self.asking.one().map_err(refused)?;
         let why = "the client that made this call cannot sample (it declared no sampling capability)";
-        let sample = client.sample.ok_or_else(|| refused(why.into()))?;
-        sample(request).await.map_err(refused)
+        self.relay(|c| c.sample, why, request).await
     }
 
     /// A log message from the server during a call goes to that call's client, when it asked
@@ -563,7 +584,11 @@ async fn start(
             )
         })?;
         pid = id;
-        direct = Some(transport.direct());
+        let d = transport.direct();
+        // Its log messages are read in wire order, while the call they came during is in flight.
+        let asking = upstream.asking.clone();
+        let _ = d.logs.set(Box::new(move |line| asking.log(line)));
+        direct = Some(d);
         if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
             crate::tools::reaper::watch(p);
         }

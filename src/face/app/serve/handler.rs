@@ -522,12 +522,21 @@ fn asks(
     });
     let level = session.log_level.load(std::sync::atomic::Ordering::Relaxed);
     let log = (level > 0).then(|| {
+        // Told in the order they came, by one task, until the call's asker is gone.
+        let (tx, mut rx) =
+            mpsc::unbounded_channel::<rmcp::model::LoggingMessageNotificationParam>();
         let peer = peer.clone();
+        tokio::spawn(async move {
+            while let Some(params) = rx.recv().await {
+                if peer.notify_logging_message(params).await.is_err() {
+                    return;
+                }
+            }
+        });
         Arc::new(
             move |params: rmcp::model::LoggingMessageNotificationParam| {
                 if super::session::rank(params.level) >= level {
-                    let peer = peer.clone();
-                    tokio::spawn(async move { peer.notify_logging_message(params).await });
+                    let _ = tx.send(params);
                 }
             },
         ) as Arc<dyn Fn(_) + Send + Sync>
