@@ -18,7 +18,7 @@
 //! serving process's threads' and its children's (the upstream, for a gateway; `schedstat`)
 //! — each the median of `ROUNDS` (default 3) rounds over every row in turn. After the table,
 //! each HTTP row's added p50 over `direct (HTTP)`. Then whole servers: `tools/list` of five
-//! servers of 112 tools each directly (five lists) and through a gateway serving them whole
+//! servers of 113 tools each directly (five lists) and through a gateway serving them whole
 //! (one list), and `resources/read` directly and through it (`ONLY=whole`: just these).
 
 use std::process::{Child, Command, Stdio};
@@ -690,16 +690,16 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
             listed += c.peer().list_all_tools().await.expect("list").len();
         }
         d.push(t.elapsed());
-        assert_eq!(listed, 5 * 112);
+        assert_eq!(listed, 5 * 113);
         let t = Instant::now();
         let tools = gw.peer().list_all_tools().await.expect("list");
         g.push(t.elapsed());
-        assert_eq!(tools.len(), 5 * 112);
+        assert_eq!(tools.len(), 5 * 113);
     }
     println!("\nwhole servers, {n} times each (ms)");
     println!("{:40}{:>9}{:>9}", "", "p50", "p99");
-    print_row("tools/list, 5 × 112 tools, directly (5 lists)", &mut d);
-    print_row("tools/list, 5 × 112 tools, gateway (1 list)", &mut g);
+    print_row("tools/list, 5 × 113 tools, directly (5 lists)", &mut d);
+    print_row("tools/list, 5 × 113 tools, gateway (1 list)", &mut g);
     print_row(
         "  the same, a client that only reads lines, directly",
         &mut rd,
@@ -731,7 +731,7 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
         g.push(t.elapsed());
     }
     print_row("tools/call, directly", &mut d);
-    print_row("tools/call, gateway (560 tools)", &mut g);
+    print_row("tools/call, gateway (565 tools)", &mut g);
     for c in direct {
         let _ = c.cancel().await;
     }
@@ -740,7 +740,7 @@ async fn whole_servers(server: &str, flux: &str, tmp: &std::path::Path, calls: u
 
 /// `tools/list` asked `n` times of each of the stdio servers `argvs` in turn, by a client that
 /// writes the request line and reads the answer's line without parsing it (the time is then
-/// the servers', not a client's reading 560 tools): each round's time.
+/// the servers', not a client's reading 565 tools): each round's time.
 fn raw_lists(argvs: Vec<Vec<String>>, n: usize) -> Vec<Duration> {
     let env = [("MCP_TEST_TOOLS", "100")];
     let mut procs: Vec<Lines> = (argvs.iter())
