@@ -537,3 +537,17 @@ fn an_upstream_s_log_messages_and_sampling_reach_the_client_of_the_call() {
         "{r}"
     );
 }
+
+#[test]
+fn a_listed_resource_is_asked_for_as_its_server_spells_it() {
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let mut gw = StdioGateway::start(&p, &[]);
+    // Named in normal form by the client; the server listed `note://Shelf/%7Ea` and reads that.
+    let r = read(&mut gw, 1, "own+note://shelf/~a");
+    assert_eq!(
+        r["result"]["contents"][0]["uri"], "own+note://Shelf/%7Ea",
+        "{r}"
+    );
+}

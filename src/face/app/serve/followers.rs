@@ -40,10 +40,11 @@ impl Listener {
 /// Listeners, by session (or stream) id.
 type Listeners = HashMap<u64, Listener>;
 
-/// What a whole server listed: its resources (normalized), templates and prompts.
+/// What a whole server listed: its resources (normalized, each to its own spelling, which is
+/// what the server is asked for), templates and prompts.
 #[derive(Default)]
 pub(super) struct Offer {
-    pub uris: HashSet<String>,
+    pub uris: HashMap<String, String>,
     pub templates: Vec<Template>,
     pub prompts: HashSet<String>,
 }

@@ -119,7 +119,8 @@ async fn offer(g: &Gateway, hub: &McpHub, server: &str) -> Result<Arc<Offer>, Er
     if caps.resources.is_some() {
         let listed = all_pages(hub, server, ("resources/list", "resources")).await?;
         let uris = listed.iter().filter_map(|r| r["uri"].as_str());
-        offer.uris = uris.filter_map(|u| uri::normalized(u).ok()).collect();
+        let spelled = |u: &str| Some((uri::normalized(u).ok()?, u.to_string()));
+        offer.uris = uris.filter_map(spelled).collect();
         let listed = all_pages(
             hub,
             server,
@@ -179,7 +180,7 @@ async fn take_resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, 
         why: why.to_string(),
     };
     let (server, raw) = route_uri(&manifest, uri).ok_or_else(unknown)?;
-    let own = uri::normalized(&raw).map_err(refused)?;
+    let mut own = uri::normalized(&raw).map_err(refused)?;
     let whole = wholes(&manifest).into_iter().find(|(s, _)| *s == server);
     let Some((_, w)) = whole.filter(|(_, w)| w.admits(&own)) else {
         return Err(unknown());
@@ -192,12 +193,16 @@ async fn take_resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, 
         let started = g.catalog.ensure(&server).await;
         started.map_err(|e| Fault::Internal(e.to_string()))?;
         let offer = offer(g, &hub, &server).await.map_err(Fault::Upstream)?;
-        if !offer.uris.contains(&own) {
-            let values = (offer.templates.iter())
-                .find_map(|t| t.matches(&own))
-                .ok_or_else(unknown)?;
-            for v in values {
-                uri::plain(&v).map_err(refused)?;
+        match offer.uris.get(&own) {
+            // The server is asked for a listed resource as it spells it.
+            Some(listed) => own = listed.clone(),
+            None => {
+                let values = (offer.templates.iter())
+                    .find_map(|t| t.matches(&own))
+                    .ok_or_else(unknown)?;
+                for v in values {
+                    uri::plain(&v).map_err(refused)?;
+                }
             }
         }
     }
