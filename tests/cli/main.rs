@@ -35,6 +35,7 @@ mod serve_keys;
 mod serve_modern;
 mod serve_ops;
 mod serve_policies;
+mod serve_rounds;
 mod serve_shared;
 mod serve_tasks;
 mod serve_whole;

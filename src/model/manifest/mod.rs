@@ -333,6 +333,10 @@ pub struct ServeLimits {
     /// may be unfinished at once in one gateway process.
     pub tasks_kept: Duration,
     pub tasks_per_tenant: u32,
+    /// How long a 2026-07-28 client's call whose server asked it something waits for the
+    /// follow-up request that answers, and how many of one tenant may wait at once.
+    pub answer_wait: Duration,
+    pub asking_per_tenant: u32,
 }
 
 impl Default for ServeLimits {
@@ -348,6 +352,8 @@ impl Default for ServeLimits {
             session_kept: Duration::from_secs(24 * 3600),
             tasks_kept: Duration::from_secs(3600),
             tasks_per_tenant: 1000,
+            answer_wait: Duration::from_secs(5 * 60),
+            asking_per_tenant: 1000,
             connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),

@@ -314,6 +314,8 @@ impl Reader<'_> {
                 "session_kept",
                 "tasks_kept",
                 "tasks_per_tenant",
+                "answer_wait",
+                "asking_per_tenant",
             ],
             ctx,
         );
@@ -325,6 +327,7 @@ impl Reader<'_> {
             ("connections_per_client", &mut l.connections_per_client),
             ("keys", &mut l.keys),
             ("tasks_per_tenant", &mut l.tasks_per_tenant),
+            ("asking_per_tenant", &mut l.asking_per_tenant),
         ] {
             if let Some(n) = self.count_field(t, key, ctx) {
                 *field = n;
@@ -337,6 +340,7 @@ impl Reader<'_> {
             ("keys_kept", &mut l.keys_kept),
             ("session_kept", &mut l.session_kept),
             ("tasks_kept", &mut l.tasks_kept),
+            ("answer_wait", &mut l.answer_wait),
         ] {
             if let Some((d, _)) = self.duration(t, key, ctx) {
                 *field = d;

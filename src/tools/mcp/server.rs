@@ -435,8 +435,8 @@ impl McpHub {
     }
 
     /// The session a call goes to: a read of a server with `processes = N` goes to a started
-    /// process with nothing in flight, else to the next of the N in turn (started for it when
-    /// it has not been: the pool grows under load); everything else to the first.
+    /// process with nothing in flight, else to one not started yet (started for it: the pool
+    /// grows under load), else to the next of the N in turn; everything else to the first.
     pub(crate) async fn session_for(&self, server: &str, read: bool) -> Result<Arc<Session>, String> {
         let slot = self.slots.get(server);
         let n = slot.map_or(1, |s| s.sessions.len());
@@ -450,8 +450,12 @@ impl McpHub {
                 }
             }
         }
-        let i = slot.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
-        self.session_at(server, i).await
+        // In turn from the next, the first not started (or starting); else the next.
+        let first = slot.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
+        let unstarted = (0..n)
+            .map(|k| (first + k) % n)
+            .find(|i| slot.cell(*i).get().is_none());
+        self.session_at(server, unstarted.unwrap_or(first)).await
     }
 
     /// The session of `server`'s process `i`, starting it on first use.

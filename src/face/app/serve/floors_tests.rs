@@ -43,6 +43,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "status",
             "tasks",
             "followers",
+            "rounds",
         ],
     ),
     (

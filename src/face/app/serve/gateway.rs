@@ -75,6 +75,8 @@ pub(super) struct Gateway {
     pub(super) keys: super::keys::Keys,
     /// Calls answered as tasks (their records in the lane store when it is shared).
     pub(super) tasks: Arc<super::tasks::Tasks>,
+    /// 2026-07-28 clients' calls waiting for the follow-up that answers their upstream.
+    pub(super) rounds: Arc<super::rounds::Rounds>,
 }
 
 pub(super) use super::session::{TenantLanes, Version};
@@ -145,6 +147,7 @@ impl Gateway {
         let store_intents = store.intents();
         let http_sessions = super::sessions::Sessions::new(&limits, store.records("session"));
         let id = run::new_run_id().replacen("run-", "mcp-", 1);
+        let id_for_rounds = id.clone();
         let tasks =
             super::tasks::Tasks::new(store.records("task"), store.intents(), &limits, id.clone());
         let desk = crate::app::parked::Parked::of(&catalog_path, board)
@@ -173,6 +176,7 @@ impl Gateway {
             audit,
             keys: super::keys::Keys::new(store_intents, &limits),
             tasks: Arc::new(tasks),
+            rounds: Arc::new(super::rounds::Rounds::new(id_for_rounds, &limits)),
         }
     }
 

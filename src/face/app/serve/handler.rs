@@ -19,6 +19,7 @@ use rmcp::{ErrorData, ServerHandler};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::answer::{Outcome, Refusal};
 use super::caller::Caller;
 use super::followers::{Listener, Listing};
 use super::gateway::{CallCx, Gateway, Session, Target};
@@ -219,6 +220,14 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let state = request.request_state.as_deref();
+        if let Some(state) = state.filter(|s| s.starts_with(super::rounds::STATE)) {
+            // A follow-up that answers an upstream's questions: its call goes on.
+            let (caller, said) = (self.caller(&context), request.input_responses.clone());
+            let rounds = &self.gateway.rounds;
+            let round = rounds.resume(state, &caller, &request.name, said)?;
+            return self.turn(round, &context).await;
+        }
         // Cancelled by the client, or with its whole session when the client is gone.
         let (mut cx, watch) = self.call_cx(&context);
         cx.mrtr = mrtr(&context, &request);
@@ -226,6 +235,11 @@ impl ServerHandler for Handler {
         let tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
+        if let (false, Some(asking)) = (tasks, answers_in_follow_ups(&context)) {
+            return self
+                .round(request.name.to_string(), args, cx, asking, &context)
+                .await;
+        }
         let answer = if tasks {
             // A client that takes tasks: a call that parks or waits long goes on as one.
             let what = (request.name.to_string(), args);
@@ -253,13 +267,7 @@ impl ServerHandler for Handler {
                 () = watch => call.await,
             }
         };
-        let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
-        if let super::answer::Outcome::Ask(question, state) = answer {
-            return Ok(CallToolResponse::InputRequired(input_required(
-                question, state,
-            )));
-        }
-        Ok(CallToolResponse::Complete(answer.result().complete()))
+        responded(answer)
     }
 
     async fn get_task(
@@ -439,7 +447,76 @@ impl ServerHandler for Handler {
     }
 }
 
+/// The answer to a `tools/call`: its result, or (a 2026-07-28 client asked to approve it)
+/// `input_required`; a protocol fault as invalid params.
+fn responded(answer: Result<Outcome, String>) -> Result<CallToolResponse, ErrorData> {
+    let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
+    if let Outcome::Ask(question, state) = answer {
+        return Ok(CallToolResponse::InputRequired(input_required(
+            question, state,
+        )));
+    }
+    Ok(CallToolResponse::Complete(answer.result().complete()))
+}
+
+/// Whether this is a 2026-07-28 request whose client answers questions in its follow-up
+/// requests (`_meta` declares elicitation, sampling): which of the two.
+fn answers_in_follow_ups(context: &RequestContext<RoleServer>) -> Option<(bool, bool)> {
+    use rmcp::model::ProtocolVersion;
+    if context.meta.protocol_version()? < ProtocolVersion::V_2026_07_28 {
+        return None;
+    }
+    let caps = context.meta.client_capabilities()?;
+    let asking = (caps.elicitation.is_some(), caps.sampling.is_some());
+    (asking.0 || asking.1).then_some(asking)
+}
+
 impl Handler {
+    /// A 2026-07-28 client's call of `tool` whose upstream may ask it something: the call runs
+    /// as a round (see `rounds`), ended with the session or when the round is dropped.
+    async fn round(
+        &self,
+        tool: String,
+        args: serde_json::Map<String, serde_json::Value>,
+        mut cx: CallCx,
+        asking: (bool, bool),
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let stop = self.session.gone.child_token();
+        cx.cancel = stop.clone();
+        let log = cx.asks.take().and_then(|a| a.log);
+        let (asker, questions) = super::rounds::asker(self.session.id, asking, log);
+        cx.asks = Some(asker);
+        let caller = cx.caller.clone();
+        let (gateway, session, name) = (self.gateway.clone(), self.session.clone(), tool.clone());
+        let call = async move { gateway.call(&session, Target::Tool(&name), args, cx).await };
+        let round = self
+            .gateway
+            .rounds
+            .begin(&caller, &tool, questions, stop, call);
+        self.turn(round, context).await
+    }
+
+    /// Run `round` until its call ends (its answer) or asks its client (`input_required`); a
+    /// request the client cancels ends the call.
+    async fn turn(
+        &self,
+        round: super::rounds::Round,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        use super::rounds::Turn;
+        let rounds = &self.gateway.rounds;
+        let turn = tokio::select! {
+            t = rounds.turn(round) => t,
+            () = context.ct.cancelled() => Turn::Done(Ok(Outcome::Refused(Refusal::Cancelled))),
+        };
+        match turn {
+            Turn::Ask(asked) => Ok(CallToolResponse::InputRequired(asked)),
+            Turn::Done(answer) => responded(answer),
+            Turn::Refused(f) => Err(f.error()),
+        }
+    }
+
     /// The context of a request that runs as a call (a resource read): its caller, trace,
     /// cancellation (the client's, or its session's end) and progress.
     fn call_cx(

@@ -37,6 +37,7 @@ mod progress;
 mod record;
 mod reload;
 mod repoll;
+mod rounds;
 mod say;
 mod session;
 mod sessions;
