@@ -226,7 +226,7 @@ impl ServerHandler for Handler {
             let (caller, said) = (self.caller(&context), request.input_responses.clone());
             let rounds = &self.gateway.rounds;
             let round = rounds.resume(state, &caller, &request.name, said)?;
-            return self.turn(round, &context).await;
+            return Box::pin(self.turn(round, &context)).await;
         }
         // Cancelled by the client, or with its whole session when the client is gone.
         let (mut cx, watch) = self.call_cx(&context);
@@ -236,9 +236,8 @@ impl ServerHandler for Handler {
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
         if let (false, Some(asking)) = (tasks, answers_in_follow_ups(&context)) {
-            return self
-                .round(request.name.to_string(), args, cx, asking, &context)
-                .await;
+            let name = request.name.to_string();
+            return Box::pin(self.round(name, args, cx, asking, &context)).await;
         }
         let answer = if tasks {
             // A client that takes tasks: a call that parks or waits long goes on as one.
