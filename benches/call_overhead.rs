@@ -17,12 +17,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flux_tools::batch::{Batch, Call};
-use flux_tools::error::SourceFile;
-use flux_tools::manifest::Manifest;
-use flux_tools::plan::{self, PlanOptions};
-use flux_tools::reference::Args;
-use flux_tools::run::{self, LaneStore, RunConfig};
+use flux_tools::{
+    build_plan, execute, tool_impls, Args, Batch, Call, LaneStore, LocalLanes, Manifest,
+    MemoryLanes, PlanOptions, RunConfig, SourceFile,
+};
 
 const MANIFEST: &str = "[tools.z]\nkind = \"scripted\"\neffect = \"read\"\n";
 const WARM: usize = 1_000;
@@ -58,18 +56,18 @@ fn engine(manifest: &Arc<Manifest>, lanes: Arc<dyn LaneStore>, calls: usize) -> 
         .expect("runtime");
     let opts = PlanOptions::default();
     let tools = {
-        let plan = plan::build(manifest, &one_call(0), &opts).expect("plan");
-        Arc::new(run::tool_impls(manifest, &plan, None))
+        let plan = build_plan(manifest, &one_call(0), &opts).expect("plan");
+        Arc::new(tool_impls(manifest, &plan, None))
     };
     let manifest = manifest.clone();
     rt.block_on(async move {
         let mut times = Vec::with_capacity(calls);
         for seq in 0..WARM + calls {
             let t0 = Instant::now();
-            let plan = plan::build(&manifest, &one_call(seq), &opts).expect("plan");
+            let plan = build_plan(&manifest, &one_call(seq), &opts).expect("plan");
             let (_ctl, rx) = tokio::sync::mpsc::unbounded_channel();
             let cfg = config(lanes.clone(), &tools);
-            let report = run::execute(manifest.clone(), Arc::new(plan), cfg, rx).await;
+            let report = execute(manifest.clone(), Arc::new(plan), cfg, rx).await;
             let took = t0.elapsed();
             assert!(report.results[0].is_ok(), "{:?}", report.results[0]);
             if seq >= WARM {
@@ -139,12 +137,12 @@ fn main() {
     )
     .expect("the manifest");
     let manifest = Arc::new(manifest);
-    let plan = plan::build(&manifest, &one_call(0), &PlanOptions::default()).expect("plan");
+    let plan = build_plan(&manifest, &one_call(0), &PlanOptions::default()).expect("plan");
     println!("one zero-latency scripted call, {calls} times (µs)");
     println!("{:<24} {:>9} {:>9} {:>9}", "", "p50", "p99", "p99.9");
-    let memory: Arc<dyn LaneStore> = Arc::new(run::MemoryLanes::new(&plan.lanes));
+    let memory: Arc<dyn LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
     row("engine", engine(&manifest, memory, calls));
-    match run::LocalLanes::new(&plan.lanes, &path) {
+    match LocalLanes::new(&plan.lanes, &path) {
         Ok(local) => row(
             "engine + local store",
             engine(&manifest, Arc::new(local), calls),

@@ -10,9 +10,9 @@
 //! (`cli`, then `app`).
 //!
 //! # Surface
-//! Everything is `pub(crate)` unless the benchmarks, the fuzz targets or the tests use it
-//! (`#![deny(unreachable_pub)]` keeps it so): the modules below that are `pub`, and the few
-//! items re-exported at the end.
+//! A list, not whole modules: every module is private, and the items the benchmarks, the fuzz
+//! targets and the tests use are re-exported at the end, one by one. Everything else is
+//! `pub(crate)` (`#![deny(unreachable_pub)]` keeps it so).
 
 #![deny(unreachable_pub)]
 
@@ -20,25 +20,42 @@
 mod face;
 mod ground;
 mod model;
-pub mod plan;
+mod plan;
 mod reporters;
-pub mod run;
+mod run;
 mod tools;
 
 pub(crate) use face::{app, cli};
-pub use ground::error;
+pub(crate) use ground::error;
 pub(crate) use ground::{duration, events, glob, hash, ids, schema, trace_context, yaml};
 pub(crate) use model::template;
-pub use model::{batch, manifest, model_formats, reference};
+pub(crate) use model::{batch, manifest, model_formats, reference};
 pub(crate) use reporters::{history, report};
 
 #[cfg(test)]
 mod layout_tests;
 
+// The public surface, as a list: what the benchmarks, the fuzz targets and the tests use (the
+// Python package drives the binary). Nothing else is `pub` (`unreachable_pub` keeps it so).
+
+/// The program itself, and the gateway's reading of a message (a fuzz target).
 pub use app::{gateway_entry, main};
+/// Where a batch, a manifest or a model's reply is read from (line and column of an error).
+pub use ground::error::SourceFile;
 /// The digest that names a manifest's lane folder (the tests look into it).
 pub use hash::fnv;
-/// What a run of a plan holds its tools in (the benchmarks build them once).
-pub use tools::ToolImpl;
-/// The tool kinds a manifest may use (the benchmarks and fuzz targets parse manifests).
-pub use tools::KINDS;
+/// A batch of calls, and how its input is read.
+pub use model::batch::{Batch, Call, Reading};
+/// The manifest: the tools, lanes and servers a batch may use.
+pub use model::manifest::Manifest;
+/// A model's reply: which provider wrote it, and its tool calls.
+pub use model::model_formats::{detect as detect_reply, read as read_reply, InputFormat};
+/// A call's arguments, with references to earlier results.
+pub use model::reference::{Args, StrTemplate};
+/// Planning: a batch and a manifest become a plan of calls in lanes.
+pub use plan::{build as build_plan, simulate as simulate_plan, Estimate, Plan, PlanOptions};
+/// Running a plan: its tools, the lane store it holds its places in, its report.
+pub use run::{execute, runtime_dir, tool_impls, LaneStore, LocalLanes, MemoryLanes, RunConfig};
+/// What a run holds its tools in (the benchmarks build them once), and the tool kinds a
+/// manifest may use.
+pub use tools::{ToolImpl, KINDS};

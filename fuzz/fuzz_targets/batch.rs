@@ -3,10 +3,7 @@
 
 use std::path::PathBuf;
 
-use flux_tools::batch::Batch;
-use flux_tools::error::SourceFile;
-use flux_tools::manifest::Manifest;
-use flux_tools::plan::{build, simulate, PlanOptions};
+use flux_tools::{build_plan as build, simulate_plan as simulate, Batch, Manifest, PlanOptions, SourceFile};
 use libfuzzer_sys::fuzz_target;
 
 const MANIFEST: &str = r#"

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use flux_tools::error::SourceFile;
-use flux_tools::manifest::Manifest;
+use flux_tools::{Manifest, SourceFile};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

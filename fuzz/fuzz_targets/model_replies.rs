@@ -5,11 +5,10 @@
 
 use std::path::PathBuf;
 
-use flux_tools::batch::{Batch, Reading};
-use flux_tools::error::SourceFile;
-use flux_tools::manifest::Manifest;
-use flux_tools::model_formats::{self, InputFormat};
-use flux_tools::plan::{self, PlanOptions};
+use flux_tools::{
+    build_plan, detect_reply, read_reply, Batch, InputFormat, Manifest, PlanOptions, Reading,
+    SourceFile,
+};
 use libfuzzer_sys::fuzz_target;
 
 const MANIFEST: &str = "[tools.search]\nkind = \"scripted\"\neffect = \"read\"\n[tools.search.args]\nquery = { type = \"string\", required = true }\n[tools.echo]\nkind = \"scripted\"\neffect = \"write\"\nidempotent = true\n";
@@ -27,8 +26,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        if let Some(f) = model_formats::detect(&v) {
-            let _ = model_formats::read(f, &v);
+        if let Some(f) = detect_reply(&v) {
+            let _ = read_reply(f, &v);
         }
     }
     let Ok(manifest) = Manifest::parse(
@@ -48,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         };
         if batch.from_model {
             // A model's reply never fails planning: its bad calls become invalid ones.
-            let p = plan::build(&manifest, &batch, &PlanOptions::default())
+            let p = build_plan(&manifest, &batch, &PlanOptions::default())
                 .expect("a model's reply always plans");
             assert_eq!(p.calls.len(), batch.calls.len());
         }

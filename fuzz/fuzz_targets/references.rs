@@ -2,7 +2,7 @@
 //! the second half parsed as JSON output.
 #![no_main]
 
-use flux_tools::reference::{Args, StrTemplate};
+use flux_tools::{Args, StrTemplate};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 

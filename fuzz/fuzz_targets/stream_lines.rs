@@ -3,9 +3,7 @@
 //! names a line of the whole input, never one past its end.
 #![no_main]
 
-use flux_tools::batch::{Batch, Reading};
-use flux_tools::error::SourceFile;
-use flux_tools::model_formats::InputFormat;
+use flux_tools::{Batch, InputFormat, Reading, SourceFile};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,18 +9,18 @@ use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 /// Every call succeeded.
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// The run completed but one or more calls failed.
-pub const EXIT_CALLS_FAILED: u8 = 1;
+pub(crate) const EXIT_CALLS_FAILED: u8 = 1;
 /// Bad usage, or an invalid manifest or batch: nothing was run.
-pub const EXIT_INVALID: u8 = 2;
+pub(crate) const EXIT_INVALID: u8 = 2;
 /// The run was ended early or cut short (fail_run, a deadline, the budget).
-pub const EXIT_ENDED_EARLY: u8 = 3;
+pub(crate) const EXIT_ENDED_EARLY: u8 = 3;
 /// The run paused: every call ran that could, and some wait for an approval (resume the
 /// journal with `--approve ID@HASH`).
-pub const EXIT_PAUSED: u8 = 4;
+pub(crate) const EXIT_PAUSED: u8 = 4;
 /// The run was interrupted by SIGINT/SIGTERM (128 + SIGINT).
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// A file whose text is kept so that problems can point into it.
 #[derive(Debug, Clone)]
@@ -271,7 +271,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// Render several diagnostics, errors first, then warnings, each in file order.
-pub fn render_all(diags: &[Diagnostic]) -> String {
+pub(crate) fn render_all(diags: &[Diagnostic]) -> String {
     let mut out = String::new();
     for d in diags {
         let _ = writeln!(out, "{d}");
@@ -280,7 +280,10 @@ pub fn render_all(diags: &[Diagnostic]) -> String {
 }
 
 /// The name closest to `name` among `candidates`, if one is close enough to be a likely typo.
-pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn suggest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         let d = strsim::levenshtein(name, c);
@@ -294,7 +297,7 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 
 /// "Could not run the batch": each variant knows its exit code.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The manifest or batch has errors; every one of them is listed.
     #[error("{}", render_all(.0))]
     Invalid(Vec<Diagnostic>),
@@ -311,11 +314,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         EXIT_INVALID
     }
 
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
             source,

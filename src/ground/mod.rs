@@ -3,7 +3,7 @@
 //! serde_yaml, and argument schemas. Nothing here names a module above it.
 
 pub(crate) mod duration;
-pub mod error;
+pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod glob;
 pub(crate) mod hash;

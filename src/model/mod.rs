@@ -2,8 +2,8 @@
 //! checked — `${env:…}` and `{arg}` templates, the providers' reply formats, `${id.path}`
 //! references, the manifest and the batch. No I/O beyond reading their files.
 
-pub mod batch;
-pub mod manifest;
-pub mod model_formats;
-pub mod reference;
+pub(crate) mod batch;
+pub(crate) mod manifest;
+pub(crate) mod model_formats;
+pub(crate) mod reference;
 pub(crate) mod template;

@@ -180,7 +180,7 @@ pub fn read(format: InputFormat, v: &Value) -> Result<Reply, String> {
 
 /// The model and token counts a whole response carries (`None` for a bare message or a list
 /// of blocks, which carry none).
-pub fn usage(format: InputFormat, v: &Value) -> Option<Usage> {
+pub(crate) fn usage(format: InputFormat, v: &Value) -> Option<Usage> {
     let n = |x: &Value| x.as_u64().unwrap_or(0);
     let model = |keys: &[&str]| {
         keys.iter()

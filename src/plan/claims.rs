@@ -64,7 +64,7 @@ impl Claim {
 /// What a call of `tool` claims of its backends under `hazards`, by backend name: a write
 /// writes them; under `"backend"` a read reads them; under `"writes"` only a cached read
 /// does (its entry must not predate a write). The same rules as the plan's hazard edges.
-pub fn backend_claims(tool: &Tool, hazards: Hazards) -> Vec<(String, Claim)> {
+pub(crate) fn backend_claims(tool: &Tool, hazards: Hazards) -> Vec<(String, Claim)> {
     let write = if tool.concurrent_writes {
         Claim::ConcurrentWrite
     } else {

@@ -189,7 +189,7 @@ impl LaneTable {
 
 /// Every lane a batch of no settings of its own could use with `manifest` and `opts`: the
 /// table a stream of JSON Lines calls (which carry no batch settings) plans every chunk with.
-pub fn lane_table(manifest: &Manifest, opts: &PlanOptions) -> Vec<LaneSpec> {
+pub(crate) fn lane_table(manifest: &Manifest, opts: &PlanOptions) -> Vec<LaneSpec> {
     let batch = Batch::empty("<stream>");
     let mut warnings = Vec::new();
     let (settings, turn) = settings(manifest, &batch, opts, &mut warnings);

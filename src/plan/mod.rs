@@ -17,11 +17,12 @@ pub(crate) mod lease;
 mod model;
 mod schedule;
 
-pub use claims::{backend_claims, Claim};
+pub(crate) use claims::{backend_claims, Claim};
 pub use graph::build;
-pub use lanes::{lane_table, LaneSeed};
-pub use model::{
-    CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, Phase, Plan, PlanOptions, RunSettings,
-    ASSUMED_LATENCY,
+pub(crate) use lanes::{lane_table, LaneSeed};
+pub(crate) use model::{
+    CallPlan, Edge, EdgeReason, External, LaneKey, LaneSpec, RunSettings, ASSUMED_LATENCY,
 };
-pub use schedule::{critical_path, simulate, Estimate};
+pub use model::{Plan, PlanOptions};
+pub(crate) use schedule::critical_path;
+pub use schedule::{simulate, Estimate};

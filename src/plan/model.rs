@@ -32,7 +32,7 @@ pub struct PlanOptions {
 }
 
 /// Outputs of calls outside the batch, by id (`None`: the call did not succeed).
-pub type External = HashMap<String, Option<serde_json::Value>>;
+pub(crate) type External = HashMap<String, Option<serde_json::Value>>;
 
 /// Run-wide settings after narrowing.
 #[derive(Debug, Clone)]
@@ -236,4 +236,4 @@ impl Plan {
 }
 
 /// Latency assumed for a tool that declares neither `expected` nor `latency`.
-pub const ASSUMED_LATENCY: Duration = Duration::from_millis(100);
+pub(crate) const ASSUMED_LATENCY: Duration = Duration::from_millis(100);

@@ -253,7 +253,7 @@ impl<'p> Sim<'p> {
 /// The longest chain of edges and phase barriers (ignoring lanes) given each call's duration
 /// (any unit): the floor no amount of concurrency beats. Returns the chain as call positions,
 /// first to last, and its length. Used for `plan`'s estimate and a run's measured stats.
-pub fn critical_path(plan: &Plan, dur: &[u64]) -> (Vec<usize>, u64) {
+pub(crate) fn critical_path(plan: &Plan, dur: &[u64]) -> (Vec<usize>, u64) {
     let n = plan.calls.len().min(dur.len());
     let mut chain = vec![0u64; n];
     let mut prev: Vec<Option<usize>> = vec![None; n];

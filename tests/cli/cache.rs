@@ -162,7 +162,7 @@ fn the_local_store_shares_entries_and_reads_in_flight_across_processes() {
     let (p, log) = project("5m");
     two_processes_share_one_call(&p, &log, &[]);
     // Entries are private files.
-    let dir = flux_tools::run::runtime_dir().unwrap();
+    let dir = flux_tools::runtime_dir().unwrap();
     let mut found = 0;
     for e in walk(&dir) {
         if e.extension().is_some_and(|x| x == "json") && e.to_string_lossy().contains("/cache/") {

@@ -696,7 +696,7 @@ fn doorbells(p: &Project) -> Vec<std::path::PathBuf> {
         "{:016x}",
         flux_tools::fnv(manifest.as_os_str().as_encoded_bytes())
     );
-    let root = flux_tools::run::runtime_dir().unwrap().join(hash);
+    let root = flux_tools::runtime_dir().unwrap().join(hash);
     std::fs::read_dir(&root)
         .into_iter()
         .flatten()

@@ -73,8 +73,8 @@ fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
     };
     let plan = Arc::new(plan);
     let report = engine.execute(&rt, plan.clone(), durability);
-    let end = engine.report_end(&tenant, &report, &shape);
-    engine.end_run(&rt, &end);
+    let end = engine.core.report_end(&tenant, &report, &shape);
+    engine.core.end_run(&rt, &end);
     let drained = engine.drained.load(std::sync::atomic::Ordering::SeqCst);
     let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
     let summary = engine.summary(&end, &statuses, None);

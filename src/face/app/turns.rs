@@ -131,8 +131,8 @@ impl Turns<'_> {
         session.new_run(super::run::named_run_id(self.opts, &plan, Some(n)));
         let tenant = plan.settings.tenant.clone();
         let report = session.execute(rt, Arc::new(plan), Durability::default());
-        let end = session.report_end(&tenant, &report, &shape);
-        session.end_run(rt, &end);
+        let end = session.core.report_end(&tenant, &report, &shape);
+        session.core.end_run(rt, &end);
         let label = format!("turn {n}: ");
         let statuses: Vec<_> = report.results.iter().map(|r| r.status).collect();
         let status = session.summary(&end, &statuses, Some(&label)).print();
@@ -159,19 +159,19 @@ impl Turns<'_> {
         let file = SourceFile::new(format!("<turn {n}>"), text);
         let (batch, warnings) = Batch::parse_with(file, self.opts.reading)?;
         self.annotate(session, rt, &batch)?;
-        let mut plan = plan::build(&session.manifest, &batch, &self.opts.plan)?;
+        let mut plan = plan::build(&session.core.manifest, &batch, &self.opts.plan)?;
         print_warnings(self.opts.quiet, &warnings);
         print_warnings(self.opts.quiet, &plan.warnings);
         lease::borrow(
             &mut std::sync::Arc::<Vec<_>>::make_mut(&mut plan.lanes)[..],
-            &session.manifest,
+            &session.core.manifest,
             self.opts.lease.as_deref(),
         );
         let lanes = self
             .store
             .for_lanes(&plan.lanes, &run::Flow::default())
             .map_err(|e| vec![Diagnostic::error(e.to_string())])?;
-        session.set_lanes(lanes);
+        session.core.set_lanes(lanes);
         let shape = RunShape::of(&plan, session);
         Ok((plan, shape))
     }
@@ -187,7 +187,7 @@ impl Turns<'_> {
         let mut new: Vec<String> = batch
             .calls
             .iter()
-            .filter_map(|c| session.manifest.tool(&c.tool))
+            .filter_map(|c| session.core.manifest.tool(&c.tool))
             .filter(|t| t.settings_of::<McpSpec>().is_some() && !self.annotated.contains(&t.name))
             .map(|t| t.name.clone())
             .collect();
@@ -195,7 +195,7 @@ impl Turns<'_> {
         if new.is_empty() {
             return Ok(());
         }
-        let manifest: &mut Manifest = Arc::make_mut(&mut session.manifest);
+        let manifest: &mut Manifest = Arc::make_mut(&mut session.core.manifest);
         let diags = rt.block_on(mcp::annotate(manifest, hub, &new));
         if diags.iter().any(Diagnostic::is_error) {
             return Err(diags);

@@ -427,7 +427,7 @@ fn parse_jsonl(text: &str) -> Option<Result<Vec<Value>, (usize, String)>> {
 
 /// Apply the batch's narrowing to a manifest limit: the smaller wins; a larger batch value
 /// is clamped with a warning.
-pub fn narrow(
+pub(crate) fn narrow(
     manifest: Option<u32>,
     batch: Option<u32>,
     what: &str,

@@ -66,7 +66,7 @@ pub struct KindEntry {
 }
 
 /// The registry of kinds a manifest may use, in registration order.
-pub type Kinds = [KindEntry];
+pub(crate) type Kinds = [KindEntry];
 
 /// The kind called `name`.
 pub(super) fn find<'k>(kinds: &'k Kinds, name: &str) -> Option<&'k KindEntry> {

@@ -23,10 +23,10 @@ mod sections;
 mod tests;
 mod tool;
 mod whole;
-pub use access::{Auth, Op, Role, Roles, Rule, Subject};
-pub use kinds::{KindEntry, KindSettings, Kinds, Site};
-pub use tool::cache_refusal;
-pub use whole::{Whole, WholeApproval, WholeCache};
+pub(crate) use access::{Auth, Op, Roles, Subject};
+pub(crate) use kinds::{KindEntry, KindSettings, Kinds, Site};
+pub(crate) use tool::cache_refusal;
+pub(crate) use whole::{Whole, WholeCache};
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -476,7 +476,7 @@ impl Manifest {
 /// A tool name every provider accepts: OpenAI's and Anthropic's `^[a-zA-Z0-9_-]{1,64}$`, and
 /// Gemini's first character (a letter or `_`). Other characters become `_`
 /// (`db.getOrders` → `db_getOrders`).
-pub fn export_name(name: &str) -> String {
+pub(crate) fn export_name(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| {

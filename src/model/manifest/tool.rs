@@ -48,7 +48,11 @@ fn kind_list(kinds: &Kinds, last: &str, quote: bool) -> String {
 }
 
 /// Why a tool of this effect cannot have a `cache` (`None`: it can).
-pub fn cache_refusal(effect: Effect, idempotent: bool, effect_pending: bool) -> Option<String> {
+pub(crate) fn cache_refusal(
+    effect: Effect,
+    idempotent: bool,
+    effect_pending: bool,
+) -> Option<String> {
     if effect == Effect::Write && !effect_pending {
         return Some("the tool is a write, and a write's result is never reused".into());
     }

@@ -38,7 +38,8 @@ const REPORTER_IDLE_LOOKS: u32 = 3;
 /// The engine a CLI face drives: the [`Core`] every run shares, plus the reporters on their
 /// own thread, the budget carried from one batch to the next, and the summary.
 pub(super) struct Engine {
-    core: Core,
+    /// What every run shares (the gateway drives one of its own).
+    pub core: Core,
     consumer: Option<std::thread::JoinHandle<()>>,
     /// Set when stdout went away: nothing more is dispatched, and the run exits 0.
     pub drained: Arc<AtomicBool>,
@@ -49,19 +50,6 @@ pub(super) struct Engine {
     /// Calls the run has made (carried from one batch to the next, against `max_calls`).
     pub calls_made: u64,
     quiet: bool,
-}
-
-impl std::ops::Deref for Engine {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
-    }
-}
-
-impl std::ops::DerefMut for Engine {
-    fn deref_mut(&mut self) -> &mut Core {
-        &mut self.core
-    }
 }
 
 /// What the history needs of a run besides its report: the shape its plan had.
@@ -77,7 +65,7 @@ impl RunShape {
     /// gives the width is not free at 100,000 calls: without a history it is not run).
     pub(super) fn of(plan: &Plan, engine: &Engine) -> RunShape {
         RunShape {
-            width: if engine.keeps_history() {
+            width: if engine.core.keeps_history() {
                 crate::plan::simulate(plan).width
             } else {
                 0
@@ -150,7 +138,7 @@ impl Engine {
     /// SIGINT and SIGTERM reach every run of this engine: the first stops them gracefully,
     /// the second at once (the CLI faces; the gateway drains on its own terms).
     pub(super) fn interrupt_on_signals(&self, rt: &tokio::runtime::Runtime) {
-        let (controls, interrupted) = (self.controls.clone(), self.interrupted.clone());
+        let (controls, interrupted) = (self.core.controls.clone(), self.interrupted.clone());
         let mut signals = rt.block_on(async { super::signals::subscribe() });
         rt.spawn(async move {
             loop {
@@ -171,7 +159,7 @@ impl Engine {
 
     /// Tell the reporters something the batches do not (a stream's start, growth and end).
     pub(super) fn emit(&self, e: Event) {
-        if let Some(tx) = &self.events {
+        if let Some(tx) = &self.core.events {
             let _ = tx.send(e);
         }
     }
@@ -189,13 +177,13 @@ impl Engine {
             self.core.controls.tell(Control::Drain);
         }
         let scope = Scope {
-            run_id: self.run_id.clone(),
-            lanes: self.lanes.clone(),
+            run_id: self.core.run_id.clone(),
+            lanes: self.core.lanes.clone(),
             segment,
-            start: Some(self.start),
+            start: Some(self.core.start),
             spent: self.spent,
             calls_made: self.calls_made,
-            trace: self.trace.clone(),
+            trace: self.core.trace.clone(),
         };
         let mut config = kit.config(scope, None);
         config.journal = d.journal;
@@ -215,7 +203,7 @@ impl Engine {
         d: Durability,
     ) -> RunReport {
         let (config, running, rx) = self.config(&plan, d, None);
-        let manifest = self.manifest.clone();
+        let manifest = self.core.manifest.clone();
         let report = rt.block_on(run::execute_spawned(manifest, plan, config, rx));
         drop(running);
         self.spent = report.spent;
@@ -232,7 +220,7 @@ impl Engine {
         base: usize,
     ) -> JoinHandle<RunReport> {
         let (config, running, rx) = self.config(&plan, Durability::default(), Some(base));
-        let manifest = self.manifest.clone();
+        let manifest = self.core.manifest.clone();
         rt.spawn(async move {
             let report = run::execute(manifest, Arc::new(plan), config, rx).await;
             drop(running);

@@ -287,7 +287,7 @@ impl Gateway {
         let call = &planned.plan.calls[0];
         let tenant = cx.caller.tenant.as_str();
         let claimed = Box::pin(self.keys.claim(
-            (tenant, &key),
+            super::keys::ClientKey { tenant, key: &key },
             (&call.tool_name, &call.args.value),
             &cx.cancel,
         ))

@@ -30,6 +30,12 @@ pub(super) struct Keys {
     lease: Duration,
 }
 
+/// A client's idempotency key, and the tenant whose it is (keys are kept per tenant).
+pub(super) struct ClientKey<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+}
+
 /// What a claim found.
 pub(super) enum Claimed {
     /// Run the call (`true`: a replica died with it in flight; it may have landed).
@@ -66,7 +72,7 @@ impl Keys {
     /// attempt has it in flight (until `cancel`).
     pub(super) async fn claim(
         &self,
-        (tenant, key): (&str, &str),
+        ClientKey { tenant, key }: ClientKey<'_>,
         (tool, args): (&str, &Map<String, Value>),
         cancel: &CancellationToken,
     ) -> Claimed {

@@ -117,21 +117,16 @@ async fn offer(g: &Gateway, hub: &McpHub, server: &str) -> Result<Arc<Offer>, Er
     let caps = hub.capabilities(server).await.unwrap_or_default();
     let mut offer = Offer::default();
     if caps.resources.is_some() {
-        let listed = all_pages(hub, server, ("resources/list", "resources")).await?;
+        let listed = all_pages(hub, server, RESOURCES).await?;
         let uris = listed.iter().filter_map(|r| r["uri"].as_str());
         let spelled = |u: &str| Some((uri::normalized(u).ok()?, u.to_string()));
         offer.uris = uris.filter_map(spelled).collect();
-        let listed = all_pages(
-            hub,
-            server,
-            ("resources/templates/list", "resourceTemplates"),
-        )
-        .await?;
+        let listed = all_pages(hub, server, TEMPLATES).await?;
         let templates = listed.iter().filter_map(|t| t["uriTemplate"].as_str());
         offer.templates = templates.filter_map(Template::parse).collect();
     }
     if caps.prompts.is_some() {
-        let listed = all_pages(hub, server, ("prompts/list", "prompts")).await?;
+        let listed = all_pages(hub, server, PROMPTS).await?;
         let names = listed.iter().filter_map(|p| p["name"].as_str());
         offer.prompts = names.map(str::to_string).collect();
     }
@@ -155,15 +150,24 @@ struct Door {
 async fn resource(g: &Gateway, caller: &Caller, uri: &str) -> Result<Door, Fault> {
     let taken = Box::pin(take_resource(g, caller, uri)).await;
     if let Err(f) = &taken {
-        refused(g, caller, ("resource", uri), &f.error().message);
+        refused(g, caller, AskedFor::Resource(uri), &f.error().message);
     }
     taken
 }
 
-/// Say in the audit trail that `caller`'s request for `what` (a resource's URI, a prompt's
-/// name) was refused at the door, and why.
-fn refused(g: &Gateway, caller: &Caller, (what, name): (&str, &str), why: &str) {
+/// What a request at the door asked for: a resource by its URI, a prompt by its name.
+enum AskedFor<'a> {
+    Resource(&'a str),
+    Prompt(&'a str),
+}
+
+/// Say in the audit trail that `caller`'s request for `asked` was refused at the door, and why.
+fn refused(g: &Gateway, caller: &Caller, asked: AskedFor<'_>, why: &str) {
     if g.audit.on() {
+        let (what, name) = match asked {
+            AskedFor::Resource(uri) => ("resource", uri),
+            AskedFor::Prompt(name) => ("prompt", name),
+        };
         let fields = json!({ what: super::fault::cut(name), "reason": why });
         g.audit.record(Event::CallRefused, Some(caller), fields);
     }
@@ -228,12 +232,28 @@ async fn ask<T>(
     })
 }
 
-/// Every page of list `method` from `server`, its items under `key`.
-async fn all_pages(
-    hub: &McpHub,
-    server: &str,
-    (method, key): (&str, &str),
-) -> Result<Vec<Value>, ErrorData> {
+/// A list method of MCP's, and the field its items come under.
+struct List {
+    method: &'static str,
+    items: &'static str,
+}
+
+const RESOURCES: List = List {
+    method: "resources/list",
+    items: "resources",
+};
+const TEMPLATES: List = List {
+    method: "resources/templates/list",
+    items: "resourceTemplates",
+};
+const PROMPTS: List = List {
+    method: "prompts/list",
+    items: "prompts",
+};
+
+/// Every page of `list` from `server`.
+async fn all_pages(hub: &McpHub, server: &str, list: List) -> Result<Vec<Value>, ErrorData> {
+    let List { method, items: key } = list;
     let mut out = Vec::new();
     let mut cursor = None;
     // A server that hands back cursors forever is cut off after 1,000 pages.
@@ -281,7 +301,7 @@ pub(super) async fn resources(
     let mut all = Vec::new();
     let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
-        let items = all_pages(&hub, &server, ("resources/list", "resources")).await?;
+        let items = all_pages(&hub, &server, RESOURCES).await?;
         all.extend(
             rewrite(items, "uri", &w).into_iter().filter(|r| {
                 caller.sees(&m, Subject::Resource, r["uri"].as_str().unwrap_or_default())
@@ -299,12 +319,7 @@ pub(super) async fn templates(
     let mut all = Vec::new();
     let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
-        let items = all_pages(
-            &hub,
-            &server,
-            ("resources/templates/list", "resourceTemplates"),
-        )
-        .await?;
+        let items = all_pages(&hub, &server, TEMPLATES).await?;
         all.extend(rewrite(items, "uriTemplate", &w).into_iter().filter(|t| {
             let template = t["uriTemplate"].as_str().unwrap_or_default();
             caller.sees(&m, Subject::Resource, template)
@@ -380,7 +395,7 @@ pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsR
     let mut all = Vec::new();
     let m = g.catalog.manifest();
     for (server, w, hub) in up(g, |c| c.prompts.is_some()).await {
-        let items = all_pages(&hub, &server, ("prompts/list", "prompts")).await?;
+        let items = all_pages(&hub, &server, PROMPTS).await?;
         for mut p in items {
             let Some(own) = p["name"].as_str().map(str::to_string) else {
                 continue;
@@ -404,7 +419,7 @@ pub(super) async fn prompt(
     let name = request.name.clone();
     let got = Box::pin(get_prompt(g, request, caller)).await;
     match &got {
-        Err(e) => refused(g, caller, ("prompt", &name), &e.message),
+        Err(e) => refused(g, caller, AskedFor::Prompt(&name), &e.message),
         Ok(_) if g.audit.on() => {
             let fields = json!({"prompt": name});
             g.audit.record(Event::CallAllowed, Some(caller), fields);

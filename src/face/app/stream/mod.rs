@@ -74,7 +74,7 @@ fn open_stream(
     let engine = Engine::open(run_opts, parts, approver);
     engine.interrupt_on_signals(rt);
     engine.emit(Event::RunStarted {
-        run_id: engine.run_id.clone(),
+        run_id: engine.core.run_id.clone(),
         total: 0,
         lanes: infos,
     });
@@ -100,10 +100,10 @@ pub(super) fn run_stream(
         failures: Vec::new(),
         total: None,
         outcome: Outcome::Completed,
-        capped: opts.max_calls.is_some() || session.manifest.budget.max_calls.is_some(),
+        capped: opts.max_calls.is_some() || session.core.manifest.budget.max_calls.is_some(),
         width: 0,
         peak: 0,
-        kept: session.finish().exports().then(Vec::new),
+        kept: session.core.finish().exports().then(Vec::new),
     };
     let tenant = opts.tenant.clone().unwrap_or_else(|| "default".into());
     let stop = vec![session.interrupted.clone(), session.drained.clone()];
@@ -122,7 +122,7 @@ pub(super) fn run_stream(
                 break;
             }
         };
-        let traits = Traits::of(&batch, &session.manifest);
+        let traits = Traits::of(&batch, &session.core.manifest);
         let wait = ledger.must_wait(traits, &opts);
         ledger.settle(&mut session, &rt, wait);
         while ledger.running.len() >= MAX_RUNNING {
@@ -132,14 +132,14 @@ pub(super) fn run_stream(
             break;
         }
         opts.external = Some(ledger.external.clone());
-        let plan = match plan::build(&session.manifest, &batch, &opts) {
+        let plan = match plan::build(&session.core.manifest, &batch, &opts) {
             Ok(p) => p,
             Err(d) => {
                 failed = Some(Error::Invalid(d));
                 break;
             }
         };
-        if session.keeps_history() {
+        if session.core.keeps_history() {
             ledger.width = ledger.width.max(plan::simulate(&plan).width);
         }
         session.emit(Event::RunExtended {
@@ -185,10 +185,10 @@ fn finish_stream(
         input_format: InputFormat::Jsonl,
         usage: None,
     };
-    let mut end = session.run_end(tenant, ledger.outcome, &stats, &shape);
+    let mut end = session.core.run_end(tenant, ledger.outcome, &stats, &shape);
     end.results = ledger.kept.as_deref();
     end.peak_in_flight = ledger.peak;
-    let finish = session.finish();
+    let finish = session.core.finish();
     rt.block_on(finish.spans(&end));
     let drained = session.drained.load(Ordering::SeqCst);
     if let Some(e) = failed {
