@@ -1,7 +1,7 @@
 //! The rules that order side effects, in one room: what a call of a tool claims — to run
 //! alone (`parallel_safe = false`), a place in its write chain (a write, unless its tool
 //! allows concurrent writes), its backends (read or written, under the manifest's
-//! `hazards`) — and which claim waits for which. The plan's edges (`graph.rs`), a stream's
+//! `hazards`) — and which claim waits for which. The plan's hazard edges (`graph/`), a stream's
 //! segments (`app/stream/ledger.rs`) and the gateway's arrival queues (`app/serve/order.rs`)
 //! all read them here; the lane store holds the backend claims across processes.
 
@@ -61,24 +61,24 @@ impl Claim {
     }
 }
 
-/// What a call of `tool` claims of its backends under `hazards`, by backend name: a write
-/// writes them; under `"backend"` a read reads them; under `"writes"` only a cached read
-/// does (its entry must not predate a write). The same rules as the plan's hazard edges.
-pub(crate) fn backend_claims(tool: &Tool, hazards: Hazards) -> Vec<(String, Claim)> {
-    let write = if tool.concurrent_writes {
-        Claim::ConcurrentWrite
-    } else {
-        Claim::Write
-    };
-    let claim = match (hazards, tool.is_write()) {
-        (_, true) => Some(write),
+/// What a call of `tool` claims of each of its backends under `hazards`: a write writes them
+/// (concurrently, when its tool allows concurrent writes); under `"backend"` a read reads
+/// them; under `"writes"` only a cached read does (its entry must not predate a write).
+pub(crate) fn backend_claim(tool: &Tool, hazards: Hazards) -> Option<Claim> {
+    match (hazards, tool.is_write()) {
+        (_, true) if tool.concurrent_writes => Some(Claim::ConcurrentWrite),
+        (_, true) => Some(Claim::Write),
         (Hazards::Backend, false) => Some(Claim::Read),
         (Hazards::Writes, false) => tool.cache.is_some().then_some(Claim::Read),
+    }
+}
+
+/// [`backend_claim`], by backend name (each once).
+pub(crate) fn backend_claims(tool: &Tool, hazards: Hazards) -> Vec<(String, Claim)> {
+    let Some(claim) = backend_claim(tool, hazards) else {
+        return Vec::new();
     };
-    let mut out: Vec<(String, Claim)> = match claim {
-        Some(c) => tool.backends.iter().map(|b| (b.clone(), c)).collect(),
-        None => Vec::new(),
-    };
+    let mut out: Vec<(String, Claim)> = tool.backends.iter().map(|b| (b.clone(), claim)).collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out.dedup_by(|a, b| a.0 == b.0);
     out

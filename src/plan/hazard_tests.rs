@@ -177,9 +177,141 @@ fn a_cached_read_waits_for_the_write_before_it_even_when_hazards_order_only_writ
         &loose,
         "- tool: cached_a\n- tool: write_a\n- tool: read_a\n- tool: cached_a\n",
     );
-    // The write does not wait for the read (writes only), the plain read does not wait for
-    // the write, but the cached read does: its entry must not predate the write.
-    assert!(edges(&p, 1).is_empty());
+    // The plain read does not wait for the write (writes only), but the cached read does: its
+    // entry must not predate the write; and the write waits for the cached read before it (no
+    // entry is taken from under a write) — as the gateway's order and the lane store hold them.
+    assert_eq!(edges(&p, 1), [(0, EdgeReason::ReadThenWrite, Some("a"))]);
     assert!(edges(&p, 2).is_empty());
     assert_eq!(edges(&p, 3), [(1, EdgeReason::WriteThenRead, Some("a"))]);
+}
+
+#[test]
+fn concurrent_writes_overlap_each_other_but_not_a_plain_write_or_a_read_on_their_backend() {
+    let m = MANIFEST.replacen(
+        "[tools.read_b]",
+        "[tools.append_a]\nkind = \"scripted\"\neffect = \"write\"\nidempotent = true\nconcurrent_writes = true\nbackend = \"a\"\n[tools.read_b]",
+        1,
+    );
+    let p = plan_with(
+        &m,
+        "- tool: write_a\n- tool: append_a\n- tool: append_a\n- tool: read_a\n- tool: write_a\n",
+    );
+    // Each append waits for the plain write; not for the other append.
+    assert_eq!(edges(&p, 1), [(0, EdgeReason::WriteThenWrite, Some("a"))]);
+    assert_eq!(edges(&p, 2), [(0, EdgeReason::WriteThenWrite, Some("a"))]);
+    // The read waits for both appends; the next plain write for the first through the
+    // chain, and for the appends and the read on the backend.
+    assert_eq!(
+        edges(&p, 3),
+        [
+            (1, EdgeReason::WriteThenRead, Some("a")),
+            (2, EdgeReason::WriteThenRead, Some("a"))
+        ]
+    );
+    assert_eq!(
+        edges(&p, 4),
+        [
+            (0, EdgeReason::WriteChain, None),
+            (3, EdgeReason::ReadThenWrite, Some("a")),
+            (1, EdgeReason::WriteThenWrite, Some("a")),
+            (2, EdgeReason::WriteThenWrite, Some("a"))
+        ]
+    );
+}
+
+mod agree {
+    //! The plan's hazard edges and the claims (`claims.rs`) the gateway's order and the lane
+    //! store follow say the same: on random batches, a call reaches every earlier call of its
+    //! phase whose claim it waits for, and every hazard edge joins two such calls.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::plan::claims::{claims, Claim};
+
+    /// Tools of every kind of claim, on two backends.
+    const TOOLS: &str = r#"
+[tools.r_a]
+kind = "scripted"
+effect = "read"
+backend = "a"
+[tools.c_a]
+kind = "scripted"
+effect = "read"
+backend = "a"
+cache = "5m"
+[tools.w_a]
+kind = "scripted"
+effect = "write"
+idempotent = true
+backend = "a"
+[tools.cw_a]
+kind = "scripted"
+effect = "write"
+idempotent = true
+concurrent_writes = true
+backend = "a"
+[tools.w_ab]
+kind = "scripted"
+effect = "write"
+idempotent = true
+backend = ["a", "b"]
+[tools.cw_ab]
+kind = "scripted"
+effect = "write"
+idempotent = true
+concurrent_writes = true
+backend = ["a", "b"]
+[tools.r_b]
+kind = "scripted"
+effect = "read"
+backend = "b"
+[tools.free]
+kind = "scripted"
+effect = "read"
+"#;
+    const NAMES: [&str; 8] = ["r_a", "c_a", "w_a", "cw_a", "w_ab", "cw_ab", "r_b", "free"];
+
+    /// Whether a call of `later` waits for an earlier call of `earlier` by their claims.
+    fn conflict(m: &Manifest, h: crate::manifest::Hazards, earlier: &str, later: &str) -> bool {
+        let of = |n: &str| claims(m.tool(n).expect("tool"), h, "s");
+        let before: Vec<(String, Claim)> = of(earlier);
+        of(later)
+            .iter()
+            .any(|(k, c)| before.iter().any(|(k2, c2)| k == k2 && c.waits_for(*c2)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn hazard_edges_are_the_claims(picks in proptest::collection::vec(0..NAMES.len(), 1..24), writes_only in any::<bool>()) {
+            let head = if writes_only { "[concurrency]\nhazards = \"writes\"\n" } else { "" };
+            let manifest = format!("{head}{TOOLS}");
+            let batch: String = picks.iter().map(|i| format!("- tool: {}\n", NAMES[*i])).collect();
+            let p = plan_with(&manifest, &batch);
+            let m = Manifest::parse(SourceFile::new("tools.toml", manifest.as_str()), PathBuf::from("/tmp/t.toml"), crate::tools::KINDS).expect("manifest");
+            let h = p.settings.hazards;
+            let n = picks.len();
+            // Which earlier calls each call reaches through the edges.
+            let mut reach = vec![vec![false; n]; n];
+            for j in 0..n {
+                for e in &p.calls[j].edges {
+                    let through = reach[e.from].clone();
+                    for (k, r) in reach[j].iter_mut().enumerate() {
+                        *r |= k == e.from || through[k];
+                    }
+                }
+            }
+            for j in 0..n {
+                for i in 0..j {
+                    if conflict(&m, h, NAMES[picks[i]], NAMES[picks[j]]) {
+                        prop_assert!(reach[j][i], "{batch}: call {j} does not wait for {i}");
+                    }
+                }
+                for e in &p.calls[j].edges {
+                    prop_assert!(conflict(&m, h, NAMES[picks[e.from]], NAMES[picks[j]]), "{batch}: edge {} -> {j} without a claim", e.from);
+                }
+            }
+        }
+    }
 }

@@ -66,6 +66,11 @@ pub enum EdgeReason {
     /// write must have resolved.
     #[serde(rename = "write→read")]
     WriteThenRead,
+    /// A write of a tool that allows concurrent writes waits for the plain write before it on
+    /// a backend they share, and a plain write for the concurrent writes before it: the write
+    /// must have resolved.
+    #[serde(rename = "write→write")]
+    WriteThenWrite,
 }
 
 impl EdgeReason {

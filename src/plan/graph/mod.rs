@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::claims::{self, Claim};
 use super::lanes::{settings, LaneTable};
 use super::model::*;
 use crate::batch::Batch;
@@ -385,7 +386,7 @@ fn split_phases(manifest: &Manifest, tool_of: &[Option<usize>]) -> (Vec<Phase>, 
     let mut phase_of = vec![0usize; tool_of.len()];
     let mut phases: Vec<Phase> = Vec::new();
     for (i, t) in tool_of.iter().enumerate() {
-        let alone = t.is_some_and(|t| super::claims::alone(&manifest.tools[t]));
+        let alone = t.is_some_and(|t| claims::alone(&manifest.tools[t]));
         match phases.last_mut() {
             Some(p) if !alone && !p.alone => p.end = i + 1,
             _ => phases.push(Phase {
@@ -399,13 +400,15 @@ fn split_phases(manifest: &Manifest, tool_of: &[Option<usize>]) -> (Vec<Phase>, 
     (phases, phase_of)
 }
 
-/// Side effects keep call order inside a phase. Each write waits for the previous write (the
-/// write chain, unless its tool allows concurrent writes). With `hazards = "backend"`, a write
-/// also waits for every earlier read of a backend it shares (since that backend's last write:
-/// no write under a read), and a read waits for the latest earlier write of a backend it
-/// shares (no stale read). A cached read waits for that write under either setting. All need
-/// the earlier call resolved, not succeeded. Linear: per backend, its last write and the
-/// reads since. Returns the backends the edges name.
+/// Side effects keep call order inside a phase, by what each call claims (`claims.rs`, the
+/// rules the gateway's order and the lane store follow too): a chained write waits for the
+/// chained write before it (the write chain); on each backend, a claim waits for the earlier
+/// claims it [`Claim::waits_for`] since that backend's last `Write` — or for that write —
+/// so a write waits for the reads (and concurrent writes) before it, a read for the latest
+/// write, a concurrent write for the reads and the plain writes. A plain write's wait for the
+/// write before it on a backend is the chain's. All need the earlier call resolved, not
+/// succeeded. Linear in the edges: per backend, its last write and the claims since, by kind.
+/// Returns the backends the edges name.
 fn order_side_effects(
     manifest: &Manifest,
     tool_of: &[Option<usize>],
@@ -413,19 +416,20 @@ fn order_side_effects(
     hazards: Hazards,
     edges: &mut [Vec<Edge>],
 ) -> Vec<String> {
+    let claim_of: Vec<Option<Claim>> = (manifest.tools.iter())
+        .map(|t| claims::backend_claim(t, hazards))
+        .collect();
     let mut names: Vec<String> = Vec::new();
     let mut ids: HashMap<&str, u32> = HashMap::new();
-    // Per backend: (phase, last write, reads since it).
-    let mut track: Vec<(usize, Option<usize>, Vec<usize>)> = Vec::new();
-    // The write a call last got a hazard edge for, so two shared backends give one edge.
+    let mut track: Vec<Backend> = Vec::new();
+    // The call a call last got a hazard edge from, so two shared backends give one edge.
     let mut stamp = vec![usize::MAX; tool_of.len()];
-    let mut last_write: Option<usize> = None;
-    let any_cached = manifest.tools.iter().any(|t| t.cache.is_some());
+    let mut last_chained: Option<usize> = None;
     for i in 0..tool_of.len() {
         let Some(t) = tool_of[i] else { continue };
         let tool = &manifest.tools[t];
         if i > 0 && phase_of[i] != phase_of[i - 1] {
-            last_write = None;
+            last_chained = None;
         }
         let before = edges[i].len();
         let mut add = |edges: &mut [Vec<Edge>], from: usize, reason, backend| {
@@ -438,45 +442,93 @@ fn order_side_effects(
                 });
             }
         };
-        if tool.is_write() {
-            if let Some(w) = last_write.filter(|_| super::claims::chained(tool)) {
+        if claims::chained(tool) {
+            if let Some(w) = last_chained {
                 add(edges, w, EdgeReason::WriteChain, None);
             }
-            last_write = Some(i);
+            last_chained = Some(i);
         }
-        // A cached read is ordered after the write before it on its backends under either
-        // setting: its entry must not predate that write.
-        let all = hazards == Hazards::Backend;
-        let cached_read = tool.cache.is_some() && !tool.is_write();
-        if !all && !(any_cached && (cached_read || tool.is_write())) {
-            continue;
-        }
+        let Some(claim) = claim_of[t] else { continue };
         for b in &tool.backends {
             let id = *ids.entry(b.as_str()).or_insert_with(|| {
                 names.push(b.clone());
-                track.push((phase_of[i], None, Vec::new()));
+                track.push(Backend::new(phase_of[i]));
                 (names.len() - 1) as u32
             });
             let tr = &mut track[id as usize];
-            if tr.0 != phase_of[i] {
-                *tr = (phase_of[i], None, Vec::new());
+            if tr.phase != phase_of[i] {
+                *tr = Backend::new(phase_of[i]);
             }
-            if tool.is_write() {
-                for r in std::mem::take(&mut tr.2) {
-                    add(edges, r, EdgeReason::ReadThenWrite, Some(id));
-                }
-                tr.1 = Some(i);
-            } else {
-                if let Some(w) = tr.1 {
-                    add(edges, w, EdgeReason::WriteThenRead, Some(id));
-                }
-                if all {
-                    tr.2.push(i);
-                }
+            for (from, reason) in tr.waited_for(claim) {
+                add(edges, from, reason, Some(id));
             }
+            tr.take(i, claim);
         }
     }
     names
+}
+
+/// One backend's claims in a phase: its last plain write, and the claims since, by kind.
+struct Backend {
+    phase: usize,
+    write: Option<usize>,
+    reads: Vec<usize>,
+    concurrent: Vec<usize>,
+}
+
+impl Backend {
+    fn new(phase: usize) -> Backend {
+        Backend {
+            phase,
+            write: None,
+            reads: Vec::new(),
+            concurrent: Vec::new(),
+        }
+    }
+
+    /// The earlier calls a call claiming `claim` waits for, each with why.
+    fn waited_for(&self, claim: Claim) -> Vec<(usize, EdgeReason)> {
+        let (reads, concurrent) = match claim {
+            Claim::Read => (false, true),
+            Claim::ConcurrentWrite => (true, false),
+            Claim::Write => (true, true),
+        };
+        let mut out = Vec::new();
+        if reads {
+            out.extend(self.reads.iter().map(|r| (*r, EdgeReason::ReadThenWrite)));
+        }
+        if concurrent {
+            let after_write = match claim {
+                Claim::Read => EdgeReason::WriteThenRead,
+                _ => EdgeReason::WriteThenWrite,
+            };
+            out.extend(self.concurrent.iter().map(|w| (*w, after_write)));
+        }
+        // The last plain write, unless a claim since already follows it (every claim waits
+        // for a write) or the chain orders it (a plain write after a plain write).
+        if let (Some(w), true) = (self.write, out.is_empty() && claim != Claim::Write) {
+            let why = match claim {
+                Claim::Read => EdgeReason::WriteThenRead,
+                _ => EdgeReason::WriteThenWrite,
+            };
+            out.push((w, why));
+        }
+        out
+    }
+
+    /// Take call `i`'s claim.
+    fn take(&mut self, i: usize, claim: Claim) {
+        match claim {
+            Claim::Write => {
+                *self = Backend {
+                    write: Some(i),
+                    ..Backend::new(self.phase)
+                };
+            }
+            Claim::Read => self.reads.push(i),
+            Claim::ConcurrentWrite => self.concurrent.push(i),
+        }
+    }
 }
 
 fn estimate_of(tool: &crate::manifest::Tool) -> Duration {

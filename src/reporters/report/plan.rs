@@ -17,6 +17,7 @@ fn reason_str(r: EdgeReason) -> &'static str {
         EdgeReason::WriteChain => "write chain",
         EdgeReason::ReadThenWrite => "read→write",
         EdgeReason::WriteThenRead => "write→read",
+        EdgeReason::WriteThenWrite => "write→write",
     }
 }
 

@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use super::{never, Emitter, Job};
 use crate::events::{CallResult, ErrorKind, Event};
 use crate::plan::Plan;
-use crate::run::store::{Admission, Answer, BoxFuture, Claims, LaneError, LaneStore, Lease};
+use crate::run::store::{
+    Admission, Answer, BoxFuture, Claims, LaneError, LaneFigures, Lanes, Lease,
+};
 use crate::tools::StopLevel;
 
 /// A lane acquisition in progress.
@@ -50,7 +52,7 @@ impl Acquisition {
     /// may wait for it holds no backend meanwhile.
     fn start(
         &mut self,
-        store: &Arc<dyn LaneStore>,
+        store: &Arc<dyn Lanes>,
         (lane, weight, order): (usize, u32, u64),
         at: usize,
     ) -> LeaseFuture {
@@ -76,7 +78,7 @@ impl Acquisition {
         }
     }
 
-    fn note_wait(&mut self, lanes: &dyn LaneStore, lane: usize, since: Instant, token: bool) {
+    fn note_wait(&mut self, lanes: &dyn Lanes, lane: usize, since: Instant, token: bool) {
         let waited = since.elapsed();
         if waited >= Duration::from_millis(1) {
             lanes.record_wait(lane, waited, token);
@@ -91,7 +93,8 @@ impl Acquisition {
 /// free is taken at once; the first that is not is queued for (its future polled once) and
 /// the call's task finishes the job.
 pub(in crate::run) fn begin_acquire(
-    store: &Arc<dyn LaneStore>,
+    store: &Arc<dyn Lanes>,
+    figures: &Arc<dyn LaneFigures>,
     plan: &Plan,
     pos: usize,
     emitter: &Emitter,
@@ -160,7 +163,7 @@ pub(in crate::run) fn begin_acquire(
             }
             std::task::Poll::Ready(Err(e)) => return Err(e.to_string()),
             std::task::Poll::Pending => {
-                match store.clone().held_elsewhere(lane) {
+                match figures.clone().held_elsewhere(lane) {
                     Answer::Now(Some(held)) => emitter.lane(|| Event::LaneShared { lane, held }),
                     Answer::Now(None) => {}
                     Answer::Later(asking) => {

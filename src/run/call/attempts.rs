@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{backoff, Job};
 use crate::events::{CallResult, ErrorInfo, ErrorKind, Event, Status};
 use crate::plan::LaneKey;
-use crate::run::store::{LaneStore, Lease};
+use crate::run::store::{Lanes, Lease};
 use crate::tools::{Failure, Stop, StopCause, StopLevel};
 
 impl Job {
@@ -159,7 +159,7 @@ impl Job {
     /// Wait before a retry: the backoff, then a fresh rate token in every rate-limited lane
     /// (each request spends one). `false` if the run ended meanwhile.
     async fn before_retry(
-        lanes: &Arc<dyn LaneStore>,
+        lanes: &Arc<dyn Lanes>,
         stop_rx: &watch::Receiver<StopLevel>,
         leases: &[(usize, Lease)],
         wait: Duration,

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::events::ErrorKind;
 use crate::manifest::TenantWindow;
-use crate::run::store::{refusal, Charge, LaneError, LaneStore};
+use crate::run::store::{refusal, Charge, LaneError, TenantSpend};
 
 type Answer = Result<Charge, LaneError>;
 
@@ -20,13 +20,13 @@ pub(in crate::run) struct Charger {
     tx: mpsc::UnboundedSender<(f64, oneshot::Sender<Answer>)>,
     window: Arc<TenantWindow>,
     tenant: Arc<str>,
-    lanes: Arc<dyn LaneStore>,
+    lanes: Arc<dyn TenantSpend>,
 }
 
 impl Charger {
     /// Start the run's charging task (inside the runtime).
     pub(in crate::run) fn start(
-        lanes: Arc<dyn LaneStore>,
+        lanes: Arc<dyn TenantSpend>,
         window: Arc<TenantWindow>,
         tenant: Arc<str>,
     ) -> Charger {
@@ -72,7 +72,7 @@ pub(in crate::run) struct Ticket {
     cost: f64,
     window: Arc<TenantWindow>,
     tenant: Arc<str>,
-    lanes: Arc<dyn LaneStore>,
+    lanes: Arc<dyn TenantSpend>,
 }
 
 impl Ticket {
@@ -134,7 +134,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn answers_in_the_order_asked_and_gives_back_what_an_ended_call_held() {
-        let lanes: Arc<dyn LaneStore> = Arc::new(MemoryLanes::new(&[]));
+        let lanes: Arc<dyn TenantSpend> = Arc::new(MemoryLanes::new(&[]));
         let c = Charger::start(lanes, window(0.25), "t".into());
         let (mut a, b, mut d) = (c.ask(0.1), c.ask(0.1), c.ask(0.1));
         // The last asked is awaited first; the order asked still decides.

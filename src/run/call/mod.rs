@@ -18,7 +18,7 @@ mod acquire;
 mod attempts;
 mod charge;
 
-use super::store::{LaneStore, Lease};
+use super::store::{Backends, Lanes, Lease};
 use crate::duration::millis;
 use crate::events::ErrorKind;
 use crate::events::{CallResult, ErrorInfo, Event, Status};
@@ -116,7 +116,8 @@ pub(super) struct Job {
     pub(super) acquisition: Option<Acquisition>,
     pub(super) plan: Arc<Plan>,
     pub(super) tool: Arc<ToolImpl>,
-    pub(super) lanes: Arc<dyn LaneStore>,
+    pub(super) lanes: Arc<dyn Lanes>,
+    pub(super) store_backends: Arc<dyn Backends>,
     pub(super) inv: Invocation,
     pub(super) stop_rx: watch::Receiver<StopLevel>,
     pub(super) emitter: Emitter,
@@ -254,7 +255,7 @@ impl Job {
         let held = tokio::select! {
             biased;
             _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
-            r = self.lanes.clone().exclusive(key) => Some(r),
+            r = self.store_backends.clone().exclusive(key) => Some(r),
         };
         match held {
             Some(Ok(guard)) => Ok(guard),
@@ -284,7 +285,7 @@ impl Job {
         let mut held = Vec::with_capacity(claims.len());
         let mut longest: Option<(Duration, String)> = None;
         for (backend, claim) in claims.iter() {
-            if let Some(guard) = self.lanes.try_backend(backend, *claim) {
+            if let Some(guard) = self.store_backends.try_backend(backend, *claim) {
                 held.push(guard);
                 continue;
             }
@@ -293,7 +294,7 @@ impl Job {
             let got = tokio::select! {
                 biased;
                 _ = stop.wait_for(|l| *l >= StopLevel::Graceful) => None,
-                r = self.lanes.clone().backend(backend.clone(), *claim) => Some(r),
+                r = self.store_backends.clone().backend(backend.clone(), *claim) => Some(r),
             };
             match got {
                 Some(Ok(guard)) => held.push(guard),

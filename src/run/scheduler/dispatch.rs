@@ -74,7 +74,14 @@ impl Coordinator {
         };
         let claims = self.claims.get(t).cloned().flatten();
         let along = claims.clone().filter(|c| self.reads_alone(p, c));
-        let acquisition = match begin_acquire(&self.lanes, &self.plan, p, &self.emitter, along) {
+        let acquisition = match begin_acquire(
+            &self.lanes,
+            &self.figures,
+            &self.plan,
+            p,
+            &self.emitter,
+            along,
+        ) {
             Ok(a) => a,
             Err(e) => {
                 let r = never_dispatched(&self.plan, p, ErrorKind::LaneStore, &e);
@@ -101,6 +108,7 @@ impl Coordinator {
             plan: self.plan.clone(),
             tool: self.tools[t].clone(),
             lanes: self.lanes.clone(),
+            store_backends: self.backends.clone(),
             inv,
             stop_rx: self.stop_rx.clone(),
             emitter: self.emitter.clone(),
@@ -158,7 +166,7 @@ impl Coordinator {
     fn ticket(&mut self, p: usize) -> Option<Ticket> {
         let cost = self.plan.calls[p].cost;
         let (w, tenant) = self.window.as_ref().filter(|_| cost > 0.0)?;
-        let lanes = &self.lanes;
+        let lanes = &self.spend;
         let charger = self
             .charger
             .get_or_insert_with(|| Charger::start(lanes.clone(), w.clone(), tenant.clone()));

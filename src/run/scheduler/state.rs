@@ -20,14 +20,19 @@ use crate::run::call::{Completion, Emitter};
 use crate::run::cassette::Cassette;
 use crate::run::gate::GateJob;
 use crate::run::journal::{Journal, Resume};
-use crate::run::store::{Claims, LaneStore};
+use crate::run::store::{Backends, Claims, LaneFigures, Lanes, TenantSpend};
 use crate::tools::{RunInfo, StopLevel, ToolImpl};
 
 /// The run's state, owned by the coordinator task.
 pub(super) struct Coordinator {
     pub(super) manifest: Arc<Manifest>,
     pub(super) plan: Arc<Plan>,
-    pub(super) lanes: Arc<dyn LaneStore>,
+    /// The store's facets the run uses: its lanes and their figures, its backends, its
+    /// tenant's spend.
+    pub(super) lanes: Arc<dyn Lanes>,
+    pub(super) figures: Arc<dyn LaneFigures>,
+    pub(super) backends: Arc<dyn Backends>,
+    pub(super) spend: Arc<dyn TenantSpend>,
     pub(super) run: Arc<RunInfo>,
     pub(super) tools: Vec<Arc<ToolImpl>>,
     pub(super) emitter: Emitter,
@@ -155,6 +160,9 @@ impl Coordinator {
             }),
             manifest,
             lanes: config.lanes.clone(),
+            figures: config.lanes.clone(),
+            backends: config.lanes.clone(),
+            spend: config.lanes.clone(),
             emitter,
             start,
             results: vec![None; n],

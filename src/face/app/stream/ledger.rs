@@ -20,7 +20,8 @@ use crate::run::RunReport;
 pub(super) struct Traits {
     /// A `parallel_safe = false` call: nothing may overlap it.
     pub(super) alone: bool,
-    /// A write (the write chain runs across segments).
+    /// A chained write (`claims::chained`: the write chain runs across segments; a tool's
+    /// concurrent writes are ordered on their backends by the lane store, as across runs).
     pub(super) writes: bool,
     /// A reference or `after` to a call outside the segment.
     pub(super) outside: bool,
@@ -33,7 +34,7 @@ impl Traits {
         for c in &batch.calls {
             if let Some(tool) = manifest.tool(&c.tool) {
                 t.alone |= crate::plan::claims::alone(tool);
-                t.writes |= tool.is_write();
+                t.writes |= crate::plan::claims::chained(tool);
             }
             t.outside |= c.args.refs().any(|(_, r)| !ids.contains(r.target.as_str()))
                 || c.after.iter().any(|a| !ids.contains(a.as_str()));
