@@ -229,7 +229,7 @@ pub trait Connection: Send + Sync {
         None
     }
     /// Records of `kind` this store shares with other machines (Redis), if any.
-    fn records(&self, _kind: &str) -> Option<Arc<dyn records::Records>> {
+    fn records(&self, _kind: records::RecordKind) -> Option<Arc<dyn records::Records>> {
         None
     }
     /// Whether the store answers now (`/readyz`): a shared store is asked; memory always is.

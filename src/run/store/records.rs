@@ -48,6 +48,73 @@ pub trait Records: Send + Sync {
     ) -> BoxFuture<'static, Result<(), LaneError>>;
 }
 
+/// The kinds of records a shared store keeps, each under a name of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// An HTTP session of `mcp serve`: its owner and its `initialize`.
+    Session,
+    /// A task of `mcp serve` (and its cancel mark).
+    Task,
+}
+
+impl RecordKind {
+    /// The name its records are kept under.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            RecordKind::Session => "session",
+            RecordKind::Task => "task",
+        }
+    }
+}
+
+/// Records of one kind whose texts are values of `T` (as JSON): what a consumer holds, so
+/// nobody writes a record of another shape under its kind. Its counters, and texts of its own
+/// beside the values (a task's cancel mark), are the [`Typed::raw`] records'.
+pub(crate) struct Typed<T> {
+    raw: Arc<dyn Records>,
+    of: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Typed<T> {
+    fn clone(&self) -> Typed<T> {
+        Typed {
+            raw: self.raw.clone(),
+            of: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: serde::Serialize + serde::de::DeserializeOwned> Typed<T> {
+    pub(crate) fn new(raw: Arc<dyn Records>) -> Typed<T> {
+        Typed {
+            raw,
+            of: std::marker::PhantomData,
+        }
+    }
+
+    /// The records themselves (counters, plain texts).
+    pub(crate) fn raw(&self) -> &Arc<dyn Records> {
+        &self.raw
+    }
+
+    /// Keep `value` under `id` for `keep`.
+    pub(crate) async fn put(&self, id: String, value: &T, keep: Duration) -> Result<(), LaneError> {
+        let text = serde_json::to_string(value).map_err(|e| LaneError(e.to_string()))?;
+        self.raw.clone().put(id, text, keep).await
+    }
+
+    /// The value under `id` (kept `keep` longer; zero: as long as it was); `None`: there is
+    /// none. What is there but is not a `T` is an error.
+    pub(crate) async fn get(&self, id: String, keep: Duration) -> Result<Option<T>, LaneError> {
+        let Some(text) = self.raw.clone().get(id.clone(), keep).await? else {
+            return Ok(None);
+        };
+        let read = serde_json::from_str(&text);
+        read.map(Some)
+            .map_err(|e| LaneError(format!("the record `{id}` is not of its kind: {e}")))
+    }
+}
+
 /// A tally's outcome: added, or refused by the `i`-th addition, its counter being `now`.
 pub(crate) type Tally = Result<(), (usize, f64)>;
 

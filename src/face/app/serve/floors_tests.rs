@@ -44,6 +44,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "tasks",
             "followers",
             "rounds",
+            "steps",
         ],
     ),
     (

@@ -5,6 +5,7 @@
 //! must follow by arrival ([`super::order`]). A client's cancellation stops the call where
 //! it is: waiting for its turn, in a lane, or in flight at its tool.
 
+use crate::run::store::records::RecordKind;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,8 +19,7 @@ use super::answer::{Outcome, Refusal};
 use super::audit::{Audit, Event};
 use super::caller::Caller;
 use super::catalog::Catalog;
-use super::keys::Claimed;
-use super::order::{self, behind_text, Order, Through, Users};
+use super::order::{self, Order, Through};
 use super::progress::Reporter;
 use crate::app::controls::Controls;
 use crate::app::engine::{CallKit, Scope};
@@ -46,15 +46,15 @@ pub(super) struct Gateway {
     pub(super) store: RwLock<Arc<dyn LaneStore>>,
     /// What every session plans with (the tenant and the lane table are each session's).
     pub(super) opts: PlanOptions,
-    order: Arc<Order>,
+    pub(super) order: Arc<Order>,
     /// Arrival order, across every session (lanes serve waiters in this order too).
-    seq: AtomicU64,
+    pub(super) seq: AtomicU64,
     sessions: AtomicU64,
     id: String,
     /// Calls in flight, to cancel on shutdown (the engine's registry).
     controls: Arc<Controls>,
     /// Each lane's calls in this gateway (arrival numbers), for "how many ahead".
-    users: Mutex<HashMap<String, BTreeSet<u64>>>,
+    pub(super) users: Mutex<HashMap<String, BTreeSet<u64>>>,
     /// Set once the gateway is shutting down: new calls are refused.
     closing: std::sync::atomic::AtomicBool,
     /// Where each call's spans and each session's history lines go (the engine's).
@@ -84,25 +84,25 @@ pub(super) use super::session::{TenantLanes, Version};
 pub(super) use super::session::Session;
 
 /// A call planned as a batch of one, ready to take its place.
-struct Planned {
-    plan: crate::plan::Plan,
+pub(super) struct Planned {
+    pub(super) plan: crate::plan::Plan,
     /// The call's trace (the client's, when it sent one) and its caller, for its span.
-    trace: Option<TraceContext>,
-    caller: Caller,
+    pub(super) trace: Option<TraceContext>,
+    pub(super) caller: Caller,
     /// The tool's index in the manifest.
-    tool: usize,
-    manifest: Arc<crate::manifest::Manifest>,
-    lanes: Arc<dyn LaneStore>,
+    pub(super) tool: usize,
+    pub(super) manifest: Arc<crate::manifest::Manifest>,
+    pub(super) lanes: Arc<dyn LaneStore>,
     /// Its arrival number.
-    seq: u64,
-    claims: Vec<(String, order::Claim)>,
-    lane_names: Vec<String>,
+    pub(super) seq: u64,
+    pub(super) claims: Vec<(String, order::Claim)>,
+    pub(super) lane_names: Vec<String>,
     /// Who approves the call, when it needs approval.
-    approver: Option<Arc<dyn crate::run::Approver>>,
+    pub(super) approver: Option<Arc<dyn crate::run::Approver>>,
     /// The kit of the manifest it was planned with.
-    kit: Arc<CallKit>,
+    pub(super) kit: Arc<CallKit>,
     /// Who answers its upstream's questions.
-    ask: Option<crate::tools::mcp::Asker>,
+    pub(super) ask: Option<crate::tools::mcp::Asker>,
 }
 
 /// What a client's request runs: a served tool, by the name it was listed under, or a read
@@ -145,11 +145,16 @@ impl Gateway {
         let limits = catalog.manifest().serve.limits.clone();
         let board = store.board();
         let store_intents = store.intents();
-        let http_sessions = super::sessions::Sessions::new(&limits, store.records("session"));
+        let http_sessions =
+            super::sessions::Sessions::new(&limits, store.records(RecordKind::Session));
         let id = run::new_run_id().replacen("run-", "mcp-", 1);
         let id_for_rounds = id.clone();
-        let tasks =
-            super::tasks::Tasks::new(store.records("task"), store.intents(), &limits, id.clone());
+        let tasks = super::tasks::Tasks::new(
+            store.records(RecordKind::Task),
+            store.intents(),
+            &limits,
+            id.clone(),
+        );
         let desk = crate::app::parked::Parked::of(&catalog_path, board)
             .ok()
             .map(|p| super::approve::Desk::new(Arc::new(p), beat_name(&id), &limits));
@@ -254,7 +259,7 @@ impl Gateway {
         session: &Session,
         name: Target<'_>,
         args: Map<String, Value>,
-        mut cx: CallCx,
+        cx: CallCx,
     ) -> Result<Outcome, String> {
         let turn = Through(cx.arrival.clone());
         if let Some(pass) = &turn.0 {
@@ -266,143 +271,42 @@ impl Gateway {
         // The big futures (planning with a server's start, the run) are boxed: a call that waits
         // (its turn, its place, its approval) holds only what it waits with.
         let prepared = Box::pin(self.prepare(session, name, args, &cx.caller)).await;
-        let mut planned = match self.judged(prepared, (session, &cx.caller, name))? {
+        let planned = match self.judged(prepared, (session, &cx.caller, name))? {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };
-        // A 2026-07-28 client approves in its follow-up request: asked first (nothing waits
-        // meanwhile), its answer bound to the arguments' hash.
-        if let (Some(m), true) = (&cx.mrtr, self.in_band(&planned)) {
-            let call = &planned.plan.calls[0];
-            match m.answer_for(&call.tool_name, &call.args.value) {
-                Ok(answered) => cx.elicit = Some(answered),
-                Err((question, state)) => return Ok(Outcome::Ask(question, state)),
-            }
-        }
-        // Keys are for tool calls (a resource read is a read: nothing to make once).
-        let key = cx.key.clone().filter(|_| matches!(name, Target::Tool(_)));
-        let Some(key) = key else {
-            return Ok(Box::pin(self.go(session, planned, &cx, turn)).await);
-        };
-        let call = &planned.plan.calls[0];
-        let tenant = cx.caller.tenant.as_str();
-        let claimed = Box::pin(self.keys.claim(
-            super::keys::ClientKey { tenant, key: &key },
-            (&call.tool_name, &call.args.value),
-            &cx.cancel,
-        ))
-        .await;
-        let rerun = !call.write || planned.manifest.tools[planned.tool].idempotent;
-        let held = match claimed {
-            Claimed::Answered(v) => return Ok(Outcome::Recorded(v)),
-            Claimed::Refused(why) => return Ok(Outcome::Refused(why)),
-            Claimed::Run(held, true) if !rerun => {
-                let answer = super::keys::indeterminate(&key);
-                held.answer(&answer).await;
-                return Ok(Outcome::Recorded(answer));
-            }
-            Claimed::Run(held, _) => held,
-        };
-        // The client's key goes upstream, the same from every replica and every retry.
-        planned.plan.given_key = Some(super::keys::upstream(&cx.caller, key));
-        let (answer, reached) = Box::pin(self.go_reached(session, planned, &cx, turn)).await;
-        if !reached {
-            held.forget().await;
-            return Ok(answer);
-        }
-        let answer = answer.answer();
-        held.answer(&answer).await;
-        Ok(Outcome::Recorded(answer))
-    }
-
-    /// A planned call from its place in the order to its answer.
-    async fn go(
-        self: &Arc<Self>,
-        session: &Session,
-        planned: Planned,
-        cx: &CallCx,
-        turn: Through,
-    ) -> Outcome {
-        self.go_reached(session, planned, cx, turn).await.0
-    }
-
-    /// [`Gateway::go`], and whether the call reached its tool.
-    async fn go_reached(
-        self: &Arc<Self>,
-        session: &Session,
-        mut planned: Planned,
-        cx: &CallCx,
-        turn: Through,
-    ) -> (Outcome, bool) {
-        planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
-        planned.ask = cx.asks.clone();
-        let tool = &planned.manifest.tools[planned.tool];
-        let limits = &planned.manifest.serve.session;
-        let share = match Box::pin(session.spend.reserve(limits, &tool.name, tool.cost)).await {
-            Ok(s) => s,
-            Err(why) => {
-                let served = crate::manifest::export_name(&tool.name);
-                self.refused(session, &cx.caller, &served, &why.text());
-                return (Outcome::Refused(why), false);
-            }
-        };
-        if self.audit.on() {
-            // Named as the client named it: a tool as served, a read by its URI.
-            let call = &planned.plan.calls[0];
-            let fields = match tool.settings_of::<crate::tools::mcp::McpSpec>() {
-                Some(s) if s.op == crate::tools::mcp::Op::ReadResource => {
-                    let own = call.args.value.get("uri").and_then(|u| u.as_str());
-                    let whole = super::catalog::whole_of(&planned.manifest, planned.tool);
-                    let uri = own.map(|u| whole.map_or_else(|| u.to_string(), |w| w.uri_of(u)));
-                    serde_json::json!({"resource": uri, "session": session.id})
-                }
-                _ => {
-                    serde_json::json!({"tool": crate::manifest::export_name(&tool.name), "session": session.id})
-                }
-            };
-            self.audit
-                .record(Event::CallAllowed, Some(&cx.caller), fields);
-        }
         let reporter = cx
             .progress
             .clone()
             .map(|sink| Arc::new(Reporter::new(sink, cx.started.clone())));
-        planned.approver = self.approver_for((&planned, session), cx, reporter.clone());
-        // A call that needs approval holds its own session's order while it waits for it, and
-        // takes its place across sessions once approved: nobody waits on another's approval.
-        let (claims, parked) = (planned.claims.clone(), planned.approver.is_some());
-        let ticket = match parked {
-            true => self.order.park(planned.seq, claims, session.id),
-            false => self.order.enter(planned.seq, claims, session.id),
+        let call = super::steps::Call {
+            gateway: self,
+            session,
+            planned,
+            cx,
+            turn,
+            tool_call: matches!(name, Target::Tool(_)),
+            reporter,
         };
-        drop(turn);
-        let _users = Users::enter(&self.users, planned.seq, planned.lane_names.clone());
-        let tell = |b: &_| {
-            if let Some(r) = &reporter {
-                r.waiting(behind_text(b));
-            }
-        };
-        let mut waited = ticket.wait_unless(&cx.cancel, tell).await;
-        let mut place = None;
-        if let (true, Some(approver)) = (waited, planned.approver.take()) {
-            let (answered, yes) = super::approve::ask_first(&planned.plan, approver).await;
-            planned.approver = Some(answered);
-            if yes {
-                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                let approved = place.insert(self.order.approved(seq, &ticket));
-                waited = approved.wait_unless(&cx.cancel, tell).await;
-            }
-        }
-        let (answer, reached) = if waited {
-            Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
-        } else {
-            (Outcome::Refused(Refusal::Cancelled), false)
-        };
-        if !reached {
-            Box::pin(session.spend.give_back(share)).await;
-        }
-        drop((place, ticket));
-        (answer, reached)
+        Ok(super::steps::Next::all().run(call).await.0)
+    }
+
+    /// The last step's next: the planned call run, with its trace and who answers its
+    /// upstream's questions; its answer and whether it reached its tool.
+    pub(super) async fn run_call(
+        self: &Arc<Self>,
+        call: super::steps::Call<'_>,
+    ) -> (Outcome, bool) {
+        let super::steps::Call {
+            session,
+            mut planned,
+            cx,
+            reporter,
+            ..
+        } = call;
+        planned.trace = TraceContext::new(cx.traceparent.as_deref(), self.finish.exports());
+        planned.ask = cx.asks.clone();
+        Box::pin(self.run(session, planned, &cx.cancel, reporter)).await
     }
 
     /// The call planned as a batch of one, with its arrival number; `Ok(Err(why))`: it
@@ -482,7 +386,7 @@ impl Gateway {
     /// The approver of a call that needs approval: the client (when in-band approval is
     /// allowed for it and the client can be asked), else out of band; it tells the client's
     /// progress what it waits for.
-    fn approver_for(
+    pub(super) fn approver_for(
         &self,
         (p, session): (&Planned, &Session),
         cx: &CallCx,
@@ -512,7 +416,7 @@ impl Gateway {
     }
 
     /// Whether the planned call needs approval and its client may give it.
-    fn in_band(&self, p: &Planned) -> bool {
+    pub(super) fn in_band(&self, p: &Planned) -> bool {
         let (m, tool) = (&p.manifest, &p.manifest.tools[p.tool]);
         tool.requires_approval
             && m.serve.approval_in_band
@@ -732,7 +636,7 @@ impl Gateway {
     }
 
     /// Say in the audit trail that `caller`'s call of `tool` was refused, and why.
-    fn refused(&self, session: &Session, caller: &Caller, tool: &str, why: &str) {
+    pub(super) fn refused(&self, session: &Session, caller: &Caller, tool: &str, why: &str) {
         if self.audit.on() {
             let fields = serde_json::json!({"tool": tool, "session": session.id, "reason": why});
             self.audit.record(Event::CallRefused, Some(caller), fields);

@@ -45,6 +45,7 @@ mod shaped;
 mod spend;
 mod status;
 mod stdio;
+mod steps;
 mod subscriptions;
 mod tasks;
 mod uri;

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
 use super::session::Session;
-use crate::run::store::records::{Add, Records};
+use crate::run::store::records::{Add, Records, Typed};
 
 /// The session id header of Streamable HTTP.
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";
@@ -123,7 +123,7 @@ pub(super) struct Sessions {
     limit: u32,
     per_tenant: u32,
     /// The shared store's sessions, and how long it keeps one after its last request.
-    shared: Option<Arc<dyn Records>>,
+    shared: Option<Typed<Kept>>,
     kept: Duration,
 }
 
@@ -132,6 +132,7 @@ impl Sessions {
         limits: &crate::manifest::ServeLimits,
         shared: Option<Arc<dyn Records>>,
     ) -> Sessions {
+        let shared = shared.map(Typed::new);
         Sessions {
             map: RwLock::default(),
             clock: AtomicU64::new(0),
@@ -166,7 +167,7 @@ impl Sessions {
         }
         e.owner = Some((caller.owner(), caller.tenant.clone()));
         if let Some(records) = &self.shared {
-            session.spend.share(records.clone(), id, self.kept);
+            session.spend.share(records.raw().clone(), id, self.kept);
         }
         e.live = Some(Arc::new(Live {
             session: Arc::downgrade(session),
@@ -191,14 +192,13 @@ impl Sessions {
             else {
                 return;
             };
-            let kept = Kept {
+            Kept {
                 owner: owner.clone(),
                 tenant: tenant.clone(),
                 state: state.clone(),
-            };
-            serde_json::to_string(&kept).unwrap_or_default()
+            }
         };
-        match records.put(id.to_string(), text, self.kept).await {
+        match records.put(id.to_string(), &text, self.kept).await {
             Ok(()) => {
                 if let Some(e) = self.write().get_mut(id) {
                     e.shared = true;
@@ -225,10 +225,7 @@ impl Sessions {
                 let shared = self.read().get(id).is_some_and(|e| e.shared);
                 return if shared { Found::Ended } else { Found::Here };
             }
-            Ok(Some(text)) => match serde_json::from_str::<Kept>(&text) {
-                Ok(k) => k,
-                Err(_) => return Found::Here,
-            },
+            Ok(Some(kept)) => kept,
         };
         let used = self.now();
         let mut map = self.write();
@@ -250,7 +247,7 @@ impl Sessions {
         let Some(records) = self.shared.clone() else {
             return Vec::new();
         };
-        let all = records
+        let all = (records.raw().clone())
             .counters(subscribed_of(id))
             .await
             .unwrap_or_default();
@@ -272,9 +269,14 @@ impl Sessions {
                 by: 1.0,
                 most: Some(1.0),
             };
-            records.tally(key, vec![add], self.kept).await.map(|_| ())
+            let raw = records.raw().clone();
+            raw.tally(key, vec![add], self.kept).await.map(|_| ())
         } else {
-            records.forget(key, vec![uri.to_string()]).await
+            records
+                .raw()
+                .clone()
+                .forget(key, vec![uri.to_string()])
+                .await
         };
         if let Err(e) = done {
             eprintln!("flux-tools: a subscription kept on this replica only: {e}");
@@ -387,7 +389,7 @@ impl SessionStore for Store {
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.0.write().remove(session_id);
         if let Some(records) = self.0.shared.clone() {
-            records.remove(session_id.to_string()).await?;
+            records.raw().clone().remove(session_id.to_string()).await?;
         }
         Ok(())
     }

@@ -238,12 +238,15 @@ impl Connection for RedisLanes {
         }))
     }
 
-    fn records(&self, kind: &str) -> Option<Arc<dyn super::records::Records>> {
+    fn records(
+        &self,
+        kind: super::records::RecordKind,
+    ) -> Option<Arc<dyn super::records::Records>> {
         Some(Arc::new(records::RedisRecords {
             conn: self.conn.clone(),
             ns: self.ns.clone(),
             url: self.url.clone(),
-            kind: kind.to_string(),
+            kind: kind.name().to_string(),
         }))
     }
 

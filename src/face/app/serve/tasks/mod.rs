@@ -33,7 +33,7 @@ use super::gateway::{CallCx, Gateway, Target};
 use super::order::Pass;
 use super::session::Session;
 use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
-use crate::run::store::records::{Add, LocalRecords, Records};
+use crate::run::store::records::{Add, LocalRecords, Records, Typed};
 
 /// How often a running task's replica looks at its record (for a cancel from elsewhere).
 const WATCH: Duration = Duration::from_millis(250);
@@ -98,7 +98,7 @@ pub(super) type Refused = super::fault::Fault;
 
 /// The gateway's tasks.
 pub(super) struct Tasks {
-    records: Arc<dyn Records>,
+    records: Typed<Record>,
     intents: Arc<dyn Intents>,
     kept: Duration,
     per_tenant: u32,
@@ -121,7 +121,7 @@ impl Tasks {
     ) -> Tasks {
         let cap = limits.keys as usize;
         Tasks {
-            records: records.unwrap_or_else(|| Arc::new(LocalRecords::new(cap))),
+            records: Typed::new(records.unwrap_or_else(|| Arc::new(LocalRecords::new(cap)))),
             intents: intents.unwrap_or_else(|| Arc::new(LocalIntents::new(cap))),
             kept: limits.tasks_kept,
             per_tenant: limits.tasks_per_tenant,
@@ -145,14 +145,12 @@ impl Tasks {
     /// the replica running it, writing the record as the call goes, never overwrites).
     async fn load(&self, id: &str) -> Option<Record> {
         // Read as it is: a task is kept its `ttl` after it last changed, however often read.
-        let text = self
-            .records
-            .clone()
-            .get(id.to_string(), Duration::ZERO)
-            .await;
-        let mut r: Record = serde_json::from_str(&text.ok()??).ok()?;
+        let read = self.records.get(id.to_string(), Duration::ZERO).await;
+        let mut r = read.ok()??;
         if r.status == Status::Working {
-            let mark = self.records.clone().get(mark_of(id), Duration::ZERO).await;
+            let mark = (self.records.raw().clone())
+                .get(mark_of(id), Duration::ZERO)
+                .await;
             if let Ok(Some(why)) = mark {
                 r.status = Status::Cancelled;
                 r.message = Some(why);
@@ -162,9 +160,8 @@ impl Tasks {
     }
 
     async fn save(&self, r: &Record) {
-        let text = serde_json::to_string(r).unwrap_or_default();
         let keep = Duration::from_millis(r.ttl);
-        if let Err(e) = self.records.clone().put(r.id.clone(), text, keep).await {
+        if let Err(e) = self.records.put(r.id.clone(), r, keep).await {
             super::say::line(format!("warning: mcp serve: task {} not saved: {e}", r.id));
         }
     }
@@ -248,6 +245,7 @@ impl Tasks {
         };
         let indexed = self
             .records
+            .raw()
             .clone()
             .tally(index_of(&r.owner), vec![index], self.kept);
         let _ = indexed.await;
@@ -262,6 +260,7 @@ impl Tasks {
     async fn prune(&self, owner: &str) {
         let mut all = self
             .records
+            .raw()
             .clone()
             .counters(index_of(owner))
             .await
@@ -273,7 +272,12 @@ impl Tasks {
                 gone.push(id);
             }
         }
-        let _ = self.records.clone().forget(index_of(owner), gone).await;
+        let _ = self
+            .records
+            .raw()
+            .clone()
+            .forget(index_of(owner), gone)
+            .await;
     }
 
     /// Start a call of `tool` with `args` as a task of `caller` (on request: `params.task`
@@ -356,7 +360,7 @@ impl Tasks {
         if promoted && kept.is_ok() {
             return Ok(TaskOr::Task(Box::new(detailed(&r).task)));
         }
-        let _ = self.records.clone().remove(r.id.clone()).await;
+        let _ = self.records.raw().clone().remove(r.id.clone()).await;
         if let Ok(claim) = kept {
             let _ = self.intents.clone().answer(claim, "done".into()).await;
         }
@@ -629,6 +633,7 @@ impl Tasks {
         let owner = caller.owner();
         let mut ids = self
             .records
+            .raw()
             .clone()
             .counters(index_of(&owner))
             .await
@@ -645,7 +650,12 @@ impl Tasks {
                 break;
             }
         }
-        let _ = self.records.clone().forget(index_of(&owner), gone).await;
+        let _ = self
+            .records
+            .raw()
+            .clone()
+            .forget(index_of(&owner), gone)
+            .await;
         out
     }
 
@@ -663,7 +673,7 @@ impl Tasks {
         r.updated = now();
         let why = r.message.clone().unwrap_or_default();
         let keep = Duration::from_millis(r.ttl);
-        if let Err(e) = self.records.clone().put(mark_of(id), why, keep).await {
+        if let Err(e) = self.records.raw().clone().put(mark_of(id), why, keep).await {
             return Err(super::fault::Fault::Internal(format!(
                 "task `{id}` could not be cancelled: {e}"
             )));

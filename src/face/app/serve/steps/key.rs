@@ -1,0 +1,52 @@
+//! A client's `_meta.idempotencyKey` (`keys.rs`): a tool call made once for it — an answer
+//! recorded for the key is given again, a retry while the first attempt runs waits for it,
+//! and a non-idempotent write whose first attempt died in flight is answered indeterminate.
+//! A resource read is a read: nothing to make once.
+
+use futures_util::future::BoxFuture;
+
+use super::{Call, Done, Next, Step};
+use crate::face::app::serve::answer::Outcome;
+use crate::face::app::serve::keys::{self, Claimed, ClientKey};
+
+pub(in crate::face::app::serve) struct Key;
+
+impl Step for Key {
+    fn run<'a>(&'a self, mut call: Call<'a>, next: Next<'a>) -> BoxFuture<'a, Done> {
+        Box::pin(async move {
+            let key = call.cx.key.clone().filter(|_| call.tool_call);
+            let Some(key) = key else {
+                return next.run(call).await;
+            };
+            let c = &call.planned.plan.calls[0];
+            let tenant = call.cx.caller.tenant.as_str();
+            let claimed = Box::pin(call.gateway.keys.claim(
+                ClientKey { tenant, key: &key },
+                (&c.tool_name, &c.args.value),
+                &call.cx.cancel,
+            ))
+            .await;
+            let rerun = !c.write || call.planned.manifest.tools[call.planned.tool].idempotent;
+            let held = match claimed {
+                Claimed::Answered(v) => return (Outcome::Recorded(v), false),
+                Claimed::Refused(why) => return (Outcome::Refused(why), false),
+                Claimed::Run(held, true) if !rerun => {
+                    let answer = keys::indeterminate(&key);
+                    held.answer(&answer).await;
+                    return (Outcome::Recorded(answer), false);
+                }
+                Claimed::Run(held, _) => held,
+            };
+            // The client's key goes upstream, the same from every replica and every retry.
+            call.planned.plan.given_key = Some(keys::upstream(&call.cx.caller, key));
+            let (answer, reached) = next.run(call).await;
+            if !reached {
+                held.forget().await;
+                return (answer, false);
+            }
+            let answer = answer.answer();
+            held.answer(&answer).await;
+            (Outcome::Recorded(answer), true)
+        })
+    }
+}
