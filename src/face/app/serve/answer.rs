@@ -55,13 +55,17 @@ impl Outcome {
 
 /// The JSON-RPC answer to request `id`: the call's `CallToolResult`, or (a protocol fault,
 /// as rmcp's handler answers it) invalid params.
-pub(super) fn reply(id: &Value, r: Result<Outcome, String>) -> Vec<u8> {
+pub(super) fn reply(id: &Value, r: Result<Outcome, super::fault::Fault>) -> Vec<u8> {
     reply_as(id, r, false)
 }
 
 /// [`reply`], to a `2026-07-28` client (`modern`) with the result's `resultType` (rmcp's
 /// handler path sets it, and strips it for older clients).
-pub(super) fn reply_as(id: &Value, r: Result<Outcome, String>, modern: bool) -> Vec<u8> {
+pub(super) fn reply_as(
+    id: &Value,
+    r: Result<Outcome, super::fault::Fault>,
+    modern: bool,
+) -> Vec<u8> {
     let id = serde_json::from_value::<RequestId>(id.clone()).ok();
     let message = match (r, id) {
         (Ok(o), Some(id)) => {
@@ -74,7 +78,7 @@ pub(super) fn reply_as(id: &Value, r: Result<Outcome, String>, modern: bool) -> 
         (Ok(_), None) => {
             ServerJsonRpcMessage::error(ErrorData::invalid_request("no request id", None), None)
         }
-        (Err(e), id) => ServerJsonRpcMessage::error(ErrorData::invalid_params(e, None), id),
+        (Err(f), id) => ServerJsonRpcMessage::error(f.error(), id),
     };
     serde_json::to_vec(&message).unwrap_or_default()
 }

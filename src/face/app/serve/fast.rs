@@ -147,7 +147,7 @@ fn call(
     key: String,
     (name, args): (String, Map<String, Value>),
     cx: CallCx,
-) -> Finish<impl Future<Output = Result<Outcome, String>> + Send + 'static> {
+) -> Finish<impl Future<Output = Result<Outcome, super::fault::Fault>> + Send + 'static> {
     let cancel = cx.cancel.clone();
     if let Ok(mut m) = live.inflight.lock() {
         m.insert(key.clone(), cancel.clone());

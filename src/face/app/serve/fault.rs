@@ -31,6 +31,9 @@ pub(super) enum Fault {
     /// No such tool, prompt or resource here (`-32602` — `-32002` for a resource to a client
     /// older than `2026-07-28`, which rmcp maps).
     Unknown { what: &'static str, name: String },
+    /// A call the gateway cannot make — an unknown tool, or one the caller's roles hide
+    /// (`-32602`, its message as said: it names the tool and a hint).
+    Call(String),
     /// A URI refused at the door (`-32602`).
     Uri { uri: String, why: String },
     /// The gateway is at a limit (`-32000`): try again later (an HTTP `429` says when).
@@ -63,6 +66,7 @@ impl Fault {
                 ErrorCode::INVALID_PARAMS,
                 format!("no {what} `{}` is served", cut(name)),
             ),
+            Fault::Call(why) => (ErrorCode::INVALID_PARAMS, why.clone()),
             Fault::Uri { uri, why } => (
                 ErrorCode::INVALID_PARAMS,
                 format!("resource `{}` is not taken: {why}", cut(uri)),
@@ -107,6 +111,7 @@ mod tests {
             (Fault::Request("x".into()), -32600),
             (Fault::Method(long.clone()), -32601),
             (Fault::Params("x".into()), -32602),
+            (Fault::Call("x".into()), -32602),
             (
                 Fault::Uri {
                     uri: long,

@@ -260,7 +260,7 @@ impl Gateway {
         name: Target<'_>,
         args: Map<String, Value>,
         cx: CallCx,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, super::fault::Fault> {
         let turn = Through(cx.arrival.clone());
         if let Some(pass) = &turn.0 {
             tokio::select! {
@@ -271,7 +271,8 @@ impl Gateway {
         // The big futures (planning with a server's start, the run) are boxed: a call that waits
         // (its turn, its place, its approval) holds only what it waits with.
         let prepared = Box::pin(self.prepare(session, name, args, &cx.caller)).await;
-        let planned = match self.judged(prepared, (session, &cx.caller, name))? {
+        let judged = self.judged(prepared, (session, &cx.caller, name));
+        let planned = match judged.map_err(super::fault::Fault::Call)? {
             Ok(p) => p,
             Err(why) => return Ok(Outcome::Refused(why)),
         };

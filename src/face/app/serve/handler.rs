@@ -448,8 +448,8 @@ impl ServerHandler for Handler {
 
 /// The answer to a `tools/call`: its result, or (a 2026-07-28 client asked to approve it)
 /// `input_required`; a protocol fault as invalid params.
-fn responded(answer: Result<Outcome, String>) -> Result<CallToolResponse, ErrorData> {
-    let answer = answer.map_err(|e| ErrorData::invalid_params(e, None))?;
+fn responded(answer: Result<Outcome, super::fault::Fault>) -> Result<CallToolResponse, ErrorData> {
+    let answer = answer.map_err(|f| f.error())?;
     if let Outcome::Ask(question, state) = answer {
         return Ok(CallToolResponse::InputRequired(input_required(
             question, state,

@@ -366,7 +366,7 @@ pub(super) async fn read(
     };
     let outcome = Box::pin(g.call(session, target, args, cx))
         .await
-        .map_err(|e| ErrorData::invalid_params(e, None))?;
+        .map_err(|f| f.error())?;
     let mut contents = match outcome {
         Outcome::Ran(r, _) if r.status == Status::Ok => r.output,
         Outcome::Ran(r, _) => {

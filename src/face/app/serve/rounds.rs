@@ -75,14 +75,14 @@ pub(super) struct Round {
     /// Asked of the client, not yet answered, by key.
     waiting: BTreeMap<String, Question>,
     keys: u32,
-    done: tokio::task::JoinHandle<Result<Outcome, String>>,
+    done: tokio::task::JoinHandle<Result<Outcome, super::fault::Fault>>,
     /// Ends the call when the round is dropped (spent, expired, refused).
     _stop: DropGuard,
 }
 
 /// Where a round stands after its client's request.
 pub(super) enum Turn {
-    Done(Result<Outcome, String>),
+    Done(Result<Outcome, super::fault::Fault>),
     Ask(InputRequiredResult),
     /// Its tenant has its limit of calls waiting for answers: the call is ended.
     Refused(Fault),
@@ -159,7 +159,7 @@ impl Rounds {
         tool: &str,
         questions: Questions,
         stop: CancellationToken,
-        call: impl Future<Output = Result<Outcome, String>> + Send + 'static,
+        call: impl Future<Output = Result<Outcome, super::fault::Fault>> + Send + 'static,
     ) -> Round {
         let state = format!(
             "{STATE}{}:{:016x}{:016x}",
@@ -223,7 +223,7 @@ impl Rounds {
                 biased;
                 Some(q) = round.questions.recv() => round.ask(q),
                 r = &mut round.done => {
-                    let r = r.unwrap_or_else(|e| Err(format!("the call failed: {e}")));
+                    let r = r.unwrap_or_else(|e| Err(Fault::Internal(format!("the call failed: {e}"))));
                     return Turn::Done(r);
                 }
             }

@@ -80,7 +80,7 @@ struct Run {
 /// while it is there (taken: the call is a task now); `parked` is told when the call parks
 /// for approval; `said` is the last thing the call said.
 struct Front {
-    waiting: Mutex<Option<oneshot::Sender<Result<Outcome, String>>>>,
+    waiting: Mutex<Option<oneshot::Sender<Result<Outcome, crate::face::app::serve::fault::Fault>>>>,
     parked: tokio::sync::Notify,
     said: Mutex<Option<String>>,
 }
@@ -88,7 +88,7 @@ struct Front {
 /// What a call of a client that takes tasks came to.
 pub(super) enum TaskOr {
     /// It ended before it became a task.
-    Done(Result<Outcome, String>),
+    Done(Result<Outcome, crate::face::app::serve::fault::Fault>),
     /// It goes on as this task.
     Task(Box<rmcp::model::Task>),
 }
@@ -335,7 +335,11 @@ impl Tasks {
             .task_after
             .unwrap_or(TASK_AFTER);
         let ended = |out: Result<_, _>| {
-            out.unwrap_or_else(|_| Err("the call ended without an answer".to_string()))
+            out.unwrap_or_else(|_| {
+                Err(super::fault::Fault::Internal(
+                    "the call ended without an answer".to_string(),
+                ))
+            })
         };
         tokio::select! {
             out = &mut rx => return Ok(TaskOr::Done(ended(out))),
@@ -480,7 +484,7 @@ impl Tasks {
         }
         let answer = match out {
             Ok(o) => o.answer(),
-            Err(e) => super::answer::error(&e),
+            Err(e) => super::answer::error(&e.error().message),
         };
         self.finish(r, claim, answer).await;
     }
