@@ -114,7 +114,13 @@ impl HttpGateway {
     }
 
     /// Start `cmd` (an `mcp serve --http` command line) and wait until it listens.
-    pub(crate) fn spawned(mut cmd: Command) -> HttpGateway {
+    pub(crate) fn spawned(cmd: Command) -> HttpGateway {
+        HttpGateway::try_spawned(cmd)
+            .unwrap_or_else(|said| panic!("the gateway exited before listening: {said}"))
+    }
+
+    /// [`HttpGateway::spawned`]; `Err`: what the gateway said when it exited before listening.
+    pub(crate) fn try_spawned(mut cmd: Command) -> Result<HttpGateway, String> {
         cmd.env("CI", "true")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -126,11 +132,13 @@ impl HttpGateway {
         };
         let mut lines = BufReader::new(gw.child.stderr.take().expect("stderr"));
         let mut line = String::new();
+        let mut said = String::new();
         loop {
             line.clear();
             if lines.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("the gateway exited before listening");
+                return Err(said);
             }
+            said.push_str(&line);
             if let Some(rest) = line
                 .trim()
                 .strip_prefix("flux-tools mcp serve: listening on ")
@@ -147,7 +155,7 @@ impl HttpGateway {
                         line.clear();
                     }
                 });
-                return gw;
+                return Ok(gw);
             }
         }
     }
@@ -633,6 +641,16 @@ pub(crate) fn raw_post_with(
 }
 
 /// A whole HTTP response: the head (lower-cased) and the body.
+/// The JSON-RPC message of an HTTP answer's body (plain JSON, or an SSE `data:` line).
+pub(crate) fn message_of(text: &str) -> Value {
+    let line = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .find(|l| l.contains("\"jsonrpc\""))
+        .unwrap_or(text);
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 pub(crate) fn raw_response(s: std::net::TcpStream) -> (String, String) {
     let mut all = String::new();
     let _ = BufReader::new(s).read_to_string(&mut all);

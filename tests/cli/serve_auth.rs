@@ -137,7 +137,8 @@ impl Drop for Issuer {
 }
 
 /// A gateway on `port` for `manifest`, writing its audit trail to `audit.jsonl`.
-fn gateway(p: &Project, port: u16, env: &[(&str, &str)]) -> HttpGateway {
+/// The gateway of `p` on `port`; `Err`: what it said when it exited before listening.
+fn try_gateway(p: &Project, port: u16, env: &[(&str, &str)]) -> Result<HttpGateway, String> {
     let mut cmd = Command::new(flux_bin());
     cmd.current_dir(p.path())
         .args(["mcp", "serve", "--http", &format!("127.0.0.1:{port}")])
@@ -145,7 +146,7 @@ fn gateway(p: &Project, port: u16, env: &[(&str, &str)]) -> HttpGateway {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    HttpGateway::spawned(cmd)
+    HttpGateway::try_spawned(cmd)
 }
 
 /// The manifest: two tools and one that needs approval, `reader` and `admin` roles.
@@ -180,15 +181,23 @@ fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
 /// A project with [`manifest`], its authorization server, and its gateway (with `ADMIN` and
 /// `env`); `None`: `oidc-provider` is not installed (skipped).
 fn signed_in(env: &[(&str, &str)]) -> Option<(Project, Issuer, HttpGateway)> {
-    let p = Project::new("");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let issuer = Issuer::start(p.path(), &resource)?;
-    manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
-    let mut all = vec![("ADMIN", "adm1n")];
-    all.extend_from_slice(env);
-    let gw = gateway(&p, port, &all);
-    Some((p, issuer, gw))
+    // The port is named in the manifest before the gateway binds it: another test may take
+    // it meanwhile, and then the whole setup is made again on another.
+    for _ in 0..3 {
+        let p = Project::new("");
+        let port = free_port();
+        let resource = format!("http://127.0.0.1:{port}/mcp");
+        let issuer = Issuer::start(p.path(), &resource)?;
+        manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
+        let mut all = vec![("ADMIN", "adm1n")];
+        all.extend_from_slice(env);
+        match try_gateway(&p, port, &all) {
+            Ok(gw) => return Some((p, issuer, gw)),
+            Err(said) if said.contains("in use") => continue,
+            Err(said) => panic!("the gateway exited before listening: {said}"),
+        }
+    }
+    panic!("three free ports were taken before the gateway could bind them")
 }
 
 /// The OAuth client's run: signs in as `login` and does `action`.

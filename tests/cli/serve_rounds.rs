@@ -114,13 +114,7 @@ fn call(
         ("Mcp-Name", tool),
     ];
     let (_, text) = raw_response(raw_post_with(addr, None, &body.to_string(), &headers));
-    let line = text
-        .lines()
-        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-        .find(|l| l.contains("\"jsonrpc\""))
-        .unwrap_or(&text)
-        .to_string();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {text}"))
+    crate::serve::message_of(&text)
 }
 
 /// The question's key and the state of an `input_required` answer.

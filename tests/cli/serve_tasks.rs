@@ -262,13 +262,7 @@ fn modern(addr: &str, token: &str, method: &str, mut params: Value) -> Value {
     }
     let s = crate::serve::raw_post_with(addr, None, &body.to_string(), &headers);
     let (_, text) = raw_response(s);
-    let line = text
-        .lines()
-        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-        .find(|l| l.contains("\"jsonrpc\""))
-        .unwrap_or(&text)
-        .to_string();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {text}"))
+    crate::serve::message_of(&text)
 }
 
 /// The id of the task `made` says the call goes on as.
