@@ -36,6 +36,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["plan"],
     &["tools"],
+    &["store"],
     &["run"],
     // The reporters.
     &["history", "report"],
@@ -92,6 +93,7 @@ fn src() -> PathBuf {
 const FOLDERS: &[Option<&str>] = &[
     Some("ground"),
     Some("model"),
+    None,
     None,
     None,
     None,

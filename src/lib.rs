@@ -23,6 +23,7 @@ mod model;
 mod plan;
 mod reporters;
 mod run;
+mod store;
 mod tools;
 
 pub(crate) use face::{app, cli};

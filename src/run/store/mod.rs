@@ -13,8 +13,6 @@
 //! across tenants; the waiter chosen next is not starved by light ones behind it. Stores
 //! shared across processes and machines implement the same trait.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +20,8 @@ use std::time::Duration;
 use crate::plan::LaneSpec;
 
 mod fair;
-pub(crate) mod intents;
 mod local;
 mod memory;
-pub(crate) mod records;
 mod redis;
 pub(crate) mod window;
 use crate::events::LaneStats;
@@ -39,8 +35,7 @@ pub(crate) use window::{refusal, Charge};
 /// A call's backends and how it holds them, by name.
 pub(crate) type Claims = Arc<[(String, crate::plan::Claim)]>;
 
-/// A boxed future, for the object-safe store trait.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) use crate::store::{intents, records, BoxFuture, LaneError};
 
 /// Permits held in one lane; dropping it gives them back.
 pub struct Lease {
@@ -197,11 +192,6 @@ pub trait Beats: Send + Sync {
     /// When each gateway last said it lives.
     fn beats(self: Arc<Self>) -> BoxFuture<'static, Result<Vec<(String, f64)>, LaneError>>;
 }
-
-/// Why a lane could not be acquired.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("lane store: {0}")]
-pub struct LaneError(pub String);
 
 /// Where lane permits and tokens live, and what else runs share through a store — in
 /// facets, so a store implements what it offers (the defaults are what a store that is not

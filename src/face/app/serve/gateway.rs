@@ -5,7 +5,7 @@
 //! must follow by arrival ([`super::order`]). A client's cancellation stops the call where
 //! it is: waiting for its turn, in a lane, or in flight at its tool.
 
-use crate::run::store::records::RecordKind;
+use crate::store::records::RecordKind;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

@@ -17,7 +17,7 @@ use super::answer::{self, Refusal};
 use super::caller::{Caller, Via};
 use crate::events::ErrorKind;
 use crate::manifest::ServeLimits;
-use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
+use crate::store::intents::{Claim, Intent, Intents, LocalIntents};
 
 /// The longest key a client may send (bytes).
 const MAX_KEY: usize = 256;

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::Caller;
 use super::session::Session;
-use crate::run::store::records::{Add, Records, Typed};
+use crate::store::records::{Add, Records, Typed};
 
 /// The session id header of Streamable HTTP.
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::answer::Refusal;
 use crate::events::ErrorKind;
 use crate::manifest::SessionLimits;
-use crate::run::store::records::{Add, Records};
+use crate::store::records::{Add, Records};
 
 /// Slack for sums of decimal costs (`0.1 + 0.2`).
 const EPSILON: f64 = 1e-9;

@@ -10,8 +10,8 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use super::store_error;
-use crate::run::store::intents::{Claim, Intent, Intents};
 use crate::run::store::{BoxFuture, LaneError};
+use crate::store::intents::{Claim, Intent, Intents};
 
 /// KEYS: the intent, its owner. ARGV: hash, token, lease ms, keep s.
 const CLAIM: &str = r"

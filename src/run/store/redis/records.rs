@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 use super::store_error;
-use crate::run::store::records::{Add, Records, Tally};
 use crate::run::store::{BoxFuture, LaneError};
+use crate::store::records::{Add, Records, Tally};
 
 pub(super) struct RedisRecords {
     pub conn: ConnectionManager,

@@ -32,8 +32,8 @@ use super::caller::{Caller, Via};
 use super::gateway::{CallCx, Gateway, Target};
 use super::order::Pass;
 use super::session::Session;
-use crate::run::store::intents::{Claim, Intent, Intents, LocalIntents};
-use crate::run::store::records::{Add, LocalRecords, Records, Typed};
+use crate::store::intents::{Claim, Intent, Intents, LocalIntents};
+use crate::store::records::{Add, LocalRecords, Records, Typed};
 
 /// How often a running task's replica looks at its record (for a cancel from elsewhere).
 const WATCH: Duration = Duration::from_millis(250);
