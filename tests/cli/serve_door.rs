@@ -224,6 +224,37 @@ fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
     }
 }
 
+#[test]
+fn a_prompt_get_sent_after_a_write_on_one_wire_waits_for_it() {
+    let p = Project::new("");
+    let log = p.path().join("server.log");
+    own_whole(&p, &log, "");
+    let mut gw = StdioGateway::start(&p, &[]);
+    for round in 0..3 {
+        let tag = format!("w{round}");
+        gw.call(100 + round, "own_write", json!({"ms": 600, "tag": tag}));
+        let msg = json!({"jsonrpc": "2.0", "id": 200 + round, "method": "prompts/get", "params": {"name": "own_greet"}});
+        gw.send(&msg.to_string());
+        let answers: Vec<Value> = (0..2).map(|_| next_answer(&gw)).collect();
+        let got = answers.iter().find(|a| a["id"] == 200 + round);
+        assert!(
+            got.is_some_and(|r| r["result"]["messages"].is_array()),
+            "{answers:?}"
+        );
+        let lines = log_lines(&log);
+        let gets: Vec<u128> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("prompt-start "))
+            .filter_map(|r| r.trim().parse().ok())
+            .collect();
+        let got_at = gets.last().copied().unwrap_or_default();
+        assert!(
+            got_at >= when(&lines, &format!("end {tag}")),
+            "round {round}: {lines:?}"
+        );
+    }
+}
+
 /// The next answer to a request (notifications skipped).
 fn next_answer(gw: &StdioGateway) -> Value {
     loop {

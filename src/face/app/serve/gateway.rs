@@ -384,6 +384,34 @@ impl Gateway {
         }))
     }
 
+    /// The place of a request that reads whole server `server` without running as a call (a
+    /// prompt get, a completion, a subscribe): after the requests read before it on its wire
+    /// (`arrival`), then after a write on the server's backends that came before it — as a
+    /// resource read's. Held while the request is forwarded; `None`: cancelled while it waited.
+    pub(super) async fn read_place(
+        &self,
+        session: &Session,
+        server: &str,
+        (arrival, cancel): (Option<Arc<order::Pass>>, &CancellationToken),
+    ) -> Option<order::Ticket> {
+        let turn = Through(arrival);
+        if let Some(pass) = &turn.0 {
+            tokio::select! {
+                () = pass.wait() => {}
+                () = cancel.cancelled() => return None,
+            }
+        }
+        let m = self.catalog.manifest();
+        let chain = session.id.to_string();
+        let claims = crate::tools::mcp::reader_for(&m, server, "")
+            .map(|t| crate::plan::claims::claims(&m.tools[t], m.concurrency.hazards, &chain))
+            .unwrap_or_default();
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let ticket = self.order.enter(seq, claims, session.id);
+        drop(turn);
+        ticket.wait_unless(cancel, |_| {}).await.then_some(ticket)
+    }
+
     /// The approver of a call that needs approval: the client (when in-band approval is
     /// allowed for it and the client can be asked), else out of band; it tells the client's
     /// progress what it waits for.

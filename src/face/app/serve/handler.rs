@@ -80,7 +80,7 @@ impl Handler {
         tokio::spawn(async move {
             for uri in me.gateway.http_sessions.subscriptions(&id).await {
                 let who = (me.session.id, &Listener::Peer(peer.clone()), &caller);
-                let _ = passthrough::subscribe(&me.gateway, who, &uri, true).await;
+                let _ = passthrough::subscribe(&me.gateway, who, (&uri, true), None).await;
             }
         });
     }
@@ -127,8 +127,15 @@ impl Handler {
         on: bool,
     ) -> Result<(), ErrorData> {
         let to = Listener::Peer(context.peer.clone());
+        let at = self.at(context);
         let who = (self.session.id, &to, &self.caller(context));
-        Box::pin(passthrough::subscribe(&self.gateway, who, uri, on)).await?;
+        Box::pin(passthrough::subscribe(
+            &self.gateway,
+            who,
+            (uri, on),
+            Some(&at),
+        ))
+        .await?;
         if let Some(id) = Handler::http_session(context) {
             let sessions = &self.gateway.http_sessions;
             sessions.note_subscription(&id, uri, on).await;
@@ -381,8 +388,8 @@ impl ServerHandler for Handler {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let caller = self.caller(&context);
-        Box::pin(passthrough::prompt(&self.gateway, request, &caller))
+        let (caller, at) = (self.caller(&context), self.at(&context));
+        Box::pin(passthrough::prompt(&self.gateway, request, (&caller, &at)))
             .await
             .map(|r| GetPromptResponse::Complete(r.complete()))
     }
@@ -392,10 +399,14 @@ impl ServerHandler for Handler {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let caller = self.caller(&context);
-        Box::pin(passthrough::complete(&self.gateway, request, &caller))
-            .await
-            .map(Complete::complete)
+        let (caller, at) = (self.caller(&context), self.at(&context));
+        Box::pin(passthrough::complete(
+            &self.gateway,
+            request,
+            (&caller, &at),
+        ))
+        .await
+        .map(Complete::complete)
     }
 
     fn accepted_subscription_filter(
@@ -471,6 +482,16 @@ fn answers_in_follow_ups(context: &RequestContext<RoleServer>) -> Option<(bool, 
 }
 
 impl Handler {
+    /// Where a request that reads a whole server stands (its place on the wire; cancelled by
+    /// its client).
+    fn at(&self, context: &RequestContext<RoleServer>) -> passthrough::At<'_> {
+        passthrough::At {
+            session: &self.session,
+            arrival: arrival(context),
+            cancel: context.ct.clone(),
+        }
+    }
+
     /// A 2026-07-28 client's call of `tool` whose upstream may ask it something: the call runs
     /// as a round (see `rounds`), ended with the session or when the round is dropped.
     async fn round(

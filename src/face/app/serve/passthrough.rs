@@ -410,14 +410,31 @@ pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsR
     from_json(json!({ "prompts": all }))
 }
 
+/// Where a request that reads a whole server stands: its session, its place on its wire, and
+/// what cancels it. It takes its place as a resource read does (`Gateway::read_place`).
+pub(super) struct At<'a> {
+    pub session: &'a Session,
+    pub arrival: Option<Arc<super::order::Pass>>,
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
+impl At<'_> {
+    /// Its place before it reaches `server`, held while it is forwarded.
+    async fn place(&self, g: &Gateway, server: &str) -> Result<super::order::Ticket, ErrorData> {
+        let place = g.read_place(self.session, server, (self.arrival.clone(), &self.cancel));
+        let cancelled = || Fault::Request("the request was cancelled".into()).error();
+        Box::pin(place).await.ok_or_else(cancelled)
+    }
+}
+
 /// `prompts/get` of a served prompt name: its server's messages, as they came.
 pub(super) async fn prompt(
     g: &Gateway,
     request: GetPromptRequestParams,
-    caller: &Caller,
+    (caller, at): (&Caller, &At<'_>),
 ) -> Result<GetPromptResult, ErrorData> {
     let name = request.name.clone();
-    let got = Box::pin(get_prompt(g, request, caller)).await;
+    let got = Box::pin(get_prompt(g, request, caller, at)).await;
     match &got {
         Err(e) => refused(g, caller, AskedFor::Prompt(&name), &e.message),
         Ok(_) if g.audit.on() => {
@@ -433,6 +450,7 @@ async fn get_prompt(
     g: &Gateway,
     mut request: GetPromptRequestParams,
     caller: &Caller,
+    at: &At<'_>,
 ) -> Result<GetPromptResult, ErrorData> {
     let manifest = g.catalog.manifest();
     let name = request.name.clone();
@@ -458,6 +476,7 @@ async fn get_prompt(
         return Err(not_found());
     }
     request.name = own;
+    let _place = at.place(g, &server).await?;
     let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(request));
     ask(&hub, &server, request, |a| match a {
         ServerResult::GetPromptResult(r) => Some(r),
@@ -470,7 +489,7 @@ async fn get_prompt(
 pub(super) async fn complete(
     g: &Gateway,
     request: CompleteRequestParams,
-    caller: &Caller,
+    (caller, at): (&Caller, &At<'_>),
 ) -> Result<CompleteResult, ErrorData> {
     let manifest = g.catalog.manifest();
     let mut v = serde_json::to_value(&request)
@@ -515,6 +534,7 @@ pub(super) async fn complete(
     let started = g.catalog.ensure(&server).await;
     started.map_err(|e| Fault::Internal(e.to_string()).error())?;
     let request = from_json(json!({"method": "completion/complete", "params": v}))?;
+    let _place = at.place(g, &server).await?;
     ask(&hub, &server, request, |a| match a {
         ServerResult::CompleteResult(r) => Some(r),
         _ => None,
@@ -523,12 +543,13 @@ pub(super) async fn complete(
 }
 
 /// `resources/subscribe` (`on = true`) or `unsubscribe` of a served URI by session `id`: the
-/// server is asked once for the first session, and told to stop after the last.
+/// server is asked once for the first session, and told to stop after the last. A session's
+/// request takes its place as a read does (`at`; a listen stream's has none).
 pub(super) async fn subscribe(
     g: &Gateway,
     (id, peer, caller): (u64, &Listener, &Caller),
-    uri: &str,
-    on: bool,
+    (uri, on): (&str, bool),
+    at: Option<&At<'_>>,
 ) -> Result<(), ErrorData> {
     // Taken as a read is (a stop is taken as named: what was subscribed to may be gone).
     let (server, own) = if on {
@@ -551,6 +572,10 @@ pub(super) async fn subscribe(
         .error()
     };
     let hub = g.catalog.now().hub().ok_or_else(not_found)?;
+    let _place = match at {
+        Some(at) => Some(at.place(g, &server).await?),
+        None => None,
+    };
     let key = (server.clone(), own.clone());
     let (first, last) = {
         let mut subs = g.followers.subscribed.lock().map_err(|_| not_found())?;

@@ -3,7 +3,8 @@
 //! answered as JSON-RPC says: each line is classified by the entry ([`super::entry::stdio_line`]:
 //! `-32700`, `-32600`, `-32602` with the id when it can be read); a line longer than
 //! [`MAX_LINE`] is skipped to its end and refused `-32600`. Each `tools/call` and
-//! `resources/read` is numbered as it is read ([`super::order::Arrival`]), so its session's
+//! `resources/read` (and each other read of a whole server: `prompts/get`,
+//! `completion/complete`, `resources/subscribe`) is numbered as it is read ([`super::order::Arrival`]), so its session's
 //! calls and reads take their places in the order they came; a call the client cancelled gets
 //! no response (the specification's "SHOULD NOT"). Its [`Outbox`] tells the face when every
 //! request read has been answered and every line written, so a gateway that stops on a signal
@@ -234,6 +235,19 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
                     ClientRequest::ReadResourceRequest(read) => {
                         let pass = Arc::new(self.turnstile.pass());
                         read.extensions.insert(Arrival(pass));
+                    }
+                    // So do the other reads of a whole server.
+                    ClientRequest::GetPromptRequest(get) => {
+                        let pass = Arc::new(self.turnstile.pass());
+                        get.extensions.insert(Arrival(pass));
+                    }
+                    ClientRequest::CompleteRequest(complete) => {
+                        let pass = Arc::new(self.turnstile.pass());
+                        complete.extensions.insert(Arrival(pass));
+                    }
+                    ClientRequest::SubscribeRequest(subscribe) => {
+                        let pass = Arc::new(self.turnstile.pass());
+                        subscribe.extensions.insert(Arrival(pass));
                     }
                     ClientRequest::InitializeRequest(init) => {
                         let caps = &init.params.capabilities;

@@ -36,7 +36,7 @@ pub(super) async fn listen(
     }
     let mut subscribed = Vec::new();
     for uri in accepted.resource_subscriptions.iter().flatten() {
-        let on = passthrough::subscribe(g, (id, &to, caller), uri, true).await;
+        let on = passthrough::subscribe(g, (id, &to, caller), (uri, true), None).await;
         if on.is_ok() {
             subscribed.push(uri.clone());
         }
@@ -58,7 +58,7 @@ pub(super) async fn listen(
         f.unlisted(what, id);
     }
     for uri in subscribed {
-        let _ = passthrough::subscribe(g, (id, &to, caller), &uri, false).await;
+        let _ = passthrough::subscribe(g, (id, &to, caller), (&uri, false), None).await;
     }
     Ok(())
 }
