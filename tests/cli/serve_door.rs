@@ -193,8 +193,10 @@ fn cut(v: &Value) -> String {
     v.to_string().chars().take(400).collect()
 }
 
-#[test]
-fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
+/// Over one stdio wire, a write of 600 ms and then `method` with `params` (a read of the same
+/// server), three times: the read's answer has `field`, and the server logged `started`
+/// (`read-start`, `prompt-start`) only once the write before it had ended.
+fn a_read_after_a_write_waits_for_it(method: &str, params: Value, (field, started): (&str, &str)) {
     let p = Project::new("");
     let log = p.path().join("server.log");
     own_whole(&p, &log, "");
@@ -202,18 +204,18 @@ fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
     for round in 0..3 {
         let tag = format!("w{round}");
         gw.call(100 + round, "own_write", json!({"ms": 600, "tag": tag}));
-        let msg = json!({"jsonrpc": "2.0", "id": 200 + round, "method": "resources/read", "params": {"uri": "own+note://board"}});
+        let msg = json!({"jsonrpc": "2.0", "id": 200 + round, "method": method, "params": params});
         gw.send(&msg.to_string());
         let answers: Vec<Value> = (0..2).map(|_| next_answer(&gw)).collect();
         let read = answers.iter().find(|a| a["id"] == 200 + round);
         assert!(
-            read.is_some_and(|r| r["result"]["contents"].is_array()),
+            read.is_some_and(|r| r["result"][field].is_array()),
             "{answers:?}"
         );
         let lines = log_lines(&log);
         let reads: Vec<u128> = lines
             .iter()
-            .filter_map(|l| l.strip_prefix("read-start "))
+            .filter_map(|l| l.strip_prefix(started))
             .filter_map(|r| r.trim().parse().ok())
             .collect();
         let read_at = reads.last().copied().unwrap_or_default();
@@ -225,34 +227,15 @@ fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
 }
 
 #[test]
+fn a_resource_read_sent_after_a_write_on_one_wire_waits_for_it() {
+    let read = json!({"uri": "own+note://board"});
+    a_read_after_a_write_waits_for_it("resources/read", read, ("contents", "read-start "));
+}
+
+#[test]
 fn a_prompt_get_sent_after_a_write_on_one_wire_waits_for_it() {
-    let p = Project::new("");
-    let log = p.path().join("server.log");
-    own_whole(&p, &log, "");
-    let mut gw = StdioGateway::start(&p, &[]);
-    for round in 0..3 {
-        let tag = format!("w{round}");
-        gw.call(100 + round, "own_write", json!({"ms": 600, "tag": tag}));
-        let msg = json!({"jsonrpc": "2.0", "id": 200 + round, "method": "prompts/get", "params": {"name": "own_greet"}});
-        gw.send(&msg.to_string());
-        let answers: Vec<Value> = (0..2).map(|_| next_answer(&gw)).collect();
-        let got = answers.iter().find(|a| a["id"] == 200 + round);
-        assert!(
-            got.is_some_and(|r| r["result"]["messages"].is_array()),
-            "{answers:?}"
-        );
-        let lines = log_lines(&log);
-        let gets: Vec<u128> = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix("prompt-start "))
-            .filter_map(|r| r.trim().parse().ok())
-            .collect();
-        let got_at = gets.last().copied().unwrap_or_default();
-        assert!(
-            got_at >= when(&lines, &format!("end {tag}")),
-            "round {round}: {lines:?}"
-        );
-    }
+    let get = json!({"name": "own_greet"});
+    a_read_after_a_write_waits_for_it("prompts/get", get, ("messages", "prompt-start "));
 }
 
 /// The next answer to a request (notifications skipped).

@@ -217,6 +217,11 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
         }
     }
 
+    /// Give a request its place in the wire's order ([`Arrival`]).
+    fn stamp(&self, extensions: &mut rmcp::model::Extensions) {
+        extensions.insert(Arrival(Arc::new(self.turnstile.pass())));
+    }
+
     /// Number a call, remember a request, note a cancellation (and cancel a call of the short
     /// way), learn from `initialize` whether the short way may be taken.
     fn note(&mut self, msg: &mut ClientJsonRpcMessage) {
@@ -227,28 +232,13 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> Wire<R> {
             ClientJsonRpcMessage::Request(r) => {
                 calls.inflight.insert(key(&r.id));
                 match &mut r.request {
-                    // A call and a resource read take their places in the wire's order.
-                    ClientRequest::CallToolRequest(call) => {
-                        let pass = Arc::new(self.turnstile.pass());
-                        call.extensions.insert(Arrival(pass));
-                    }
-                    ClientRequest::ReadResourceRequest(read) => {
-                        let pass = Arc::new(self.turnstile.pass());
-                        read.extensions.insert(Arrival(pass));
-                    }
-                    // So do the other reads of a whole server.
-                    ClientRequest::GetPromptRequest(get) => {
-                        let pass = Arc::new(self.turnstile.pass());
-                        get.extensions.insert(Arrival(pass));
-                    }
-                    ClientRequest::CompleteRequest(complete) => {
-                        let pass = Arc::new(self.turnstile.pass());
-                        complete.extensions.insert(Arrival(pass));
-                    }
-                    ClientRequest::SubscribeRequest(subscribe) => {
-                        let pass = Arc::new(self.turnstile.pass());
-                        subscribe.extensions.insert(Arrival(pass));
-                    }
+                    // A call and every read of a whole server take their places in the
+                    // wire's order.
+                    ClientRequest::CallToolRequest(r) => self.stamp(&mut r.extensions),
+                    ClientRequest::ReadResourceRequest(r) => self.stamp(&mut r.extensions),
+                    ClientRequest::GetPromptRequest(r) => self.stamp(&mut r.extensions),
+                    ClientRequest::CompleteRequest(r) => self.stamp(&mut r.extensions),
+                    ClientRequest::SubscribeRequest(r) => self.stamp(&mut r.extensions),
                     ClientRequest::InitializeRequest(init) => {
                         let caps = &init.params.capabilities;
                         self.declared = Some(Declared {
