@@ -50,6 +50,26 @@ fn run_suite((node, cli): &(PathBuf, PathBuf), url: &str) -> (Vec<String>, Strin
     (lines, total)
 }
 
+/// The suite's lines and total at `url`, run again once when a scenario failed (or, with
+/// `want`, when they differ from it): on a loaded 2-core machine a scenario's client may time out
+/// once (`tools-call-sampling` did, against our server directly, in one CI run).
+fn settled(
+    suite: &(PathBuf, PathBuf),
+    url: &str,
+    want: Option<&Vec<String>>,
+) -> (Vec<String>, String) {
+    let first = run_suite(suite, url);
+    let good = |r: &(Vec<String>, String)| match want {
+        Some(w) => r.0 == *w,
+        None => r.1.contains(" 0 failed"),
+    };
+    if good(&first) {
+        return first;
+    }
+    eprintln!("the conformance suite at {url} is run again: {}", first.1);
+    run_suite(suite, url)
+}
+
 /// Our conformance server over Streamable HTTP on a free port, once it answers.
 struct Direct(Child, u16);
 
@@ -92,7 +112,7 @@ fn the_conformance_suite_passes_through_the_gateway_as_it_passes_directly() {
         return;
     };
     let direct = Direct::start(&py);
-    let (want, want_total) = run_suite(&suite, &format!("http://localhost:{}/mcp", direct.1));
+    let (want, want_total) = settled(&suite, &format!("http://localhost:{}/mcp", direct.1), None);
     assert!(want.len() >= 30, "{want:?}");
     assert!(
         want_total.contains(" 0 failed"),
@@ -105,7 +125,8 @@ fn the_conformance_suite_passes_through_the_gateway_as_it_passes_directly() {
     ));
     let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
     let port = gw.addr().rsplit(':').next().unwrap_or_default().to_string();
-    let (got, total) = run_suite(&suite, &format!("http://localhost:{port}/mcp"));
+    let url = format!("http://localhost:{port}/mcp");
+    let (got, total) = settled(&suite, &url, Some(&want));
     assert_eq!(got, want, "through the gateway: {total}");
     assert_eq!(total, want_total);
 }
