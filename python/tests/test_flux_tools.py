@@ -210,3 +210,68 @@ text = { type = "string", required = true }
     with flux_tools.Session(manifest=str(manifest), run_id="wf-9") as session:
         runs = [session.turn(reply)["run_id"] for _ in range(2)]
     assert runs == ["wf-9-1", "wf-9-2"]
+
+
+OWNED = r"""
+[concurrency.per_tool]
+slow = 1
+
+[tools.slow]
+kind = "command"
+effect = "write"
+idempotent = true
+command = ["sh", "-c", '''
+d=$1; n=$2
+for f in "$d"/pid-*; do
+  [ -e "$f" ] || continue
+  s=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$(cat "$f")/status" 2>/dev/null)
+  if [ -n "$s" ] && [ "$s" != Z ]; then echo "overlap $n" >> "$d/log"; fi
+done
+echo $$ > "$d/pid-$n"
+echo "start $n" >> "$d/log"
+sleep 3
+echo "end $n" >> "$d/log"
+''', "slow", "{dir}", "{name}"]
+stdin = "none"
+"""
+
+
+def test_a_killed_session_takes_its_tool_with_it_and_the_lane_waits_for_that(tmp_path):
+    import signal
+    import time
+
+    manifest = tmp_path / "tools.toml"
+    manifest.write_text(OWNED)
+    log = tmp_path / "log"
+    call = lambda name: [{"tool": "slow", "args": {"dir": str(tmp_path), "name": name}}]
+    session = flux_tools.Session(manifest=str(manifest))
+    died = []
+    turn = threading.Thread(target=lambda: died.append(_raises(session.turn, call("a"))))
+    turn.start()
+    deadline = time.monotonic() + 15
+    while "start a" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int((tmp_path / "pid-a").read_text())
+    os.kill(session.pid, signal.SIGKILL)
+    turn.join(10)
+    assert died == [True]
+    second = flux_tools.run(json.dumps(call("b")), manifest=str(manifest))
+    assert second["results"][0]["status"] == "ok", second
+    time.sleep(0.5)
+    text = log.read_text()
+    assert "overlap" not in text and "end a" not in text, text
+    # Nothing of the killed session's tool is left (a zombie awaiting its reaper aside).
+    try:
+        state = open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        state = None
+    assert state in (None, "Z"), state
+    session.close()
+
+
+def _raises(f, *args):
+    try:
+        f(*args)
+    except flux_tools.FluxToolsError:
+        return True
+    return False

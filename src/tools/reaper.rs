@@ -6,18 +6,80 @@
 //! then exits. So a lane's permits (file locks and leases that lapse with the process) are
 //! never freed while the work they bounded still runs.
 //!
-//! Off until [`start`] (`mcp serve` starts it): then two small writes a program.
+//! A permit must not outlive the work either way: the local store's slot files are listed
+//! here while held ([`hold`]), and every program started inherits them ([`inherit_held`], in
+//! the child before `execve`), so a dead process's permit is freed by the kernel only when its
+//! last program is gone — the watchdog's kill, not the death itself, hands it on.
+//!
+//! Off until [`start`] (`mcp serve` starts it) or, after [`arm`] (every face that runs tools),
+//! until the first program starts: then two small writes a program.
 
 use std::io::{BufRead, Write};
 use std::process::{ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
 
 /// The argument that makes the binary the watchdog.
 pub(crate) const ARG: &str = "__reaper";
 
 static ON: AtomicBool = AtomicBool::new(false);
+static ARMED: AtomicBool = AtomicBool::new(false);
 static PIPE: Mutex<Option<ChildStdin>> = Mutex::new(None);
+/// Why the watchdog could not start, once it was asked to.
+static FAILED: Mutex<Option<String>> = Mutex::new(None);
+
+/// How many permit descriptors are handed to programs at once; more are held as before (the
+/// kernel frees them when this process dies).
+const HELD_MAX: usize = 256;
+/// Descriptors of permits held now (`-1`: a free entry). Read in a child between `clone` and
+/// `execve`, so atomics only: no lock, no allocation.
+static HELD: [AtomicI32; HELD_MAX] = [const { AtomicI32::new(-1) }; HELD_MAX];
+
+/// From now on the first program started starts the watchdog (the faces that run tools).
+pub(crate) fn arm() {
+    ARMED.store(true, Ordering::SeqCst);
+}
+
+/// Why the watchdog asked for could not start (the face says so): tools may then outlive a
+/// `kill -9` of this process.
+pub(crate) fn failure() -> Option<String> {
+    FAILED.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// A permit's descriptor is held: programs started from now on inherit it. `false`: the list
+/// is full, and this permit is freed with this process as before.
+pub(crate) fn hold(fd: i32) -> bool {
+    HELD.iter().any(|h| {
+        h.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+/// The permit's descriptor is given back (before it is unlocked and closed).
+pub(crate) fn let_go(fd: i32) {
+    for h in &HELD {
+        if h.compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// In a child about to `execve`: keep every held permit's descriptor open across it.
+/// Async-signal-safe: atomic loads and `fcntl`.
+pub(crate) fn inherit_held() {
+    for h in &HELD {
+        let fd = h.load(Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: fcntl(F_SETFD) on a descriptor this process holds open (listed before
+            // it is closed); a failure only leaves it close-on-exec.
+            unsafe {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+        }
+    }
+}
 
 /// Start the watchdog for this process (once). `Err`: it could not be started.
 pub(crate) fn start() -> std::io::Result<()> {
@@ -38,8 +100,25 @@ pub(crate) fn start() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Armed and not started yet: start the watchdog now, before a program it must watch starts.
+/// `false`: there is no watchdog.
+pub(crate) fn ready() -> bool {
+    if ON.load(Ordering::Relaxed) {
+        return true;
+    }
+    if !ARMED.load(Ordering::SeqCst) {
+        return false;
+    }
+    // Under `start`'s lock: a second thread here waits for the first one's watchdog.
+    if let Err(e) = start() {
+        ARMED.store(false, Ordering::SeqCst);
+        *FAILED.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+    }
+    ON.load(Ordering::SeqCst)
+}
+
 fn tell(line: String) {
-    if !ON.load(Ordering::Relaxed) {
+    if !ready() {
         return;
     }
     let mut pipe = PIPE.lock().unwrap_or_else(|e| e.into_inner());

@@ -20,6 +20,7 @@ mod lanes;
 mod limits;
 mod mcp;
 mod newcomer;
+mod owners;
 mod otlp;
 mod outputs;
 mod pane;

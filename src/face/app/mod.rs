@@ -55,7 +55,13 @@ pub fn main() -> ExitCode {
     // Before any thread is started: every thread inherits the mask.
     crate::tools::command::quiet_child_exits();
     let args = Args::parse();
-    match dispatch(args) {
+    // Every program this process starts dies with it, `kill -9` included.
+    crate::tools::reaper::arm();
+    let done = dispatch(args);
+    if let Some(e) = crate::tools::reaper::failure() {
+        eprintln!("warning: the watchdog that ends this run's programs with it could not start ({e}): they may outlive a kill -9 of flux-tools");
+    }
+    match done {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if is_broken_pipe(&e) {

@@ -87,6 +87,7 @@ pub(super) struct Theirs<'a> {
 /// Start the program of `l` in a process group of its own, on `theirs`: its pid (the group's
 /// id).
 pub(super) fn spawn(l: &Launch<'_>, theirs: Theirs<'_>) -> io::Result<libc::pid_t> {
+    crate::tools::reaper::ready();
     let stdin = match theirs.stdin {
         Some(r) => r.as_raw_fd(),
         None => devnull()?,

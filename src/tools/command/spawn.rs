@@ -165,6 +165,8 @@ fn setup(plan: &Plan<'_>) -> Result<(), c_int> {
                 return Err(errno());
             }
         }
+        // The permits this process holds go along: they are freed when the program is gone.
+        crate::tools::reaper::inherit_held();
         if let Some(dir) = plan.cwd {
             if libc::chdir(dir.as_ptr()) != 0 {
                 return Err(errno());

@@ -125,9 +125,11 @@ fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Slot files held for one lease; closing them releases the locks. Dropping it also tells
-/// the lane which slot came free, where the next search starts, and rings the lane's
-/// doorbell so a process waiting for a slot looks at once.
+/// Slot files held for one lease. Programs started while it is held inherit its descriptors
+/// (`tools::reaper::hold`), so if this process dies the permit is freed when they are gone,
+/// not before; given back here, each is unlocked outright (a program's copy of the descriptor
+/// does not keep it). Dropping it also tells the lane which slot came free, where the next
+/// search starts, and rings the lane's doorbell so a process waiting for a slot looks at once.
 struct Slots {
     files: Vec<(u32, File)>,
     hint: Arc<AtomicU32>,
@@ -136,11 +138,15 @@ struct Slots {
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        if let Some((k, _)) = self.files.first() {
-            self.hint.store(*k, Ordering::Relaxed);
+        let Some((k, _)) = self.files.first() else {
+            return;
+        };
+        self.hint.store(*k, Ordering::Relaxed);
+        // Unlock first, then ring: the waiter must find the slot free.
+        for (_, f) in self.files.drain(..) {
+            crate::tools::reaper::let_go(f.as_raw_fd());
+            flock(&f, libc::LOCK_UN);
         }
-        // Unlock first (the files close), then ring: the waiter must find the slot free.
-        self.files.clear();
         bell::ring(&self.bell);
     }
 }
@@ -228,7 +234,12 @@ impl FileLane {
             .await
             .map_err(|e| LaneError(format!("lane gate: {e}")))??
         };
-        let mut held: Vec<(u32, File)> = Vec::with_capacity(weight as usize);
+        // Slots taken so far: given back as they should be if this wait is abandoned.
+        let mut held = Slots {
+            files: Vec::with_capacity(weight as usize),
+            hint: self.hint.clone(),
+            bell: self.bell_path.clone(),
+        };
         // Listen before looking: a slot freed between the look and the wait rings a bell
         // this process already hears.
         let mut bell = self.bell.lock().await;
@@ -237,23 +248,20 @@ impl FileLane {
             let start = self.hint.load(Ordering::Relaxed) % self.slots.max(1);
             for i in 0..self.slots {
                 let k = (start + i) % self.slots;
-                if held.len() as u32 >= weight {
+                if held.files.len() as u32 >= weight {
                     break;
                 }
-                if held.iter().any(|(h, _)| *h == k) {
+                if held.files.iter().any(|(h, _)| *h == k) {
                     continue;
                 }
                 let f = open_rw(&self.dir.join(format!("slot-{k}")))?;
                 if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
-                    held.push((k, f));
+                    crate::tools::reaper::hold(f.as_raw_fd());
+                    held.files.push((k, f));
                 }
             }
-            if held.len() as u32 >= weight {
-                return Ok(Slots {
-                    files: held,
-                    hint: self.hint.clone(),
-                    bell: self.bell_path.clone(),
-                });
+            if held.files.len() as u32 >= weight {
+                return Ok(held);
             }
             bell::wait(&mut bell, &self.bell_path, bell::FALLBACK).await;
         }
