@@ -34,6 +34,7 @@ mod serve_door;
 mod serve_holds;
 mod serve_keys;
 mod serve_modern;
+mod serve_owners;
 mod serve_ops;
 mod serve_policies;
 mod serve_rounds;

@@ -7,9 +7,11 @@
 //! hash again, so changed arguments are never run on an old approval. A waiting gateway says
 //! it lives every second (one beat for all its calls, under the prefix of their ids); an entry
 //! whose gateway has not beaten for [`STALE`] (it died) stays listed, marked orphaned, until
-//! its deadline: it can still be answered, and the client's retry of the same call (same
-//! tenant, tool and arguments) through any gateway takes it over — with its id, deadline and
-//! any answer given meanwhile — instead of parking a new one.
+//! its deadline: it can still be answered, and the client's retry of the same call — the same
+//! `_meta.idempotencyKey` of the same tenant, same tool and arguments — through any gateway
+//! takes it over, with its id, deadline and any answer given meanwhile, instead of parking a
+//! new one. A call without a key is never taken for another that only looks the same. A
+//! gateway that stops, or a client whose session ends, takes its entries off the board.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -38,6 +40,10 @@ pub(super) struct Waiting {
     /// The tenant the call came from (a retry is matched on tenant, tool and hash).
     #[serde(default)]
     pub tenant: String,
+    /// A digest of the client's idempotency key for the call, when it sent one: only a retry
+    /// with the same key takes the entry over (see [`Parked::adopt`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// Who asked: the caller's subject (a JWT's `sub`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
@@ -62,12 +68,15 @@ pub(super) enum Decision {
 #[derive(Clone)]
 pub(super) struct Parked {
     board: Arc<dyn Board>,
+    /// The removals of entries whose calls stopped waiting, still under way.
+    leaving: tokio_util::task::TaskTracker,
 }
 
 /// A parked call's place: its entry goes when it drops.
 pub(super) struct Place {
     board: Arc<dyn Board>,
     waiting: Waiting,
+    leaving: tokio_util::task::TaskTracker,
 }
 
 pub(super) fn unix_now() -> f64 {
@@ -81,10 +90,14 @@ impl Parked {
     /// the manifest at canonical path `manifest`.
     pub(super) fn of(manifest: &Path, store: Option<Arc<dyn Board>>) -> Result<Parked, String> {
         if let Some(board) = store {
-            return Ok(Parked { board });
+            return Ok(Parked {
+                board,
+                leaving: Default::default(),
+            });
         }
         Ok(Parked {
             board: Arc::new(FileBoard::for_manifest(manifest)?),
+            leaving: Default::default(),
         })
     }
 
@@ -100,7 +113,16 @@ impl Parked {
         Ok(Place {
             board: self.board.clone(),
             waiting: w,
+            leaving: self.leaving.clone(),
         })
+    }
+
+    /// Wait (at most `within`) until the entries of calls that stopped waiting are gone from
+    /// the board: a gateway that stops leaves none of its own behind.
+    pub(super) async fn settled(&self, within: std::time::Duration) {
+        self.leaving.close();
+        let _ = tokio::time::timeout(within, self.leaving.wait()).await;
+        self.leaving.reopen();
     }
 
     /// When each gateway last beat.
@@ -192,13 +214,16 @@ impl Parked {
         out
     }
 
-    /// Take over the oldest of `orphans` for the same call as `w` (tenant, tool, hash): it
-    /// keeps its id, deadline and answer, and lives from here on with this gateway's beat.
+    /// Take over the oldest of `orphans` for the same call as `w` — the same idempotency key
+    /// of the same tenant and subject, for the same tool and arguments; a call without a key
+    /// is never taken for another that looks the same: it keeps its id, deadline and answer,
+    /// and lives from here on with this gateway's beat.
     pub(super) async fn adopt(&self, w: &Waiting, orphans: &[(Waiting, String)]) -> Option<Place> {
         let now = unix_now();
         for (old, text) in orphans {
-            if (&old.tenant, &old.subject, &old.tool, &old.hash)
-                != (&w.tenant, &w.subject, &w.tool, &w.hash)
+            if w.key.is_none()
+                || (&old.key, &old.tenant, &old.subject, &old.tool, &old.hash)
+                    != (&w.key, &w.tenant, &w.subject, &w.tool, &w.hash)
             {
                 continue;
             }
@@ -220,6 +245,7 @@ impl Parked {
                 return Some(Place {
                     board: self.board.clone(),
                     waiting: taken,
+                    leaving: self.leaving.clone(),
                 });
             }
         }
@@ -334,7 +360,7 @@ impl Drop for Place {
             .clone()
             .remove(std::mem::take(&mut self.waiting.id));
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(gone);
+            self.leaving.spawn_on(gone, &handle);
         }
     }
 }
@@ -353,6 +379,7 @@ mod tests {
             pid: 1,
             gateway: String::new(),
             tenant: "t".into(),
+            key: Some("k".into()),
             subject: None,
             orphaned: false,
             since: seen,
@@ -369,6 +396,7 @@ mod tests {
         let board = Arc::new(FileBoard::new(dir.path().to_path_buf()).expect("the board"));
         let parked = Parked {
             board: board.clone(),
+            leaving: Default::default(),
         };
         let old = waiting("gw1-1", unix_now() - 2.0 * STALE);
         let text = serde_json::to_string(&old).expect("json");
@@ -381,6 +409,14 @@ mod tests {
             .expect("answer");
         let retry = waiting("gw2-7", unix_now());
         let orphans = parked.orphans("gw2").await;
+        // Only the same call — its idempotency key — takes it over, never one that looks alike.
+        for key in [None, Some("other".to_string())] {
+            let alike = Waiting {
+                key,
+                ..retry.clone()
+            };
+            assert!(parked.adopt(&alike, &orphans).await.is_none(), "{alike:?}");
+        }
         let place = parked.adopt(&retry, &orphans).await.expect("taken over");
         assert_eq!(place.waiting().id, "gw1-1");
         let answers = parked.answers().await;

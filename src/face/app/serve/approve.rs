@@ -103,6 +103,8 @@ pub(super) struct Desk {
     per_session: u32,
     per_tenant: u32,
     state: Mutex<Held>,
+    /// Cancelled when the gateway stops: every parked call is answered at once.
+    closing: CancellationToken,
 }
 
 #[derive(Default)]
@@ -149,7 +151,13 @@ impl Desk {
             per_session: limits.parked_per_session,
             per_tenant: limits.parked_per_tenant,
             state: Mutex::default(),
+            closing: CancellationToken::new(),
         })
+    }
+
+    /// The gateway stops: every call parked here stops waiting (and no new one parks).
+    pub(super) fn close(&self) {
+        self.closing.cancel();
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {
@@ -311,6 +319,8 @@ pub(super) struct CallApprover {
     pub id: String,
     pub session: u64,
     pub caller: Caller,
+    /// A digest of the client's idempotency key for the call, when it sent one.
+    pub key: Option<String>,
     /// Where the asking and the answer are recorded.
     pub audit: Arc<Audit>,
     /// How long it may wait.
@@ -382,6 +392,10 @@ impl CallApprover {
             let why = "approval required, and there is nowhere to park the call";
             return (Ruling::Denied(why.into()), gateway());
         };
+        if desk.closing.is_cancelled() {
+            let why = "approval denied: the gateway is shutting down";
+            return (Ruling::Denied(why.into()), gateway());
+        }
         let _seat = match desk.admit(self.session, &self.caller.tenant) {
             Ok(s) => s,
             Err(why) => return (Ruling::Denied(why), gateway()),
@@ -395,6 +409,7 @@ impl CallApprover {
             pid: std::process::id(),
             gateway: String::new(),
             tenant: self.caller.tenant.clone(),
+            key: self.key.clone(),
             subject: self.caller.subject.clone(),
             orphaned: false,
             since: now,
@@ -424,7 +439,10 @@ impl CallApprover {
                 (Ruling::Denied(format!("approval denied: nobody approved it within {t}")), "nobody (timed out)".into())
             }
             () = self.cancel.cancelled() => {
-                (Ruling::Denied("approval denied: the client cancelled the call".into()), "the client (cancelled)".into())
+                (Ruling::Denied("approval denied: the client cancelled the call, or its session ended".into()), "the client (cancelled)".into())
+            }
+            () = desk.closing.cancelled() => {
+                (Ruling::Denied("approval denied: the gateway is shutting down".into()), gateway())
             }
         }
     }

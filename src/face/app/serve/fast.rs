@@ -74,7 +74,8 @@ pub(super) async fn answer(
         traceparent,
         progress,
         arrival,
-        ..CallCx::new(caller.clone(), CancellationToken::new())
+        // Ended with its session (a DELETE), as rmcp's calls are.
+        ..CallCx::new(caller.clone(), session.gone.child_token())
     };
     let key = id.to_string();
     // Cancelled by the client (`notifications/cancelled`): no response, as the specification

@@ -57,6 +57,8 @@ pub(super) struct Gateway {
     pub(super) users: Mutex<HashMap<String, BTreeSet<u64>>>,
     /// Set once the gateway is shutting down: new calls are refused.
     closing: std::sync::atomic::AtomicBool,
+    /// The calls taken and not answered yet (parked ones too): a stopping gateway waits for them.
+    open: Arc<super::open::Open>,
     /// Where each call's spans and each session's history lines go (the engine's).
     finish: Arc<Finish>,
     /// Where calls wait for approval out of band (`None`: the folder could not be made).
@@ -172,6 +174,7 @@ impl Gateway {
             controls,
             users: Mutex::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            open: Arc::default(),
             finish,
             desk,
             metrics: super::metrics::Metrics::default(),
@@ -261,6 +264,7 @@ impl Gateway {
         args: Map<String, Value>,
         cx: CallCx,
     ) -> Result<Outcome, super::fault::Fault> {
+        let _taken = self.open.take();
         let turn = Through(cx.arrival.clone());
         if let Some(pass) = &turn.0 {
             tokio::select! {
@@ -437,6 +441,7 @@ impl Gateway {
             id: format!("{}-{}", beat_name(&self.id), p.seq),
             session: session.id,
             caller: cx.caller.clone(),
+            key: cx.key.as_deref().map(|k| crate::hash::fnv_hex(k.as_bytes())),
             audit: self.audit.clone(),
             timeout,
             cancel: cx.cancel.clone(),
@@ -672,13 +677,28 @@ impl Gateway {
         }
     }
 
-    /// On SIGTERM: let the calls in flight finish for `grace`, then cancel the rest.
+    /// On SIGTERM: the calls parked for approval are answered `run_ended` at once (they have
+    /// not started); the calls in flight get `grace` to finish, then the rest are cancelled.
+    /// It returns once every call taken is answered (or cannot be) and the parked calls'
+    /// entries have left the board.
     pub(super) async fn drain(&self, grace: Duration) {
         self.closing.store(true, Ordering::SeqCst);
-        if !self.controls.idle_within(grace).await {
+        if let Some(desk) = &self.desk {
+            desk.close();
+        }
+        if !self.open.answered_within(grace).await {
             self.controls.tell(Control::Interrupt);
             self.controls.idle_within(Duration::from_secs(5)).await;
+            self.open.answered_within(Duration::from_secs(1)).await;
         }
+        if let Some(desk) = &self.desk {
+            desk.parked().settled(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// Whether the gateway is shutting down.
+    pub(super) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
     }
 }
 

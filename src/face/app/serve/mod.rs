@@ -30,6 +30,7 @@ mod http;
 mod keys;
 mod listen;
 mod metrics;
+mod open;
 mod ops;
 mod order;
 mod passthrough;

@@ -387,6 +387,11 @@ impl SessionStore for Store {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        // Ended by its client: its calls end with it now, parked ones too (rmcp would wait
+        // seconds for their answers first).
+        if let Some((_, session)) = self.0.get(session_id) {
+            session.gone.cancel();
+        }
         self.0.write().remove(session_id);
         if let Some(records) = self.0.shared.clone() {
             records.raw().clone().remove(session_id.to_string()).await?;

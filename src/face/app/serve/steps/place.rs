@@ -43,6 +43,11 @@ impl Step for Place {
                 let asked =
                     crate::face::app::serve::approve::ask_first(&call.planned.plan, approver);
                 let (answered, yes) = asked.await;
+                if !yes && g.is_closing() {
+                    let why = "the gateway is shutting down: the call waited for approval and was not made (retry it)";
+                    let ended = Refusal::new(crate::events::ErrorKind::RunEnded, why);
+                    return (Outcome::Refused(ended), false);
+                }
                 call.planned.approver = Some(answered);
                 if yes {
                     let seq = g.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

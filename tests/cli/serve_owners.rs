@@ -1,0 +1,245 @@
+//! Nothing a gateway holds outlives its owner: a call parked for approval is answered
+//! `run_ended` when the gateway stops (stdio and HTTP, `/readyz` draining meanwhile), leaves
+//! the board when its client's session ends, and is taken over by a retry only with the same
+//! idempotency key.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::Project;
+use crate::serve::HttpGateway;
+use crate::serve_holds::{open_session, request, StdioGateway};
+
+/// `peek` needs approval; `who` does not.
+fn manifest(p: &Project) {
+    p.write(
+        "tools.toml",
+        "[tools.who]\nkind = \"scripted\"\neffect = \"read\"\noutput = { ok = true }\n\n[tools.peek]\nkind = \"scripted\"\neffect = \"read\"\nrequires_approval = true\noutput = { seen = true }\n[tools.peek.args]\nwhat = { type = \"string\", required = true }\n",
+    );
+}
+
+/// The calls `flux-tools approvals` lists.
+fn parked(p: &Project) -> Vec<Value> {
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn wait_parked(p: &Project, n: usize) -> Vec<Value> {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = parked(p);
+        if list.len() >= n {
+            return list;
+        }
+        assert!(Instant::now() < until, "{} parked, not {n}", list.len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The board is empty within `within`.
+fn board_empties(p: &Project, within: Duration) {
+    let until = Instant::now() + within;
+    while !parked(p).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "still on the board: {:?}",
+            parked(p)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sigterm(pid: u32) {
+    // SAFETY: a signal to a child this test started.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+}
+
+fn text_of(answer: &Value) -> &str {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[test]
+fn on_sigterm_over_stdio_a_parked_call_is_answered_run_ended_and_leaves_the_board() {
+    let p = Project::new("");
+    manifest(&p);
+    let mut gw = StdioGateway::start(&p, &["--grace", "10s"]);
+    gw.call(1, "peek", json!({"what": "a"}));
+    wait_parked(&p, 1);
+    sigterm(gw.child.id());
+    let answer = gw
+        .recv(Duration::from_secs(5))
+        .expect("the parked call is answered");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        text_of(&answer).starts_with("run_ended:") && text_of(&answer).contains("shutting down"),
+        "{answer}"
+    );
+    let status = gw.child.wait().expect("the gateway exits");
+    assert_eq!(status.code(), Some(0));
+    assert!(parked(&p).is_empty(), "{:?}", parked(&p));
+}
+
+#[test]
+fn on_sigterm_over_http_a_parked_call_is_answered_and_readyz_never_says_ready() {
+    let p = Project::new("");
+    manifest(&p);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory", "--grace", "10s"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let asking = std::thread::spawn({
+        let addr = addr.clone();
+        move || {
+            let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}}});
+            let headers = [
+                ("Mcp-Session-Id", id.as_str()),
+                ("Mcp-Protocol-Version", "2025-06-18"),
+            ];
+            request(&addr, ("POST", "/mcp"), &headers, &call.to_string())
+        }
+    });
+    wait_parked(&p, 1);
+    let (code, _, _) = request(&addr, ("GET", "/readyz"), &[], "");
+    assert_eq!(code, 200);
+    sigterm(gw.child.id());
+    // Once the signal is taken, /readyz is never ready again until the listener closes.
+    let (mut draining, until) = (false, Instant::now() + Duration::from_secs(3));
+    while Instant::now() < until {
+        let Some(answer) = readyz(&addr) else {
+            break;
+        };
+        if answer.starts_with("HTTP/1.1 503") {
+            assert!(answer.contains("shutting down"), "{answer}");
+            draining = true;
+        }
+        assert!(
+            !(draining && answer.starts_with("HTTP/1.1 200")),
+            "ready again while draining: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, _, body) = asking.join().expect("the client thread");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("run_ended:") && body.contains("shutting down"),
+        "the parked call's answer: {body}"
+    );
+    assert!(parked(&p).is_empty(), "{:?}", parked(&p));
+}
+
+/// What `GET /readyz` answers; `None`: the listener is closed.
+fn readyz(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut all = String::new();
+    let _ = s.read_to_string(&mut all);
+    Some(all)
+}
+
+#[test]
+fn a_stdio_client_that_leaves_takes_its_parked_calls_off_the_board_and_a_new_equal_call_parks_afresh(
+) {
+    let p = Project::new("");
+    manifest(&p);
+    let mut gw = StdioGateway::start(&p, &[]);
+    for i in 0..3 {
+        gw.call(i, "peek", json!({"what": format!("w{i}")}));
+    }
+    let before: Vec<String> = wait_parked(&p, 3)
+        .iter()
+        .map(|w| w["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    gw.hang_up();
+    board_empties(&p, Duration::from_secs(1));
+    // Another client's call that looks the same is its own call: parked afresh, under a new id.
+    let mut again = StdioGateway::start(&p, &[]);
+    again.call(9, "peek", json!({"what": "w0"}));
+    let now = wait_parked(&p, 1);
+    let id = now[0]["id"].as_str().unwrap_or_default().to_string();
+    assert!(!before.contains(&id), "{id} was the old call's");
+    again.hang_up();
+    board_empties(&p, Duration::from_secs(1));
+}
+
+#[test]
+fn an_http_session_deleted_takes_its_parked_calls_off_the_board() {
+    let p = Project::new("");
+    manifest(&p);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let headers = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let asking = std::thread::spawn({
+        let (addr, id) = (addr.clone(), id.clone());
+        move || {
+            let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}}});
+            let headers = [
+                ("Mcp-Session-Id", id.as_str()),
+                ("Mcp-Protocol-Version", "2025-06-18"),
+            ];
+            request(&addr, ("POST", "/mcp"), &headers, &call.to_string())
+        }
+    });
+    wait_parked(&p, 1);
+    let (code, _, _) = request(&addr, ("DELETE", "/mcp"), &headers, "");
+    assert_eq!(code, 200);
+    board_empties(&p, Duration::from_secs(1));
+    let _ = asking.join();
+    // The gateway serves on.
+    let other = open_session(&addr, &[]);
+    assert!(!other.is_empty());
+}
+
+#[test]
+fn an_orphaned_parked_call_is_taken_over_only_by_a_retry_with_its_idempotency_key() {
+    let p = Project::new("");
+    manifest(&p);
+    let keyed = |id: i64, key: Option<&str>| {
+        let mut params = json!({"name": "peek", "arguments": {"what": "a"}});
+        if let Some(k) = key {
+            params["_meta"] = json!({"idempotencyKey": k});
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    };
+    let mut first = StdioGateway::start(&p, &[]);
+    first.send(&keyed(1, Some("intent-1")));
+    let old = wait_parked(&p, 1)[0]["id"].clone();
+    // The gateway dies without a word: its entry stays, orphaned, for a retry to take over.
+    first.child.kill().expect("kill -9");
+    let _ = first.child.wait();
+    // An entry is orphaned once its gateway has not beaten for 10 s.
+    std::thread::sleep(Duration::from_secs(11));
+    let mut second = StdioGateway::start(&p, &[]);
+    // An equal call without the key is another call.
+    second.send(&keyed(2, None));
+    let listed = wait_parked(&p, 2);
+    assert!(listed.iter().any(|w| w["id"] == old), "{listed:?}");
+    // With another key, too.
+    second.send(&keyed(3, Some("intent-2")));
+    let listed = wait_parked(&p, 3);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    // The retry with its key takes the old entry over (no fourth entry, the old id lives on).
+    second.send(&keyed(4, Some("intent-1")));
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = parked(&p);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let old_one = listed.iter().find(|w| w["id"] == old).expect("the old id");
+    assert_ne!(old_one["orphaned"], true, "{old_one}");
+}
