@@ -243,3 +243,36 @@ fn an_orphaned_parked_call_is_taken_over_only_by_a_retry_with_its_idempotency_ke
     let old_one = listed.iter().find(|w| w["id"] == old).expect("the old id");
     assert_ne!(old_one["orphaned"], true, "{old_one}");
 }
+
+#[test]
+fn a_session_let_go_after_session_idle_and_opened_again_keeps_what_it_spent() {
+    let p = Project::new("");
+    p.write(
+        "tools.toml",
+        "[serve.session]\nmax_calls = 3\n\n[serve.limits]\nsession_idle = \"1s\"\n\n[tools.who]\nkind = \"scripted\"\neffect = \"read\"\noutput = { ok = true }\n",
+    );
+    let gw = HttpGateway::start(&p, &[], &[]);
+    let addr = gw.addr();
+    let id = open_session(&addr, &[]);
+    let headers = [
+        ("Mcp-Session-Id", id.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let call = |n: u32| {
+        let msg = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "who", "arguments": {}}});
+        let (code, _, body) = request(&addr, ("POST", "/mcp"), &headers, &msg.to_string());
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    let refused = |body: &str| body.contains("call_limit:");
+    assert!(!refused(&call(1)) && !refused(&call(2)));
+    // Idle past `session_idle`: the session is let go, and opened again by the next request.
+    std::thread::sleep(Duration::from_millis(2500));
+    let after: Vec<bool> = (3..=5).map(|n| refused(&call(n))).collect();
+    assert_eq!(after, [false, true, true], "the budget restarted after the pause");
+    let (_, metrics) = crate::serve_ops::get(&gw, "/metrics", None);
+    assert!(
+        metrics.contains("flux_tools_sessions_reopened_total 1"),
+        "{metrics}"
+    );
+}

@@ -54,6 +54,9 @@ struct Entry {
     used: u64,
     /// It is in the shared store (so its absence there means it ended elsewhere).
     shared: bool,
+    /// What it has spent (with a store that does not share sessions): kept for its opening
+    /// again.
+    spent: Option<super::spend::Spent>,
 }
 
 /// What the shared store keeps of a session.
@@ -93,6 +96,7 @@ impl Entry {
             state: None,
             used,
             shared: false,
+            spent: None,
         }
     }
 
@@ -164,7 +168,11 @@ impl Sessions {
         e.used = used;
         if e.live.is_some() && !e.alive() {
             self.reopened.fetch_add(1, Ordering::Relaxed);
+            if let Some(spent) = &e.spent {
+                session.spend.go_on_from(spent);
+            }
         }
+        e.spent = Some(session.spend.spent());
         e.owner = Some((caller.owner(), caller.tenant.clone()));
         if let Some(records) = &self.shared {
             session.spend.share(records.raw().clone(), id, self.kept);

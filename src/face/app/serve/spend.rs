@@ -20,17 +20,22 @@ const EPSILON: f64 = 1e-9;
 /// A session's running totals.
 #[derive(Default)]
 pub(super) struct Spend {
-    totals: Mutex<Totals>,
+    totals: Arc<Mutex<Totals>>,
     /// The shared store's counters of the session (its id, how long they are kept).
     shared: OnceLock<(Arc<dyn Records>, String, Duration)>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Totals {
     calls: u32,
     cost: f64,
     per_tool: HashMap<String, u32>,
 }
+
+/// What a session has spent, as its session table keeps it: a session let go after
+/// `session_idle` and opened again goes on from it (a pause is no new budget).
+#[derive(Clone)]
+pub(super) struct Spent(Arc<Mutex<Totals>>);
 
 /// One call's share, to give back if it never runs.
 pub(super) struct Share {
@@ -39,6 +44,23 @@ pub(super) struct Share {
 }
 
 impl Spend {
+    /// What it has spent so far (shared with it: later calls count too).
+    pub(super) fn spent(&self) -> Spent {
+        Spent(self.totals.clone())
+    }
+
+    /// Go on from what an earlier opening of the same session spent.
+    pub(super) fn go_on_from(&self, earlier: &Spent) {
+        let before = earlier.0.lock().map(|t| t.clone()).unwrap_or_default();
+        if let Ok(mut t) = self.totals.lock() {
+            t.calls += before.calls;
+            t.cost += before.cost;
+            for (tool, n) in before.per_tool {
+                *t.per_tool.entry(tool).or_default() += n;
+            }
+        }
+    }
+
     /// Spend in the shared store from now on, under session `id` (kept `keep`).
     pub(super) fn share(&self, records: Arc<dyn Records>, id: &str, keep: Duration) {
         let _ = self.shared.set((records, id.to_string(), keep));
