@@ -119,15 +119,29 @@ fn killed_owner_takes_its_tool(face: Face, store: &[&str], env: &[(&str, &str)])
     let mut args = vec!["run", b.to_str().unwrap(), "--format", "json"];
     args.extend(store);
     let out = p.spawn_env(&args, env).wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = log(&p);
-    assert!(!text.contains("overlap"), "two at once in a lane of 1:\n{text}");
+    assert!(
+        !text.contains("overlap"),
+        "two at once in a lane of 1:\n{text}"
+    );
     assert!(text.contains("end b"), "{text}");
     // The killed run's tool (and its `sleep`) went with it: nothing of its group is left, and
     // it never reached its end, even after its own 3 s.
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(group_members(pid), 0, "the killed run's tool is still running");
-    assert!(!log(&p).contains("end a"), "the killed run's write ran to its end:\n{text}");
+    assert_eq!(
+        group_members(pid),
+        0,
+        "the killed run's tool is still running"
+    );
+    assert!(
+        !log(&p).contains("end a"),
+        "the killed run's write ran to its end:\n{text}"
+    );
 }
 
 #[test]

@@ -269,7 +269,11 @@ fn a_session_let_go_after_session_idle_and_opened_again_keeps_what_it_spent() {
     // Idle past `session_idle`: the session is let go, and opened again by the next request.
     std::thread::sleep(Duration::from_millis(2500));
     let after: Vec<bool> = (3..=5).map(|n| refused(&call(n))).collect();
-    assert_eq!(after, [false, true, true], "the budget restarted after the pause");
+    assert_eq!(
+        after,
+        [false, true, true],
+        "the budget restarted after the pause"
+    );
     let (_, metrics) = crate::serve_ops::get(&gw, "/metrics", None);
     assert!(
         metrics.contains("flux_tools_sessions_reopened_total 1"),

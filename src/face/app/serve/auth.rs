@@ -66,10 +66,14 @@ struct Keys {
 struct Issuer {
     id: String,
     keys: RwLock<Keys>,
-    /// When its keys were last fetched (bounds how often a token with an unknown `kid`
-    /// makes the gateway fetch them again).
-    fetched: tokio::sync::Mutex<Option<Instant>>,
+    /// When its keys were last asked for, and why that failed if it did (bounds how often a
+    /// token with an unknown `kid` makes the gateway fetch them again).
+    fetched: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
+
+/// How soon keys that could not be fetched are asked for again: until they are, a token is
+/// answered 503 (try again), never 401.
+const AFTER_FAILURE: Duration = Duration::from_secs(2);
 
 /// Checks bearer tokens for `[serve.auth]`.
 pub(crate) struct Verifier {
@@ -162,28 +166,49 @@ impl Verifier {
         let kid = jsonwebtoken::decode_header(token)
             .map_err(|e| invalid(format!("its header does not parse: {e}")))?
             .kid;
-        let key = match self.key(issuer, kid.as_deref(), alg) {
-            Some(k) => k,
+        let (key, refreshed) = match self.key(issuer, kid.as_deref(), alg) {
+            Some(k) => (k, false),
             None => {
                 // A key not seen yet: the issuer may have rotated its keys.
                 self.refresh(issuer, false).await?;
-                self.key(issuer, kid.as_deref(), alg).ok_or_else(|| {
+                let k = self.key(issuer, kid.as_deref(), alg).ok_or_else(|| {
                     invalid(format!(
                         "it is signed by a key `{}` its issuer does not publish",
                         kid.as_deref().unwrap_or("(no kid)")
                     ))
-                })?
+                })?;
+                (k, true)
             }
         };
+        let v = self.validation(issuer, alg);
+        let data = match jsonwebtoken::decode::<Value>(token, &key, &v) {
+            Ok(d) => d,
+            // A known `kid` whose signature fails: the issuer may have put a new key under the
+            // same `kid`. Its keys are fetched again (as often as for an unknown one), once.
+            Err(e)
+                if !refreshed && *e.kind() == jsonwebtoken::errors::ErrorKind::InvalidSignature =>
+            {
+                self.refresh(issuer, false).await?;
+                let key = self
+                    .key(issuer, kid.as_deref(), alg)
+                    .ok_or_else(|| why_invalid(e))?;
+                jsonwebtoken::decode::<Value>(token, &key, &v).map_err(why_invalid)?
+            }
+            Err(e) => return Err(why_invalid(e)),
+        };
+        let exp = data.claims["exp"].as_u64().unwrap_or(0);
+        Ok((self.identity(&data.claims)?, exp))
+    }
+
+    /// What a token of `issuer` signed with `alg` must hold.
+    fn validation(&self, issuer: &Issuer, alg: Algorithm) -> Validation {
         let mut v = Validation::new(alg);
         v.set_issuer(&[&issuer.id]);
         v.set_audience(&[&self.spec.resource]);
         v.leeway = self.spec.leeway.as_secs();
         v.validate_nbf = true;
         v.set_required_spec_claims(&["exp", "iss", "aud"]);
-        let data = jsonwebtoken::decode::<Value>(token, &key, &v).map_err(why_invalid)?;
-        let exp = data.claims["exp"].as_u64().unwrap_or(0);
-        Ok((self.identity(&data.claims)?, exp))
+        v
     }
 
     /// The caller the (verified) claims name, once its scopes are checked.
@@ -246,18 +271,25 @@ impl Verifier {
         }
     }
 
-    /// Fetch `issuer`'s keys again — unless they were fetched within `jwks_refresh` (and
-    /// `force` is not set).
+    /// Fetch `issuer`'s keys again — unless (`force` aside) they were fetched within
+    /// `jwks_refresh`, or asked for in vain within [`AFTER_FAILURE`] (then: unavailable).
     async fn refresh(&self, issuer: &Issuer, force: bool) -> Result<(), Rejection> {
         let mut last = issuer.fetched.lock().await;
-        if !force && last.is_some_and(|at| at.elapsed() < self.spec.jwks_refresh) {
-            return Ok(());
+        match &*last {
+            Some((at, Ok(()))) if !force && at.elapsed() < self.spec.jwks_refresh => return Ok(()),
+            Some((at, Err(why)))
+                if !force && at.elapsed() < AFTER_FAILURE.min(self.spec.jwks_refresh) =>
+            {
+                return Err(Rejection::Unavailable(why.clone()))
+            }
+            _ => {}
         }
-        *last = Some(Instant::now());
-        let keys = self
-            .fetch(&issuer.id)
-            .await
-            .map_err(Rejection::Unavailable)?;
+        let fetched = self.fetch(&issuer.id).await;
+        *last = Some((
+            Instant::now(),
+            fetched.as_ref().map(|_| ()).map_err(Clone::clone),
+        ));
+        let keys = fetched.map_err(Rejection::Unavailable)?;
         *issuer.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
         // A key the issuer no longer publishes vouches for no token from now on.
         self.known().clear();
@@ -479,8 +511,16 @@ qtQM7VGSrS/AvMWxtLd5Ff1i+mSpfWGOXQaJg0xYmq28VePgLDZb89Q3
     /// An issuer on loopback serving its metadata and `jwks`: its URL, how many times its
     /// keys were fetched, and its task (abort it to take the issuer away).
     async fn issuer(jwks: Value) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        issuer_on(listener, Arc::new(std::sync::Mutex::new(jwks)))
+    }
+
+    /// [`issuer`] on `listener`, serving whatever `jwks` holds when asked.
+    fn issuer_on(
+        listener: tokio::net::TcpListener,
+        jwks: Arc<std::sync::Mutex<Value>>,
+    ) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let url = format!("http://{}", listener.local_addr().unwrap());
         let meta = serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
         let fetched = Arc::new(AtomicUsize::new(0));
@@ -495,7 +535,7 @@ qtQM7VGSrS/AvMWxtLd5Ff1i+mSpfWGOXQaJg0xYmq28VePgLDZb89Q3
                 let asked = String::from_utf8_lossy(&buf[..n]).to_string();
                 let body = if asked.starts_with("GET /jwks") {
                     count.fetch_add(1, Ordering::SeqCst);
-                    jwks.to_string()
+                    jwks.lock().unwrap().to_string()
                 } else {
                     meta.to_string()
                 };
@@ -558,6 +598,98 @@ qtQM7VGSrS/AvMWxtLd5Ff1i+mSpfWGOXQaJg0xYmq28VePgLDZb89Q3
         task.abort();
         let _ = task.await;
         assert_eq!(verifier.check(&good).await.unwrap().subject, "alice");
+    }
+
+    /// A second key for these tests (a rotation).
+    const OTHER_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgRb1uRzb1Vt7EaBKu
+Y40doXrWCJubde+QLNdgu9KiaQ2hRANCAATUbVg+4rJLPwQMC/YLD5F+VZRs1cts
+7pI2FQUzo9ozXfSdsKC9Dd4QP/B1dadJGPnqjMCoMvDFFAHhKMxiPSpa
+-----END PRIVATE KEY-----
+";
+
+    fn verifier_of(url: &str, jwks_refresh: Duration) -> Verifier {
+        Verifier::new(Auth {
+            issuers: vec![url.to_string()],
+            resource: "https://gw.example.com/mcp".into(),
+            scopes: vec![],
+            tenant_claim: None,
+            roles_claim: "roles".into(),
+            subject_claim: "sub".into(),
+            leeway: Duration::from_secs(60),
+            jwks_refresh,
+        })
+    }
+
+    fn jwks_of(key: &jsonwebtoken::EncodingKey, kid: &str) -> Value {
+        let mut jwk = Jwk::from_encoding_key(key, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some(kid.into());
+        serde_json::json!({"keys": [jwk]})
+    }
+
+    fn claims_of(url: &str) -> Value {
+        let exp = jsonwebtoken::get_current_timestamp() + 600;
+        serde_json::json!({"iss": url, "aud": "https://gw.example.com/mcp", "sub": "alice", "exp": exp})
+    }
+
+    /// The issuer away when the gateway starts: a valid token is "try again" (503), never
+    /// "invalid" (401), and is let in once the issuer is back — within seconds, not a
+    /// `jwks_refresh` later.
+    #[tokio::test]
+    async fn an_issuer_down_at_start_is_unavailable_until_its_keys_are_fetched() {
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
+        let place = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = place.local_addr().unwrap();
+        drop(place);
+        let url = format!("http://{addr}");
+        let verifier = verifier_of(&url, Duration::from_secs(30));
+        assert!(verifier.prime().await.is_err());
+        let token = mint(&key, "k1", &claims_of(&url));
+        let refused = verifier.check(&token).await.unwrap_err();
+        assert!(matches!(refused, Rejection::Unavailable(_)), "{refused:?}");
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let jwks = Arc::new(std::sync::Mutex::new(jwks_of(&key, "k1")));
+        let (_, fetched, task) = issuer_on(listener, jwks);
+        // Within AFTER_FAILURE the issuer is not asked again: still 503.
+        let refused = verifier.check(&token).await.unwrap_err();
+        assert!(matches!(refused, Rejection::Unavailable(_)), "{refused:?}");
+        assert_eq!(fetched.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(AFTER_FAILURE + Duration::from_millis(200)).await;
+        assert_eq!(verifier.check(&token).await.unwrap().subject, "alice");
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        task.abort();
+    }
+
+    /// A key replaced under the same `kid`: a token signed with the new key makes the keys be
+    /// fetched again once, and is let in; a forged one is still refused.
+    #[tokio::test]
+    async fn a_key_rotated_under_the_same_kid_is_fetched_again_on_a_failed_signature() {
+        let old = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
+        let new = jsonwebtoken::EncodingKey::from_ec_pem(OTHER_KEY.as_bytes()).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let jwks = Arc::new(std::sync::Mutex::new(jwks_of(&old, "k1")));
+        let (url, fetched, task) = issuer_on(listener, jwks.clone());
+        let verifier = verifier_of(&url, Duration::ZERO);
+        verifier.prime().await.unwrap();
+        let claims = claims_of(&url);
+        assert!(verifier.check(&mint(&old, "k1", &claims)).await.is_ok());
+        *jwks.lock().unwrap() = jwks_of(&new, "k1");
+        assert_eq!(
+            verifier
+                .check(&mint(&new, "k1", &claims))
+                .await
+                .unwrap()
+                .subject,
+            "alice"
+        );
+        assert_eq!(fetched.load(Ordering::SeqCst), 2, "fetched again once");
+        // The old key is gone: its token is refused (after one more look).
+        let refused = verifier
+            .check(&mint(&old, "k1", &claims))
+            .await
+            .unwrap_err();
+        assert!(refused.reason().contains("signature"), "{refused:?}");
+        task.abort();
     }
 
     #[test]

@@ -441,7 +441,10 @@ impl Gateway {
             id: format!("{}-{}", beat_name(&self.id), p.seq),
             session: session.id,
             caller: cx.caller.clone(),
-            key: cx.key.as_deref().map(|k| crate::hash::fnv_hex(k.as_bytes())),
+            key: cx
+                .key
+                .as_deref()
+                .map(|k| crate::hash::fnv_hex(k.as_bytes())),
             audit: self.audit.clone(),
             timeout,
             cancel: cx.cancel.clone(),
