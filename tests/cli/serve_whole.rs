@@ -588,3 +588,83 @@ fn tools_plan_and_run_see_a_whole_server_s_tools_as_the_gateway_does() {
         String::from_utf8_lossy(&plan.stderr)
     );
 }
+
+/// `flux-tools` in `p` with `dir` first on `PATH`.
+fn on_path(p: &Project, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    p.cmd()
+        .env("PATH", path)
+        .args(args)
+        .output()
+        .expect("flux-tools")
+}
+
+#[test]
+fn the_serving_quick_starts_manifest_is_offered_to_a_model_and_its_reader_runs_in_a_batch() {
+    if everything().is_none() {
+        return;
+    }
+    let quick = repo().join("docs/src/serving-mcp.in/tools.toml");
+    let p = Project::new(&std::fs::read_to_string(quick).expect("the quick start's manifest"));
+    // It names `mcp-server-everything` on PATH, as a user who installed it has it.
+    let bin = p.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let installed = repo().join("target/mcp/node_modules/.bin/mcp-server-everything");
+    std::os::unix::fs::symlink(installed, bin.join("mcp-server-everything")).expect("link");
+    let out = on_path(&p, &bin, &["tools", "--emit", "openai"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = (doc.as_array().expect("a list").iter())
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"ev_echo"), "{names:?}");
+    // Its readers are no tools of a model's, and a tool that must run as a task is left out.
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("resources") || n.contains("research")),
+        "{names:?}"
+    );
+    assert!(
+        err.contains("`simulate-research-query` is not served"),
+        "{err}"
+    );
+    // A batch may read a resource through the server's reader.
+    let batch = p.write(
+        "read.yaml",
+        "- { tool: \"ev:resources/read\", args: { uri: \"demo://resource/static/document/architecture.md\" } }\n",
+    );
+    let out = on_path(
+        &p,
+        &bin,
+        &["run", batch.to_str().unwrap(), "--format", "json"],
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let r = &doc["results"][0];
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(
+        r["output"]["contents"][0]["uri"],
+        "demo://resource/static/document/architecture.md"
+    );
+    // Without the server on PATH, its tools cannot be listed: an error, not an empty table.
+    let nowhere = p.path().join("empty");
+    std::fs::create_dir(&nowhere).expect("empty");
+    let out = p
+        .cmd()
+        .env("PATH", &nowhere)
+        .args(["tools"])
+        .output()
+        .expect("flux-tools");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`ev` is served whole, and its tools cannot be listed"),
+        "{err}"
+    );
+}

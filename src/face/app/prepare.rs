@@ -49,17 +49,19 @@ pub(super) fn start_mcp(
 }
 
 /// Learn the tools of `manifest`'s whole servers (starting them on `hub`); what went wrong is
-/// a warning on stderr.
+/// a warning on stderr. The whole servers that could not be asked.
 pub(super) fn learn_whole(
     quiet: bool,
     manifest: &mut Manifest,
     hub: &McpHub,
     rt: &tokio::runtime::Runtime,
-) {
-    if manifest.whole_servers().next().is_some() {
-        let diags = rt.block_on(mcp::expand(manifest, hub));
-        print_warnings(quiet, &diags);
+) -> Vec<String> {
+    if manifest.whole_servers().next().is_none() {
+        return Vec::new();
     }
+    let (diags, silent) = rt.block_on(mcp::expand(manifest, hub));
+    print_warnings(quiet, &diags);
+    silent
 }
 
 /// The manifest and the batch, read and parsed; nothing started yet.

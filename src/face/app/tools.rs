@@ -53,7 +53,14 @@ fn learnt<T: Default>(
         return Ok((m, T::default()));
     };
     let rt = super::runtime()?;
-    super::prepare::learn_whole(args.quiet, &mut m, &hub, &rt);
+    let silent = super::prepare::learn_whole(args.quiet, &mut m, &hub, &rt);
+    if let Some(server) = silent.first() {
+        rt.block_on(hub.shutdown());
+        // Its tools are what is asked for: a list without them would be a lie (why: above).
+        return Err(Error::Usage(format!(
+            "MCP server `{server}` is served whole, and its tools cannot be listed\nhint: check [mcp_servers.{server}] and that the server runs by hand"
+        )));
+    }
     let asked = then(&m, &hub, &rt);
     rt.block_on(hub.shutdown());
     Ok((m, asked?))
@@ -66,11 +73,17 @@ fn remote_schemas(
     hub: &McpHub,
     rt: &tokio::runtime::Runtime,
 ) -> Result<std::collections::HashMap<String, serde_json::Value>, Error> {
+    use crate::tools::mcp::Op;
     use crate::tools::McpSpec;
     let wanted: Vec<&crate::manifest::Tool> = m
         .tools
         .iter()
-        .filter(|t| t.settings_of::<McpSpec>().is_some())
+        // A whole server's readers are no tools of the server (and never offered to a model).
+        .filter(|t| t.listed)
+        .filter(|t| {
+            t.settings_of::<McpSpec>()
+                .is_some_and(|s| s.op == Op::CallTool)
+        })
         .filter(|t| {
             select.is_none_or(|s| {
                 s.iter()

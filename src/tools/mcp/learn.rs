@@ -20,7 +20,8 @@ pub(crate) async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[Stri
         let Some(spec) = tool.kind.as_any().downcast_ref::<McpSpec>() else {
             continue;
         };
-        if !used.iter().any(|u| u == &tool.name) {
+        // A whole server's reader reads resources: there is no tool of the server to ask for.
+        if spec.op != Op::CallTool || !used.iter().any(|u| u == &tool.name) {
             continue;
         }
         let loc = Some(file.location(tool.span.start, tool.span.end));
@@ -118,7 +119,8 @@ pub(crate) fn discover(manifest: &Manifest, decl: &McpServer, remote: &[Value]) 
         .iter()
         .filter_map(|r| {
             let name = r["name"].as_str()?;
-            (!declared.contains(&name) && whole.admits(name)).then(|| tool_of(decl, whole, r, name))
+            let served = !declared.contains(&name) && whole.admits(name) && !needs_a_task(r);
+            served.then(|| tool_of(decl, whole, r, name))
         })
         .collect();
     tools.extend(readers(decl, whole));
@@ -239,25 +241,42 @@ fn tool_of(decl: &McpServer, whole: &Whole, remote: &Value, name: &str) -> Tool 
 /// Start every whole server of `manifest` (at once) and learn its tools into it (see
 /// [`discover`]). A server that does not start, or a tool a model would know by another's
 /// name, is a warning: those tools are not there.
-pub(crate) async fn expand(manifest: &mut Manifest, hub: &McpHub) -> Vec<Diagnostic> {
+pub(crate) async fn expand(manifest: &mut Manifest, hub: &McpHub) -> (Vec<Diagnostic>, Vec<String>) {
     let servers: Vec<McpServer> = manifest.whole_servers().map(|(s, _)| s.clone()).collect();
     let lists = futures_util::future::join_all(servers.iter().map(|s| hub.tools(&s.name))).await;
-    let mut diags = Vec::new();
+    let (mut diags, mut silent) = (Vec::new(), Vec::new());
     for (decl, list) in servers.iter().zip(lists) {
         match list {
             Ok(remote) => {
+                for name in remote.iter().filter(|r| needs_a_task(r)).filter_map(|r| r["name"].as_str()) {
+                    if decl.whole.as_ref().is_some_and(|w| w.admits(name)) {
+                        diags.push(
+                            Diagnostic::warning(format!("MCP server `{}`: tool `{name}` is not served: it must be called as a task (execution.taskSupport = \"required\"), and this gateway does not relay tasks to its servers", decl.name))
+                                .hint(format!("add \"{name}\" to the server's `deny` to say so and silence this")),
+                        );
+                    }
+                }
                 let found = discover(manifest, decl, &remote);
                 for clash in manifest.set_discovered(&decl.name, found) {
                     diags.push(Diagnostic::warning(clash));
                 }
             }
-            Err(e) => diags.push(
-                Diagnostic::warning(format!("{e}; none of its tools is served"))
-                    .hint("check [mcp_servers] and that the server runs by hand"),
-            ),
+            Err(e) => {
+                silent.push(decl.name.clone());
+                diags.push(
+                    Diagnostic::warning(format!("{e}; none of its tools is served"))
+                        .hint("check [mcp_servers] and that the server runs by hand"),
+                );
+            }
         }
     }
-    diags
+    (diags, silent)
+}
+
+/// Whether a server's tool can only be called as a task (MCP 2025-11-25 `execution`), which
+/// this gateway does not ask its servers for: such a tool would always fail, so it is left out.
+fn needs_a_task(remote: &Value) -> bool {
+    remote["execution"]["taskSupport"] == "required"
 }
 
 /// Whether `manifest` needs MCP sessions: it has an MCP tool or serves a server whole.

@@ -485,14 +485,18 @@ impl McpHub {
         if let Some(t) = session.tools.lock().ok().and_then(|t| t.clone()) {
             return Ok(t);
         }
-        let tools = session
-            .peer
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
-        let tools: Vec<Value> = (tools.iter())
-            .filter_map(|t| serde_json::to_value(t).ok())
-            .collect();
+        let tools = match session.direct() {
+            // Over stdio the list as the server wrote it: rmcp's `Tool` drops what it does not
+            // know (a 2025-11-25 tool's `execution`).
+            Some(direct) => raw_tools(direct, server).await?,
+            None => {
+                let tools = (session.peer.list_all_tools().await)
+                    .map_err(|e| format!("tools/list on `{server}` failed: {e}"))?;
+                (tools.iter())
+                    .filter_map(|t| serde_json::to_value(t).ok())
+                    .collect()
+            }
+        };
         if let Ok(mut t) = session.tools.lock() {
             *t = Some(tools.clone());
         }
@@ -723,3 +727,25 @@ pub(super) async fn relay_progress(
     })
 }
 
+/// Every page of a stdio server's `tools/list`, each tool as the server wrote it (at most
+/// 1,000 pages).
+async fn raw_tools(direct: &super::lines::Direct, server: &str) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..1000 {
+        let params = match cursor.take() {
+            Some(c) => serde_json::json!({ "cursor": c }),
+            None => serde_json::json!({}),
+        };
+        let page = (direct.request("tools/list", params, None).await)
+            .map_err(|e| format!("tools/list on `{server}` failed: {e:?}"))?;
+        if let Some(list) = page["tools"].as_array() {
+            tools.extend(list.iter().cloned());
+        }
+        match &page["nextCursor"] {
+            Value::String(c) if !c.is_empty() => cursor = Some(c.clone().into()),
+            _ => break,
+        }
+    }
+    Ok(tools)
+}
