@@ -24,6 +24,31 @@ def test_serve_command_and_params_launch_the_gateway(manifest):
         "command": command, "args": ["--manifest", manifest, "mcp", "serve"]}
 
 
+def test_a_lane_store_password_is_never_put_on_the_command_line(manifest):
+    import os
+    import subprocess
+
+    url = "redis://u:s3cret@127.0.0.1:1"
+    with pytest.raises(flux_tools.FluxToolsError) as e:
+        flux_tools.serve_command(manifest, lane_store=url)
+    assert "s3cret" not in str(e.value) and "mcp_server_params" in str(e.value)
+    params = flux_tools.mcp_server_params(manifest, lane_store=url)
+    assert not any("s3cret" in a for a in params["args"]), params
+    assert params["env"] == {"FLUX_TOOLS_LANE_STORE": url}
+    # The gateway takes it from there (a Redis that is not there: it says so, without the
+    # password).
+    done = subprocess.run(
+        [params["command"], *params["args"]],
+        env={**os.environ, **params["env"]},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "127.0.0.1:1" in done.stderr and "s3cret" not in done.stderr, done.stderr
+
+
 def test_openai_agents_sdk_calls_the_gateways_tools(model_url, manifest):
     agents = pytest.importorskip("agents")
     openai = pytest.importorskip("openai")

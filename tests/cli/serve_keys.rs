@@ -164,8 +164,20 @@ fn with_the_local_store_a_key_is_remembered_by_its_process_and_a_call_without_on
     // A key too long to keep is refused before anything runs.
     let long = "x".repeat(300);
     let refused = call(&addr, &long, "long");
-    assert!(refused.contains("must be 1 to 256 bytes long"), "{refused}");
+    assert!(
+        refused.contains("must be a string of 1 to 256 bytes"),
+        "{refused}"
+    );
     assert!(starts(&log, "long").is_empty());
+    // A key that is not a string is refused too, never ignored (the call would run unkeyed).
+    let s = session(&addr, None);
+    let body = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"keyed","arguments":{"tag":"num"},"_meta":{"idempotencyKey":5}}}"#;
+    let (_, text) = raw_response(post(&addr, None, Some(&s), body));
+    assert!(
+        text.contains("must be a string of 1 to 256 bytes"),
+        "{text}"
+    );
+    assert!(starts(&log, "num").is_empty(), "{:?}", log_lines(&log));
 }
 
 #[test]

@@ -52,6 +52,8 @@ fn strip<'a>(prefix: &'a str) -> impl Fn(&str) -> String + 'a {
 
 fn list(v: &Value, key: &str, name: &str, f: &dyn Fn(&str) -> String) -> Vec<Value> {
     let mut out: Vec<Value> = (v[key].as_array().into_iter().flatten())
+        // A tool that must run as a task is not served (the gateway does not relay tasks).
+        .filter(|x| x["execution"]["taskSupport"] != "required")
         .map(|x| own(x.clone(), name, f))
         .collect();
     out.sort_by_key(|x| x[name].as_str().unwrap_or_default().to_string());
@@ -631,8 +633,8 @@ fn the_serving_quick_starts_manifest_is_offered_to_a_model_and_its_reader_runs_i
         "{names:?}"
     );
     assert!(
-        err.contains("`simulate-research-query` is not served"),
-        "{err}"
+        !err.contains("warning"),
+        "the quick start denies what it cannot serve: {err}"
     );
     // A batch may read a resource through the server's reader.
     let batch = p.write(
@@ -667,4 +669,56 @@ fn the_serving_quick_starts_manifest_is_offered_to_a_model_and_its_reader_runs_i
         err.contains("`ev` is served whole, and its tools cannot be listed"),
         "{err}"
     );
+}
+
+#[test]
+fn a_tool_that_must_run_as_a_task_is_left_out_with_a_warning() {
+    let Some(m) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&m);
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .expect("tools");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("`simulate-research-query` is not served: it must be called as a task"),
+        "{err}"
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains("ev.echo") && !listed.contains("research"),
+        "{listed}"
+    );
+}
+
+#[test]
+fn a_reload_counts_a_whole_servers_tools() {
+    let Some(m) = everything_whole("ev", "") else {
+        return;
+    };
+    let p = Project::new(&m);
+    let gw = HttpGateway::start(&p, &["--lane-store", "memory"], &[]);
+    // SAFETY: a signal to the gateway this test started.
+    unsafe {
+        libc::kill(gw.child.id() as i32, libc::SIGHUP);
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let said = loop {
+        let said = gw.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        if said.contains("reloaded") || std::time::Instant::now() > until {
+            break said;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let n: usize = said
+        .split("(SIGHUP): ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(n >= 10, "a whole server's tools are counted: {said}");
 }

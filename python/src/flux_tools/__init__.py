@@ -319,6 +319,13 @@ def serve_command(
     if tenant is not None:
         args += ["--tenant", tenant]
     if lane_store is not None:
+        if _has_password(lane_store):
+            # Every user of the machine reads a process's arguments (`ps`).
+            raise FluxToolsError(
+                "a lane store URL with a password is not put on a command line: use "
+                "mcp_server_params(lane_store=…), which passes it in the environment, or set "
+                "FLUX_TOOLS_LANE_STORE in the client's environment"
+            )
         args += ["--lane-store", lane_store]
     if max_concurrent_tools is not None:
         args += ["--max-concurrent-tools", str(max_concurrent_tools)]
@@ -327,6 +334,22 @@ def serve_command(
 
 def mcp_server_params(manifest: Optional[str] = None, **options: Any) -> dict:
     """The `params` of the OpenAI Agents SDK's `MCPServerStdio` (and the shape most MCP client
-    configurations take): `{"command": …, "args": […]}`. Options as `serve_command`."""
+    configurations take): `{"command": …, "args": […]}`, and `"env"` with the lane store when
+    one is given (a URL may carry a password). Options as `serve_command`."""
+    lane_store = options.pop("lane_store", None)
     command, args = serve_command(manifest, **options)
-    return {"command": command, "args": args}
+    params = {"command": command, "args": args}
+    if lane_store is not None:
+        # In the environment, never in the arguments: a URL may carry a password.
+        params["env"] = {"FLUX_TOOLS_LANE_STORE": lane_store}
+    return params
+
+
+def _has_password(url: str) -> bool:
+    """Whether `url` (`redis://user:password@host`) carries a password."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:
+        return ":" in url.split("@", 1)[0] if "@" in url else False

@@ -311,9 +311,7 @@ fn tasked(message: &ClientJsonRpcMessage, body: &[u8]) -> Option<Tasked> {
                 traceparent: None,
             };
             let ttl = task["ttl"].as_u64();
-            let key = meta_of(request)
-                .remove("idempotencyKey")
-                .and_then(|k| k.as_str().map(str::to_string));
+            let key = super::keys::key_in(meta_of(request).get("idempotencyKey"));
             return Some(Tasked::Call {
                 call: Box::new(call),
                 ttl,

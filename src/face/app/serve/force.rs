@@ -106,7 +106,6 @@ impl Gateway {
             .map(|k| k.1.clone())
             .unwrap_or_else(|e| e.into_inner().1.clone());
         let kit = Arc::new(self.kit_for(&manifest, hub.clone(), &kit)?);
-        let tools = manifest.tools.len();
         let table = plan::lane_table(&manifest, &self.opts);
         let base = self
             .base()
@@ -125,6 +124,9 @@ impl Gateway {
         if let Ok(mut k) = self.kit.write() {
             *k = ((generation, 0), kit);
         }
-        Ok(tools)
+        // What a client is offered now: a whole server's tools once it is asked.
+        self.catalog.ensure_wholes().await;
+        let m = self.catalog.manifest();
+        Ok(m.tools.iter().filter(|t| t.listed).count())
     }
 }

@@ -563,11 +563,7 @@ impl Handler {
             elicit: elicit(context),
             arrival: arrival(context),
             asks: asks(context, &self.session),
-            key: context
-                .meta
-                .get("idempotencyKey")
-                .and_then(|v| v.as_str())
-                .map(str::to_string),
+            key: super::keys::key_in(context.meta.get("idempotencyKey")),
             ..CallCx::new(self.caller(context), cancel)
         };
         (cx, watch)

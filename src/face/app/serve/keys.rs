@@ -77,7 +77,7 @@ impl Keys {
         cancel: &CancellationToken,
     ) -> Claimed {
         if key.is_empty() || key.len() > MAX_KEY {
-            let why = format!("`_meta.idempotencyKey` must be 1 to {MAX_KEY} bytes long");
+            let why = format!("`_meta.idempotencyKey` must be a string of 1 to {MAX_KEY} bytes; the call was not made");
             return Claimed::Refused(Refusal::new(ErrorKind::InvalidCall, why));
         }
         let args_text = serde_json::to_string(args).unwrap_or_default();
@@ -173,4 +173,9 @@ pub(super) fn upstream(caller: &Caller, key: String) -> String {
         Via::Local => key,
         Via::Token | Via::Jwt => format!("{}:{key}", caller.tenant),
     }
+}
+/// The idempotency key a request's `_meta.idempotencyKey` gives: a value that is not a string
+/// (`5`, `null`) is no key at all, and is refused as an empty one is — never ignored.
+pub(super) fn key_in(meta: Option<&Value>) -> Option<String> {
+    meta.map(|k| k.as_str().unwrap_or_default().to_string())
 }
