@@ -136,3 +136,54 @@ fn the_manifest_chapters_mcp_example_runs_as_written() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Every relative link of the pages a reader opens first leads somewhere, and the Python
+/// package's README names a chapter that exists.
+#[test]
+fn the_readmes_links_lead_somewhere() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![
+        root.join("README.md"),
+        root.join("ARCHITECTURE.md"),
+        root.join("benches/README.md"),
+        root.join("python/README.md"),
+    ];
+    let book = std::fs::read_dir(root.join("docs/src")).expect("the book");
+    pages.extend(
+        book.flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("a page");
+        for link in text
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+        {
+            let target = link.split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let dir = page.parent().expect("a folder");
+            if !dir.join(target).exists() {
+                broken.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing: {broken:#?}");
+    let python = std::fs::read_to_string(root.join("python/README.md")).expect("python/README.md");
+    for named in python
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.ends_with(".md"))
+    {
+        assert!(root.join(named).exists(), "python/README.md names {named}");
+    }
+    assert!(
+        !python.contains("README's"),
+        "python/README.md points to a README section"
+    );
+}

@@ -97,7 +97,12 @@ impl Pane {
 
     /// Send Ctrl-C.
     pub fn ctrl_c(&self) {
-        let _ = self.tmux().args(["send-keys", "C-c"]).status();
+        self.keys(&["C-c"]);
+    }
+
+    /// Send `keys` as tmux names them (`C-d`, `Enter`).
+    pub fn keys(&self, keys: &[&str]) {
+        let _ = self.tmux().arg("send-keys").args(keys).status();
     }
 }
 

@@ -280,3 +280,25 @@ fn a_session_let_go_after_session_idle_and_opened_again_keeps_what_it_spent() {
         "{metrics}"
     );
 }
+
+#[test]
+fn started_by_hand_in_a_terminal_it_says_what_it_waits_for_and_leaves_quietly() {
+    let p = Project::new("");
+    manifest(&p);
+    let bin = assert_cmd::cargo::cargo_bin("flux-tools");
+    for stop in ["ctrl-c", "ctrl-d"] {
+        let cmd = format!("{} mcp serve --lane-store memory", bin.display());
+        let Some(pane) = crate::pane::Pane::start(p.path(), 200, &cmd) else {
+            return;
+        };
+        pane.wait_for("waiting for an MCP client on stdin", 20);
+        if stop == "ctrl-c" {
+            pane.ctrl_c();
+        } else {
+            pane.keys(&["C-d"]);
+        }
+        let screen = pane.wait_for("EXIT=", 20);
+        assert!(screen.contains("EXIT=0"), "{stop}: {screen}");
+        assert!(!screen.to_lowercase().contains("error"), "{stop}: {screen}");
+    }
+}

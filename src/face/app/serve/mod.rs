@@ -221,10 +221,20 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
         session: session.clone(),
         caller: caller::Caller::local(tenant),
     });
-    let service = handler
-        .serve(wire)
-        .await
-        .map_err(|e| Error::Usage(format!("mcp serve: the client's initialize failed: {e}")))?;
+    // Started by hand in a terminal: say what it waits for, and leave quietly when stopped
+    // (Ctrl-C, Ctrl-D) before a client came.
+    let by_hand = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if by_hand {
+        eprintln!("{BY_HAND}");
+    }
+    let service = tokio::select! {
+        served = handler.serve(wire) => match served {
+            Ok(s) => s,
+            Err(_) if by_hand => return Ok(()),
+            Err(e) => return Err(Error::Usage(format!("mcp serve: the client's initialize failed: {e}"))),
+        },
+        () = terminated() => return Ok(()),
+    };
     let stop = service.cancellation_token();
     let waiting = service.waiting();
     tokio::pin!(waiting);
@@ -259,6 +269,12 @@ async fn stdio(gateway: Arc<Gateway>, tenant: String, grace: Duration) -> Result
     outbox.written_within(SETTLE).await;
     Ok(())
 }
+
+/// What a gateway started by hand in a terminal says.
+const BY_HAND: &str = "flux-tools mcp serve: waiting for an MCP client on stdin — this is a stdio MCP server, \
+which a client starts itself: give the client `\"command\": \"flux-tools\", \"args\": [\"mcp\", \"serve\"]` \
+(in this folder, or with `--manifest PATH`), or serve HTTP with `flux-tools mcp serve --http 127.0.0.1:8808`. \
+Ctrl-C stops it.";
 
 /// How long a stopping gateway waits for the answers of finished calls to be written.
 const SETTLE: Duration = Duration::from_secs(2);
