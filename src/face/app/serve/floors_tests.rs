@@ -45,6 +45,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "followers",
             "rounds",
             "steps",
+            "open",
         ],
     ),
     (
