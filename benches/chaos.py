@@ -8,6 +8,8 @@ fsyncs it (the effect). After the last resume finishes, it counts:
   duplicate write effects  a key written twice by a tool that is not idempotent (must be 0)
   lost results             calls without a result in the finished run's document (must be 0)
   indeterminate            calls reported `indeterminate` (in flight at a kill, not re-sent)
+  processes left behind    tool processes (the effect script, its `sleep`) still running
+                           30 ms after a kill (must be 0)
 
     python3 benches/chaos.py [--runs 4] [--kills 4] [--calls 200] [--seed 1] [--bin PATH]
                              [--shared]
@@ -98,6 +100,35 @@ def machine(work, name, ledger, batch_text):
     return d
 
 
+def in_work(work):
+    """The processes whose working directory is inside `work`: (pid, is the watchdog)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                watchdog = b"__reaper" in f.read()
+        except OSError:
+            continue
+        if state != "Z" and (cwd == work or cwd.startswith(work + "/")):
+            found.append((pid, watchdog))
+    return found
+
+
+def left_behind(work):
+    """The killed run's tools still running 30 ms after the kill — or, when a watchdog of the
+    run is still at work then, once it has finished (it kills what the run left)."""
+    time.sleep(0.03)
+    until = time.monotonic() + 5
+    while any(w for _, w in in_work(work)) and time.monotonic() < until:
+        time.sleep(0.01)
+    return sum(1 for _, w in in_work(work) if not w)
+
+
 def one_run(binary, work, calls, kills, rng, shared):
     """Kill a run `kills` times and finish it; `shared`: (Redis URL, run id), each attempt on
     a new machine."""
@@ -105,6 +136,7 @@ def one_run(binary, work, calls, kills, rng, shared):
     ledger = os.path.join(work, "ledger")
     journal = os.path.join(work, "run.journal")
     killed = 0
+    behind = 0
     first = True
     env = dict(os.environ, FLUX_TOOLS_LEASE_MS="500")
     while True:
@@ -121,11 +153,12 @@ def one_run(binary, work, calls, kills, rng, shared):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
+                behind += left_behind(work)
                 killed += 1
                 first = False
                 continue
         out, err = proc.communicate(timeout=300)
-        return json.loads(out), killed, proc.returncode, err.decode()
+        return json.loads(out), (killed, behind), proc.returncode, err.decode()
 
 
 def redis(work):
@@ -163,7 +196,7 @@ def main():
     for run in range(a.runs):
         with tempfile.TemporaryDirectory() as work:
             shared = (url, f"chaos-{a.seed}-{run}") if a.shared else None
-            doc, killed, code, err = one_run(a.bin, work, a.calls, a.kills, rng, shared)
+            doc, (killed, behind), code, err = one_run(a.bin, work, a.calls, a.kills, rng, shared)
             results = doc["results"]
             by_id = {r["id"]: r for r in results}
             ledger = collections.Counter()
@@ -178,17 +211,19 @@ def main():
                 and (r["error"] or {}).get("kind") == "run_ended")
             totals.update({
                 "runs": 1, "kills": killed, "duplicate write effects": dupes, "lost results": lost,
+                "processes left behind": behind,
                 "indeterminate": sum(1 for r in results if r["status"] == "indeterminate"),
                 "effects": sum(ledger.values()),
                 "idempotent re-sends": sum(c - 1 for (cid, _), c in ledger.items()
                                            if c > 1 and cid not in not_idempotent),
             })
             print(f"run {run + 1}: {killed} kills, exit {code}, {len(results)} results, "
-                  f"{dupes} duplicate effects, {lost} lost", file=sys.stderr)
+                  f"{dupes} duplicate effects, {lost} lost, {behind} processes left behind",
+                  file=sys.stderr)
     if server:
         server.kill()
     print(json.dumps(dict(totals), indent=2))
-    bad = totals["duplicate write effects"] or totals["lost results"]
+    bad = totals["duplicate write effects"] or totals["lost results"] or totals["processes left behind"]
     return 1 if bad else 0
 
 

@@ -1,6 +1,7 @@
 //! A short chaos run (`benches/chaos.py`): SIGKILLs at random points of a run mixing reads,
 //! chained writes, concurrent idempotent writes and a `parallel_safe = false` tool, resumed
-//! each time and finished: no write effect of a non-idempotent tool twice, no result lost.
+//! each time and finished: no write effect of a non-idempotent tool twice, no result lost, no
+//! tool process left running after a kill.
 
 use serde_json::Value;
 
@@ -21,5 +22,6 @@ fn killed_and_resumed_runs_never_repeat_a_write_nor_lose_a_result() {
     let figures: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(figures["duplicate write effects"], 0, "{figures}");
     assert_eq!(figures["lost results"], 0, "{figures}");
+    assert_eq!(figures["processes left behind"], 0, "{figures}");
     assert_eq!(figures["runs"], 1);
 }

@@ -556,7 +556,11 @@ fn wait_listed(p: &Project, url: &str, n: usize, ok: impl Fn(&Value) -> bool) ->
 /// Park `write` with `tag` through `gw`, SIGKILL `gw` and its client, and wait until the call
 /// is listed orphaned: its `ID@HASH`.
 fn orphan(p: &Project, py: &std::path::Path, gw: &mut HttpGateway, url: &str, tag: &str) -> String {
-    let mut c = client(py, &http(&gw.url), &["call", "write", &write_args(tag)]);
+    let mut c = client(
+        py,
+        &http(&gw.url),
+        &["keyed", "write", &write_args(tag), tag],
+    );
     wait_listed(p, url, 1, |_| true);
     for child in [&mut gw.child, &mut c] {
         let _ = child.kill();
@@ -602,14 +606,15 @@ fn a_dead_replicas_waiting_approvals_are_answered_on_the_clients_retry() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    // Approved while its gateway is gone: the retry through another replica runs it at once.
+    // Approved while its gateway is gone: the retry (with the call's idempotency key) through
+    // another replica runs it at once.
     let a = orphan(&p, &py, &mut gws[0], &redis.url, "wa");
     answer("approve", &a);
     assert_eq!(upstream_writes(&log), 0);
     let r = finish(client(
         &py,
         &http(&gws[1].url),
-        &["call", "write", &write_args("wa")],
+        &["keyed", "write", &write_args("wa"), "wa"],
     ));
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(upstream_writes(&log), 1, "a ran once: {r}");
@@ -618,7 +623,7 @@ fn a_dead_replicas_waiting_approvals_are_answered_on_the_clients_retry() {
     let c = client(
         &py,
         &http(&gws[2].url),
-        &["call", "write", &write_args("wb")],
+        &["keyed", "write", &write_args("wb"), "wb"],
     );
     wait_listed(&p, &redis.url, 1, |w| w["orphaned"].is_null());
     answer("deny", &b);

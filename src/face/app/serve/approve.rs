@@ -235,6 +235,15 @@ impl Desk {
         })
     }
 
+    /// Whether a dead gateway left a call of `tenant` with idempotency key digest `key` parked
+    /// (so an intent of that key that died in flight never reached its tool).
+    pub(super) async fn left_parked(&self, tenant: &str, key: &str) -> bool {
+        let orphans = self.orphans().await;
+        orphans
+            .iter()
+            .any(|(w, _)| w.tenant == tenant && w.key.as_deref() == Some(key))
+    }
+
     /// The orphaned entries, looked for at most once a [`ORPHANS_FOR`] by one call at a time
     /// (a flood of calls parking at once reads the board once, not once each).
     async fn orphans(&self) -> Orphans {

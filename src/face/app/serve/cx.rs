@@ -27,6 +27,9 @@ pub(in crate::face::app::serve) struct CallCx {
     pub asks: Option<crate::tools::mcp::Asker>,
     /// The client's `_meta.idempotencyKey`: the call is made once for it (see `keys`).
     pub key: Option<String>,
+    /// The task the call is made for (`task:ID`): with the client's key, what names its
+    /// intent, so a call parked by a gateway that died is taken over by that intent only.
+    pub task: Option<String>,
     /// A 2026-07-28 client that answers in its follow-up request (`input_required`).
     pub mrtr: Option<super::approve::Mrtr>,
     /// Set when the call reaches its tool (a task's replica records it).
@@ -45,6 +48,7 @@ impl CallCx {
             arrival: None,
             asks: None,
             key: None,
+            task: None,
             mrtr: None,
             started: None,
         }

@@ -441,9 +441,8 @@ impl Gateway {
             id: format!("{}-{}", beat_name(&self.id), p.seq),
             session: session.id,
             caller: cx.caller.clone(),
-            key: cx
-                .key
-                .as_deref()
+            // What names the call's intent: its task, else the client's idempotency key.
+            key: (cx.task.as_deref().or(cx.key.as_deref()))
                 .map(|k| crate::hash::fnv_hex(k.as_bytes())),
             audit: self.audit.clone(),
             timeout,
@@ -696,6 +695,16 @@ impl Gateway {
         }
         if let Some(desk) = &self.desk {
             desk.parked().settled(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// Whether a dead gateway left the call of `tenant`'s idempotency key `key` parked for
+    /// approval: its intent died before the call reached its tool.
+    pub(super) async fn left_parked(&self, tenant: &str, key: &str) -> bool {
+        let digest = crate::hash::fnv_hex(key.as_bytes());
+        match &self.desk {
+            Some(d) => d.left_parked(tenant, &digest).await,
+            None => false,
         }
     }
 

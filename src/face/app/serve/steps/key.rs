@@ -30,7 +30,11 @@ impl Step for Key {
             let held = match claimed {
                 Claimed::Answered(v) => return (Outcome::Recorded(v), false),
                 Claimed::Refused(why) => return (Outcome::Refused(why), false),
-                Claimed::Run(held, true) if !rerun => {
+                // Cut off in flight, unless it was parked for approval by a gateway that died:
+                // then it never reached its tool, and its retry takes it over.
+                Claimed::Run(held, true)
+                    if !rerun && !call.gateway.left_parked(tenant, &key).await =>
+                {
                     let answer = keys::indeterminate(&key);
                     held.answer(&answer).await;
                     return (Outcome::Recorded(answer), false);

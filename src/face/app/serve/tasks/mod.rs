@@ -399,6 +399,7 @@ impl Tasks {
         }));
         cx.started = Some(started.clone());
         cx.cancel = cancel.clone();
+        cx.task = Some(format!("task:{}", r.id));
         let run = Run {
             r,
             claim,
