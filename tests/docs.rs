@@ -21,31 +21,9 @@ fn the_books_examples_print_what_the_pages_show() {
 /// after `npm install -g`.
 #[test]
 fn the_gateways_quick_start_prints_what_its_page_shows() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = root.join("target/mcp/node_modules/.bin");
-    if !bin.join("mcp-server-everything").exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "server-everything is not installed under target/mcp (under CI every test runs)"
-        );
-        // Straight to the terminal (cargo captures `eprintln!`) and to the skips' log.
-        let line = format!(
-            "NOTICE: skipped the gateway's quick start: server-everything is not installed at {} \
-             (npm install --prefix target/mcp @modelcontextprotocol/server-everything)\n",
-            bin.display()
-        );
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-        let log = std::env::var_os("FLUX_TEST_SKIP_LOG")
-            .map_or_else(|| root.join("target/test-skips.log"), Into::into);
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-        {
-            let _ = std::io::Write::write_all(&mut f, line.as_bytes());
-        }
+    let Some(bin) = everything_bin("the gateway's quick start") else {
         return;
-    }
+    };
     let path = std::env::var("PATH").unwrap_or_default();
     trycmd::TestCases::new()
         .register_bin(
@@ -88,15 +66,9 @@ fn the_quick_starts_show_the_files_their_examples_run_with() {
 #[test]
 fn the_manifest_chapters_mcp_example_runs_as_written() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = root.join("target/mcp/node_modules/.bin");
-    if !bin.join("mcp-server-everything").exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "server-everything is not installed under target/mcp (under CI every test runs)"
-        );
-        eprintln!("NOTICE: skipped the manifest chapter's MCP example: server-everything is not installed");
+    let Some(bin) = everything_bin("the manifest chapter's MCP example") else {
         return;
-    }
+    };
     let page = std::fs::read_to_string(root.join("docs/src/manifest.md")).expect("the page");
     let toml = page
         .split("cat > /tmp/mcp.toml <<'TOML'\n")
@@ -186,4 +158,35 @@ fn the_readmes_links_lead_somewhere() {
         !python.contains("README's"),
         "python/README.md points to a README section"
     );
+}
+
+/// The folder holding server-everything's command (`target/mcp`, installed by `.ci/run`), or
+/// `None` with a notice (straight to the terminal and to the skips' log) when it is missing —
+/// under CI a missing server fails the test.
+fn everything_bin(what: &str) -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = root.join("target/mcp/node_modules/.bin");
+    if bin.join("mcp-server-everything").exists() {
+        return Some(bin);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "server-everything is not installed under target/mcp (under CI every test runs)"
+    );
+    let line = format!(
+        "NOTICE: skipped {what}: server-everything is not installed at {} \
+         (npm install --prefix target/mcp @modelcontextprotocol/server-everything)\n",
+        bin.display()
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    let log = std::env::var_os("FLUX_TEST_SKIP_LOG")
+        .map_or_else(|| root.join("target/test-skips.log"), Into::into);
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
+        let _ = std::io::Write::write_all(&mut f, line.as_bytes());
+    }
+    None
 }

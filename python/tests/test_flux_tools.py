@@ -212,28 +212,10 @@ text = { type = "string", required = true }
     assert runs == ["wf-9-1", "wf-9-2"]
 
 
-OWNED = r"""
-[concurrency.per_tool]
-slow = 1
-
-[tools.slow]
-kind = "command"
-effect = "write"
-idempotent = true
-command = ["sh", "-c", '''
-d=$1; n=$2
-for f in "$d"/pid-*; do
-  [ -e "$f" ] || continue
-  s=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$(cat "$f")/status" 2>/dev/null)
-  if [ -n "$s" ] && [ "$s" != Z ]; then echo "overlap $n" >> "$d/log"; fi
-done
-echo $$ > "$d/pid-$n"
-echo "start $n" >> "$d/log"
-sleep 3
-echo "end $n" >> "$d/log"
-''', "slow", "{dir}", "{name}"]
-stdin = "none"
-"""
+# The tool of `tests/cli/owners.rs`: a write in a lane of 1 that logs `overlap` when an earlier
+# call's process still runs as it starts.
+OWNED = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                          "fixtures", "lane_of_one.toml")).read()
 
 
 def test_a_killed_session_takes_its_tool_with_it_and_the_lane_waits_for_that(tmp_path):

@@ -11,28 +11,7 @@ use crate::common::{Project, Redis};
 /// A write tool in a lane of 1. Each call first looks at every earlier call's recorded pid: one
 /// still alive (not a zombie) is two at once in the lane, logged `overlap`. Then it records its
 /// own pid, logs `start NAME`, sleeps 3 s, logs `end NAME`.
-const OWNED: &str = r#"
-[concurrency.per_tool]
-slow = 1
-
-[tools.slow]
-kind = "command"
-effect = "write"
-idempotent = true
-command = ["sh", "-c", '''
-d=$1; n=$2
-for f in "$d"/pid-*; do
-  [ -e "$f" ] || continue
-  s=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$(cat "$f")/status" 2>/dev/null)
-  if [ -n "$s" ] && [ "$s" != Z ]; then echo "overlap $n ${f##*/}" >> "$d/log"; fi
-done
-echo $$ > "$d/pid-$n"
-echo "start $n" >> "$d/log"
-sleep 3
-echo "end $n" >> "$d/log"
-''', "slow", "{dir}", "{name}"]
-stdin = "none"
-"#;
+const OWNED: &str = include_str!("../fixtures/lane_of_one.toml");
 
 /// How a killed `flux-tools` was started and handed its call.
 #[derive(Clone, Copy)]

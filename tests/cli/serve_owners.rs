@@ -19,17 +19,20 @@ fn manifest(p: &Project) {
     );
 }
 
-/// The calls `flux-tools approvals` lists.
-fn parked(p: &Project) -> Vec<Value> {
-    let out = p
-        .cmd()
-        .args(["approvals", "--format", "json"])
-        .output()
-        .expect("approvals");
-    serde_json::from_slice::<Value>(&out.stdout)
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
+use crate::serve_policies::parked;
+
+/// A `tools/call` of `peek` in session `id`, in a thread (it waits while the call is parked):
+/// the HTTP answer.
+fn park_over_http(addr: &str, id: &str) -> std::thread::JoinHandle<(u16, String, String)> {
+    let (addr, id) = (addr.to_string(), id.to_string());
+    std::thread::spawn(move || {
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}}});
+        let headers = [
+            ("Mcp-Session-Id", id.as_str()),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ];
+        request(&addr, ("POST", "/mcp"), &headers, &call.to_string())
+    })
 }
 
 fn wait_parked(p: &Project, n: usize) -> Vec<Value> {
@@ -99,17 +102,7 @@ fn on_sigterm_over_http_a_parked_call_is_answered_and_readyz_never_says_ready() 
     let gw = HttpGateway::start(&p, &["--lane-store", "memory", "--grace", "10s"], &[]);
     let addr = gw.addr();
     let id = open_session(&addr, &[]);
-    let asking = std::thread::spawn({
-        let addr = addr.clone();
-        move || {
-            let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}}});
-            let headers = [
-                ("Mcp-Session-Id", id.as_str()),
-                ("Mcp-Protocol-Version", "2025-06-18"),
-            ];
-            request(&addr, ("POST", "/mcp"), &headers, &call.to_string())
-        }
-    });
+    let asking = park_over_http(&addr, &id);
     wait_parked(&p, 1);
     let (code, _, _) = request(&addr, ("GET", "/readyz"), &[], "");
     assert_eq!(code, 200);
@@ -186,17 +179,7 @@ fn an_http_session_deleted_takes_its_parked_calls_off_the_board() {
         ("Mcp-Session-Id", id.as_str()),
         ("Mcp-Protocol-Version", "2025-06-18"),
     ];
-    let asking = std::thread::spawn({
-        let (addr, id) = (addr.clone(), id.clone());
-        move || {
-            let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "peek", "arguments": {"what": "a"}}});
-            let headers = [
-                ("Mcp-Session-Id", id.as_str()),
-                ("Mcp-Protocol-Version", "2025-06-18"),
-            ];
-            request(&addr, ("POST", "/mcp"), &headers, &call.to_string())
-        }
-    });
+    let asking = park_over_http(&addr, &id);
     wait_parked(&p, 1);
     let (code, _, _) = request(&addr, ("DELETE", "/mcp"), &headers, "");
     assert_eq!(code, 200);
