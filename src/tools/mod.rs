@@ -15,6 +15,7 @@
 //! manifest's TOML [`Reader`] and the plan's call data; they never touch the scheduler, lanes or
 //! reporters.
 
+mod groups;
 mod invoke;
 mod kind;
 pub(crate) mod reaper;

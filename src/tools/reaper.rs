@@ -1,9 +1,10 @@
 //! What a process started dies with it, even under `kill -9`: a watchdog — this binary again,
 //! `flux-tools __reaper`, in a process group of its own so no terminal signal reaches it —
-//! reads the process groups of every tool program, hook and upstream server as they start
-//! (`+PGID`) and end (`-PGID`) on a pipe whose only writer is this process. When this process
-//! is gone, however it went, the pipe ends and the watchdog kills every group still listed,
-//! then exits. So a lane's permits (file locks and leases that lapse with the process) are
+//! holds the list of the process groups of every tool program, hook and upstream server
+//! (`groups.rs`: memory both processes map, so a program's start and end cost one atomic
+//! store each and no wake-up; past its 1,024 slots, `+PGID`/`-PGID` lines on the pipe), and
+//! waits on a pipe whose only writer is this process. When this process is gone, however it
+//! went, the pipe ends and the watchdog kills every group still listed, then exits. So a lane's permits (file locks and leases that lapse with the process) are
 //! never freed while the work they bounded still runs.
 //!
 //! A permit must not outlive the work either way: the local store's slot files are listed
@@ -15,6 +16,7 @@
 //! until the first program starts: then two small writes a program.
 
 use std::io::{BufRead, Write};
+use std::os::fd::FromRawFd;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
@@ -25,6 +27,8 @@ pub(crate) const ARG: &str = "__reaper";
 static ON: AtomicBool = AtomicBool::new(false);
 static ARMED: AtomicBool = AtomicBool::new(false);
 static PIPE: Mutex<Option<ChildStdin>> = Mutex::new(None);
+/// The list shared with the watchdog, once it runs.
+static GROUPS: std::sync::OnceLock<super::groups::Groups> = std::sync::OnceLock::new();
 /// Why the watchdog could not start, once it was asked to.
 static FAILED: Mutex<Option<String>> = Mutex::new(None);
 
@@ -87,13 +91,15 @@ pub(crate) fn start() -> std::io::Result<()> {
     if pipe.is_some() {
         return Ok(());
     }
+    let (groups, file) = super::groups::Groups::create()?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg(ARG)
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::from(file))
         .stderr(Stdio::null());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let child = cmd.spawn()?;
+    let _ = GROUPS.set(groups);
     *pipe = child.stdin;
     ON.store(pipe.is_some(), Ordering::SeqCst);
     // The watchdog outlives us on purpose; nobody waits for it here.
@@ -129,14 +135,20 @@ fn tell(line: String) {
 
 /// Process group `pgid` started: kill it if this process dies first.
 pub(crate) fn watch(pgid: i32) {
-    if pgid > 0 {
+    if pgid <= 0 || !ready() {
+        return;
+    }
+    if !GROUPS.get().is_some_and(|g| g.insert(pgid)) {
         tell(format!("+{pgid}\n"));
     }
 }
 
 /// Process group `pgid` is gone (killed, its leader reaped): nothing to kill any more.
 pub(crate) fn forget(pgid: i32) {
-    if pgid > 0 {
+    if pgid <= 0 || !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    if !GROUPS.get().is_some_and(|g| g.remove(pgid)) {
         tell(format!("-{pgid}\n"));
     }
 }
@@ -157,6 +169,14 @@ pub(crate) fn watchdog() -> u8 {
             }
             _ => {}
         }
+    }
+    // The list in shared memory (the watchdog's stdout), read now that its writer is gone.
+    let stdout = std::mem::ManuallyDrop::new(
+        // SAFETY: descriptor 1 is this process's; ManuallyDrop leaves it open.
+        unsafe { std::fs::File::from_raw_fd(1) },
+    );
+    if let Some(shared) = super::groups::Groups::open(&stdout) {
+        groups.extend(shared.listed());
     }
     for g in groups {
         if g > 1 {
