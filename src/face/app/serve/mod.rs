@@ -123,7 +123,11 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         rt.spawn(followers::follow(gateway.clone(), hub));
     }
     let path = opts.manifest.clone();
-    rt.spawn(reload::reloads(gateway.clone(), path, s.watch, opts.quiet));
+    let reloading = {
+        let _in = rt.enter();
+        reload::reloads(gateway.clone(), path, s.watch, opts.quiet)
+    };
+    rt.spawn(reloading);
     let tenant = s.tenant.clone();
     let served = match &s.http {
         None => rt.block_on(stdio(gateway, tenant, s.grace)),

@@ -18,12 +18,29 @@ fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
 }
 
 /// Reload `path` into `gateway` on every SIGHUP (and change, with `watch`), for as long as
-/// the gateway serves.
-pub(super) async fn reloads(gateway: Arc<Gateway>, path: PathBuf, watch: bool, quiet: bool) {
+/// the gateway serves. SIGHUP is taken from the moment this is called (inside the runtime),
+/// before the gateway says it listens: a SIGHUP that comes at once reloads, never kills it.
+pub(super) fn reloads(
+    gateway: Arc<Gateway>,
+    path: PathBuf,
+    watch: bool,
+    quiet: bool,
+) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
+    let hup = signal(SignalKind::hangup()).ok();
+    async move {
+        if let Some(hup) = hup {
+            reload_on(hup, gateway, path, (watch, quiet)).await;
+        }
+    }
+}
+
+async fn reload_on(
+    mut hup: tokio::signal::unix::Signal,
+    gateway: Arc<Gateway>,
+    path: PathBuf,
+    (watch, quiet): (bool, bool),
+) {
     let mut last = stamp(&path);
     loop {
         let why = tokio::select! {
