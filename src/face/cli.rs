@@ -222,6 +222,24 @@ pub(crate) enum McpCommand {
         #[arg(long, value_name = "GLOB", value_delimiter = ',')]
         reads: Vec<String>,
     },
+    /// Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser);
+    /// its tokens are kept outside the project and refreshed. --status: every server's sign-in
+    Login {
+        /// The server, as named in [mcp_servers.NAME] (with --status: only this one)
+        #[arg(required_unless_present = "status")]
+        server: Option<String>,
+        /// Print the URL to open instead of opening a browser
+        #[arg(long)]
+        no_browser: bool,
+        /// Show which servers are signed in, until when and with which scopes (never a token)
+        #[arg(long, conflicts_with = "no_browser")]
+        status: bool,
+    },
+    /// Forget a server's sign-in (its kept tokens)
+    Logout {
+        /// The server, as named in [mcp_servers.NAME]
+        server: String,
+    },
     /// Serve the manifest's tools as an MCP server (stdio, or Streamable HTTP with --http):
     /// every client's calls share the lanes, the cache and the upstream servers
     Serve(ServeArgs),

@@ -14,6 +14,7 @@ pub(crate) mod config;
 mod controls;
 mod engine;
 mod finish;
+mod login;
 mod mcp;
 mod options;
 mod parked;
@@ -123,6 +124,20 @@ fn dispatch(args: Args) -> Result<u8, Error> {
                     reads,
                 },
         } => mcp::import(&args, server, prefix.as_deref(), reads),
+        Command::Mcp {
+            command:
+                McpCommand::Login {
+                    server,
+                    no_browser,
+                    status,
+                },
+        } => match status {
+            true => login::status(&args, server.as_deref()),
+            false => login::login(&args, server.as_deref().unwrap_or_default(), *no_browser),
+        },
+        Command::Mcp {
+            command: McpCommand::Logout { server },
+        } => login::logout(&args, server),
         Command::Mcp {
             command: McpCommand::Serve(s),
         } => serve::serve(&options::ServeOptions::resolve(&args, s, terminal)?),

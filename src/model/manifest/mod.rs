@@ -22,10 +22,12 @@ mod sections;
 #[cfg(test)]
 mod tests;
 mod tool;
+mod upstream_auth;
 mod whole;
 pub(crate) use access::{Auth, Op, Roles, Subject};
 pub(crate) use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub(crate) use tool::cache_refusal;
+pub(crate) use upstream_auth::{loopback_host, secure_url, Grant, UpstreamAuth};
 pub(crate) use whole::{Whole, WholeCache};
 
 use std::collections::{BTreeMap, HashMap};
@@ -277,6 +279,8 @@ pub struct McpServer {
     /// `processes = N` (a stdio server that keeps no state of its own): up to N processes,
     /// started as calls need them; reads spread over them, everything else goes to the first.
     pub processes: u32,
+    /// `auth = "oauth" | "client_credentials"`: the OAuth access token it wants.
+    pub auth: Option<UpstreamAuth>,
 }
 
 /// `[serve]`: `mcp serve`'s settings that belong with the tools.

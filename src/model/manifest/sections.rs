@@ -107,6 +107,7 @@ impl Reader<'_> {
             let keys = [
                 &["command", "url", "env", "headers", "processes"][..],
                 super::whole::KEYS,
+                super::upstream_auth::KEYS,
             ]
             .concat();
             self.check_keys(st, &keys, &ctx);
@@ -128,6 +129,20 @@ impl Reader<'_> {
             }
             let whole = self.whole(st, (&name, &ctx), k.span());
             let processes = self.processes(st, &ctx, url.is_some());
+            let auth = self.upstream_auth(st, &ctx, url.is_some(), k.span());
+            let headers = self.template_map(st, "headers", &ctx);
+            if auth.is_some()
+                && headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+            {
+                let why = format!("{ctx} has both `auth` and an `Authorization` header");
+                self.error(
+                    k.span(),
+                    why,
+                    Some("leave the header out: `auth` sends the token".into()),
+                );
+            }
             out.insert(
                 name.clone(),
                 McpServer {
@@ -136,9 +151,10 @@ impl Reader<'_> {
                     command,
                     url,
                     env: self.template_map(st, "env", &ctx),
-                    headers: self.template_map(st, "headers", &ctx),
+                    headers,
                     whole,
                     processes,
+                    auth,
                 },
             );
         }

@@ -16,6 +16,7 @@
 
 mod learn;
 mod lines;
+pub(crate) mod oauth;
 mod server;
 
 pub(crate) use learn::{annotate, discover, expand, hub_for, needs_hub, reader_for};

@@ -629,8 +629,19 @@ async fn start(
             hv.set_sensitive(v.has_secret());
             config.custom_headers.insert(hn, hv);
         }
-        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        upstream.clone().serve(transport).await.map_err(|e| {
+        let served = match &decl.auth {
+            Some(_) => {
+                let tokens = Arc::new(super::oauth::Tokens::new(decl, &config.uri)?);
+                let http = super::oauth::bearer::Bearer { http: reqwest::Client::new(), tokens };
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                upstream.clone().serve(transport).await
+            }
+            None => {
+                let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+                upstream.clone().serve(transport).await
+            }
+        };
+        served.map_err(|e| {
             format!(
                 "MCP server `{name}` ({}) failed to initialize: {e}",
                 url.redacted()
