@@ -130,3 +130,79 @@ fn the_conformance_suite_passes_through_the_gateway_as_it_passes_directly() {
     assert_eq!(got, want, "through the gateway: {total}");
     assert_eq!(total, want_total);
 }
+
+/// The suite's client scenarios this flux-tools must pass: `initialize`, `tools_call`, every
+/// `auth/*` scenario of the 2025-06-18 and 2025-11-25 revisions, and the client-credentials
+/// extension's.
+const CLIENT_SCENARIOS: &[&str] = &[
+    "initialize",
+    "tools_call",
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/client-credentials-jwt",
+    "auth/client-credentials-basic",
+];
+
+/// One client scenario with `tests/conformance/client.py` (flux-tools as the client): the
+/// suite's `Passed:` line, or its whole output when it has none.
+fn client_scenario((node, cli): &(PathBuf, PathBuf), py: &std::path::Path, scenario: &str, work: &std::path::Path) -> String {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_flux-tools"));
+    let out = Command::new(node)
+        .arg(cli)
+        .args(["client", "--scenario", scenario, "--command"])
+        .arg(format!("{} {}", py.display(), repo().join("tests/conformance/client.py").display()))
+        .env("FLUX_TOOLS", &bin)
+        .current_dir(work)
+        .output()
+        .expect("the conformance suite");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    match text.lines().find(|l| l.starts_with("Passed:")) {
+        Some(l) => l.to_string(),
+        None => text,
+    }
+}
+
+#[test]
+fn flux_tools_passes_the_suites_client_scenarios_auth_included() {
+    let Some(suite) = suite() else { return };
+    let Some(py) = crate::serve::python() else {
+        return;
+    };
+    let work = tempfile::tempdir().expect("a folder for the suite's results");
+    let failed: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = CLIENT_SCENARIOS
+            .chunks(CLIENT_SCENARIOS.len().div_ceil(3))
+            .map(|chunk| {
+                let (suite, py, work) = (&suite, &py, work.path());
+                s.spawn(move || {
+                    let mut bad = Vec::new();
+                    for scenario in chunk {
+                        // Once more on a failure: a loaded machine may time a scenario out.
+                        let mut passed = client_scenario(suite, py, scenario, work);
+                        if !passed.contains(" 0 failed") {
+                            passed = client_scenario(suite, py, scenario, work);
+                        }
+                        if !passed.contains(" 0 failed") {
+                            bad.push(format!("{scenario}: {passed}"));
+                        }
+                    }
+                    bad
+                })
+            })
+            .collect();
+        runs.into_iter().flat_map(|r| r.join().unwrap_or_default()).collect()
+    });
+    assert!(failed.is_empty(), "{failed:#?}");
+}

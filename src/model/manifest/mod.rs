@@ -281,6 +281,9 @@ pub struct McpServer {
     pub processes: u32,
     /// `auth = "oauth" | "client_credentials"`: the OAuth access token it wants.
     pub auth: Option<UpstreamAuth>,
+    /// `protocol_version`: the MCP revision offered in `initialize` (rmcp's newest otherwise;
+    /// the server's answer is taken down to any revision rmcp speaks).
+    pub protocol_version: Option<String>,
 }
 
 /// `[serve]`: `mcp serve`'s settings that belong with the tools.

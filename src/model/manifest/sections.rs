@@ -12,6 +12,9 @@ use super::{
 };
 use crate::template::Template;
 
+/// The MCP revisions a client may offer (`protocol_version`).
+const PROTOCOL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
 /// The most processes one `[mcp_servers.NAME]` may have (`processes`).
 const MOST_PROCESSES: u32 = 64;
 
@@ -105,7 +108,7 @@ impl Reader<'_> {
                 continue;
             };
             let keys = [
-                &["command", "url", "env", "headers", "processes"][..],
+                &["command", "url", "env", "headers", "processes", "protocol_version"][..],
                 super::whole::KEYS,
                 super::upstream_auth::KEYS,
             ]
@@ -130,6 +133,7 @@ impl Reader<'_> {
             let whole = self.whole(st, (&name, &ctx), k.span());
             let processes = self.processes(st, &ctx, url.is_some());
             let auth = self.upstream_auth(st, &ctx, url.is_some(), k.span());
+            let protocol_version = self.protocol_version(st, &ctx);
             let headers = self.template_map(st, "headers", &ctx);
             if auth.is_some()
                 && headers
@@ -155,10 +159,22 @@ impl Reader<'_> {
                     whole,
                     processes,
                     auth,
+                    protocol_version,
                 },
             );
         }
         out
+    }
+
+    /// `protocol_version = "2025-11-25"`: the MCP revision offered in `initialize`.
+    fn protocol_version(&mut self, st: &DeTable<'_>, ctx: &str) -> Option<String> {
+        let (v, span) = self.string(st, "protocol_version", ctx)?;
+        if !PROTOCOL_VERSIONS.contains(&v.as_str()) {
+            let why = format!("`protocol_version` in {ctx} is `{v}`");
+            self.error(span, why, Some(format!("one of {}", PROTOCOL_VERSIONS.join(", "))));
+            return None;
+        }
+        Some(v)
     }
 
     /// `processes = N` of an `[mcp_servers.NAME]`: 1 to [`MOST_PROCESSES`], for a stdio server.

@@ -316,6 +316,10 @@ impl McpTool {
                 session
                     .dead
                     .store(true, std::sync::atomic::Ordering::Release);
+                // Refused for its token (401, 403): the server did not take the call.
+                if let Some(why) = session.auth.as_ref().and_then(|a| a.refusal()) {
+                    return Err(Failure::failed(ErrorKind::HttpStatus, why));
+                }
                 let tail = session.last_words().await;
                 let mut why = format!("MCP server `{}` went away mid-call", self.server);
                 if !tail.is_empty() {

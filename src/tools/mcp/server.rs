@@ -55,6 +55,8 @@ pub(crate) struct Upstream {
     changes: tokio::sync::broadcast::Sender<Change>,
     /// The calls in flight on the session, with who may answer a question about each.
     pub(super) asking: Askers,
+    /// The MCP revision offered in `initialize` (`protocol_version`), else rmcp's newest.
+    version: Option<String>,
 }
 
 /// Answers one kind of an upstream's request (a question, a sampling request) during a call.
@@ -229,6 +231,9 @@ impl rmcp::ClientHandler for Upstream {
             info.capabilities = c;
         }
         info.client_info = rmcp::model::Implementation::new("flux-tools", env!("CARGO_PKG_VERSION"));
+        if let Some(Ok(v)) = self.version.as_ref().map(|v| serde_json::from_value(Value::from(v.as_str()))) {
+            info.protocol_version = v;
+        }
         info
     }
 
@@ -289,6 +294,8 @@ pub struct Session {
     pid: Option<u32>,
     /// A stdio server's requests that skip rmcp's service loop.
     direct: Option<Arc<super::lines::Direct>>,
+    /// The tokens of a server with `auth`: why it refused a request, when it did.
+    pub(super) auth: Option<Arc<super::oauth::Tokens>>,
 }
 
 impl Drop for Session {
@@ -581,8 +588,9 @@ async fn start(
         progress: ProgressDispatcher::default(),
         changes,
         asking: Askers::default(),
+        version: decl.protocol_version.clone(),
     };
-    let (mut pid, mut direct) = (None, None);
+    let (mut pid, mut direct, mut auth) = (None, None, None);
     let service: Service = if let Some(argv) = &decl.command {
         let cmd = command(decl, argv, &render)?;
         let (transport, id, err) = super::lines::Lines::spawn(cmd).map_err(|e| {
@@ -632,6 +640,7 @@ async fn start(
         let served = match &decl.auth {
             Some(_) => {
                 let tokens = Arc::new(super::oauth::Tokens::new(decl, &config.uri)?);
+                auth = Some(tokens.clone());
                 let http = super::oauth::bearer::Bearer { http: reqwest::Client::new(), tokens };
                 let transport = StreamableHttpClientTransport::with_client(http, config);
                 upstream.clone().serve(transport).await
@@ -664,6 +673,7 @@ async fn start(
         dead: std::sync::atomic::AtomicBool::new(false),
         pid,
         direct,
+        auth,
     })
 }
 

@@ -34,12 +34,12 @@ impl Bearer {
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
-        let token = self.tokens.token().await.map_err(refusal)?;
+        let token = self.tokens.token().await.map_err(|w| self.refusal(w))?;
         match send(token.clone()).await {
             Err(StreamableHttpError::AuthRequired(_)) => {
-                let fresh = self.tokens.refused(&token).await.map_err(refusal)?;
+                let fresh = self.tokens.refused(&token).await.map_err(|w| self.refusal(w))?;
                 match send(fresh).await {
-                    Err(StreamableHttpError::AuthRequired(_)) => Err(refusal(
+                    Err(StreamableHttpError::AuthRequired(_)) => Err(self.refusal(
                         self.tokens.sign_in("refused a token it was just given"),
                     )),
                     other => other.map_err(|e| self.scope(e)),
@@ -47,6 +47,12 @@ impl Bearer {
             }
             other => other.map_err(|e| self.scope(e)),
         }
+    }
+
+    /// The error of a request the server refused (or that had no token), noted for the call.
+    fn refusal(&self, why: String) -> Error {
+        self.tokens.note_refusal(&why);
+        StreamableHttpError::Auth(AuthError::AuthorizationFailed(why))
     }
 
     /// A 403 `insufficient_scope`: the scope is kept for the next sign-in, and the error
@@ -57,16 +63,12 @@ impl Bearer {
         };
         let scope = s.required_scope.clone().unwrap_or_default();
         match self.tokens.want_scopes(&scope) {
-            Ok(()) => refusal(self.tokens.sign_in(&format!(
+            Ok(()) => self.refusal(self.tokens.sign_in(&format!(
                 "needs the scope `{scope}` this sign-in does not have (the next sign-in asks for it)"
             ))),
-            Err(why) => refusal(why),
+            Err(why) => self.refusal(why),
         }
     }
-}
-
-fn refusal(why: String) -> Error {
-    StreamableHttpError::Auth(AuthError::AuthorizationFailed(why))
 }
 
 impl StreamableHttpClient for Bearer {

@@ -39,6 +39,8 @@ pub(crate) struct Tokens {
     /// The token in use, and until when; held while it is renewed, so calls that find it
     /// stale wait for the one renewal instead of each making their own.
     current: tokio::sync::Mutex<Option<Current>>,
+    /// Why the server last refused a request (the transport then closes): the call's error.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -58,6 +60,7 @@ impl Tokens {
             path: store::path_of(decl, url)?,
             auth,
             current: tokio::sync::Mutex::new(None),
+            refused: std::sync::Mutex::new(None),
         })
     }
 
@@ -220,6 +223,17 @@ impl Tokens {
             .map_err(|e| self.failed(&e))?;
         m.set_metadata(metadata);
         Ok(m)
+    }
+
+    /// Why the server last refused a request, if it did.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.refused.lock().ok().and_then(|r| r.clone())
+    }
+
+    pub(super) fn note_refusal(&self, why: &str) {
+        if let Ok(mut r) = self.refused.lock() {
+            *r = Some(why.to_string());
+        }
     }
 
     /// Keep `scope` for the next sign-in to ask for (a server's `insufficient_scope`).

@@ -135,7 +135,8 @@ async fn scopes_to_ask(manager: &AuthorizationManager, manifest: &[String], want
     scopes
 }
 
-/// Ask the server without a token: its 401's `WWW-Authenticate`, or `None` when it has none.
+/// Ask the server without a token: its 401's `WWW-Authenticate`, or `None` when it has none
+/// (or answered).
 async fn challenge(name: &str, url: &str) -> Result<Option<String>, String> {
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -150,7 +151,9 @@ async fn challenge(name: &str, url: &str) -> Result<Option<String>, String> {
         .await
         .map_err(|e| format!("MCP server `{name}` cannot be reached: {e}"))?;
     if response.status().is_success() {
-        return Err(format!("MCP server `{name}` answered without a token: it needs no sign-in (leave `auth` out)"));
+        // It may want a token for some requests only (a step-up server): its metadata says
+        // where to sign in.
+        return Ok(None);
     }
     Ok(response
         .headers()
