@@ -157,17 +157,30 @@ const CLIENT_SCENARIOS: &[&str] = &[
 
 /// One client scenario with `tests/conformance/client.py` (flux-tools as the client): the
 /// suite's `Passed:` line, or its whole output when it has none.
-fn client_scenario((node, cli): &(PathBuf, PathBuf), py: &std::path::Path, scenario: &str, work: &std::path::Path) -> String {
+fn client_scenario(
+    (node, cli): &(PathBuf, PathBuf),
+    py: &std::path::Path,
+    scenario: &str,
+    work: &std::path::Path,
+) -> String {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_flux-tools"));
     let out = Command::new(node)
         .arg(cli)
         .args(["client", "--scenario", scenario, "--command"])
-        .arg(format!("{} {}", py.display(), repo().join("tests/conformance/client.py").display()))
+        .arg(format!(
+            "{} {}",
+            py.display(),
+            repo().join("tests/conformance/client.py").display()
+        ))
         .env("FLUX_TOOLS", &bin)
         .current_dir(work)
         .output()
         .expect("the conformance suite");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     match text.lines().find(|l| l.starts_with("Passed:")) {
         Some(l) => l.to_string(),
         None => text,
@@ -202,7 +215,9 @@ fn flux_tools_passes_the_suites_client_scenarios_auth_included() {
                 })
             })
             .collect();
-        runs.into_iter().flat_map(|r| r.join().unwrap_or_default()).collect()
+        runs.into_iter()
+            .flat_map(|r| r.join().unwrap_or_default())
+            .collect()
     });
     assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -13,7 +13,13 @@ use super::{
 use crate::template::Template;
 
 /// The MCP revisions a client may offer (`protocol_version`).
-const PROTOCOL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+const PROTOCOL_VERSIONS: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 
 /// The most processes one `[mcp_servers.NAME]` may have (`processes`).
 const MOST_PROCESSES: u32 = 64;
@@ -108,7 +114,14 @@ impl Reader<'_> {
                 continue;
             };
             let keys = [
-                &["command", "url", "env", "headers", "processes", "protocol_version"][..],
+                &[
+                    "command",
+                    "url",
+                    "env",
+                    "headers",
+                    "processes",
+                    "protocol_version",
+                ][..],
                 super::whole::KEYS,
                 super::upstream_auth::KEYS,
             ]
@@ -171,7 +184,11 @@ impl Reader<'_> {
         let (v, span) = self.string(st, "protocol_version", ctx)?;
         if !PROTOCOL_VERSIONS.contains(&v.as_str()) {
             let why = format!("`protocol_version` in {ctx} is `{v}`");
-            self.error(span, why, Some(format!("one of {}", PROTOCOL_VERSIONS.join(", "))));
+            self.error(
+                span,
+                why,
+                Some(format!("one of {}", PROTOCOL_VERSIONS.join(", "))),
+            );
             return None;
         }
         Some(v)

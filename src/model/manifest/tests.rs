@@ -326,3 +326,49 @@ resources = ["file:///docs/*"]
         .and_then(|d| d.hint.clone());
     assert!(typo.is_some_and(|h| h.contains("admin")), "a suggestion");
 }
+
+#[test]
+fn upstream_auth_is_read_with_its_fields_and_every_misuse_is_named_where_it_is() {
+    let m = parse(
+        "[mcp_servers.gh]\nurl = \"https://mcp.example.com/mcp\"\nauth = \"oauth\"\nclient_id = \"abc\"\nclient_secret = \"${env:GH_SECRET}\"\nscopes = [\"repo\", \"read:org\"]\nredirect_port = 8976\nauthorization_server = \"https://login.example.com\"\nprotocol_version = \"2025-11-25\"\n",
+    )
+    .unwrap();
+    let s = &m.mcp_servers["gh"];
+    let a = s.auth.as_ref().expect("auth");
+    assert_eq!(a.grant, Grant::Code);
+    assert_eq!(
+        (a.client_id.as_deref(), a.redirect_port),
+        (Some("abc"), 8976)
+    );
+    assert_eq!(a.scopes, ["repo", "read:org"]);
+    assert!(a.client_secret.as_ref().is_some_and(|t| t.has_secret()));
+    assert_eq!(s.protocol_version.as_deref(), Some("2025-11-25"));
+    let cases: &[(&str, &str, (usize, usize))] = &[
+        // A secret written in the manifest.
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nclient_id = \"a\"\nclient_secret = \"hunter2\"\n", "is written in the manifest", (5, 17)),
+        // `auth` on a stdio server.
+        ("command = [\"srv\"]\nauth = \"oauth\"\n", "reached by `url`", (3, 8)),
+        ("url = \"https://x.example/mcp\"\nauth = \"kerberos\"\n", "`kerberos`", (3, 8)),
+        // Machine credentials without a client.
+        ("url = \"https://x.example/mcp\"\nauth = \"client_credentials\"\n", "needs `client_id`", (1, 14)),
+        // A field of `auth` without it.
+        ("url = \"https://x.example/mcp\"\nscopes = [\"a\"]\n", "is for a server with `auth`", (3, 1)),
+        // Both `auth` and a hand-written Authorization header.
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nheaders = { Authorization = \"Bearer ${env:T}\" }\n", "`Authorization` header", (1, 14)),
+        // An authorization server a token would reach in the clear.
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nauthorization_server = \"http://login.example.com\"\n", "https://", (4, 24)),
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nscopes = [\"a b\"]\n", "not one scope", (4, 11)),
+        ("url = \"https://x.example/mcp\"\nprotocol_version = \"2099-01-01\"\n", "2099-01-01", (3, 20)),
+        ("url = \"https://x.example/mcp\"\nauth = \"client_credentials\"\nclient_id = \"a\"\nprivate_key = \"${env:K}\"\nsigning_alg = \"HS256\"\n", "HS256", (6, 15)),
+    ];
+    for (body, want, loc) in cases {
+        let e = errors(&format!("[mcp_servers.s]\n{body}"));
+        assert!(
+            e.iter()
+                .any(|d| d.message.contains(want)
+                    || d.hint.as_deref().is_some_and(|h| h.contains(want))),
+            "{body}: {e:?}"
+        );
+        assert_eq!(at(&e[0]), *loc, "{body}: {e:?}");
+    }
+}

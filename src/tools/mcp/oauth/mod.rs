@@ -372,6 +372,94 @@ mod tests {
         m
     }
 
+    /// A token endpoint on loopback that counts its requests and answers each with `answer`.
+    async fn token_endpoint(answer: &'static str, status: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let url = format!("http://127.0.0.1:{}/token", listener.local_addr().expect("addr").port());
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = vec![0u8; 8192];
+                let _ = s.read(&mut buf).await;
+                // A slow authorization server: every waiting call piles up behind it.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                let reply = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}", answer.len());
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        (url, count)
+    }
+
+    /// Tokens whose kept token has expired (refresh token `r1`), kept at `path`.
+    fn expired(path: &std::path::Path, token_endpoint: &str) -> Tokens {
+        let mut metadata = metadata("http://127.0.0.1");
+        metadata.token_endpoint = token_endpoint.to_string();
+        let response: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(serde_json::json!({
+            "access_token": "old", "token_type": "Bearer", "expires_in": 60, "refresh_token": "r1"
+        }))
+        .expect("a token response");
+        let kept = Kept {
+            url: "http://127.0.0.1:1/mcp".into(),
+            client_id: "c".into(),
+            client_secret: None,
+            redirect_uri: None,
+            metadata,
+            resource: "http://127.0.0.1:1/mcp".into(),
+            credentials: StoredCredentials::new("c".into(), Some(response), vec![], Some(now() - 3600)),
+            wanted_scopes: vec![],
+        };
+        store::save(path, &kept).expect("kept");
+        Tokens {
+            name: "s".into(),
+            url: "http://127.0.0.1:1/mcp".into(),
+            auth: auth(None),
+            path: path.to_path_buf(),
+            current: tokio::sync::Mutex::new(None),
+            refused: std::sync::Mutex::new(None),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fifty_calls_around_an_expiry_in_two_processes_make_one_refresh() {
+        let (endpoint, count) = token_endpoint(r#"{"access_token":"new","token_type":"Bearer","expires_in":3600,"refresh_token":"r2"}"#, "200 OK").await;
+        let dir = tempfile::tempdir().expect("a folder");
+        let path = dir.path().join("s.json");
+        // Two `Tokens` over one file: two processes sharing the token folder.
+        let (a, b) = (std::sync::Arc::new(expired(&path, &endpoint)), std::sync::Arc::new(expired(&path, &endpoint)));
+        let calls: Vec<_> = (0..50)
+            .map(|i| {
+                let t = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move { t.token().await })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.await.expect("joined").expect("a token"), "new");
+        }
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The refreshed token is kept, with its new refresh token.
+        let kept = store::load(&path).expect("loaded").expect("kept");
+        let response = kept.credentials.token_response.expect("a token");
+        assert_eq!(response.refresh_token().map(|r| r.secret().as_str()), Some("r2"));
+        // A 401 for the token in use renews it once more; one for an older token does not.
+        assert_eq!(a.refused("old").await.expect("a token"), "new");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(a.refused("new").await.expect("a token"), "new");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_revoked_refresh_token_says_to_sign_in_again_and_never_shows_a_token() {
+        let (endpoint, _) = token_endpoint(r#"{"error":"invalid_grant","error_description":"revoked"}"#, "400 Bad Request").await;
+        let dir = tempfile::tempdir().expect("a folder");
+        let tokens = expired(&dir.path().join("s.json"), &endpoint);
+        let e = tokens.token().await.expect_err("refused");
+        assert!(e.contains("run `flux-tools mcp login s`"), "{e}");
+        assert!(!e.contains("old") && !e.contains("r1"), "{e}");
+    }
+
     #[test]
     fn an_issuer_on_another_origin_is_refused_unless_named_and_plain_http_only_on_loopback() {
         let url = "https://mcp.example.com/mcp";

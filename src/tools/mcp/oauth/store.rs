@@ -210,3 +210,45 @@ impl Drop for RefreshLock {
         unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept() -> Kept {
+        let mut metadata = AuthorizationMetadata::default();
+        metadata.token_endpoint = "https://as.example/token".into();
+        Kept {
+            url: "https://mcp.example/mcp".into(),
+            client_id: "c".into(),
+            client_secret: None,
+            redirect_uri: None,
+            metadata,
+            resource: "https://mcp.example/mcp".into(),
+            credentials: StoredCredentials::new("c".into(), None, vec![], None),
+            wanted_scopes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_token_file_is_private_and_one_others_could_read_or_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let path = dir.path().join("oauth").join("s-1.json");
+        save(&path, &kept()).expect("saved");
+        let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777).ok();
+        assert_eq!(mode(&path), Some(0o600));
+        assert_eq!(mode(path.parent().expect("its folder")), Some(0o700));
+        assert_eq!(load(&path).expect("loaded").map(|k| k.client_id), Some("c".into()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        let e = load(&path).expect_err("group-readable");
+        assert!(e.contains("may be read by others (mode 640)") && e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let link = path.with_file_name("s-2.json");
+        std::os::unix::fs::symlink(&path, &link).expect("symlink");
+        assert!(load(&link).is_err(), "a symlink is not followed");
+        // Saving over a symlink replaces the link, never writes through it.
+        save(&link, &kept()).expect("saved");
+        assert!(!std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink());
+        assert!(remove(&path).expect("removed") && !remove(&path).expect("gone"));
+    }
+}
