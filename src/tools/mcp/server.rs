@@ -626,36 +626,9 @@ async fn start(
             )
         })?
     } else if let Some(url) = &decl.url {
-        let mut config =
-            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
-        config.uri = render(url)?.into();
-        for (k, v) in &decl.headers {
-            let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
-            let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?)
-                .map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
-            hv.set_sensitive(v.has_secret());
-            config.custom_headers.insert(hn, hv);
-        }
-        let served = match &decl.auth {
-            Some(_) => {
-                let tokens = Arc::new(super::oauth::Tokens::new(decl, &config.uri)?);
-                auth = Some(tokens.clone());
-                let http = super::oauth::bearer::Bearer { http: reqwest::Client::new(), tokens };
-                let transport = StreamableHttpClientTransport::with_client(http, config);
-                upstream.clone().serve(transport).await
-            }
-            None => {
-                let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-                upstream.clone().serve(transport).await
-            }
-        };
-        served.map_err(|e| {
-            format!(
-                "MCP server `{name}` ({}) failed to initialize: {e}",
-                url.redacted()
-            )
-        })?
+        let (service, tokens) = serve_http(decl, url, &upstream, &render).await?;
+        auth = tokens;
+        service
     } else {
         return Err(format!(
             "MCP server `{name}` has neither `command` nor `url`"
@@ -675,6 +648,45 @@ async fn start(
         direct,
         auth,
     })
+}
+
+/// A session with HTTP server `decl` at `url` (its token sent, when it has `auth`).
+async fn serve_http(
+    decl: &McpServer,
+    url: &crate::template::Template,
+    upstream: &Upstream,
+    render: &(dyn Fn(&crate::template::Template) -> Result<String, String> + Sync),
+) -> Result<(Service, Option<Arc<super::oauth::Tokens>>), String> {
+    let name = &decl.name;
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
+    config.uri = render(url)?.into();
+    for (k, v) in &decl.headers {
+        let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
+        let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?)
+            .map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
+        hv.set_sensitive(v.has_secret());
+        config.custom_headers.insert(hn, hv);
+    }
+    let failed = |e: rmcp::service::ClientInitializeError| {
+        format!("MCP server `{name}` ({}) failed to initialize: {e}", url.redacted())
+    };
+    let Some(_) = &decl.auth else {
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        return Ok((upstream.clone().serve(transport).await.map_err(failed)?, None));
+    };
+    let tokens = Arc::new(super::oauth::Tokens::new(decl, &config.uri)?);
+    let http = super::oauth::bearer::Bearer {
+        http: reqwest::Client::new(),
+        tokens: tokens.clone(),
+    };
+    let transport = StreamableHttpClientTransport::with_client(http, config);
+    match upstream.clone().serve(transport).await {
+        Ok(service) => Ok((service, Some(tokens))),
+        // Not signed in, or refused: say that, not how the transport ended.
+        Err(e) => Err(tokens.refusal().unwrap_or_else(|| failed(e))),
+    }
 }
 
 /// The command that starts stdio server `decl` (`argv` its `command`).

@@ -120,7 +120,6 @@ impl StreamableHttpClient for Bearer {
     ) -> Result<StreamableHttpPostResponse, Error> {
         self.signed(|t| {
             let (u, m, s, h) = (uri.clone(), message.clone(), session_id.clone(), headers.clone());
-            let limits = limits.clone();
             async move {
                 let http = &self.http;
                 http.post_message_with_response_limits(u, m, s, Some(t), h, limits)
