@@ -45,3 +45,4 @@ mod signals;
 mod sqlite;
 mod stream;
 mod turns;
+mod upstream_auth;

@@ -16,17 +16,19 @@ use crate::common::{repo, Project};
 use crate::serve::{flux_bin, python, HttpGateway};
 
 /// The authorization server; killed when dropped.
-struct Issuer {
+pub(crate) struct Issuer {
     child: Child,
     port: u16,
     keys: PathBuf,
-    resource: String,
+    pub(crate) resource: String,
+    /// Its environment beyond `OIDC_ACCOUNTS` (`OIDC_TTL`, `OIDC_CLIENTS`).
+    env: Vec<(String, String)>,
 }
 
 /// Who signs in, with what claims.
-const ACCOUNTS: &str = r#"{"alice": {"org_id": "acme", "roles": ["reader"]}, "bob": {"org_id": "acme", "roles": ["admin"]}}"#;
+const ACCOUNTS: &str = r#"{"alice": {"org_id": "acme", "roles": ["reader"]}, "bob": {"org_id": "acme", "roles": ["admin"]}, "machine": {"org_id": "acme", "roles": ["reader"]}}"#;
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
     l.local_addr().expect("its address").port()
 }
@@ -34,6 +36,15 @@ fn free_port() -> u16 {
 impl Issuer {
     /// Start it for `resource` (or `None`: `oidc-provider` is not installed; skipped).
     fn start(dir: &Path, resource: &str) -> Option<Issuer> {
+        Issuer::start_with(dir, resource, &[])
+    }
+
+    /// [`Issuer::start`] with `env` too.
+    pub(crate) fn start_with(dir: &Path, resource: &str, env: &[(&str, &str)]) -> Option<Issuer> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let home = repo().join("target/oidc");
         if !home.join("node_modules/oidc-provider").exists() {
             crate::common::skip(
@@ -51,13 +62,14 @@ impl Issuer {
             let script = home.join(format!("provider-{port}.mjs"));
             std::fs::copy(repo().join("tests/fixtures/oidc/provider.mjs"), &script)
                 .expect("copy the provider");
-            match Issuer::spawn(port, &keys, resource) {
+            match Issuer::spawn(port, &keys, resource, &env) {
                 Ok(child) => {
                     return Some(Issuer {
                         child,
                         port,
                         keys,
                         resource: resource.to_string(),
+                        env,
                     })
                 }
                 Err(why) => {
@@ -70,9 +82,15 @@ impl Issuer {
     }
 
     /// Start node on `port`; `Err` with its log when it never says "ready".
-    fn spawn(port: u16, keys: &Path, resource: &str) -> Result<Child, String> {
+    fn spawn(
+        port: u16,
+        keys: &Path,
+        resource: &str,
+        env: &[(String, String)],
+    ) -> Result<Child, String> {
         let log = keys.with_extension("log");
         let mut child = Command::new("node")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(repo().join("target/oidc"))
             .args([&format!("provider-{port}.mjs"), &port.to_string()])
             .arg(keys)
@@ -94,19 +112,29 @@ impl Issuer {
         Err(format!("port {port}: {line}{err}"))
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// A new signing key (and kid): the old one is no longer published.
-    fn rotate(&mut self) {
+    /// The tokens it granted so far, by grant type (`granted authorization_code` lines of its
+    /// log; a restart starts a new log).
+    pub(crate) fn granted(&self, grant: &str) -> usize {
+        let log = std::fs::read_to_string(self.keys.with_extension("log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| *l == format!("granted {grant}"))
+            .count()
+    }
+
+    /// A new signing key (and kid): the old one is no longer published; what it issued
+    /// (refresh tokens too) is forgotten.
+    pub(crate) fn rotate(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         std::fs::remove_file(&self.keys).expect("drop the old key");
         // Its own port, just let go of: a few tries while the kernel frees it.
         let mut tries = 0;
         self.child = loop {
-            match Issuer::spawn(self.port, &self.keys, &self.resource) {
+            match Issuer::spawn(self.port, &self.keys, &self.resource, &self.env) {
                 Ok(child) => break child,
                 Err(why) if tries == 10 => panic!("the authorization server: {why}"),
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
@@ -138,7 +166,11 @@ impl Drop for Issuer {
 
 /// A gateway on `port` for `manifest`, writing its audit trail to `audit.jsonl`.
 /// The gateway of `p` on `port`; `Err`: what it said when it exited before listening.
-fn try_gateway(p: &Project, port: u16, env: &[(&str, &str)]) -> Result<HttpGateway, String> {
+pub(crate) fn try_gateway(
+    p: &Project,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Result<HttpGateway, String> {
     let mut cmd = Command::new(flux_bin());
     cmd.current_dir(p.path())
         .args(["mcp", "serve", "--http", &format!("127.0.0.1:{port}")])
@@ -150,7 +182,7 @@ fn try_gateway(p: &Project, port: u16, env: &[(&str, &str)]) -> Result<HttpGatew
 }
 
 /// The manifest: two tools and one that needs approval, `reader` and `admin` roles.
-fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
+pub(crate) fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
     let script = p.write(
         "tool.sh",
         &format!(
@@ -181,13 +213,21 @@ fn manifest(p: &Project, issuer: &str, resource: &str, log: &Path) -> String {
 /// A project with [`manifest`], its authorization server, and its gateway (with `ADMIN` and
 /// `env`); `None`: `oidc-provider` is not installed (skipped).
 fn signed_in(env: &[(&str, &str)]) -> Option<(Project, Issuer, HttpGateway)> {
+    signed_in_with(env, &[])
+}
+
+/// [`signed_in`] with the authorization server's environment `issuer_env`.
+pub(crate) fn signed_in_with(
+    env: &[(&str, &str)],
+    issuer_env: &[(&str, &str)],
+) -> Option<(Project, Issuer, HttpGateway)> {
     // The port is named in the manifest before the gateway binds it: another test may take
     // it meanwhile, and then the whole setup is made again on another.
     for _ in 0..3 {
         let p = Project::new("");
         let port = free_port();
         let resource = format!("http://127.0.0.1:{port}/mcp");
-        let issuer = Issuer::start(p.path(), &resource)?;
+        let issuer = Issuer::start_with(p.path(), &resource, issuer_env)?;
         manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
         let mut all = vec![("ADMIN", "adm1n")];
         all.extend_from_slice(env);

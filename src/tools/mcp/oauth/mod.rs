@@ -145,6 +145,10 @@ impl Tokens {
             Err(AuthError::TokenRefreshRejected(_) | AuthError::AuthorizationRequired) => {
                 return Err(self.sign_in("refused its refresh token (the sign-in has ended)"));
             }
+            // The client registered at sign-in is gone from the authorization server.
+            Err(AuthError::TokenRefreshFailed(e)) if e.contains("invalid_client") => {
+                return Err(self.sign_in("no longer knows the client it signed in with (the sign-in has ended)"));
+            }
             Err(e) => return Err(self.failed(&e)),
         }
         let fresh = memory.load().await.map_err(|e| self.failed(&e))?;

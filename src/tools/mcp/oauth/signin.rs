@@ -96,7 +96,7 @@ pub(crate) async fn begin(decl: &McpServer, url: &str) -> Result<Begun, String> 
         .await
         .map_err(|(_, e)| format!("MCP server `{name}`: cannot start the sign-in: {e}"))?;
     Ok(Begun {
-        url: session.get_authorization_url().to_string(),
+        url: with_consent(session.get_authorization_url()),
         name: name.clone(),
         server_url: url.to_string(),
         path,
@@ -209,6 +209,20 @@ impl Begun {
     pub(crate) fn path(&self) -> &std::path::Path {
         &self.path
     }
+}
+
+/// `url` with `prompt=consent` when it asks for `offline_access` (a refresh token): OpenID
+/// Connect servers grant that scope only when consent is asked for by name.
+fn with_consent(url: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let mut params = oauth2::url::form_urlencoded::parse(query.as_bytes());
+    let offline = params
+        .clone()
+        .any(|(k, v)| k == "scope" && v.split(' ').any(|s| s == "offline_access"));
+    if offline && !params.any(|(k, _)| k == "prompt") {
+        return format!("{url}&prompt=consent");
+    }
+    url.to_string()
 }
 
 /// The `resource` parameter of an authorization URL.

@@ -1,0 +1,300 @@
+//! flux-tools as the OAuth client of an upstream MCP server that wants a token: the server is
+//! our own gateway as a resource server (`[serve.auth]`), in front of the real authorization
+//! server `oidc-provider` (`tests/fixtures/oidc/provider.mjs`, tokens living 6 s here). The
+//! "browser" of `mcp login` is `tests/fixtures/browser.py`, which follows the sign-in's
+//! redirects as a person who approves at once would.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{repo, Project};
+use crate::serve_auth::{signed_in_with, Issuer};
+
+/// How long the authorization server's access tokens live.
+const TTL: u64 = 6;
+
+/// The client's project: `gw` (a person signs in) and `gwm` (client credentials) on the gateway
+/// at `url`, and its own token folder.
+fn client(url: &str) -> Project {
+    Project::new(&format!(
+        "[mcp_servers.gw]\nurl = \"{url}\"\nauth = \"oauth\"\nwhole = true\nprefix = \"\"\nrequires_approval = false\n\n\
+         [mcp_servers.gwm]\nurl = \"{url}\"\nauth = \"client_credentials\"\nclient_id = \"machine\"\nclient_secret = \"${{env:MACHINE_SECRET}}\"\nscopes = [\"mcp:tools\"]\n\n\
+         [tools.machine_echo]\nkind = \"mcp\"\nserver = \"gwm\"\ntool = \"echo\"\neffect = \"read\"\n"
+    ))
+}
+
+/// `flux-tools ARGS` in the client's project (its tokens in `state/`), `stdin` fed to it.
+fn flux(c: &Project, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(crate::serve::flux_bin())
+        .current_dir(c.path())
+        .args(args)
+        .env("XDG_STATE_HOME", c.path().join("state"))
+        .env("BROWSER", repo().join("tests/fixtures/browser.py"))
+        .env("MACHINE_SECRET", "m4chine-s3cret")
+        .env_remove("FLUX_TOOLS_MANIFEST")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start flux-tools");
+    let _ = child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(stdin.as_bytes()));
+    child.wait_with_output().expect("flux-tools")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `n` echo calls of `tool`: each call's status and output.
+fn echoes(c: &Project, tool: &str, n: usize) -> (Vec<(String, String)>, String) {
+    let batch: String = (0..n)
+        .map(|i| format!("{{\"tool\":\"{tool}\",\"args\":{{\"x\":\"m{i}\"}}}}\n"))
+        .collect();
+    let out = flux(
+        c,
+        &[
+            "run",
+            "-",
+            "--format",
+            "jsonl",
+            "--max-concurrent-tools",
+            "64",
+        ],
+        &batch,
+    );
+    let all = text(&out);
+    let rows = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| {
+            let output = match &v["output"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let error = v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (
+                v["status"].as_str().unwrap_or_default().to_string(),
+                format!("{output}{error}"),
+            )
+        })
+        .collect();
+    (rows, all)
+}
+
+/// The one token file in the client's token folder, and its JSON.
+fn token_file(c: &Project, name: &str) -> (PathBuf, Value) {
+    let dir = c.path().join("state/flux-tools/oauth");
+    let path = std::fs::read_dir(&dir)
+        .expect("the token folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            let f = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+            f.starts_with(&format!("{name}-")) && f.ends_with(".json")
+        })
+        .unwrap_or_else(|| panic!("no token file of {name} in {}", dir.display()));
+    let v = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
+    (path, v)
+}
+
+/// Change the kept token file with `edit` (it stays 0600: written in place).
+fn edit(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("JSON");
+    edit(&mut v);
+    std::fs::write(path, serde_json::to_vec(&v).expect("JSON")).expect("write");
+}
+
+/// The secrets a leak would show: the access and refresh tokens kept for `name`.
+fn secrets(c: &Project, name: &str) -> Vec<String> {
+    let (_, v) = token_file(c, name);
+    let r = &v["credentials"]["token_response"];
+    [&r["access_token"], &r["refresh_token"]]
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_string))
+        .collect()
+}
+
+fn setup() -> Option<(Project, Issuer, crate::serve::HttpGateway)> {
+    let clients = r#"[{"client_id": "machine", "client_secret": "m4chine-s3cret", "grant_types": ["client_credentials"], "response_types": [], "redirect_uris": [], "token_endpoint_auth_method": "client_secret_basic", "scope": "mcp:tools"}]"#;
+    let ttl = TTL.to_string();
+    signed_in_with(&[], &[("OIDC_TTL", &ttl), ("OIDC_CLIENTS", clients)])
+}
+
+#[test]
+fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_expiry() {
+    let Some((_gw_project, issuer, gw)) = setup() else {
+        return;
+    };
+    let c = client(&gw.url);
+    let mut said = String::new();
+    // Before a sign-in: the status says so, and a call says what to run.
+    let status = flux(&c, &["mcp", "login", "--status"], "");
+    assert!(
+        text(&status).contains("gw\tnot signed in: run `flux-tools mcp login gw`"),
+        "{}",
+        text(&status)
+    );
+    let (rows, all) = echoes(&c, "echo", 1);
+    assert!(
+        all.contains("is not signed in: run `flux-tools mcp login gw`"),
+        "{rows:?} {all}"
+    );
+    // The sign-in: the browser follows the printed URL through the authorization server.
+    let login = flux(&c, &["mcp", "login", "gw"], "");
+    said.push_str(&text(&login));
+    assert!(
+        login.status.success() && text(&login).contains("Signed in to `gw` (scopes: "),
+        "{}",
+        text(&login)
+    );
+    let (path, kept) = token_file(&c, "gw");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("meta").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        kept["credentials"]["token_response"]["refresh_token"].is_string(),
+        "{kept}"
+    );
+    assert_eq!(issuer.granted("authorization_code"), 1);
+    // Every face: a run, the tools offered to a model, an import.
+    let (rows, all) = echoes(&c, "echo", 3);
+    said.push_str(&all);
+    assert!(
+        rows.iter()
+            .all(|(s, o)| s == "ok" && o.starts_with("echo m")),
+        "{rows:?} {all}"
+    );
+    let offered = flux(&c, &["tools", "--emit", "openai"], "");
+    said.push_str(&text(&offered));
+    assert!(
+        String::from_utf8_lossy(&offered.stdout).contains("\"echo\""),
+        "{}",
+        text(&offered)
+    );
+    let import = flux(&c, &["mcp", "import", "gw"], "");
+    said.push_str(&text(&import));
+    assert!(
+        String::from_utf8_lossy(&import.stdout).contains("[tools.\"echo\"]"),
+        "{}",
+        text(&import)
+    );
+    let status = flux(&c, &["mcp", "login", "--status"], "");
+    assert!(
+        text(&status).contains("gw\tsigned in; expires in ")
+            && text(&status).contains("refreshable"),
+        "{}",
+        text(&status)
+    );
+    let mut leaks = secrets(&c, "gw");
+    // Past the renewal point: two runs at once, 25 calls each, make one refresh between them.
+    std::thread::sleep(Duration::from_secs(TTL / 2 + 1));
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..2).map(|_| s.spawn(|| echoes(&c, "echo", 25))).collect();
+        started
+            .into_iter()
+            .map(|r| r.join().expect("a run"))
+            .collect()
+    });
+    for (rows, all) in &runs {
+        said.push_str(all);
+        assert!(
+            rows.len() == 25 && rows.iter().all(|(s, _)| s == "ok"),
+            "{rows:?} {all}"
+        );
+    }
+    assert_eq!(
+        issuer.granted("refresh_token"),
+        1,
+        "one refresh for 50 calls in two processes"
+    );
+    leaks.extend(secrets(&c, "gw"));
+    // A token the server refuses (401): renewed once, the call made.
+    edit(&path, |v| {
+        v["credentials"]["token_response"]["access_token"] = "not-a-token".into()
+    });
+    let (rows, all) = echoes(&c, "echo", 2);
+    said.push_str(&all);
+    assert!(rows.iter().all(|(s, _)| s == "ok"), "{rows:?} {all}");
+    assert_eq!(issuer.granted("refresh_token"), 2);
+    leaks.extend(secrets(&c, "gw"));
+    // Client credentials: no person, a token of its own (`tools --emit` took one already,
+    // expired by now), one for the run's calls.
+    let before = issuer.granted("client_credentials");
+    let (rows, all) = echoes(&c, "machine_echo", 8);
+    said.push_str(&all);
+    assert!(
+        rows.iter()
+            .all(|(s, o)| s == "ok" && o.starts_with("echo m")),
+        "{rows:?} {all}"
+    );
+    assert_eq!(issuer.granted("client_credentials"), before + 1);
+    leaks.extend(secrets(&c, "gwm"));
+    // No token is ever shown: not in anything said, nor in any file of the project.
+    let files: Vec<String> = walk(c.path())
+        .iter()
+        .filter(|p| !p.starts_with(c.path().join("state")))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    for t in &leaks {
+        assert!(
+            t.len() > 8 && !said.contains(t.as_str()),
+            "a token was shown"
+        );
+        assert!(
+            files.iter().all(|f| !f.contains(t.as_str())),
+            "a token is in a file of the project"
+        );
+    }
+    revoked(&c, &path, issuer);
+}
+
+/// The authorization server forgets what it issued (restarted with a new key): an expired
+/// token's refresh is refused, and the call says to sign in again.
+fn revoked(c: &Project, path: &Path, mut issuer: Issuer) {
+    issuer.rotate();
+    edit(path, |v| v["credentials"]["token_received_at"] = 0.into());
+    let (rows, all) = echoes(c, "echo", 1);
+    assert!(rows.iter().all(|(s, _)| s != "ok"), "{rows:?}");
+    // It registered itself at sign-in, and the restarted server knows neither the client nor
+    // the refresh token.
+    assert!(
+        all.contains("(the sign-in has ended): run `flux-tools mcp login gw`"),
+        "{all}"
+    );
+    let out = flux(c, &["mcp", "logout", "gw"], "");
+    assert!(
+        text(&out).contains("Signed out of `gw`") && !path.exists(),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
