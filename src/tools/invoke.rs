@@ -133,6 +133,26 @@ pub struct Relay {
     /// Who answers the upstream's questions (elicitation) during the call: the client that
     /// made it, when it can be asked.
     pub(crate) ask: Option<super::mcp::Asker>,
+    /// The caller's own token, for an upstream that carries the caller's identity.
+    pub(crate) behalf: Option<Behalf>,
+}
+
+/// A gateway caller, for an upstream server with `identity = "caller"`: who it is (its
+/// tenant and subject) and the access token it proved that with, which the upstream's
+/// authorization server exchanges (RFC 8693) for a token of the caller's own. Never printed.
+#[derive(Clone)]
+pub(crate) struct Behalf {
+    /// `TENANT/SUBJECT`: upstream sessions and tokens are never shared across two.
+    pub subject: String,
+    pub token: Arc<str>,
+}
+
+impl std::fmt::Debug for Behalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Behalf")
+            .field("subject", &self.subject)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Relay {
@@ -141,6 +161,7 @@ impl std::fmt::Debug for Relay {
             .field("raw", &self.raw)
             .field("progress", &self.progress.is_some())
             .field("ask", &self.ask.is_some())
+            .field("behalf", &self.behalf)
             .finish()
     }
 }

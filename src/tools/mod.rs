@@ -28,8 +28,8 @@ use serde_json::Value;
 use toml::de::DeTable;
 
 pub(crate) use invoke::{
-    parse_output, Failure, Invocation, Progress, Relay, RunInfo, Stop, StopCause, StopLevel,
-    ToolContext,
+    parse_output, Behalf, Failure, Invocation, Progress, Relay, RunInfo, Stop, StopCause,
+    StopLevel, ToolContext,
 };
 pub(crate) use kind::{Invoke, Kind};
 

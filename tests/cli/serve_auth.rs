@@ -26,7 +26,7 @@ pub(crate) struct Issuer {
 }
 
 /// Who signs in, with what claims.
-const ACCOUNTS: &str = r#"{"alice": {"org_id": "acme", "roles": ["reader"]}, "bob": {"org_id": "acme", "roles": ["admin"]}, "machine": {"org_id": "acme", "roles": ["reader"]}}"#;
+const ACCOUNTS: &str = r#"{"alice": {"org_id": "acme", "roles": ["reader"]}, "bob": {"org_id": "acme", "roles": ["admin"]}, "machine": {"org_id": "acme", "roles": ["reader"]}, "gateway": {"org_id": "acme", "roles": ["reader"]}}"#;
 
 pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
@@ -34,12 +34,8 @@ pub(crate) fn free_port() -> u16 {
 }
 
 impl Issuer {
-    /// Start it for `resource` (or `None`: `oidc-provider` is not installed; skipped).
-    fn start(dir: &Path, resource: &str) -> Option<Issuer> {
-        Issuer::start_with(dir, resource, &[])
-    }
-
-    /// [`Issuer::start`] with `env` too.
+    /// Start it for `resource` (or `None`: `oidc-provider` is not installed; skipped), with
+    /// `env` too.
     pub(crate) fn start_with(dir: &Path, resource: &str, env: &[(&str, &str)]) -> Option<Issuer> {
         let env: Vec<(String, String)> = env
             .iter()
@@ -216,6 +212,30 @@ fn signed_in(env: &[(&str, &str)]) -> Option<(Project, Issuer, HttpGateway)> {
     signed_in_with(env, &[])
 }
 
+/// An upstream gateway (its project, authorization server and gateway) whose authorization
+/// server also serves `other` (a front gateway's resource), with `clients` pre-registered;
+/// `None`: skipped.
+pub(crate) fn signed_in_resources(
+    other: &str,
+    clients: &str,
+) -> Option<(Project, Issuer, HttpGateway)> {
+    for _ in 0..3 {
+        let p = Project::new("");
+        let port = free_port();
+        let resource = format!("http://127.0.0.1:{port}/mcp");
+        let both = format!("{resource},{other}");
+        let mut issuer = Issuer::start_with(p.path(), &both, &[("OIDC_CLIENTS", clients)])?;
+        issuer.resource = resource.clone();
+        manifest(&p, &issuer.url(), &resource, &p.path().join("calls.log"));
+        match try_gateway(&p, port, &[("ADMIN", "adm1n")]) {
+            Ok(gw) => return Some((p, issuer, gw)),
+            Err(said) if said.contains("in use") => continue,
+            Err(said) => panic!("the gateway exited before listening: {said}"),
+        }
+    }
+    panic!("three free ports were taken before the gateway could bind them")
+}
+
 /// [`signed_in`] with the authorization server's environment `issuer_env`.
 pub(crate) fn signed_in_with(
     env: &[(&str, &str)],
@@ -241,7 +261,7 @@ pub(crate) fn signed_in_with(
 }
 
 /// The OAuth client's run: signs in as `login` and does `action`.
-fn oauth(py: &Path, url: &str, login: &str, action: &[&str]) -> Child {
+pub(crate) fn oauth(py: &Path, url: &str, login: &str, action: &[&str]) -> Child {
     Command::new(py)
         .arg(repo().join("tests/fixtures/oauth_client.py"))
         .args([url, login])
@@ -253,7 +273,7 @@ fn oauth(py: &Path, url: &str, login: &str, action: &[&str]) -> Child {
 }
 
 /// Its JSON, or its error text.
-fn outcome(c: Child) -> Result<Value, String> {
+pub(crate) fn outcome(c: Child) -> Result<Value, String> {
     let out = c.wait_with_output().expect("the OAuth client");
     let text = String::from_utf8_lossy(&out.stdout);
     if out.status.success() {
@@ -263,7 +283,7 @@ fn outcome(c: Child) -> Result<Value, String> {
 }
 
 /// The audit trail's lines so far.
-fn audit(p: &Project) -> Vec<Value> {
+pub(crate) fn audit(p: &Project) -> Vec<Value> {
     let text = std::fs::read_to_string(p.path().join("audit.jsonl")).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())

@@ -202,49 +202,7 @@ fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_exp
         text(&status)
     );
     let mut leaks = secrets(&c, "gw");
-    // Past the renewal point: two runs at once, 25 calls each, make one refresh between them.
-    std::thread::sleep(Duration::from_secs(TTL / 2 + 1));
-    let runs: Vec<_> = std::thread::scope(|s| {
-        let started: Vec<_> = (0..2).map(|_| s.spawn(|| echoes(&c, "echo", 25))).collect();
-        started
-            .into_iter()
-            .map(|r| r.join().expect("a run"))
-            .collect()
-    });
-    for (rows, all) in &runs {
-        said.push_str(all);
-        assert!(
-            rows.len() == 25 && rows.iter().all(|(s, _)| s == "ok"),
-            "{rows:?} {all}"
-        );
-    }
-    assert_eq!(
-        issuer.granted("refresh_token"),
-        1,
-        "one refresh for 50 calls in two processes"
-    );
-    leaks.extend(secrets(&c, "gw"));
-    // A token the server refuses (401): renewed once, the call made.
-    edit(&path, |v| {
-        v["credentials"]["token_response"]["access_token"] = "not-a-token".into()
-    });
-    let (rows, all) = echoes(&c, "echo", 2);
-    said.push_str(&all);
-    assert!(rows.iter().all(|(s, _)| s == "ok"), "{rows:?} {all}");
-    assert_eq!(issuer.granted("refresh_token"), 2);
-    leaks.extend(secrets(&c, "gw"));
-    // Client credentials: no person, a token of its own (`tools --emit` took one already,
-    // expired by now), one for the run's calls.
-    let before = issuer.granted("client_credentials");
-    let (rows, all) = echoes(&c, "machine_echo", 8);
-    said.push_str(&all);
-    assert!(
-        rows.iter()
-            .all(|(s, o)| s == "ok" && o.starts_with("echo m")),
-        "{rows:?} {all}"
-    );
-    assert_eq!(issuer.granted("client_credentials"), before + 1);
-    leaks.extend(secrets(&c, "gwm"));
+    renewals(&c, &issuer, &path, &mut said, &mut leaks);
     // No token is ever shown: not in anything said, nor in any file of the project.
     let files: Vec<String> = walk(c.path())
         .iter()
@@ -262,6 +220,55 @@ fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_exp
         );
     }
     revoked(&c, &path, issuer);
+}
+
+/// Past the renewal point, two runs at once make one refresh; a token the server refuses is
+/// renewed once; client credentials take a token of their own. What they said and the tokens
+/// they used are added to `said` and `leaks`.
+fn renewals(c: &Project, issuer: &Issuer, path: &Path, said: &mut String, leaks: &mut Vec<String>) {
+    // Past the renewal point: two runs at once, 25 calls each, make one refresh between them.
+    std::thread::sleep(Duration::from_secs(TTL / 2 + 1));
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..2).map(|_| s.spawn(|| echoes(c, "echo", 25))).collect();
+        started
+            .into_iter()
+            .map(|r| r.join().expect("a run"))
+            .collect()
+    });
+    for (rows, all) in &runs {
+        said.push_str(all);
+        assert!(
+            rows.len() == 25 && rows.iter().all(|(s, _)| s == "ok"),
+            "{rows:?} {all}"
+        );
+    }
+    assert_eq!(
+        issuer.granted("refresh_token"),
+        1,
+        "one refresh for 50 calls in two processes"
+    );
+    leaks.extend(secrets(c, "gw"));
+    // A token the server refuses (401): renewed once, the call made.
+    edit(path, |v| {
+        v["credentials"]["token_response"]["access_token"] = "not-a-token".into()
+    });
+    let (rows, all) = echoes(c, "echo", 2);
+    said.push_str(&all);
+    assert!(rows.iter().all(|(s, _)| s == "ok"), "{rows:?} {all}");
+    assert_eq!(issuer.granted("refresh_token"), 2);
+    leaks.extend(secrets(c, "gw"));
+    // Client credentials: no person, a token of its own (`tools --emit` took one already,
+    // expired by now), one for the run's calls.
+    let before = issuer.granted("client_credentials");
+    let (rows, all) = echoes(c, "machine_echo", 8);
+    said.push_str(&all);
+    assert!(
+        rows.iter()
+            .all(|(s, o)| s == "ok" && o.starts_with("echo m")),
+        "{rows:?} {all}"
+    );
+    assert_eq!(issuer.granted("client_credentials"), before + 1);
+    leaks.extend(secrets(c, "gwm"));
 }
 
 /// The authorization server forgets what it issued (restarted with a new key): an expired
@@ -297,4 +304,77 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The front gateway's manifest: `[serve.auth]` for its own callers, and the upstream gateway
+/// at `upstream` served whole, each caller's calls carrying the caller's identity.
+fn front(issuer: &str, resource: &str, upstream: &str) -> String {
+    format!(
+        "[serve.auth]\nissuer = \"{issuer}\"\nresource = \"{resource}\"\nscopes = [\"mcp:tools\"]\ntenant_claim = \"org_id\"\n\n\
+         [mcp_servers.up]\nurl = \"{upstream}\"\nauth = \"client_credentials\"\nidentity = \"caller\"\nclient_id = \"gateway\"\nclient_secret = \"${{env:GATEWAY_SECRET}}\"\nscopes = [\"mcp:tools\"]\nwhole = true\nprefix = \"\"\nrequires_approval = false\n"
+    )
+}
+
+#[test]
+fn a_gateway_calls_upstream_as_each_caller_by_token_exchange_and_never_with_anothers_token() {
+    let Some(py) = crate::serve::python() else {
+        return;
+    };
+    let front_port = crate::serve_auth::free_port();
+    let front_resource = format!("http://127.0.0.1:{front_port}/mcp");
+    let clients = r#"[{"client_id": "gateway", "client_secret": "g4teway-s3cret", "grant_types": ["client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange"], "response_types": [], "redirect_uris": [], "token_endpoint_auth_method": "client_secret_basic", "scope": "mcp:tools"}]"#;
+    // The upstream gateway's resource and the front's, both of one authorization server.
+    let Some((up, issuer, upstream)) =
+        crate::serve_auth::signed_in_resources(&front_resource, clients)
+    else {
+        return;
+    };
+    let f = Project::new(&front(&issuer.url(), &front_resource, &upstream.url));
+    let gw =
+        crate::serve_auth::try_gateway(&f, front_port, &[("GATEWAY_SECRET", "g4teway-s3cret")])
+            .unwrap_or_else(|e| panic!("the front gateway: {e}"));
+    let call = |who: &str, x: &str| {
+        crate::serve_auth::outcome(crate::serve_auth::oauth(
+            &py,
+            &gw.url,
+            who,
+            &["call", "echo", &format!("{{\"x\": \"{x}\"}}")],
+        ))
+        .unwrap_or_else(|e| panic!("{who} calls: {e}"))
+    };
+    for (who, x) in [
+        ("alice", "a1"),
+        ("bob", "b1"),
+        ("alice", "a2"),
+        ("bob", "b2"),
+    ] {
+        let r = call(who, x);
+        assert_eq!(r["result"]["isError"], false, "{who}: {r}");
+        assert_eq!(r["token_claims"]["sub"], who, "{r}");
+    }
+    // The upstream saw each call (made one after another) as its caller's.
+    let subjects: Vec<String> = crate::serve_auth::audit(&up)
+        .iter()
+        .filter(|l| l["event"] == "call.allowed" && l["tool"] == "echo")
+        .map(|l| l["subject"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(subjects, ["alice", "bob", "alice", "bob"]);
+    let log = std::fs::read_to_string(up.path().join("calls.log")).unwrap_or_default();
+    assert_eq!(log, "echo a1\necho b1\necho a2\necho b2\n");
+    // One exchange per caller: each caller's token is kept for its own calls.
+    assert_eq!(issuer.granted("exchange for alice"), 1);
+    assert_eq!(issuer.granted("exchange for bob"), 1);
+    // A run is no gateway caller: it cannot call as one.
+    let r = f
+        .cmd()
+        .env("GATEWAY_SECRET", "g4teway-s3cret")
+        .args(["run", "-", "--format", "jsonl"])
+        .write_stdin("{\"tool\":\"echo\",\"args\":{\"x\":\"r\"}}\n")
+        .output()
+        .expect("run");
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        out.contains("only a gateway caller with an access token"),
+        "{out}"
+    );
 }

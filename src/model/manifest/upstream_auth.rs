@@ -28,6 +28,7 @@ pub(super) const KEYS: &[&str] = &[
     "scopes",
     "redirect_port",
     "authorization_server",
+    "identity",
 ];
 
 /// How the token is obtained.
@@ -56,6 +57,10 @@ pub struct UpstreamAuth {
     pub redirect_port: u16,
     /// An issuer allowed although it is not on the server's origin.
     pub authorization_server: Option<String>,
+    /// `identity = "caller"`: in the gateway, each caller's calls carry a token of the
+    /// caller's own, exchanged (RFC 8693) for the JWT it presented; else (`"gateway"`) every
+    /// call carries the gateway's own sign-in.
+    pub on_behalf: bool,
 }
 
 impl Reader<'_> {
@@ -102,6 +107,7 @@ impl Reader<'_> {
             scopes: self.scope_list(st, ctx),
             redirect_port: self.redirect_port(st, ctx),
             authorization_server: self.https_url(st, "authorization_server", ctx),
+            on_behalf: self.identity(st, ctx),
         };
         self.auth_fits(&auth, ctx, key);
         Some(auth)
@@ -121,9 +127,29 @@ impl Reader<'_> {
                     "client_secret = \"${env:NAME}\" (or private_key = \"${env:NAME}\", a PEM key)";
                 self.error(key, why, Some(hint.into()));
             }
+        } else if auth.on_behalf && (auth.client_id.is_none() || auth.client_secret.is_none()) {
+            let why = format!("`identity = \"caller\"` in {ctx} needs the `client_id` and `client_secret` the gateway exchanges tokens with");
+            self.error(key, why, None);
         } else if auth.private_key.is_some() {
             let why = format!("`private_key` in {ctx} is for `auth = \"client_credentials\"`");
             self.error(key, why, None);
+        }
+    }
+
+    /// `identity = "gateway" | "caller"`: whether calls carry the caller's identity.
+    fn identity(&mut self, st: &DeTable<'_>, ctx: &str) -> bool {
+        let Some((who, span)) = self.string(st, "identity", ctx) else {
+            return false;
+        };
+        match who.as_str() {
+            "gateway" => false,
+            "caller" => true,
+            other => {
+                let why = format!("`identity` in {ctx} is `{other}`");
+                let hint = "`gateway` (every call carries the gateway's sign-in) or `caller` (each caller's own token, by token exchange)";
+                self.error(span, why, Some(hint.into()));
+                false
+            }
         }
     }
 

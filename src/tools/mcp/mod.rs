@@ -14,6 +14,8 @@
 //! of sessions and what the gateway asks a server besides calls; `learn` what the manifest
 //! learns from a server (annotations, a whole server's tools).
 
+mod callers;
+mod http;
 mod learn;
 mod lines;
 pub(crate) mod oauth;
@@ -223,7 +225,7 @@ impl McpTool {
             self.hub.renew(&self.server).await;
         }
         let session = tokio::select! {
-            s = self.hub.session_for(&self.server, self.reads(inv)) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
+            s = self.session(inv) => s.map_err(|e| Failure::failed(ErrorKind::SpawnFailed, e))?,
             _ = stop.stopped() => return Err(Failure::Stopped),
         };
         if session.gone() {
@@ -244,6 +246,21 @@ impl McpTool {
             _ => Box::pin(self.through_rmcp(&session, params, inv, stop)).await?,
         };
         self.answered(&session, answered).await
+    }
+
+    /// The session the call goes to: its caller's own, when the server carries each caller's
+    /// identity (`identity = "caller"`), else the server's.
+    async fn session(&self, inv: &Invocation) -> Result<Arc<server::Session>, String> {
+        if !self.hub.for_callers(&self.server) {
+            return self.hub.session_for(&self.server, self.reads(inv)).await;
+        }
+        match inv.run.relay.as_ref().and_then(|r| r.behalf.as_ref()) {
+            Some(caller) => self.hub.session_of(&self.server, caller).await,
+            None => Err(format!(
+                "MCP server `{}` carries each caller's identity (`identity = \"caller\"`): only a gateway caller with an access token ([serve.auth]) can call it",
+                self.server
+            )),
+        }
     }
 
     /// The request sent through rmcp's service (progress relayed): its answer as JSON.

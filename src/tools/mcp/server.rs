@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::ServiceExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -17,11 +16,12 @@ use tokio::sync::OnceCell;
 use crate::manifest::McpServer;
 
 /// How long a server may take to start and answer `initialize`.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How much of a server's stderr is kept for messages.
 const STDERR_TAIL: usize = 2048;
 
-type Service = RunningService<RoleClient, Upstream>;
+pub(super) type Service = RunningService<RoleClient, Upstream>;
 
 /// What a server said changed (its notifications), for whoever follows the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,10 +346,10 @@ impl Session {
 
 /// A server's session: started once on first use; replaced by [`McpHub::revive`] when it
 /// died or could not start.
-type Cell = Arc<OnceCell<Result<Arc<Session>, String>>>;
+pub(super) type Cell = Arc<OnceCell<Result<Arc<Session>, String>>>;
 
-struct Slot {
-    decl: McpServer,
+pub(super) struct Slot {
+    pub(super) decl: McpServer,
     /// Its processes' sessions (one unless `processes = N`); the first answers all but reads.
     sessions: Vec<Mutex<Cell>>,
     /// The process the next read goes to when none is idle.
@@ -369,9 +369,11 @@ impl Slot {
 
 /// The run's MCP sessions.
 pub struct McpHub {
-    slots: BTreeMap<String, Slot>,
+    pub(super) slots: BTreeMap<String, Slot>,
+    /// The sessions of each caller of a server with `identity = "caller"` (a gateway's).
+    pub(super) callers: Mutex<std::collections::HashMap<(String, String), Cell>>,
     /// What the servers say changed.
-    changes: tokio::sync::broadcast::Sender<Change>,
+    pub(super) changes: tokio::sync::broadcast::Sender<Change>,
 }
 
 impl McpHub {
@@ -392,6 +394,7 @@ impl McpHub {
                     )
                 })
                 .collect(),
+            callers: Mutex::default(),
             changes: tokio::sync::broadcast::Sender::new(CHANGES),
         })
     }
@@ -473,7 +476,7 @@ impl McpHub {
             .ok_or_else(|| format!("no MCP server `{server}` in the manifest"))?;
         slot.cell(i)
             .get_or_init(|| async {
-                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl, self.changes.clone())).await {
+                match tokio::time::timeout(START_TIMEOUT, start(&slot.decl, self.changes.clone(), None)).await {
                     Ok(r) => r.map(Arc::new),
                     Err(_) => Err(format!(
                         "MCP server `{server}` did not finish starting within {}s",
@@ -512,6 +515,12 @@ impl McpHub {
 
     /// Close every session that was started (stdio servers see their stdin close and exit).
     pub async fn shutdown(&self) {
+        let callers: Vec<Cell> = self.callers.lock().map(|mut c| c.drain().map(|(_, c)| c).collect()).unwrap_or_default();
+        for cell in callers {
+            if let Some(Ok(session)) = cell.get() {
+                session.close().await;
+            }
+        }
         for slot in self.slots.values() {
             for i in 0..slot.sessions.len() {
                 if let Some(Ok(session)) = slot.cell(i).get() {
@@ -570,9 +579,10 @@ impl McpHub {
     }
 }
 
-async fn start(
+pub(super) async fn start(
     decl: &McpServer,
     changes: tokio::sync::broadcast::Sender<Change>,
+    caller: Option<&crate::tools::Behalf>,
 ) -> Result<Session, String> {
     let name = &decl.name;
     let no_args = serde_json::Map::new();
@@ -626,7 +636,7 @@ async fn start(
             )
         })?
     } else if let Some(url) = &decl.url {
-        let (service, tokens) = serve_http(decl, url, &upstream, &render).await?;
+        let (service, tokens) = super::http::serve(decl, url, &upstream, &render, caller).await?;
         auth = tokens;
         service
     } else {
@@ -648,45 +658,6 @@ async fn start(
         direct,
         auth,
     })
-}
-
-/// A session with HTTP server `decl` at `url` (its token sent, when it has `auth`).
-async fn serve_http(
-    decl: &McpServer,
-    url: &crate::template::Template,
-    upstream: &Upstream,
-    render: &(dyn Fn(&crate::template::Template) -> Result<String, String> + Sync),
-) -> Result<(Service, Option<Arc<super::oauth::Tokens>>), String> {
-    let name = &decl.name;
-    let mut config =
-        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::default();
-    config.uri = render(url)?.into();
-    for (k, v) in &decl.headers {
-        let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("MCP server `{name}`: `{k}` is not a header name"))?;
-        let mut hv = reqwest::header::HeaderValue::from_str(&render(v)?)
-            .map_err(|_| format!("MCP server `{name}`: header `{k}` cannot be sent"))?;
-        hv.set_sensitive(v.has_secret());
-        config.custom_headers.insert(hn, hv);
-    }
-    let failed = |e: rmcp::service::ClientInitializeError| {
-        format!("MCP server `{name}` ({}) failed to initialize: {e}", url.redacted())
-    };
-    let Some(_) = &decl.auth else {
-        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        return Ok((upstream.clone().serve(transport).await.map_err(failed)?, None));
-    };
-    let tokens = Arc::new(super::oauth::Tokens::new(decl, &config.uri)?);
-    let http = super::oauth::bearer::Bearer {
-        http: reqwest::Client::new(),
-        tokens: tokens.clone(),
-    };
-    let transport = StreamableHttpClientTransport::with_client(http, config);
-    match upstream.clone().serve(transport).await {
-        Ok(service) => Ok((service, Some(tokens))),
-        // Not signed in, or refused: say that, not how the transport ended.
-        Err(e) => Err(tokens.refusal().unwrap_or_else(|| failed(e))),
-    }
 }
 
 /// The command that starts stdio server `decl` (`argv` its `command`).

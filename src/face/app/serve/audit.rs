@@ -204,6 +204,7 @@ mod tests {
             subject: Some("alice".into()),
             roles: Some(vec!["reader".to_string()].into()),
             via: super::super::caller::Via::Jwt,
+            behalf: None,
         };
         let why = serde_json::json!({"tool": "delete_repo", "reason": "unknown tool"});
         audit.record(Event::CallRefused, Some(&caller), why);

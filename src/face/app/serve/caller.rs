@@ -39,6 +39,8 @@ pub(crate) struct Caller {
     /// Its roles; `None`: roles do not bound it (a local caller).
     pub roles: Option<Arc<[String]>>,
     pub via: Via,
+    /// A JWT caller's token, for upstreams that carry the caller's identity (never printed).
+    pub behalf: Option<crate::tools::Behalf>,
 }
 
 impl Caller {
@@ -49,6 +51,7 @@ impl Caller {
             subject: None,
             roles: None,
             via: Via::Local,
+            behalf: None,
         }
     }
 

@@ -67,6 +67,7 @@ impl Door {
                         .unwrap_or_else(|| Arc::from([])),
                 ),
                 via: Via::Token,
+                behalf: None,
             });
         }
         let Some(v) = &self.auth else {
@@ -75,12 +76,20 @@ impl Door {
             )));
         };
         match v.check(token).await {
-            Ok(id) => Ok(Caller {
-                tenant: id.tenant.unwrap_or_else(|| self.tenant.clone()),
-                subject: Some(id.subject),
-                roles: Some(id.roles.into()),
-                via: Via::Jwt,
-            }),
+            Ok(id) => {
+                let tenant = id.tenant.unwrap_or_else(|| self.tenant.clone());
+                let behalf = crate::tools::Behalf {
+                    subject: format!("{tenant}/{}", id.subject),
+                    token: token.into(),
+                };
+                Ok(Caller {
+                    tenant,
+                    subject: Some(id.subject),
+                    roles: Some(id.roles.into()),
+                    via: Via::Jwt,
+                    behalf: Some(behalf),
+                })
+            }
             Err(r) => Err(self.refuse(&r)),
         }
     }

@@ -473,6 +473,7 @@ impl Gateway {
             raw: Mutex::default(),
             progress: reporter.as_ref().map(|_| progress_tx),
             ask: p.ask.clone(),
+            behalf: p.caller.behalf.clone(),
         });
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let scope = Scope {

@@ -423,6 +423,7 @@ mod tests {
     fn token(tenant: &str) -> Caller {
         Caller {
             via: super::super::caller::Via::Token,
+            behalf: None,
             ..Caller::local(tenant.into())
         }
     }
@@ -432,6 +433,7 @@ mod tests {
             subject: Some(sub.into()),
             roles: Some(Vec::new().into()),
             via: super::super::caller::Via::Jwt,
+            behalf: None,
             ..Caller::local(tenant.into())
         }
     }

@@ -11,6 +11,7 @@
 //! server and what to do, never a token.
 
 pub(crate) mod bearer;
+mod exchange;
 pub(crate) mod signin;
 pub(crate) mod store;
 
@@ -28,7 +29,7 @@ use crate::manifest::{loopback_host, secure_url, Grant, McpServer, UpstreamAuth}
 use store::{Kept, RefreshLock};
 
 /// A token is renewed this long before it expires (at most half its life).
-const MARGIN_SECS: u64 = 30;
+pub(super) const MARGIN_SECS: u64 = 30;
 
 /// The access token of one upstream server, kept fresh.
 pub(crate) struct Tokens {
@@ -41,10 +42,15 @@ pub(crate) struct Tokens {
     current: tokio::sync::Mutex<Option<Current>>,
     /// Why the server last refused a request (the transport then closes): the call's error.
     refused: std::sync::Mutex<Option<String>>,
+    /// For one caller (`identity = "caller"`): the latest token it presented, exchanged for
+    /// ours; nothing of it is kept on disk.
+    caller: Option<std::sync::Mutex<std::sync::Arc<str>>>,
+    /// The authorization server (its metadata and the resource), learnt once per caller.
+    found: tokio::sync::OnceCell<(AuthorizationMetadata, String)>,
 }
 
 #[derive(Clone)]
-struct Current {
+pub(super) struct Current {
     token: String,
     /// Renew it after this (seconds since the epoch); `None`: until the server refuses it.
     until: Option<u64>,
@@ -61,7 +67,26 @@ impl Tokens {
             auth,
             current: tokio::sync::Mutex::new(None),
             refused: std::sync::Mutex::new(None),
+            caller: None,
+            found: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The tokens of one caller of `decl` (`identity = "caller"`), who presented `token`.
+    pub(crate) fn for_caller(decl: &McpServer, url: &str, token: std::sync::Arc<str>) -> Result<Tokens, String> {
+        let mut t = Tokens::new(decl, url)?;
+        t.caller = Some(std::sync::Mutex::new(token));
+        Ok(t)
+    }
+
+    /// The caller's latest token (a caller's token expires too: the next exchange uses the
+    /// one its latest call came with).
+    pub(crate) fn present(&self, token: &std::sync::Arc<str>) {
+        if let Some(Ok(mut t)) = self.caller.as_ref().map(|c| c.lock()) {
+            if **t != **token {
+                *t = token.clone();
+            }
+        }
     }
 
     /// A token that is not about to expire.
@@ -80,6 +105,15 @@ impl Tokens {
         let mut current = self.current.lock().await;
         if let Some(c) = current.as_ref().filter(|c| usable(c)) {
             return Ok(c.token.clone());
+        }
+        if let Some(subject) = self.caller.as_ref().and_then(|c| c.lock().ok().map(|t| t.clone())) {
+            let (metadata, resource) = self
+                .found
+                .get_or_try_init(|| discover(&self.name, &self.url, &self.auth, None))
+                .await?;
+            let c = exchange::exchange(&self.name, metadata, resource, &self.auth, &subject).await?;
+            *current = Some(c.clone());
+            return Ok(c.token);
         }
         let path = self.path.clone();
         let (lock, kept) = tokio::task::spawn_blocking(move || {
@@ -365,6 +399,7 @@ mod tests {
             scopes: vec![],
             redirect_port: 0,
             authorization_server: named.map(str::to_string),
+            on_behalf: false,
         }
     }
 
@@ -423,6 +458,8 @@ mod tests {
             path: path.to_path_buf(),
             current: tokio::sync::Mutex::new(None),
             refused: std::sync::Mutex::new(None),
+            caller: None,
+            found: tokio::sync::OnceCell::new(),
         }
     }
 

@@ -117,6 +117,9 @@ pub(super) fn caller_of(r: &Record) -> Caller {
         } else {
             Via::Local
         },
+        // A caller's token is never kept with its task: an upstream that carries the
+        // caller's identity refuses the task when another replica takes it over.
+        behalf: None,
     }
 }
 
