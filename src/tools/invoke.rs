@@ -134,7 +134,7 @@ pub struct Relay {
     /// made it, when it can be asked.
     pub(crate) ask: Option<super::mcp::Asker>,
     /// The caller's own token, for an upstream that carries the caller's identity.
-    pub(crate) behalf: Option<Behalf>,
+    pub(crate) behalf: Option<Arc<Behalf>>,
 }
 
 /// A gateway caller, for an upstream server with `identity = "caller"`: who it is (its

@@ -40,7 +40,7 @@ pub(crate) struct Caller {
     pub roles: Option<Arc<[String]>>,
     pub via: Via,
     /// A JWT caller's token, for upstreams that carry the caller's identity (never printed).
-    pub behalf: Option<crate::tools::Behalf>,
+    pub behalf: Option<Arc<crate::tools::Behalf>>,
 }
 
 impl Caller {

@@ -87,7 +87,7 @@ impl Door {
                     subject: Some(id.subject),
                     roles: Some(id.roles.into()),
                     via: Via::Jwt,
-                    behalf: Some(behalf),
+                    behalf: Some(Arc::new(behalf)),
                 })
             }
             Err(r) => Err(self.refuse(&r)),
