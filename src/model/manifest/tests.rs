@@ -359,6 +359,9 @@ fn upstream_auth_is_read_with_its_fields_and_every_misuse_is_named_where_it_is()
         ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nauthorization_server = \"http://login.example.com\"\n", "https://", (4, 24)),
         ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nscopes = [\"a b\"]\n", "not one scope", (4, 11)),
         ("url = \"https://x.example/mcp\"\nprotocol_version = \"2099-01-01\"\n", "2099-01-01", (3, 20)),
+        // The caller's identity needs the gateway's client to exchange tokens with.
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nidentity = \"caller\"\n", "needs the `client_id` and `client_secret`", (1, 14)),
+        ("url = \"https://x.example/mcp\"\nauth = \"oauth\"\nidentity = \"everyone\"\n", "`everyone`", (4, 12)),
         ("url = \"https://x.example/mcp\"\nauth = \"client_credentials\"\nclient_id = \"a\"\nprivate_key = \"${env:K}\"\nsigning_alg = \"HS256\"\n", "HS256", (6, 15)),
     ];
     for (body, want, loc) in cases {
