@@ -194,6 +194,7 @@ fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_exp
         "{}",
         text(&import)
     );
+    said.push_str(&python_face(&c));
     let status = flux(&c, &["mcp", "login", "--status"], "");
     assert!(
         text(&status).contains("gw\tsigned in; expires in ")
@@ -290,6 +291,39 @@ fn revoked(c: &Project, path: &Path, mut issuer: Issuer) {
         "{}",
         text(&out)
     );
+}
+
+/// The Python package's face (`flux_tools.tools`, `flux_tools.run`) with the same sign-in:
+/// what it printed.
+fn python_face(c: &Project) -> String {
+    let bin = crate::serve::flux_bin();
+    let dir = bin
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let path = format!("{dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let script = "import flux_tools, json\n\
+        offered = [t['function']['name'] for t in flux_tools.tools('openai')]\n\
+        doc = flux_tools.run({'calls': [{'tool': 'echo', 'args': {'x': 'py'}}]})\n\
+        print(json.dumps({'offered': offered, 'output': doc['results'][0]['output']}))\n";
+    let out = std::process::Command::new("python3")
+        .current_dir(c.path())
+        .args(["-c", script])
+        .env("PYTHONPATH", repo().join("python/src"))
+        .env("PATH", path)
+        .env("XDG_STATE_HOME", c.path().join("state"))
+        .env_remove("FLUX_TOOLS_MANIFEST")
+        .output()
+        .expect("python3");
+    let said = text(&out);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    let offered = doc["offered"].as_array();
+    assert!(
+        offered.is_some_and(|o| o.iter().any(|t| t == "echo")),
+        "{doc}"
+    );
+    assert_eq!(doc["output"], "echo py", "{doc}");
+    said
 }
 
 /// Every file under `dir`.
