@@ -57,8 +57,10 @@ fn text(o: &Output) -> String {
 }
 
 /// `n` echo calls of `tool`: each call's status and output.
-fn echoes(c: &Project, tool: &str, n: usize) -> (Vec<(String, String)>, String) {
-    let batch: String = (0..n)
+fn echoes(c: &Project, tool: &str, calls: usize) -> (Vec<(String, String)>, String) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let batch: String = (0..calls)
         .map(|i| format!("{{\"tool\":\"{tool}\",\"args\":{{\"x\":\"m{i}\"}}}}\n"))
         .collect();
     let out = flux(
@@ -70,6 +72,15 @@ fn echoes(c: &Project, tool: &str, n: usize) -> (Vec<(String, String)>, String) 
             "jsonl",
             "--max-concurrent-tools",
             "64",
+            // Every file a run can write, for the leak check to read.
+            "--history",
+            "history.jsonl",
+            "--journal",
+            &format!("journal-{n}.jsonl"),
+            "--trace",
+            &format!("trace-{n}.json"),
+            "--record",
+            &format!("cassette-{n}.json"),
         ],
         &batch,
     );
@@ -210,6 +221,16 @@ fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_exp
         .filter(|p| !p.starts_with(c.path().join("state")))
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect();
+    let written: Vec<String> = walk(c.path())
+        .iter()
+        .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().to_string()))
+        .collect();
+    for kind in ["history.jsonl", "journal-", "trace-", "cassette-"] {
+        assert!(
+            written.iter().any(|f| f.starts_with(kind)),
+            "no {kind} file written: {written:?}"
+        );
+    }
     for t in &leaks {
         assert!(
             t.len() > 8 && !said.contains(t.as_str()),
