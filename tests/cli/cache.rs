@@ -164,7 +164,7 @@ fn the_local_store_shares_entries_and_reads_in_flight_across_processes() {
     // Entries are private files.
     let dir = flux_tools::runtime_dir().unwrap();
     let mut found = 0;
-    for e in walk(&dir) {
+    for e in crate::common::files_under(&dir) {
         if e.extension().is_some_and(|x| x == "json") && e.to_string_lossy().contains("/cache/") {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&e).unwrap().permissions().mode() & 0o777;
@@ -173,19 +173,6 @@ fn the_local_store_shares_entries_and_reads_in_flight_across_processes() {
         }
     }
     assert!(found >= 1);
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

@@ -413,3 +413,17 @@ impl Drop for Nginx {
         let _ = self.child.wait();
     }
 }
+
+/// Every file under `dir`, in its subfolders too.
+pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

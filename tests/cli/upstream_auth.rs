@@ -216,12 +216,12 @@ fn a_person_signs_in_once_and_every_face_calls_with_a_token_renewed_once_per_exp
     let mut leaks = secrets(&c, "gw");
     renewals(&c, &issuer, &path, &mut said, &mut leaks);
     // No token is ever shown: not in anything said, nor in any file of the project.
-    let files: Vec<String> = walk(c.path())
+    let files: Vec<String> = crate::common::files_under(c.path())
         .iter()
         .filter(|p| !p.starts_with(c.path().join("state")))
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect();
-    let written: Vec<String> = walk(c.path())
+    let written: Vec<String> = crate::common::files_under(c.path())
         .iter()
         .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().to_string()))
         .collect();
@@ -345,20 +345,6 @@ fn python_face(c: &Project) -> String {
     );
     assert_eq!(doc["output"], "echo py", "{doc}");
     said
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// The front gateway's manifest: `[serve.auth]` for its own callers, and the upstream gateway
