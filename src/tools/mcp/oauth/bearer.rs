@@ -62,6 +62,11 @@ impl Bearer {
             return e;
         };
         let scope = s.required_scope.clone().unwrap_or_default();
+        if self.tokens.for_a_caller() {
+            // A caller's token has the manifest's `scopes`: that is where more is asked for.
+            let why = self.tokens.wants_scopes(&scope);
+            return self.refusal(why);
+        }
         match self.tokens.want_scopes(&scope) {
             Ok(()) => self.refusal(self.tokens.sign_in(&format!(
                 "needs the scope `{scope}` this sign-in does not have (the next sign-in asks for it)"

@@ -274,6 +274,19 @@ impl Tokens {
         }
     }
 
+    /// Whether these are one caller's tokens (`identity = "caller"`).
+    pub(crate) fn for_a_caller(&self) -> bool {
+        self.caller.is_some()
+    }
+
+    /// What to say when a caller's exchanged token lacks `scope`.
+    pub(crate) fn wants_scopes(&self, scope: &str) -> String {
+        format!(
+            "MCP server `{}` needs the scope `{scope}`, which the caller's exchanged token does not have: add it to `scopes` of [mcp_servers.{}]",
+            self.name, self.name
+        )
+    }
+
     /// Keep `scope` for the next sign-in to ask for (a server's `insufficient_scope`).
     pub(crate) fn want_scopes(&self, scope: &str) -> Result<(), String> {
         let Some(mut kept) = store::load(&self.path)? else {
