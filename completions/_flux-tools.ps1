@@ -158,6 +158,8 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('login', 'login', [CompletionResultType]::ParameterValue, 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in')
+            [CompletionResult]::new('logout', 'logout', [CompletionResultType]::ParameterValue, 'Forget a server''s sign-in (its kept tokens)')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -165,6 +167,26 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         'flux-tools;mcp;import' {
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Name each tool PREFIX.name (with `tool = "name"`), so two servers'' tools of the same name fit in one manifest')
             [CompletionResult]::new('--reads', '--reads', [CompletionResultType]::ParameterName, 'Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as reads (effect = "read", idempotent), whatever their server declares')
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'flux-tools;mcp;login' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('--no-browser', '--no-browser', [CompletionResultType]::ParameterName, 'Print the URL to open instead of opening a browser')
+            [CompletionResult]::new('--status', '--status', [CompletionResultType]::ParameterName, 'Show which servers are signed in, until when and with which scopes (never a token)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'flux-tools;mcp;logout' {
             [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
@@ -198,11 +220,19 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;mcp;help' {
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('login', 'login', [CompletionResultType]::ParameterValue, 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in')
+            [CompletionResult]::new('logout', 'logout', [CompletionResultType]::ParameterValue, 'Forget a server''s sign-in (its kept tokens)')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'flux-tools;mcp;help;import' {
+            break
+        }
+        'flux-tools;mcp;help;login' {
+            break
+        }
+        'flux-tools;mcp;help;logout' {
             break
         }
         'flux-tools;mcp;help;serve' {
@@ -271,10 +301,18 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         }
         'flux-tools;help;mcp' {
             [CompletionResult]::new('import', 'import', [CompletionResultType]::ParameterValue, 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste')
+            [CompletionResult]::new('login', 'login', [CompletionResultType]::ParameterValue, 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in')
+            [CompletionResult]::new('logout', 'logout', [CompletionResultType]::ParameterValue, 'Forget a server''s sign-in (its kept tokens)')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers')
             break
         }
         'flux-tools;help;mcp;import' {
+            break
+        }
+        'flux-tools;help;mcp;login' {
+            break
+        }
+        'flux-tools;help;mcp;logout' {
             break
         }
         'flux-tools;help;mcp;serve' {

@@ -85,6 +85,12 @@ _flux__tools() {
             flux__tools__subcmd__help__subcmd__mcp,import)
                 cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__import"
                 ;;
+            flux__tools__subcmd__help__subcmd__mcp,login)
+                cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__login"
+                ;;
+            flux__tools__subcmd__help__subcmd__mcp,logout)
+                cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__logout"
+                ;;
             flux__tools__subcmd__help__subcmd__mcp,serve)
                 cmd="flux__tools__subcmd__help__subcmd__mcp__subcmd__serve"
                 ;;
@@ -94,6 +100,12 @@ _flux__tools() {
             flux__tools__subcmd__mcp,import)
                 cmd="flux__tools__subcmd__mcp__subcmd__import"
                 ;;
+            flux__tools__subcmd__mcp,login)
+                cmd="flux__tools__subcmd__mcp__subcmd__login"
+                ;;
+            flux__tools__subcmd__mcp,logout)
+                cmd="flux__tools__subcmd__mcp__subcmd__logout"
+                ;;
             flux__tools__subcmd__mcp,serve)
                 cmd="flux__tools__subcmd__mcp__subcmd__serve"
                 ;;
@@ -102,6 +114,12 @@ _flux__tools() {
                 ;;
             flux__tools__subcmd__mcp__subcmd__help,import)
                 cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__import"
+                ;;
+            flux__tools__subcmd__mcp__subcmd__help,login)
+                cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__login"
+                ;;
+            flux__tools__subcmd__mcp__subcmd__help,logout)
+                cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__logout"
                 ;;
             flux__tools__subcmd__mcp__subcmd__help,serve)
                 cmd="flux__tools__subcmd__mcp__subcmd__help__subcmd__serve"
@@ -323,7 +341,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__mcp)
-            opts="import serve"
+            opts="import login logout serve"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -337,6 +355,34 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__login)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__mcp__subcmd__logout)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -435,7 +481,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp)
-            opts="-q -h --manifest --quiet --color --help import serve help"
+            opts="-q -h --manifest --quiet --color --help import login logout serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -457,7 +503,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__help)
-            opts="import serve help"
+            opts="import login logout serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -485,6 +531,34 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__login)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__help__subcmd__logout)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -527,6 +601,50 @@ _flux__tools() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__login)
+            opts="-q -h --no-browser --status --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__mcp__subcmd__logout)
+            opts="-q -h --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --manifest)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

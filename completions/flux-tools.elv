@@ -147,12 +147,32 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand -h 'Print help'
             cand --help 'Print help'
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand login 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in'
+            cand logout 'Forget a server''s sign-in (its kept tokens)'
             cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;mcp;import'= {
             cand --prefix 'Name each tool PREFIX.name (with `tool = "name"`), so two servers'' tools of the same name fit in one manifest'
             cand --reads 'Import the tools whose names match GLOB (`*`, `?`; comma-separated or repeated) as reads (effect = "read", idempotent), whatever their server declares'
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;mcp;login'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand --no-browser 'Print the URL to open instead of opening a browser'
+            cand --status 'Show which servers are signed in, until when and with which scopes (never a token)'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'flux-tools;mcp;logout'= {
             cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
             cand --color 'When to use color (NO_COLOR is honoured)'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
@@ -184,10 +204,16 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;mcp;help'= {
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand login 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in'
+            cand logout 'Forget a server''s sign-in (its kept tokens)'
             cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'flux-tools;mcp;help;import'= {
+        }
+        &'flux-tools;mcp;help;login'= {
+        }
+        &'flux-tools;mcp;help;logout'= {
         }
         &'flux-tools;mcp;help;serve'= {
         }
@@ -243,9 +269,15 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         }
         &'flux-tools;help;mcp'= {
             cand import 'Print [tools.*] TOML for a server''s tools (effect, idempotent, argument schema), ready to paste'
+            cand login 'Sign in to a server with `auth = "oauth"` (authorization code with PKCE, in a browser); its tokens are kept outside the project and refreshed. --status: every server''s sign-in'
+            cand logout 'Forget a server''s sign-in (its kept tokens)'
             cand serve 'Serve the manifest''s tools as an MCP server (stdio, or Streamable HTTP with --http): every client''s calls share the lanes, the cache and the upstream servers'
         }
         &'flux-tools;help;mcp;import'= {
+        }
+        &'flux-tools;help;mcp;login'= {
+        }
+        &'flux-tools;help;mcp;logout'= {
         }
         &'flux-tools;help;mcp;serve'= {
         }

@@ -52,6 +52,18 @@ impl Groups {
         })
     }
 
+    /// Whether `pgid` is listed.
+    pub(crate) fn contains(&self, pgid: i32) -> bool {
+        for s in self.probe(pgid) {
+            match s.load(Ordering::SeqCst) {
+                0 => return false,
+                v if v == pgid => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
     /// Take `pgid` off the list; `false`: it was not on it.
     pub(crate) fn remove(&self, pgid: i32) -> bool {
         for s in self.probe(pgid) {
@@ -112,8 +124,11 @@ mod tests {
         let (here, file) = Groups::create().expect("a table");
         let there = Groups::open(&file).expect("the same table");
         assert!(here.insert(4242) && here.insert(7) && here.insert(4242 + SLOTS as i32));
+        // A group listed behind another of the same first slot is found past it.
+        assert!(here.contains(4242 + SLOTS as i32) && there.contains(7) && !here.contains(8));
         assert!(here.remove(4242));
         assert!(!here.remove(4242), "removed once");
+        assert!(!here.contains(4242) && here.contains(4242 + SLOTS as i32));
         let mut seen = there.listed();
         seen.sort_unstable();
         assert_eq!(seen, [7, 4242 + SLOTS as i32]);

@@ -133,12 +133,30 @@ fn tell(line: String) {
     }
 }
 
+/// In a program's child before `execve` (it shares this process's memory): list its own
+/// process group, so that a `kill -9` of this process the instant after the program starts
+/// still takes it — the parent's [`watch`] then finds it listed. Async-signal-safe: an atomic
+/// load, `getpid` and atomic stores; a full list is left to the parent's pipe line.
+pub(crate) fn watch_in_child() {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(g) = GROUPS.get() {
+        // SAFETY: getpid has no failure mode.
+        g.insert(unsafe { libc::getpid() });
+    }
+}
+
 /// Process group `pgid` started: kill it if this process dies first.
 pub(crate) fn watch(pgid: i32) {
     if pgid <= 0 || !ready() {
         return;
     }
-    if !GROUPS.get().is_some_and(|g| g.insert(pgid)) {
+    let groups = GROUPS.get();
+    if groups.is_some_and(|g| g.contains(pgid)) {
+        return;
+    }
+    if !groups.is_some_and(|g| g.insert(pgid)) {
         tell(format!("+{pgid}\n"));
     }
 }

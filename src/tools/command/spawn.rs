@@ -74,9 +74,10 @@ pub(super) fn start(
     match plan.err.load(Ordering::SeqCst) {
         0 => Ok(pid),
         e => {
-            // It ran to `_exit` before the clone returned: reap it now.
+            // It ran to `_exit` before the clone returned: reap it now (and unlist it).
             // SAFETY: waitpid on the child just made, into nothing.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            crate::tools::reaper::forget(pid);
             Err(io::Error::from_raw_os_error(e))
         }
     }
@@ -154,6 +155,8 @@ fn setup(plan: &Plan<'_>) -> Result<(), c_int> {
         if libc::setpgid(0, 0) != 0 {
             return Err(errno());
         }
+        // Listed before it can run anything: a kill of this process from now on takes it.
+        crate::tools::reaper::watch_in_child();
         for (target, &fd) in (0..).zip(plan.fds.iter()) {
             // dup2 onto itself would leave close-on-exec set: clear it instead.
             let r = if fd == target {
