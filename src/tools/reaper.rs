@@ -4,7 +4,9 @@
 //! (`groups.rs`: memory both processes map, so a program's start and end cost one atomic
 //! store each and no wake-up; past its 1,024 slots, `+PGID`/`-PGID` lines on the pipe), and
 //! waits on a pipe whose only writer is this process. When this process is gone, however it
-//! went, the pipe ends and the watchdog kills every group still listed, then exits. So a lane's permits (file locks and leases that lapse with the process) are
+//! went, the pipe ends and the watchdog kills every group still listed — and, for a moment
+//! after, any a program starting just then lists for itself (in its child, before `execve`) —
+//! then exits. So a lane's permits (file locks and leases that lapse with the process) are
 //! never freed while the work they bounded still runs.
 //!
 //! A permit must not outlive the work either way: the local store's slot files are listed
@@ -193,10 +195,36 @@ pub(crate) fn watchdog() -> u8 {
         // SAFETY: descriptor 1 is this process's; ManuallyDrop leaves it open.
         unsafe { std::fs::File::from_raw_fd(1) },
     );
-    if let Some(shared) = super::groups::Groups::open(&stdout) {
-        groups.extend(shared.listed());
+    let shared = super::groups::Groups::open(&stdout);
+    if let Some(s) = &shared {
+        groups.extend(s.listed());
     }
-    for g in groups {
+    kill_all(&groups);
+    // A program whose parent died while starting it lists itself a moment later (in its
+    // child, before `execve`): look again a few times, and kill only what is new.
+    for pause in LATE_LOOKS {
+        std::thread::sleep(pause);
+        let late: Vec<i32> = shared
+            .iter()
+            .flat_map(|s| s.listed())
+            .filter(|g| !groups.contains(g))
+            .collect();
+        kill_all(&late);
+        groups.extend(late);
+    }
+    0
+}
+
+/// When the watchdog looks at the list again after its first kill.
+const LATE_LOOKS: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(5),
+    std::time::Duration::from_millis(20),
+    std::time::Duration::from_millis(100),
+];
+
+/// SIGKILL to each process group of `groups`.
+fn kill_all<'a>(groups: impl IntoIterator<Item = &'a i32>) {
+    for &g in groups {
         if g > 1 {
             // SAFETY: kill(2) of a process group our parent started and never said was gone.
             unsafe {
@@ -204,5 +232,4 @@ pub(crate) fn watchdog() -> u8 {
             }
         }
     }
-    0
 }
