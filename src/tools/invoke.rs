@@ -142,7 +142,8 @@ pub struct Relay {
 /// authorization server exchanges (RFC 8693) for a token of the caller's own. Never printed.
 #[derive(Clone)]
 pub(crate) struct Behalf {
-    /// `TENANT/SUBJECT`: upstream sessions and tokens are never shared across two.
+    /// `["TENANT","SUBJECT"]` (JSON: no two callers' are alike, whatever `/` their names
+    /// hold): upstream sessions, tokens and cached reads are never shared across two.
     pub subject: String,
     pub token: Arc<str>,
 }

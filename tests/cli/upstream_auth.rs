@@ -348,11 +348,12 @@ fn python_face(c: &Project) -> String {
 }
 
 /// The front gateway's manifest: `[serve.auth]` for its own callers, and the upstream gateway
-/// at `upstream` served whole, each caller's calls carrying the caller's identity.
+/// at `upstream` served whole, each caller's calls carrying the caller's identity, its reads
+/// cached.
 fn front(issuer: &str, resource: &str, upstream: &str) -> String {
     format!(
         "[serve.auth]\nissuer = \"{issuer}\"\nresource = \"{resource}\"\nscopes = [\"mcp:tools\"]\ntenant_claim = \"org_id\"\n\n\
-         [mcp_servers.up]\nurl = \"{upstream}\"\nauth = \"client_credentials\"\nidentity = \"caller\"\nclient_id = \"gateway\"\nclient_secret = \"${{env:GATEWAY_SECRET}}\"\nscopes = [\"mcp:tools\"]\nwhole = true\nprefix = \"\"\nrequires_approval = false\n"
+         [mcp_servers.up]\nurl = \"{upstream}\"\nauth = \"client_credentials\"\nidentity = \"caller\"\nclient_id = \"gateway\"\nclient_secret = \"${{env:GATEWAY_SECRET}}\"\nscopes = [\"mcp:tools\"]\nwhole = true\nprefix = \"\"\nrequires_approval = false\ncache = \"5m\"\n"
     )
 }
 
@@ -402,6 +403,28 @@ fn a_gateway_calls_upstream_as_each_caller_by_token_exchange_and_never_with_anot
     assert_eq!(subjects, ["alice", "bob", "alice", "bob"]);
     let log = std::fs::read_to_string(up.path().join("calls.log")).unwrap_or_default();
     assert_eq!(log, "echo a1\necho b1\necho a2\necho b2\n");
+    // A cached read is its caller's own: alice's second read of `s` is her entry, bob's
+    // first is fetched with his token, never answered from what alice's token read.
+    for who in ["alice", "alice", "bob", "bob"] {
+        assert_eq!(call(who, "s")["result"]["isError"], false, "{who}");
+    }
+    let log = std::fs::read_to_string(up.path().join("calls.log")).unwrap_or_default();
+    assert_eq!(log.matches("echo s\n").count(), 2, "one read each: {log}");
+    let subjects: Vec<String> = crate::serve_auth::audit(&up)
+        .iter()
+        .filter(|l| l["event"] == "call.allowed" && l["tool"] == "echo")
+        .map(|l| l["subject"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(subjects[4..], ["alice", "bob"]);
+    // So is an idempotency key: bob's `k` is not alice's, and his call is made for him.
+    for who in ["alice", "bob"] {
+        let args = ["call", "echo", r#"{"x": "k"}"#, "k"];
+        let r = crate::serve_auth::outcome(crate::serve_auth::oauth(&py, &gw.url, who, &args));
+        let r = r.unwrap_or_else(|e| panic!("{who} calls: {e}"));
+        assert_eq!(r["result"]["isError"], false, "{who}: {r}");
+    }
+    let log = std::fs::read_to_string(up.path().join("calls.log")).unwrap_or_default();
+    assert_eq!(log.matches("echo k\n").count(), 2, "one call each: {log}");
     // One exchange per caller: each caller's token is kept for its own calls.
     assert_eq!(issuer.granted("exchange for alice"), 1);
     assert_eq!(issuer.granted("exchange for bob"), 1);

@@ -90,12 +90,12 @@ fn cache_hits(
         let Ok(args) = c.args.resolve(&|_| None) else {
             continue;
         };
-        let key = cache::key(
-            &plan.settings.tenant,
-            &c.tool_name,
-            &tool.kind.target(),
-            &args,
-        );
+        // A plan has no gateway caller: a read kept per caller is never predicted.
+        let Some(owner) = crate::tools::mcp::owner(manifest, tool, &plan.settings.tenant, None)
+        else {
+            continue;
+        };
+        let key = cache::key(&owner, &c.tool_name, &tool.kind.target(), &args);
         let backends: std::sync::Arc<[String]> = tool.backends.clone().into();
         hits[p] = rt.block_on(cache.peek(key, backends)).is_some();
     }

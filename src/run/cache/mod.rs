@@ -2,7 +2,8 @@
 //! long, so a repeated read (in this turn or a later one, in this process or another on the
 //! same lane store) is answered without invoking anything.
 //!
-//! An entry is keyed by a SHA-256 of the tenant, the tool, how it is invoked (its target,
+//! An entry is keyed by a SHA-256 of the tenant (the caller, for a server that answers each
+//! caller as itself: [`crate::tools::mcp::owner`]), the tool, how it is invoked (its target,
 //! secrets as `***`) and the resolved arguments (keys sorted), so one tenant never sees
 //! another's result and a key names no argument. Entries live in the lane store
 //! ([`CacheStore`]): in memory (`memory.rs`, this process only), as private files beside the
@@ -334,7 +335,9 @@ impl Lead {
     }
 }
 
-/// The cache key of a call: tenant, tool, invocation target and resolved arguments.
+/// The cache key of a call: its owner (tenant, or caller:
+/// [`crate::tools::mcp::owner`]), tool, invocation
+/// target and resolved arguments.
 pub(crate) fn key(
     tenant: &str,
     tool: &str,

@@ -36,6 +36,35 @@ fn keys_differ_by_tenant_and_ignore_key_order() {
     assert!(!a.contains('x'));
 }
 
+#[test]
+fn a_read_of_a_server_that_answers_each_caller_as_itself_is_kept_per_caller() {
+    let text = "[mcp_servers.up]\nurl = \"https://up.example/mcp\"\nauth = \"client_credentials\"\nidentity = \"caller\"\nclient_id = \"gw\"\nclient_secret = \"${env:S}\"\n\n\
+                [mcp_servers.shared]\nurl = \"https://shared.example/mcp\"\n\n\
+                [tools.mine]\nkind = \"mcp\"\nserver = \"up\"\ntool = \"read\"\neffect = \"read\"\ncache = \"5m\"\n\n\
+                [tools.ours]\nkind = \"mcp\"\nserver = \"shared\"\ntool = \"read\"\neffect = \"read\"\ncache = \"5m\"\n";
+    let m = crate::manifest::Manifest::parse(
+        crate::error::SourceFile::new("tools.toml", text),
+        "/tmp/tools.toml".into(),
+        crate::tools::KINDS,
+    )
+    .expect("the manifest");
+    let tool = |name: &str| m.tools.iter().find(|t| t.name == name).expect("tool");
+    let who = |tenant: &str, sub: &str| crate::tools::Behalf {
+        subject: json!([tenant, sub]).to_string(),
+        token: "t".into(),
+    };
+    let (alice, bob) = (who("acme", "alice"), who("acme", "bob"));
+    // A server with the gateway's own identity: one tenant's callers share its reads.
+    let ours = crate::tools::mcp::owner(&m, tool("ours"), "acme", Some(&alice));
+    assert_eq!(ours.as_deref(), Some("acme"));
+    // Each caller's own otherwise, and no entry at all without a caller.
+    let mine = |c| crate::tools::mcp::owner(&m, tool("mine"), "acme", c).map(|o| o.into_owned());
+    let (a, b) = (mine(Some(&alice)), mine(Some(&bob)));
+    assert!(a.is_some() && b.is_some() && a != b, "{a:?} {b:?}");
+    assert_ne!(a.as_deref(), Some("acme"));
+    assert_eq!(mine(None), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_entry_answers_until_its_ttl_passes() {
     let cache = Cache::new(store(), "run-1", false);

@@ -43,8 +43,11 @@ impl Coordinator {
             .cloned()
             .flatten()
             .unwrap_or_else(|| Arc::from([]));
+        let caller = self.run.relay.as_ref().and_then(|r| r.behalf.as_deref());
+        let owner =
+            crate::tools::mcp::owner(&self.manifest, tool, &self.plan.settings.tenant, caller)?;
         let key = cache::key(
-            &self.plan.settings.tenant,
+            &owner,
             &self.plan.calls[p].tool_name,
             &tool.kind.target(),
             args,

@@ -48,6 +48,30 @@ pub struct McpSpec {
     pub op: Op,
 }
 
+/// Whether `tool` calls a server that answers each gateway caller as itself (`identity =
+/// "caller"`): what it answers is that caller's own.
+pub(crate) fn per_caller(m: &Manifest, tool: &Tool) -> bool {
+    let server = tool.settings_of::<McpSpec>().and_then(|s| m.mcp_servers.get(&s.server));
+    server.and_then(|s| s.auth.as_ref()).is_some_and(|a| a.on_behalf)
+}
+
+/// Whose answers a call's are — the cached reads and the idempotency keys it may be answered
+/// from: its tenant's, or, for a tool whose server answers each gateway caller as itself,
+/// that caller's own, so what alice's token read is never bob's answer. `None`: such a tool
+/// with no gateway caller (the call is refused: nothing of it is kept).
+pub(crate) fn owner<'a>(
+    m: &Manifest,
+    tool: &Tool,
+    tenant: &'a str,
+    caller: Option<&super::Behalf>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    if !per_caller(m, tool) {
+        return Some(tenant.into());
+    }
+    // A tenant's name never starts with NUL: no caller's is a tenant's.
+    caller.map(|c| format!("\0caller\0{}", c.subject).into())
+}
+
 /// What a call of an MCP tool asks its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {

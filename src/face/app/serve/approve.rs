@@ -235,13 +235,14 @@ impl Desk {
         })
     }
 
-    /// Whether a dead gateway left a call of `tenant` with idempotency key digest `key` parked
-    /// (so an intent of that key that died in flight never reached its tool).
-    pub(super) async fn left_parked(&self, tenant: &str, key: &str) -> bool {
+    /// Whether a dead gateway left a call of `who` (tenant and subject) with idempotency key
+    /// digest `key` parked (so an intent of that key that died in flight never reached its
+    /// tool) — one its retry takes over, as [`Parked::adopt`](super::super::parked) matches.
+    pub(super) async fn left_parked(&self, who: (&str, Option<&str>), key: &str) -> bool {
         let orphans = self.orphans().await;
-        orphans
-            .iter()
-            .any(|(w, _)| w.tenant == tenant && w.key.as_deref() == Some(key))
+        orphans.iter().any(|(w, _)| {
+            (w.tenant.as_str(), w.subject.as_deref()) == who && w.key.as_deref() == Some(key)
+        })
     }
 
     /// The orphaned entries, looked for at most once a [`ORPHANS_FOR`] by one call at a time

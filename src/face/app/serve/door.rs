@@ -79,7 +79,8 @@ impl Door {
             Ok(id) => {
                 let tenant = id.tenant.unwrap_or_else(|| self.tenant.clone());
                 let behalf = crate::tools::Behalf {
-                    subject: format!("{tenant}/{}", id.subject),
+                    // `["TENANT","SUBJECT"]`: one caller's, whatever either name holds.
+                    subject: serde_json::json!([tenant, id.subject]).to_string(),
                     token: token.into(),
                 };
                 Ok(Caller {

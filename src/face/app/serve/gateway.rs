@@ -699,12 +699,13 @@ impl Gateway {
         }
     }
 
-    /// Whether a dead gateway left the call of `tenant`'s idempotency key `key` parked for
+    /// Whether a dead gateway left the call of `caller`'s idempotency key `key` parked for
     /// approval: its intent died before the call reached its tool.
-    pub(super) async fn left_parked(&self, tenant: &str, key: &str) -> bool {
+    pub(super) async fn left_parked(&self, caller: &Caller, key: &str) -> bool {
         let digest = crate::hash::fnv_hex(key.as_bytes());
+        let who = (caller.tenant.as_str(), caller.subject.as_deref());
         match &self.desk {
-            Some(d) => d.left_parked(tenant, &digest).await,
+            Some(d) => d.left_parked(who, &digest).await,
             None => false,
         }
     }

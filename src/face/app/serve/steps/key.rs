@@ -20,8 +20,16 @@ impl Step for Key {
             };
             let c = &call.planned.plan.calls[0];
             let tenant = call.cx.caller.tenant.as_str();
+            // A server that answers each caller as itself: the key is the caller's own.
+            let (m, tool) = (&call.planned.manifest, call.planned.tool);
+            let behalf = call.cx.caller.behalf.as_deref();
+            let owner = crate::tools::mcp::owner(m, &m.tools[tool], tenant, behalf);
+            let owner = owner.unwrap_or(tenant.into());
             let claimed = Box::pin(call.gateway.keys.claim(
-                ClientKey { tenant, key: &key },
+                ClientKey {
+                    tenant: &owner,
+                    key: &key,
+                },
                 (&c.tool_name, &c.args.value),
                 &call.cx.cancel,
             ))
@@ -33,7 +41,7 @@ impl Step for Key {
                 // Cut off in flight, unless it was parked for approval by a gateway that died:
                 // then it never reached its tool, and its retry takes it over.
                 Claimed::Run(held, true)
-                    if !rerun && !call.gateway.left_parked(tenant, &key).await =>
+                    if !rerun && !call.gateway.left_parked(&call.cx.caller, &key).await =>
                 {
                     let answer = keys::indeterminate(&key);
                     held.answer(&answer).await;
