@@ -416,6 +416,11 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "resume")]
     pub retry_indeterminate: bool,
 
+    /// A write cut off in flight that its probe (`verify`) finds never landed is reported
+    /// `not_applied` instead of being sent again once with the same idempotency key
+    #[arg(long)]
+    pub no_resend: bool,
+
     /// Write a Chrome trace-event file of the run (open it in Perfetto)
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,

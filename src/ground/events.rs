@@ -17,6 +17,9 @@ pub enum Status {
     NeverDispatched,
     Cancelled,
     Indeterminate,
+    /// A write cut off in flight that its probe (`verify`) found never landed, and that was
+    /// not sent again (`--no-resend`, `resend = false`, or the run was ending).
+    NotApplied,
 }
 
 impl Status {
@@ -25,9 +28,11 @@ impl Status {
         match self {
             Status::Ok => "TOOL_RESULT",
             Status::Indeterminate => "TOOL_INDETERMINATE",
-            Status::Error | Status::TimedOut | Status::NeverDispatched | Status::Cancelled => {
-                "TOOL_ERROR"
-            }
+            Status::Error
+            | Status::TimedOut
+            | Status::NeverDispatched
+            | Status::Cancelled
+            | Status::NotApplied => "TOOL_ERROR",
         }
     }
 
@@ -39,6 +44,7 @@ impl Status {
             Status::NeverDispatched => "never_dispatched",
             Status::Cancelled => "cancelled",
             Status::Indeterminate => "indeterminate",
+            Status::NotApplied => "not_applied",
         }
     }
 }
@@ -164,10 +170,35 @@ pub struct CallResult {
     /// Answered from the read cache (nothing was invoked). Written only when true.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cached: bool,
+    /// A write cut off in flight that its probe settled (`verify`). Written only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settled>,
     pub queued_ms: Option<u64>,
     pub waited_on: Option<String>,
     pub started_ms: Option<u64>,
     pub duration_ms: Option<u64>,
+}
+
+/// What a write's probe (`verify = "TOOL"`) said of it once it was cut off in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Settled {
+    /// It landed: the probe's output is its result.
+    Applied,
+    /// It never landed (sent again once with the same key, unless that was not allowed).
+    NotApplied,
+    /// The probe could not tell (it failed, timed out, or answered nothing readable).
+    Unknown,
+}
+
+impl Settled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Applied => "applied",
+            Settled::NotApplied => "not_applied",
+            Settled::Unknown => "unknown",
+        }
+    }
 }
 
 impl CallResult {
@@ -249,7 +280,45 @@ pub struct Stats {
     pub cache_hits: usize,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub cache_hits_by_tool: BTreeMap<String, usize>,
+    /// Writes cut off in flight that their probe settled (`verify`), by what it found.
+    /// Written only when there were any.
+    #[serde(skip_serializing_if = "Settlements::is_empty")]
+    pub settled: Settlements,
     pub lanes: Vec<LaneStats>,
+}
+
+/// How many cut-off writes their probes found applied, not applied, or could not tell.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Settlements {
+    pub applied: usize,
+    pub not_applied: usize,
+    pub unknown: usize,
+}
+
+impl Settlements {
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    pub fn total(&self) -> usize {
+        self.applied + self.not_applied + self.unknown
+    }
+
+    /// Count one settlement.
+    pub fn add(&mut self, s: Settled) {
+        match s {
+            Settled::Applied => self.applied += 1,
+            Settled::NotApplied => self.not_applied += 1,
+            Settled::Unknown => self.unknown += 1,
+        }
+    }
+
+    /// Fold in another batch's counts.
+    pub fn merge(&mut self, other: Settlements) {
+        self.applied += other.applied;
+        self.not_applied += other.not_applied;
+        self.unknown += other.unknown;
+    }
 }
 
 /// A lane as the run starts.

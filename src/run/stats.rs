@@ -44,6 +44,11 @@ pub(crate) fn compute(
     for r in results.iter().filter(|r| r.cached) {
         *cache_hits_by_tool.entry(r.tool.clone()).or_default() += 1;
     }
+    let mut settled = crate::events::Settlements::default();
+    results
+        .iter()
+        .filter_map(|r| r.settled)
+        .for_each(|s| settled.add(s));
     Stats {
         calls: n,
         ok,
@@ -67,6 +72,7 @@ pub(crate) fn compute(
         cost_by_tool,
         cache_hits: cache_hits_by_tool.values().sum(),
         cache_hits_by_tool,
+        settled,
         lanes,
     }
 }
@@ -99,5 +105,6 @@ pub(crate) fn merge(total: &mut Stats, next: Stats) {
     for (tool, n) in next.cache_hits_by_tool {
         *total.cache_hits_by_tool.entry(tool).or_default() += n;
     }
+    total.settled.merge(next.settled);
     total.lanes = next.lanes;
 }

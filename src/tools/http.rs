@@ -357,6 +357,9 @@ impl HttpTool {
         if !excerpt.is_empty() {
             message.push_str(&format!(": {excerpt}"));
         }
+        if code == 404 {
+            return Err(Failure::Absent(message));
+        }
         Err(Failure::Failed {
             kind,
             message,

@@ -45,6 +45,9 @@ pub struct Stop {
     timeout: Option<Instant>,
     ceiling: Option<Instant>,
     run: watch::Receiver<StopLevel>,
+    /// The run's level that stops the call: `Graceful` (a call), `Force` (a probe settling a
+    /// cut-off write while the run ends: only a second Ctrl-C cuts it short).
+    level: StopLevel,
     cause: Option<StopCause>,
 }
 
@@ -58,7 +61,16 @@ impl Stop {
             timeout,
             ceiling,
             run,
+            level: StopLevel::Graceful,
             cause: None,
+        }
+    }
+
+    /// A stop for a probe (`verify`): its own timeout, and the run ending only when forced.
+    pub fn for_probe(timeout: Instant, run: watch::Receiver<StopLevel>) -> Stop {
+        Stop {
+            level: StopLevel::Force,
+            ..Stop::new(Some(timeout), None, run)
         }
     }
 
@@ -77,7 +89,8 @@ impl Stop {
         };
         let timeout = at(self.timeout);
         let ceiling = at(self.ceiling);
-        let run = self.run.wait_for(|l| *l >= StopLevel::Graceful);
+        let level = self.level;
+        let run = self.run.wait_for(|l| *l >= level);
         let cause = tokio::select! {
             biased;
             r = run => {
@@ -267,6 +280,9 @@ pub enum Failure {
     /// The call was in flight when what carried it went away (an MCP server died): it is
     /// classified like a call cut off by the run ending, with this explanation.
     Lost(String),
+    /// What the call asked for does not exist (HTTP 404): a failure like any other
+    /// (`http_status`), and to a probe (`verify`), proof that a write never landed.
+    Absent(String),
 }
 
 impl Failure {

@@ -27,6 +27,8 @@ struct State {
     in_flight: usize,
     peak: usize,
     seen: HashMap<String, u32>,
+    /// Effects made, by idempotency key: how many times each was applied.
+    effects: HashMap<String, u32>,
 }
 
 pub struct TestServer {
@@ -64,6 +66,59 @@ impl TestServer {
     pub fn peak_in_flight(&self) -> usize {
         self.state.lock().unwrap().peak
     }
+
+    /// How many times each idempotency key's effect was applied (`POST /effects/MODE`).
+    pub fn effects(&self) -> HashMap<String, u32> {
+        self.state.lock().unwrap().effects.clone()
+    }
+}
+
+/// `POST /effects/MODE` (a write keyed by its `Idempotency-Key`): `fast` applies and
+/// answers; `applied_late` applies, then answers only after 3 s; `lost` — the first time a key
+/// arrives — answers after 3 s and never applies (as a request lost on its way would), and
+/// applies at once any later time. It does not dedupe: a key sent twice is applied twice,
+/// so a test sees every duplicate.
+/// `GET /effects` answers the key's effect (`applied: true`) or 404.
+fn effects(out: &mut TcpStream, req: &Request, mode: Option<&str>, state: &Arc<Mutex<State>>) {
+    let Some(key) = req.headers.get("idempotency-key").cloned() else {
+        return send(
+            out,
+            "400 Bad Request",
+            "text/plain",
+            "",
+            "no Idempotency-Key",
+        );
+    };
+    let found = |s: &State| s.effects.get(&key).copied();
+    let Some(mode) = mode else {
+        return match found(&state.lock().unwrap()) {
+            Some(n) => {
+                let body = serde_json::json!({"key": key, "applied": true, "times": n});
+                send(out, "200 OK", "application/json", "", &body.to_string())
+            }
+            None => send(out, "404 Not Found", "text/plain", "", "no such effect"),
+        };
+    };
+    let first = {
+        let mut s = state.lock().unwrap();
+        let n = s.seen.entry(format!("effects:{key}")).or_default();
+        *n += 1;
+        *n == 1
+    };
+    let apply = |s: &Arc<Mutex<State>>| {
+        let mut s = s.lock().unwrap();
+        *s.effects.entry(key.clone()).or_default() += 1;
+    };
+    match mode {
+        "lost" if first => std::thread::sleep(Duration::from_secs(3)),
+        "applied_late" => {
+            apply(state);
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        _ => apply(state),
+    }
+    let body = serde_json::json!({"key": key, "mode": mode});
+    send(out, "200 OK", "application/json", "", &body.to_string());
 }
 
 fn handle(stream: TcpStream, state: &Arc<Mutex<State>>) {
@@ -145,6 +200,8 @@ fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
             );
         }
         ["text"] => send(out, "200 OK", "text/plain", "", "plain text"),
+        ["effects"] if req.method == "GET" => effects(out, req, None, state),
+        ["effects", mode] if req.method == "POST" => effects(out, req, Some(mode), state),
         // An OTLP/HTTP collector: an empty ExportTraceServiceResponse is zero bytes.
         ["v1", "traces"] => send(out, "200 OK", "application/x-protobuf", "", ""),
         ["status", code] => {

@@ -41,6 +41,7 @@ mod serve_rounds;
 mod serve_shared;
 mod serve_tasks;
 mod serve_whole;
+mod settle;
 mod signals;
 mod sqlite;
 mod stream;

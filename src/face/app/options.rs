@@ -75,6 +75,7 @@ pub(super) struct Files {
     pub journal: Option<PathBuf>,
     pub resume: Option<PathBuf>,
     pub retry_indeterminate: bool,
+    pub no_resend: bool,
 }
 
 impl Files {
@@ -164,6 +165,7 @@ impl RunOptions {
             journal: r.journal.clone(),
             resume: r.resume.clone(),
             retry_indeterminate: r.retry_indeterminate,
+            no_resend: r.no_resend,
         };
         for path in [&files.output, &files.record, &files.trace]
             .into_iter()

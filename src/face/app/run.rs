@@ -68,6 +68,7 @@ fn run_whole(opts: &RunOptions) -> Result<u8, Error> {
         journal: journal.clone(),
         resume,
         retry_indeterminate: opts.files.retry_indeterminate,
+        no_resend: opts.files.no_resend,
         record: opts.files.record.is_some(),
         replay,
     };

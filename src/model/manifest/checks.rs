@@ -15,6 +15,7 @@ impl Reader<'_> {
     /// against every lane limit, each kind's own checks, placeholders against schemas.
     pub(super) fn cross_checks(&mut self, m: &Manifest, root: &DeTable<'_>) {
         self.name_clashes(m);
+        self.verify_checks(m);
         self.whole_lanes(m);
         self.access_checks(m, root);
         let tools_table = Reader::entry(root, "tools").and_then(|(_, v)| v.get_ref().as_table());

@@ -23,11 +23,13 @@ mod sections;
 mod tests;
 mod tool;
 mod upstream_auth;
+mod verify;
 mod whole;
 pub(crate) use access::{Auth, Op, Roles, Subject};
 pub(crate) use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub(crate) use tool::cache_refusal;
 pub(crate) use upstream_auth::{loopback_host, secure_url, Grant, UpstreamAuth};
+pub(crate) use verify::Verify;
 pub(crate) use whole::{Whole, WholeCache};
 
 use std::collections::{BTreeMap, HashMap};
@@ -232,6 +234,8 @@ pub struct Tool {
     /// `cache = "5m"`: how long an `ok` result of this read is reused (keyed by tenant and
     /// fingerprint).
     pub cache: Option<Duration>,
+    /// `verify = "TOOL"`: the read that settles a call of this write cut off in flight.
+    pub verify: Option<Verify>,
     pub args: Option<ArgSchema>,
     /// Byte span of the `[tools.NAME]` key, for diagnostics (a discovered tool: its
     /// server's key).

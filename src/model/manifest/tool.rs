@@ -33,6 +33,7 @@ const COMMON_TOOL_KEYS: &[&str] = &[
     "requires_approval",
     "approval",
     "cache",
+    "verify",
     "args",
     "backend",
 ];
@@ -137,6 +138,7 @@ impl Reader<'_> {
             requires_approval: approval.0,
             approval: approval.1,
             cache,
+            verify: self.verify(t, ctx),
             args: self.arg_schema(t, ctx),
             span,
             discovered_from: None,

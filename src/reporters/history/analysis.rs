@@ -45,6 +45,8 @@ struct Line {
     #[serde(default)]
     http_429: u64,
     #[serde(default)]
+    settled: crate::events::Settlements,
+    #[serde(default)]
     cost: f64,
     #[serde(default)]
     lanes: Vec<LaneLine>,
@@ -104,6 +106,8 @@ pub(crate) struct Analysis {
     pub skipped: usize,
     pub rows: Vec<Row>,
     pub shift: Option<Shift>,
+    /// Writes cut off in flight that their probes settled, over every run.
+    pub settled: crate::events::Settlements,
 }
 
 /// What a period gathers while lines are read.
@@ -203,7 +207,9 @@ pub(crate) fn analyse(
     let by = by.unwrap_or_else(|| choose_period(&lines));
     let mut periods: BTreeMap<String, Acc> = BTreeMap::new();
     let runs = lines.len();
+    let mut settled = crate::events::Settlements::default();
     for l in lines {
+        settled.merge(l.settled);
         let Some(key) = by.key(&l.time).map(str::to_string) else {
             continue;
         };
@@ -223,6 +229,7 @@ pub(crate) fn analyse(
         skipped,
         rows,
         shift,
+        settled,
     })
 }
 

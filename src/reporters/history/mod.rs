@@ -45,6 +45,9 @@ pub(crate) struct Record {
     pub http_429: u64,
     #[serde(default)]
     pub cache_hits: usize,
+    /// Writes cut off in flight that their probes settled (`verify`); only when any were.
+    #[serde(default, skip_serializing_if = "crate::events::Settlements::is_empty")]
+    pub settled: crate::events::Settlements,
     /// What the tools cost, in all and per tool.
     pub cost: f64,
     #[serde(default)]
@@ -99,6 +102,7 @@ impl Record {
             retries: s.retries,
             http_429: s.http_429,
             cache_hits: s.cache_hits,
+            settled: s.settled,
             cost: s.cost,
             cost_by_tool: s.cost_by_tool.clone(),
             lanes: s

@@ -99,6 +99,7 @@ fn the_peak_in_flight_is_measured_from_the_calls_intervals() {
         phase: 0,
         idempotency_key: None,
         cached,
+        settled: None,
         queued_ms: Some(0),
         waited_on: None,
         started_ms: Some(start),

@@ -61,6 +61,10 @@ pub(crate) fn to_table(a: &Analysis) -> String {
         ]);
     }
     let _ = writeln!(out, "{t}");
+    if !a.settled.is_empty() {
+        let phrase = super::summary::settled_phrase(&a.settled);
+        let _ = writeln!(out, "{phrase}");
+    }
     match &a.shift {
         Some(s) => {
             let _ = writeln!(

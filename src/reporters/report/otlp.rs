@@ -190,6 +190,9 @@ fn call_span(
     if r.cached {
         attributes.push(KeyValue::new("flux_tools.cached", true));
     }
+    if let Some(s) = r.settled {
+        attributes.push(KeyValue::new("flux_tools.settled", s.as_str()));
+    }
     if let Some(key) = &r.idempotency_key {
         attributes.push(KeyValue::new("flux_tools.idempotency_key", key.clone()));
     }

@@ -62,7 +62,7 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
 fn status_color(s: Status) -> Color {
     match s {
         Status::Ok => Color::Green,
-        Status::Error | Status::TimedOut => Color::Red,
+        Status::Error | Status::TimedOut | Status::NotApplied => Color::Red,
         Status::Indeterminate => Color::Magenta,
         Status::Cancelled | Status::NeverDispatched => Color::Yellow,
     }
@@ -99,7 +99,15 @@ pub(crate) fn write_table(w: &mut dyn Write, doc: &RunDocument<'_>, color: bool)
                 70,
             ),
         };
-        let mut status = Cell::new(r.status.as_str());
+        // A cut-off write its probe settled: `ok (settled)`, `not_applied (settled)`, …
+        let status = match r.settled {
+            Some(crate::events::Settled::Unknown) => {
+                format!("{} (probe: unknown)", r.status.as_str())
+            }
+            Some(_) => format!("{} (settled)", r.status.as_str()),
+            None => r.status.as_str().to_string(),
+        };
+        let mut status = Cell::new(status);
         if color {
             status = status.fg(status_color(r.status));
         }
@@ -218,6 +226,7 @@ mod tests {
             phase: 0,
             idempotency_key: None,
             cached: false,
+            settled: None,
             queued_ms: Some(0),
             waited_on: None,
             started_ms: Some(0),

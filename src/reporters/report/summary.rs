@@ -19,6 +19,7 @@ pub(crate) fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> Stri
         Status::NeverDispatched,
         Status::Cancelled,
         Status::Indeterminate,
+        Status::NotApplied,
     ] {
         let c = count(s);
         if c > 0 {
@@ -42,6 +43,9 @@ pub(crate) fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> Stri
     if stats.cache_hits > 0 {
         s.push_str(&format!(" · {} cached", stats.cache_hits));
     }
+    if !stats.settled.is_empty() {
+        s.push_str(&format!(" · {}", settled_phrase(&stats.settled)));
+    }
     if stats.cost > 0.0 {
         s.push_str(&format!(
             " · cost {}",
@@ -52,6 +56,18 @@ pub(crate) fn line(outcome: Outcome, stats: &Stats, statuses: &[Status]) -> Stri
         s.push_str(&format!(" · outcome {}", outcome.as_str()));
     }
     s
+}
+
+/// `settled 23 of 25 cut-off writes (21 applied, 2 not applied)`: what the probes found.
+pub(crate) fn settled_phrase(s: &crate::events::Settlements) -> String {
+    let known = s.applied + s.not_applied;
+    let noun = if s.total() == 1 { "write" } else { "writes" };
+    format!(
+        "settled {known} of {} cut-off {noun} ({} applied, {} not applied)",
+        s.total(),
+        s.applied,
+        s.not_applied
+    )
 }
 
 /// Lanes that held calls back: `lane tool:search: peak 4/4, waited 1.2s over 6 calls`.

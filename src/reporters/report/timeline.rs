@@ -78,7 +78,7 @@ fn esc(s: &str) -> String {
 fn color(s: Status) -> &'static str {
     match s {
         Status::Ok => "#2f7ed8",
-        Status::Error | Status::TimedOut => "#d9534f",
+        Status::Error | Status::TimedOut | Status::NotApplied => "#d9534f",
         Status::Indeterminate => "#9b59b6",
         Status::Cancelled | Status::NeverDispatched => "#f0ad4e",
     }
@@ -203,6 +203,7 @@ mod tests {
             phase: 0,
             idempotency_key: None,
             cached: false,
+            settled: None,
             queued_ms: start.map(|_| 5),
             waited_on: None,
             started_ms: start,

@@ -67,6 +67,11 @@ impl Job {
                     result.status = Status::Error;
                     result.error = Some(ErrorInfo { kind, message });
                 }
+                Err(Failure::Absent(message)) => {
+                    result.status = Status::Error;
+                    let kind = ErrorKind::HttpStatus;
+                    result.error = Some(ErrorInfo { kind, message });
+                }
                 Err(Failure::Stopped) => ceiling_hit = self.stopped(result, stop.cause()),
                 Err(Failure::Lost(why)) => {
                     // What carried it went away: an idempotent call is made again (its

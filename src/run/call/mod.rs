@@ -17,6 +17,7 @@ use tokio::time::Instant;
 mod acquire;
 mod attempts;
 mod charge;
+mod settle;
 
 use super::store::{Backends, Lanes, Lease};
 use crate::duration::millis;
@@ -26,6 +27,7 @@ use crate::plan::Plan;
 use crate::tools::{Invocation, StopLevel, ToolImpl};
 pub(super) use acquire::{begin_acquire, Acquisition};
 pub(super) use charge::{Charger, Ticket};
+pub(crate) use settle::{Probe, PROBE_TIMEOUT};
 
 /// Sends events, if anybody listens.
 #[derive(Clone)]
@@ -146,6 +148,10 @@ pub(super) struct Job {
     /// store's window (asked in call order), awaited just before dispatch and given back if
     /// the call never reached its tool.
     pub(super) window: Option<Ticket>,
+    /// A write's probe (`verify`): what settles it when it is cut off in flight.
+    pub(super) probe: Option<Arc<Probe>>,
+    /// A resumed write that was in flight when its run stopped: its probe is asked first.
+    pub(super) settle_first: bool,
 }
 
 impl Job {
@@ -211,13 +217,10 @@ impl Job {
             (l, b) => l.or(b).map(|(_, name)| name),
         };
         result.started_ms = Some(millis(dispatched.saturating_duration_since(self.run_start)));
-        if let Some((journal, fp)) = &self.journal {
-            let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
-            if let Err(e) = journal.record_durably(record).await {
-                return self.release(leases, never(&mut result, ErrorKind::Journal, &e), false);
-            }
-        }
-        let (ceiling_hit, rejections) = self.attempts(&mut result, &leases, dispatched).await;
+        let (ceiling_hit, rejections) = match self.send(&mut result, &leases, dispatched).await {
+            Ok(sent) => sent,
+            Err(r) => return self.release(leases, r, false),
+        };
         if let (Some(id), Some(ticket), 0) = (reserved, &self.window, result.attempts) {
             ticket.refund(id);
         }
@@ -236,6 +239,36 @@ impl Job {
         let mut c = self.release(leases, result, ceiling_hit);
         c.rejections = rejections;
         c
+    }
+
+    /// Send the call (its dispatch on disk first, when journaled), and settle it by its probe
+    /// if it is a write cut off in flight (`verify`). `Err`: it was never sent.
+    async fn send(
+        &mut self,
+        result: &mut CallResult,
+        leases: &[(usize, Lease)],
+        dispatched: Instant,
+    ) -> Result<(bool, u32), CallResult> {
+        let probe = self.probe.clone();
+        if let (Some(p), true) = (&probe, self.settle_first) {
+            if !Box::pin(self.settle_first(p, result)).await {
+                return Ok((false, 0));
+            }
+        }
+        if let Some((journal, fp)) = &self.journal {
+            let record = super::journal::Journal::dispatch(self.inv.call_id(), self.pos, fp, 1);
+            if let Err(e) = journal.record_durably(record).await {
+                return Err(never(result, ErrorKind::Journal, &e));
+            }
+        }
+        let (ceiling_hit, rejections) = self.attempts(result, leases, dispatched).await;
+        match probe {
+            Some(p) if settle::cut_off(result) => {
+                let (c, r) = Box::pin(self.settle(&p, result, leases, dispatched)).await;
+                Ok((ceiling_hit || c, rejections + r))
+            }
+            _ => Ok((ceiling_hit, rejections)),
+        }
     }
 
     /// A `parallel_safe = false` tool: identical arguments never overlap, even across runs.
@@ -377,6 +410,7 @@ pub(super) fn base_result(plan: &Plan, p: usize) -> CallResult {
         phase: c.phase,
         idempotency_key: None,
         cached: false,
+        settled: None,
         queued_ms: None,
         waited_on: None,
         started_ms: None,

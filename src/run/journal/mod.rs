@@ -198,8 +198,11 @@ impl Resume {
                 Some("result") => {
                     if let Ok(res) = serde_json::from_value::<ResultRecord>(v["result"].clone()) {
                         r.ids.insert(key().0);
-                        // A call never dispatched runs when the journal is resumed.
-                        if res.status != crate::events::Status::NeverDispatched {
+                        // A call never dispatched runs when the journal is resumed, and so
+                        // does a write its probe found never landed (it was not sent
+                        // again as the run ended): resumed, its probe is asked again.
+                        use crate::events::Status;
+                        if !matches!(res.status, Status::NeverDispatched | Status::NotApplied) {
                             awaiting.remove(&key().0);
                             r.results.insert(key(), res.into_result());
                         }
@@ -249,6 +252,8 @@ struct ResultRecord {
     idempotency_key: Option<String>,
     #[serde(default)]
     cached: bool,
+    #[serde(default)]
+    settled: Option<crate::events::Settled>,
     queued_ms: Option<u64>,
     waited_on: Option<String>,
     started_ms: Option<u64>,
@@ -270,6 +275,7 @@ impl ResultRecord {
             phase: self.phase,
             idempotency_key: self.idempotency_key,
             cached: self.cached,
+            settled: self.settled,
             queued_ms: self.queued_ms,
             waited_on: self.waited_on,
             started_ms: self.started_ms,

@@ -124,6 +124,8 @@ impl Coordinator {
             cache: self.leads.remove(&p).zip(tool.cache),
             backends: claims,
             window,
+            probe: self.probe_of(t),
+            settle_first: self.settle_first.remove(&p),
             marks: if call.write {
                 self.cache
                     .clone()

@@ -1,7 +1,8 @@
 //! What makes a run durable and repeatable, at pre-dispatch: each call's fingerprint (tool,
 //! invocation target, resolved arguments), the arguments a cassette records, a replayed
 //! result, and what the journal of an earlier run says (a result to keep, or a write that
-//! was in flight and is reported indeterminate rather than sent twice).
+//! was in flight: settled by its probe when it has one — `verify` — else reported
+//! indeterminate rather than sent twice).
 
 use serde_json::{Map, Value};
 
@@ -9,7 +10,7 @@ use super::predispatch::Refusal;
 use super::state::Coordinator;
 use super::{idempotency_key, Ready};
 use crate::events::{ErrorInfo, ErrorKind, Status};
-use crate::run::call::never_dispatched;
+use crate::run::call::{never_dispatched, Probe, PROBE_TIMEOUT};
 use crate::run::journal;
 
 impl Coordinator {
@@ -42,9 +43,30 @@ impl Coordinator {
             return Ok(Some(Ready::Reuse(Box::new(r.clone()))));
         }
         if resume.in_flight.contains(&key) && !call.idempotent && !self.retry_indeterminate {
+            if tool.verify.is_some() {
+                // Its probe says at dispatch whether it landed (and so whether to send it).
+                self.settle_first.insert(p);
+                return Ok(None);
+            }
             return Ok(Some(Ready::Reuse(Box::new(self.indeterminate(p)))));
         }
         Ok(None)
+    }
+
+    /// The probe of write tool `t` (`verify`), ready to call.
+    pub(super) fn probe_of(&self, t: usize) -> Option<std::sync::Arc<Probe>> {
+        let tool = &self.manifest.tools[t];
+        let v = tool.verify.as_ref()?;
+        let pt = self.manifest.tools.iter().position(|x| x.name == v.tool)?;
+        let probe = &self.manifest.tools[pt];
+        let declared = probe.args.as_ref();
+        Some(std::sync::Arc::new(Probe {
+            tool: self.tools[pt].clone(),
+            verify: v.clone(),
+            declared: declared.map(|s| s.args.iter().map(|a| a.name.clone()).collect()),
+            timeout: probe.timeout.or(tool.timeout).unwrap_or(PROBE_TIMEOUT),
+            resend: v.resend && !self.no_resend,
+        }))
     }
 
     /// The idempotency key of write call `p` (once fingerprinted): `RUN_ID:CALL_ID:FP`, FP

@@ -65,6 +65,8 @@ pub struct RunConfig {
     pub resume: Option<Arc<Resume>>,
     /// `--retry-indeterminate`.
     pub retry_indeterminate: bool,
+    /// `--no-resend`: a cut-off write its probe finds never landed is not sent again.
+    pub no_resend: bool,
     /// `--record`: keep fingerprints and resolved arguments for the cassette.
     pub record: bool,
     /// `--replay`: answer calls from this cassette instead of invoking tools.
@@ -109,6 +111,7 @@ impl RunConfig {
             journal: None,
             resume: None,
             retry_indeterminate: false,
+            no_resend: false,
             record: false,
             replay: None,
             start: None,

@@ -68,6 +68,10 @@ pub(super) struct Coordinator {
     pub(super) journal: Option<Journal>,
     pub(super) resume: Option<Arc<Resume>>,
     pub(super) retry_indeterminate: bool,
+    pub(super) no_resend: bool,
+    /// Writes in flight when the resumed run stopped that their probe settles before
+    /// anything is sent (`verify`).
+    pub(super) settle_first: std::collections::HashSet<usize>,
     /// Each call's fingerprint (tool and resolved arguments), once resolved.
     pub(super) fps: Vec<Option<String>>,
     /// The fingerprints of write calls when calls are not fingerprinted otherwise: a
@@ -137,11 +141,7 @@ impl Coordinator {
             || config.record
             || config.replay.is_some();
         let budget = plan.settings.max_cost.is_some();
-        let marked = if config.cache.is_some() {
-            marked_backends(&manifest)
-        } else {
-            Vec::new()
-        };
+        let marked = marked_backends(&manifest, config.cache.is_some());
         let claims = shared_claims(&manifest, &plan, config);
         Coordinator {
             claims,
@@ -193,6 +193,8 @@ impl Coordinator {
             journal: config.journal.clone(),
             resume: config.resume.clone(),
             retry_indeterminate: config.retry_indeterminate,
+            no_resend: config.no_resend,
+            settle_first: Default::default(),
             // Kept only when used: at 100,000 calls each is megabytes.
             fps: vec![None; if fingerprints { n } else { 0 }],
             write_fps: std::collections::HashMap::new(),
@@ -370,8 +372,11 @@ fn shared_claims(manifest: &Manifest, plan: &Plan, config: &RunConfig) -> Vec<Op
 }
 
 /// Per tool: a cached read's backends, and a write's backends that some cached read reads
-/// (`None` for the rest: their calls never touch the cache's marks).
-fn marked_backends(manifest: &Manifest) -> Vec<Option<Arc<[String]>>> {
+/// (`None` for the rest: their calls never touch the cache's marks). Nothing without a cache.
+fn marked_backends(manifest: &Manifest, caching: bool) -> Vec<Option<Arc<[String]>>> {
+    if !caching {
+        return Vec::new();
+    }
     let cached: std::collections::HashSet<&str> = manifest
         .tools
         .iter()

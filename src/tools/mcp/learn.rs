@@ -231,6 +231,7 @@ fn tool_of(decl: &McpServer, whole: &Whole, remote: &Value, name: &str) -> Tool 
         requires_approval: needs,
         approval: if needs { Approval::Required } else { Approval::None },
         cache: (read && idempotent).then(|| whole.cache_for(name)).flatten(),
+        verify: None,
         args: None,
         span: whole.span.clone(),
         discovered_from: Some(decl.name.clone()),

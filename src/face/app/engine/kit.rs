@@ -80,6 +80,7 @@ impl CallKit {
             journal: None,
             resume: None,
             retry_indeterminate: false,
+            no_resend: false,
             record: false,
             replay: None,
             start: scope.start,

@@ -98,6 +98,7 @@ pub(super) struct Durability {
     pub journal: Option<Journal>,
     pub resume: Option<Arc<Resume>>,
     pub retry_indeterminate: bool,
+    pub no_resend: bool,
     pub record: bool,
     pub replay: Option<Arc<Cassette>>,
 }
@@ -189,6 +190,7 @@ impl Engine {
         config.journal = d.journal;
         config.resume = d.resume;
         config.retry_indeterminate = d.retry_indeterminate;
+        config.no_resend = d.no_resend;
         config.record = d.record;
         config.replay = d.replay;
         (config, running, rx)

@@ -194,6 +194,7 @@ mod tests {
             idempotency_key: None,
             called_as: None,
             cached: false,
+            settled: None,
             queued_ms: None,
             waited_on: None,
             started_ms: None,

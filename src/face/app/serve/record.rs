@@ -78,6 +78,7 @@ impl SessionRecord {
         sum.retries += s.retries;
         sum.http_429 += s.http_429;
         sum.cache_hits += s.cache_hits;
+        sum.settled.merge(s.settled);
         sum.cost += s.cost;
         for (tool, c) in &s.cost_by_tool {
             *sum.cost_by_tool.entry(tool.clone()).or_default() += c;

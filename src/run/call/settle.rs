@@ -1,0 +1,217 @@
+//! Settling a write cut off in flight (`verify = "TOOL"`): instead of leaving it
+//! `indeterminate` for a person, its probe — a read of the manifest — is asked, with the
+//! write's idempotency key and arguments, whether the effect landed.
+//!
+//! - *Applied*: the probe's output is the write's result (`ok`, `settled: "applied"`).
+//! - *Not applied*: it provably never landed, so it is sent again once with the same key
+//!   (`settled: "not_applied"`, and whatever the resend gets) — unless resending is off
+//!   (`resend = false`, `--no-resend`) or the run is ending, when it is reported `not_applied`
+//!   (a resumed journal sends it).
+//! - *Unknown*: the probe failed, timed out or answered nothing readable; the write keeps its
+//!   status (`indeterminate`, `timed_out`, `cancelled`) with the probe's error beside it.
+//!
+//! The probe runs inside the write's job, while the write still holds its lanes and
+//! backends: no later call on them overtakes it. It has its own timeout (the probe tool's,
+//! else the write's, else [`PROBE_TIMEOUT`]); a run that is ending lets it finish, and only a
+//! forced stop (a second Ctrl-C) cuts it short.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::Job;
+use crate::events::{CallResult, ErrorInfo, ErrorKind, Settled, Status};
+use crate::manifest::Verify;
+use crate::run::store::Lease;
+use crate::tools::{Failure, Invocation, Stop, StopLevel, ToolImpl};
+
+/// How long a probe may take when neither it nor its write has a timeout.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A write's probe, ready to call.
+pub(crate) struct Probe {
+    pub tool: Arc<ToolImpl>,
+    pub verify: Verify,
+    /// The argument names the probe declares (`None`: it declares no schema).
+    pub declared: Option<Vec<String>>,
+    pub timeout: Duration,
+    /// Whether a write it finds not applied is sent again (`resend`, and no `--no-resend`).
+    pub resend: bool,
+}
+
+/// What a probe said.
+enum Said {
+    Applied(Value),
+    NotApplied,
+    Unknown(String),
+}
+
+/// Whether `r` is a write cut off in flight: sent, and ended without an answer.
+pub(super) fn cut_off(r: &CallResult) -> bool {
+    r.attempts > 0
+        && match r.status {
+            Status::Indeterminate | Status::TimedOut => true,
+            Status::Cancelled => r
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind != ErrorKind::Guardrail),
+            _ => false,
+        }
+}
+
+impl Job {
+    /// The write was cut off: ask its probe, and settle `result` by the answer (sending the
+    /// write again once when it never landed and that is allowed).
+    pub(super) async fn settle(
+        &mut self,
+        probe: &Probe,
+        result: &mut CallResult,
+        leases: &[(usize, Lease)],
+        dispatched: Instant,
+    ) -> (bool, u32) {
+        match self.ask(probe).await {
+            Said::Applied(output) => applied(result, output),
+            Said::Unknown(why) => unknown(result, &probe.verify.tool, &why),
+            Said::NotApplied if probe.resend && !self.ending() => {
+                return self.resend(probe, result, leases, dispatched).await;
+            }
+            Said::NotApplied => not_applied(result, &probe.verify.tool, self.ending()),
+        }
+        (false, 0)
+    }
+
+    /// A resumed write that was in flight when its run stopped: its probe says first whether
+    /// to send it. `true`: send it (it never landed); `false`: `result` is settled.
+    pub(super) async fn settle_first(&mut self, probe: &Probe, result: &mut CallResult) -> bool {
+        let said = self.ask(probe).await;
+        result.attempts = 1;
+        match said {
+            Said::Applied(output) => applied(result, output),
+            Said::NotApplied if probe.resend => {
+                result.settled = Some(Settled::NotApplied);
+                return true;
+            }
+            Said::NotApplied => not_applied(result, &probe.verify.tool, false),
+            Said::Unknown(why) => {
+                result.status = Status::Indeterminate;
+                result.error = Some(ErrorInfo {
+                    kind: ErrorKind::RunEnded,
+                    message: "cancelled in flight: the side effect may have landed (in flight when the journaled run stopped)".into(),
+                });
+                unknown(result, &probe.verify.tool, &why);
+            }
+        }
+        false
+    }
+
+    /// Send the write again, once, with the same key; a resend cut off again is asked about
+    /// once more, and never sent a third time.
+    async fn resend(
+        &mut self,
+        probe: &Probe,
+        result: &mut CallResult,
+        leases: &[(usize, Lease)],
+        dispatched: Instant,
+    ) -> (bool, u32) {
+        let before = result.attempts;
+        result.error = None;
+        self.retries = 0;
+        let (ceiling_hit, rejections) = self.attempts(result, leases, dispatched).await;
+        result.attempts += before;
+        if cut_off(result) {
+            match self.ask(probe).await {
+                Said::Applied(output) => applied(result, output),
+                Said::NotApplied => not_applied(result, &probe.verify.tool, self.ending()),
+                Said::Unknown(why) => unknown(result, &probe.verify.tool, &why),
+            }
+        }
+        result.settled.get_or_insert(Settled::NotApplied);
+        (ceiling_hit, rejections)
+    }
+
+    /// Whether the run is ending (nothing is sent again then: a resumed journal sends it).
+    fn ending(&self) -> bool {
+        *self.stop_rx.borrow() >= StopLevel::Graceful
+    }
+
+    /// Call the probe with the write's key and arguments.
+    async fn ask(&mut self, probe: &Probe) -> Said {
+        let declared = probe
+            .declared
+            .as_ref()
+            .map(|d| d.iter().map(String::as_str).collect());
+        let args = match probe.verify.args_for(self.inv.args(), declared) {
+            Ok(a) => a,
+            Err(why) => return Said::Unknown(why),
+        };
+        let inv = Invocation {
+            resolved: Some(args),
+            attempt: 1,
+            ..self.inv.clone()
+        };
+        let mut stop = Stop::for_probe(Instant::now() + probe.timeout, self.stop_rx.clone());
+        match probe.tool.invoke(&inv, &mut stop).await {
+            Ok(output) => read(output),
+            Err(Failure::Absent(_)) => Said::NotApplied,
+            Err(Failure::Failed { message, .. }) => Said::Unknown(message),
+            Err(Failure::Lost(why)) => Said::Unknown(why),
+            Err(Failure::Stopped) if *self.stop_rx.borrow() >= StopLevel::Force => {
+                Said::Unknown("it was stopped (the run was forced to end)".into())
+            }
+            Err(Failure::Stopped) => Said::Unknown(format!(
+                "it did not answer within {}",
+                crate::duration::format(probe.timeout)
+            )),
+        }
+    }
+}
+
+/// A probe's `ok` output: JSON with `"applied": false` says not applied; other JSON, applied;
+/// nothing, or text that is not JSON, says nothing.
+fn read(output: Value) -> Said {
+    match &output {
+        Value::Object(m) if m.get("applied") == Some(&Value::Bool(false)) => Said::NotApplied,
+        Value::Object(_) | Value::Array(_) | Value::Bool(true) | Value::Number(_) => {
+            Said::Applied(output)
+        }
+        Value::Null => Said::Unknown("it answered nothing".into()),
+        Value::String(s) if s.trim().is_empty() => Said::Unknown("it answered nothing".into()),
+        Value::String(_) => Said::Unknown("its answer is not JSON".into()),
+        Value::Bool(false) => Said::NotApplied,
+    }
+}
+
+fn applied(result: &mut CallResult, output: Value) {
+    result.status = Status::Ok;
+    result.output = output;
+    result.error = None;
+    result.settled = Some(Settled::Applied);
+}
+
+fn not_applied(result: &mut CallResult, probe: &str, ending: bool) {
+    let why = if ending {
+        "not sent again: the run was ending (a resumed journal sends it)"
+    } else {
+        "not sent again (resend = false, or --no-resend)"
+    };
+    let kind = result
+        .error
+        .as_ref()
+        .map_or(ErrorKind::RunEnded, |e| e.kind);
+    result.status = Status::NotApplied;
+    result.error = Some(ErrorInfo {
+        kind,
+        message: format!("not applied: probe `{probe}` found the write never landed; {why}"),
+    });
+    result.settled = Some(Settled::NotApplied);
+}
+
+fn unknown(result: &mut CallResult, probe: &str, why: &str) {
+    if let Some(e) = &mut result.error {
+        e.message
+            .push_str(&format!(" — probe `{probe}` could not tell: {why}"));
+    }
+    result.settled = Some(Settled::Unknown);
+}

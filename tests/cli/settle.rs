@@ -1,0 +1,352 @@
+//! Writes cut off in flight, settled by their probe (`verify`), against a real HTTP service
+//! that keeps effects by idempotency key, serves them by key (404 when absent), and does not
+//! dedupe — so every duplicate effect shows.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{results, Project};
+use crate::http_server::TestServer;
+
+/// `pay` (a write that times out at 600 ms, probed by `find_pay`), and `extra` tools.
+fn manifest(base: &str, verify: &str, extra: &str) -> String {
+    format!(
+        "[concurrency]\nmax_concurrent_tools = 16\n\n\
+         [tools.pay]\nkind = \"http\"\nmethod = \"POST\"\nurl = \"{base}/effects/{{mode}}\"\neffect = \"write\"\ntimeout = \"600ms\"\nverify = {verify}\n\
+         [tools.pay.args.mode]\ntype = \"string\"\n[tools.pay.args.order]\ntype = \"string\"\n\n\
+         [tools.find_pay]\nkind = \"http\"\nurl = \"{base}/effects\"\neffect = \"read\"\ntimeout = \"2s\"\n\n{extra}"
+    )
+}
+
+/// One call of `pay` per mode, ids `m0`, `m1`, …
+fn batch(modes: &[&str]) -> String {
+    modes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("- {{ id: m{i}, tool: pay, args: {{ mode: {m}, order: o{i} }} }}\n"))
+        .collect()
+}
+
+/// Each call's (status, settled, attempts).
+fn outcomes(doc: &Value) -> Vec<(String, String, u64)> {
+    results(doc)
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap_or_default().to_string(),
+                r["settled"].as_str().unwrap_or("-").to_string(),
+                r["attempts"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Every effect the server made, and how many times.
+fn times(server: &TestServer) -> Vec<u32> {
+    let mut v: Vec<u32> = server.effects().values().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn writes_cut_off_by_their_timeout_are_settled_by_their_probe_and_each_effect_is_made_once() {
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base, "\"find_pay\"", ""));
+    let modes = [
+        "fast",
+        "applied_late",
+        "lost",
+        "applied_late",
+        "lost",
+        "fast",
+    ];
+    let (doc, code) = p.run_json(&batch(&modes), &[]);
+    assert_eq!(code, 0, "{doc}");
+    let got = outcomes(&doc);
+    let want =
+        |s: &str, settled: &str, attempts: u64| (s.to_string(), settled.to_string(), attempts);
+    assert_eq!(
+        got,
+        [
+            want("ok", "-", 1),
+            want("ok", "applied", 1),
+            want("ok", "not_applied", 2),
+            want("ok", "applied", 1),
+            want("ok", "not_applied", 2),
+            want("ok", "-", 1),
+        ],
+        "{doc}"
+    );
+    // An applied write's result is what its probe read.
+    assert_eq!(results(&doc)[1]["output"]["applied"], true, "{doc}");
+    // Six effects, each made exactly once; nothing indeterminate.
+    assert_eq!(times(&server), [1; 6], "{:?}", server.effects());
+    let settled = &doc["stats"]["settled"];
+    assert_eq!(
+        (settled["applied"].as_u64(), settled["not_applied"].as_u64()),
+        (Some(2), Some(2))
+    );
+    // The resend and the probe carried the write's own key.
+    let keys: Vec<Value> = results(&doc)
+        .iter()
+        .map(|r| r["idempotency_key"].clone())
+        .collect();
+    for r in server.requests_to("/effects") {
+        assert!(
+            keys.contains(&Value::from(r.headers["idempotency-key"].clone())),
+            "{r:?}"
+        );
+    }
+    // The table marks them, and the summary counts them.
+    let b = p.write("again.yaml", &batch(&["applied_late"]));
+    let out = p
+        .cmd()
+        .args(["run", b.to_str().unwrap_or_default(), "--format", "table"])
+        .output()
+        .expect("run");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("ok (settled)"), "{text}");
+    assert!(
+        text.contains("settled 1 of 1 cut-off write (1 applied, 0 not applied)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_resending_a_write_that_never_landed_is_not_applied_and_a_failure() {
+    let server = TestServer::start();
+    let verify = "{ tool = \"find_pay\", args = { order = \"${args.order}\" } }";
+    let p = Project::new(&manifest(&server.base, verify, ""));
+    let (doc, code) = p.run_json(&batch(&["lost", "applied_late"]), &["--no-resend"]);
+    assert_ne!(code, 0, "{doc}");
+    let got = outcomes(&doc);
+    assert_eq!(
+        got[0],
+        ("not_applied".into(), "not_applied".into(), 1),
+        "{doc}"
+    );
+    assert_eq!(got[1], ("ok".into(), "applied".into(), 1), "{doc}");
+    let message = results(&doc)[0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("probe `find_pay` found the write never landed"),
+        "{message}"
+    );
+    // The lost write made nothing, the other exactly one effect.
+    assert_eq!(times(&server), [1], "{:?}", server.effects());
+    // The probe got only the arguments it was given: `order`, from the write's.
+    let probes = server.requests_to("/effects");
+    assert!(
+        probes
+            .iter()
+            .filter(|r| r.method == "GET")
+            .all(|r| r.path == "/effects"),
+        "{probes:?}"
+    );
+}
+
+#[test]
+fn a_probe_that_hangs_or_answers_garbage_leaves_the_write_unsettled_with_its_reason() {
+    let server = TestServer::start();
+    let extra = format!(
+        "[tools.hangs]\nkind = \"http\"\nurl = \"{0}/slow/5000\"\neffect = \"read\"\ntimeout = \"300ms\"\n\n\
+         [tools.garbage]\nkind = \"http\"\nurl = \"{0}/text\"\neffect = \"read\"\n\n\
+         [tools.pay2]\nkind = \"http\"\nmethod = \"POST\"\nurl = \"{0}/effects/{{mode}}\"\neffect = \"write\"\ntimeout = \"600ms\"\nverify = \"garbage\"\n",
+        server.base
+    );
+    let p = Project::new(&manifest(&server.base, "\"hangs\"", &extra));
+    let b = "- { id: a, tool: pay, args: { mode: applied_late, order: x } }\n- { id: b, tool: pay2, args: { mode: lost } }\n";
+    let started = Instant::now();
+    let (doc, code) = p.run_json(b, &[]);
+    assert_ne!(code, 0, "{doc}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the hung probe was cut off"
+    );
+    let r = results(&doc);
+    for (i, why) in [
+        (
+            0,
+            "probe `hangs` could not tell: it did not answer within 300ms",
+        ),
+        (1, "probe `garbage` could not tell: its answer is not JSON"),
+    ] {
+        assert_eq!(r[i]["status"], "timed_out", "{doc}");
+        assert_eq!(r[i]["settled"], "unknown", "{doc}");
+        let m = r[i]["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains(why), "{m}");
+    }
+    assert_eq!(doc["stats"]["settled"]["unknown"], 2, "{doc}");
+}
+
+#[test]
+fn validate_refuses_a_probe_that_writes_or_is_missing_or_lacks_an_argument() {
+    let server = TestServer::start();
+    let cases = [
+        ("\"pay\"", "", "`verify` of tool `pay`: `pay` is the write itself"),
+        ("\"charge\"", "[tools.charge]\nkind = \"http\"\nmethod = \"POST\"\nurl = \"http://x.test/c\"\neffect = \"write\"\n", "`verify` of tool `pay`: `charge` is a write"),
+        ("\"find_pya\"", "", "names `find_pya`, which is not a tool"),
+        ("\"by_id\"", "[tools.by_id]\nkind = \"http\"\nurl = \"http://x.test/{id}\"\neffect = \"read\"\n[tools.by_id.args.id]\ntype = \"string\"\nrequired = true\n", "probe `by_id` requires `id`"),
+        ("{ tool = \"find_pay\", args = { o = \"${orders.id}\" } }", "", "refers to `${orders.id}`"),
+    ];
+    for (verify, extra, want) in cases {
+        let p = Project::new(&manifest(&server.base, verify, extra));
+        let out = p.cmd().args(["validate"]).output().expect("validate");
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{verify}: {text}");
+        assert!(text.contains(want), "{verify}: {text}");
+        assert!(text.contains("tools.toml:"), "a location: {text}");
+    }
+}
+
+/// Start `run` of one `pay` call (`mode`) journaled, wait until the server has it, SIGKILL
+/// the run; then resume it.
+fn killed_then_resumed(server: &TestServer, p: &Project, mode: &str) -> Value {
+    let b = p.write("one.yaml", &batch(&[mode]));
+    let journal = p.path().join(format!("{mode}.jsonl"));
+    let args = [
+        "run",
+        b.to_str().unwrap_or_default(),
+        "--journal",
+        journal.to_str().unwrap_or_default(),
+    ];
+    let mut child = p.spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.requests_to(&format!("/effects/{mode}")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap_or_default(),
+            "--resume",
+            journal.to_str().unwrap_or_default(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("resume");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_write_in_flight_when_its_run_was_killed_is_settled_on_resume_not_left_indeterminate() {
+    let server = TestServer::start();
+    // The write's own timeout is long: it is the SIGKILL that cuts it off.
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    let p = Project::new(&text);
+    let doc = killed_then_resumed(&server, &p, "applied_late");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "applied".into(), 1)],
+        "{doc}"
+    );
+    let doc = killed_then_resumed(&server, &p, "lost");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "not_applied".into(), 1)],
+        "{doc}"
+    );
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+    // A second resume asks no probe again: the settlement is in the journal.
+    let before = server.requests_to("/effects").len();
+    let b = p.path().join("one.yaml");
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap_or_default(),
+            "--resume",
+            p.path().join("lost.jsonl").to_str().unwrap_or_default(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("resume");
+    let again: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(results(&again)[0]["settled"], "not_applied", "{again}");
+    assert_eq!(server.requests_to("/effects").len(), before);
+}
+
+/// Run one journaled `pay` call (`mode`), Ctrl-C it once the server has it: the run's
+/// document.
+fn interrupted(server: &TestServer, p: &Project, mode: &str) -> Value {
+    let b = p.write("one.yaml", &batch(&[mode]));
+    let journal = p.path().join(format!("int-{mode}.jsonl"));
+    let args = [
+        "run",
+        b.to_str().unwrap_or_default(),
+        "--journal",
+        journal.to_str().unwrap_or_default(),
+        "--format",
+        "json",
+    ];
+    let child = p.spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.requests_to(&format!("/effects/{mode}")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: sending SIGINT to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().expect("the run");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_write_cut_off_by_ctrl_c_is_settled_as_the_run_ends_and_a_lost_one_is_sent_on_resume() {
+    let server = TestServer::start();
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    let p = Project::new(&text);
+    // The probe runs as the run ends: the write landed.
+    let doc = interrupted(&server, &p, "applied_late");
+    assert_eq!(doc["outcome"], "interrupted", "{doc}");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "applied".into(), 1)],
+        "{doc}"
+    );
+    // It did not land, and is not sent again as the run ends: `not_applied`, a failure.
+    let doc = interrupted(&server, &p, "lost");
+    assert_eq!(
+        outcomes(&doc),
+        [("not_applied".into(), "not_applied".into(), 1)],
+        "{doc}"
+    );
+    assert_eq!(times(&server), [1], "{:?}", server.effects());
+    // Resumed, it is asked about again and sent, once.
+    let b = p.path().join("one.yaml");
+    let journal = p.path().join("int-lost.jsonl");
+    let out = p
+        .cmd()
+        .args([
+            "run",
+            b.to_str().unwrap_or_default(),
+            "--resume",
+            journal.to_str().unwrap_or_default(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("resume");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "not_applied".into(), 1)],
+        "{doc}"
+    );
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+}
