@@ -228,6 +228,10 @@ pub struct Plan {
     /// The idempotency key its caller gave a plan of one call (`mcp serve`: the client's
     /// `_meta.idempotencyKey`), sent upstream instead of the derived one.
     pub given_key: Option<String>,
+    /// Its one call was sent before and cut off in flight (a gateway replica died mid-call, a
+    /// task taken over): a write with a probe (`verify`) is settled by it before anything is
+    /// sent again.
+    pub cut_off_before: bool,
 }
 
 impl Plan {

@@ -350,3 +350,90 @@ fn a_write_cut_off_by_ctrl_c_is_settled_as_the_run_ends_and_a_lost_one_is_sent_o
     );
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
 }
+
+/// Call `pay` (`mode`) through the gateway at `addr` with idempotency key `key`, on a new
+/// session: the JSON text of its `result`, or the whole body when there is none.
+fn through(addr: &str, key: &str, mode: &str) -> String {
+    use crate::serve_keys::{post, session};
+    let s = session(addr, None);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"pay","arguments":{{"mode":"{mode}","order":"o"}},"_meta":{{"idempotencyKey":"{key}"}}}}}}"#
+    );
+    let (_, body) = crate::serve::raw_response(post(addr, None, Some(&s), &body));
+    let answer = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|l| l.contains("\"id\":5"))
+        .unwrap_or(&body)
+        .to_string();
+    let v: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
+    v.get("result").map_or(answer, Value::to_string)
+}
+
+#[test]
+fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_another() {
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let server = TestServer::start();
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    let p = Project::new(&text);
+    let store = ["--lane-store", redis.url.as_str()];
+    let lease = [("FLUX_TOOLS_LEASE_MS", "1000")];
+    let survivor = crate::serve::HttpGateway::start(&p, &store, &lease);
+    // Killed once after the service applied the write, once before it ever would.
+    for (mode, key) in [("applied_late", "k-applied"), ("lost", "k-lost")] {
+        let mut victim = crate::serve::HttpGateway::start(&p, &store, &lease);
+        let addr = victim.addr();
+        let inflight = std::thread::spawn(move || through(&addr, key, mode));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.requests_to(&format!("/effects/{mode}")).is_empty()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = victim.child.kill();
+        let _ = victim.child.wait();
+        let _ = inflight.join();
+        // 20 retries at once through the other replica: one settlement, one answer.
+        let addr = survivor.addr();
+        let answers: Vec<String> = std::thread::scope(|s| {
+            let calls: Vec<_> = (0..20)
+                .map(|_| s.spawn(|| through(&addr, key, mode)))
+                .collect();
+            calls
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        assert!(
+            answers[0].contains("\"isError\":false"),
+            "{mode}: {}",
+            answers[0]
+        );
+        assert!(
+            answers.iter().all(|a| *a == answers[0]),
+            "{mode}: {answers:?}"
+        );
+        let sent = |method: &str| {
+            server
+                .requests_to("/effects")
+                .iter()
+                .filter(|r| {
+                    r.method == method
+                        && r.headers.get("idempotency-key").map(String::as_str) == Some(key)
+                })
+                .count()
+        };
+        assert_eq!(sent("GET"), 1, "{mode}: one probe");
+        assert_eq!(
+            sent("POST"),
+            if mode == "lost" { 2 } else { 1 },
+            "{mode}: at most one resend"
+        );
+    }
+    // Each effect made exactly once.
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+}

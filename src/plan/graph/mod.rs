@@ -96,6 +96,7 @@ pub fn build(
         run_id: batch.run_id.clone(),
         reply_id: batch.reply_id.clone(),
         given_key: None,
+        cut_off_before: false,
     })
 }
 

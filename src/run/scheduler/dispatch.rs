@@ -125,7 +125,7 @@ impl Coordinator {
             backends: claims,
             window,
             probe: self.probe_of(t),
-            settle_first: self.settle_first.remove(&p),
+            settle_first: self.settle_first.remove(&p) || self.plan.cut_off_before,
             marks: if call.write {
                 self.cache
                     .clone()

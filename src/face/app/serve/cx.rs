@@ -34,6 +34,9 @@ pub(in crate::face::app::serve) struct CallCx {
     pub mrtr: Option<super::approve::Mrtr>,
     /// Set when the call reaches its tool (a task's replica records it).
     pub started: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The call was made before and cut off in flight (a task taken over after its call
+    /// reached its tool): a write with a probe is settled by it first (`verify`).
+    pub cut_off_before: bool,
 }
 
 impl CallCx {
@@ -51,6 +54,7 @@ impl CallCx {
             task: None,
             mrtr: None,
             started: None,
+            cut_off_before: false,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! first replica asked about the task then takes it over — running the call again when it
 //! never reached its tool (it was queued, or parked: a parked call keeps its `ID@HASH` and any
 //! answer given meanwhile), else answering it `indeterminate` unless the tool is safe to run
-//! again (a read, or `idempotent = true`). A cancel marks the record; the replica running the
+//! again (a read, or `idempotent = true`) or its probe settles it (`verify`). A cancel marks the record; the replica running the
 //! call sees it within [`WATCH`] and cancels the call (it leaves its lane; a queued call never
 //! reaches its tool). A task is its creator's (its tenant, and its subject when a JWT named
 //! one): to anyone else it does not exist. A finished task is kept `[serve.limits] tasks_kept`.
@@ -579,11 +579,12 @@ impl Tasks {
         }
     }
 
-    /// Take over a task whose replica died: run its call again when that is safe, else
-    /// answer it `indeterminate`.
+    /// Take over a task whose replica died: run its call again when that is safe, settle it
+    /// by its probe when it has one (`verify`), else answer it `indeterminate`.
     async fn adopt(self: &Arc<Self>, gateway: &Arc<Gateway>, mut r: Record) -> Record {
         let claim = self.claim(&r.id);
-        let again = !r.started || safe_to_repeat(gateway, &r.tool);
+        let probed = r.started && !safe_to_repeat(gateway, &r.tool) && has_probe(gateway, &r.tool);
+        let again = !r.started || safe_to_repeat(gateway, &r.tool) || probed;
         super::say::line(format!(
             "flux-tools mcp serve: task {} of `{}`, left by a replica that stopped, is taken over here{}",
             r.id,
@@ -595,7 +596,8 @@ impl Tasks {
             r.updated = now();
             self.save(&r).await;
             let session = gateway.session();
-            let cx = bare_cx(&r);
+            let mut cx = bare_cx(&r);
+            cx.cut_off_before = probed;
             self.run(gateway.clone(), session, (r.clone(), claim), cx, None);
             return r;
         }
@@ -704,6 +706,13 @@ fn safe_to_repeat(gateway: &Gateway, tool: &str) -> bool {
     m.tool_position(tool)
         .map(|i| &m.tools[i])
         .is_some_and(|t| t.effect == crate::manifest::Effect::Read || t.idempotent)
+}
+
+/// Whether `tool` is a write with a probe that settles it when cut off (`verify`).
+fn has_probe(gateway: &Gateway, tool: &str) -> bool {
+    let m = gateway.catalog.manifest();
+    m.tool_position(tool)
+        .is_some_and(|i| m.tools[i].verify.is_some())
 }
 
 /// What a task's call is made with when no client waits for it (nobody to ask, nothing
