@@ -437,3 +437,94 @@ fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_
     // Each effect made exactly once.
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
 }
+
+#[test]
+fn a_write_in_flight_when_its_worker_was_killed_is_settled_by_the_next_worker_on_a_redis_journal() {
+    let state = tempfile::tempdir().expect("temp dir");
+    let dir = state.path().to_str().unwrap_or_default();
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        dir,
+    ];
+    let Some(redis) = crate::common::Redis::start_with(&aof) else {
+        return;
+    };
+    let server = TestServer::start();
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    for (mode, run_id) in [("applied_late", "wf-1"), ("lost", "wf-2")] {
+        let first = Project::new(&text);
+        first.write("b.yaml", &batch(&[mode]));
+        let args = [
+            "run",
+            "b.yaml",
+            "--run-id",
+            run_id,
+            "--journal",
+            redis.url.as_str(),
+            "--format",
+            "json",
+        ];
+        let lease = [("FLUX_TOOLS_LEASE_MS", "1000")];
+        let mut child = first.spawn_env(&args, &lease);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.requests_to(&format!("/effects/{mode}")).is_empty()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        // Two more workers at once, each in a folder of its own: one settles, once.
+        let others: Vec<Project> = (0..2).map(|_| Project::new(&text)).collect();
+        let docs: Vec<Value> = others
+            .iter()
+            .map(|p| {
+                p.write("b.yaml", &batch(&[mode]));
+                p.spawn_env(&args, &lease)
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().expect("worker");
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+                    Value::from(String::from_utf8_lossy(&out.stderr).to_string())
+                })
+            })
+            .collect();
+        let settled = if mode == "lost" {
+            "not_applied"
+        } else {
+            "applied"
+        };
+        assert!(
+            docs.iter()
+                .any(|d| d["results"].is_array()
+                    && outcomes(d) == [("ok".into(), settled.into(), 1)]),
+            "{mode}: {docs:?}"
+        );
+        let sent = |method: &str| {
+            server
+                .requests_to("/effects")
+                .iter()
+                .filter(|r| {
+                    r.method == method
+                        && r.headers
+                            .get("idempotency-key")
+                            .is_some_and(|k| k.starts_with(run_id))
+                })
+                .count()
+        };
+        assert_eq!(sent("GET"), 1, "{mode}: one probe");
+        assert_eq!(
+            sent("POST"),
+            if mode == "lost" { 2 } else { 1 },
+            "{mode}: at most one resend"
+        );
+    }
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+}
