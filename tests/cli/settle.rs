@@ -503,7 +503,7 @@ fn a_write_in_flight_when_its_worker_was_killed_is_settled_by_the_next_worker_on
         };
         assert!(
             docs.iter()
-                .any(|d| d["results"].is_array()
+                .all(|d| d["results"].is_array()
                     && outcomes(d) == [("ok".into(), settled.into(), 1)]),
             "{mode}: {docs:?}"
         );
