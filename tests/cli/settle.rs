@@ -528,3 +528,60 @@ fn a_write_in_flight_when_its_worker_was_killed_is_settled_by_the_next_worker_on
     }
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
 }
+
+/// A whole MCP server's write, overridden by a `[tools.*]` table with a probe that is one of
+/// the server's own tools (learnt when it starts, its annotations read then).
+#[test]
+fn a_whole_mcp_servers_write_is_settled_by_another_of_its_tools() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("mcp.log");
+    let server = crate::mcp::own_server();
+    let text = |probe: &str| {
+        format!(
+            "[mcp_servers.own]\ncommand = [\"{}\"]\nenv = {{ MCP_TEST_LOG = \"{}\" }}\nwhole = true\nrequires_approval = false\n\n\
+             [tools.slow_write]\nkind = \"mcp\"\nserver = \"own\"\ntool = \"write\"\ntimeout = \"300ms\"\nverify = \"{probe}\"\n",
+            server.display(),
+            log.display()
+        )
+    };
+    let p = Project::new(&text("own.structured"));
+    let b = "- { id: w, tool: slow_write, args: { ms: 3000, tag: w } }\n";
+    let (doc, code) = p.run_json(b, &[]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "applied".into(), 1)],
+        "{doc}"
+    );
+    // A probe the server marks as a read that says it cannot tell: unknown.
+    let p = Project::new(&text("own.fail"));
+    let (doc, _) = p.run_json(b, &[]);
+    assert_eq!(
+        outcomes(&doc),
+        [("timed_out".into(), "unknown".into(), 1)],
+        "{doc}"
+    );
+    let m = results(&doc)[0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(m.contains("the widget is broken"), "{m}");
+    // A probe its server says writes, or that it does not offer: refused before anything runs.
+    for (probe, why) in [
+        ("own.crash", "`own.crash` is a write"),
+        ("own.nothing", "`own.nothing` is not a tool"),
+    ] {
+        let p = Project::new(&text(probe));
+        let path = p.write("b.yaml", b);
+        let out = p
+            .cmd()
+            .args(["run", path.to_str().unwrap_or_default()])
+            .output()
+            .expect("run");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains(why),
+            "{probe}: {said}"
+        );
+        assert!(said.contains("tools.toml:"), "{said}");
+    }
+}

@@ -29,17 +29,29 @@ pub(super) fn start_mcp(
         return Ok(None);
     };
     learn_whole(quiet, manifest, &hub, rt);
-    let tools: Vec<&crate::manifest::Tool> = match used {
+    let mut tools: Vec<&crate::manifest::Tool> = match used {
         Some(names) => names.iter().filter_map(|n| manifest.tool(n)).collect(),
         None => manifest.tools.iter().collect(),
     };
+    // A write's probe (`verify`) is asked about too: it must be a read.
+    let writes: Vec<String> = (tools.iter().filter(|t| t.verify.is_some()))
+        .map(|t| t.name.clone())
+        .collect();
+    let probes: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.verify.as_ref())
+        .map(|v| v.tool.as_str())
+        .collect();
+    tools.extend(probes.into_iter().filter_map(|n| manifest.tool(n)));
     let mut used: Vec<String> = (tools.into_iter())
         .filter(|t| t.settings_of::<McpSpec>().is_some())
         .map(|t| t.name.clone())
         .collect();
     used.sort_unstable();
     used.dedup();
-    let diags = rt.block_on(mcp::annotate(manifest, &hub, &used));
+    let mut diags = rt.block_on(mcp::annotate(manifest, &hub, &used));
+    // What `verify` could not know before the servers were asked.
+    diags.extend(crate::manifest::verify_discovered(manifest, &writes));
     if diags.iter().any(Diagnostic::is_error) {
         rt.block_on(hub.shutdown());
         return Err(Error::Invalid(diags));

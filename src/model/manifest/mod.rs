@@ -29,7 +29,7 @@ pub(crate) use access::{Auth, Op, Roles, Subject};
 pub(crate) use kinds::{KindEntry, KindSettings, Kinds, Site};
 pub(crate) use tool::cache_refusal;
 pub(crate) use upstream_auth::{loopback_host, secure_url, Grant, UpstreamAuth};
-pub(crate) use verify::Verify;
+pub(crate) use verify::{discovered as verify_discovered, Verify};
 pub(crate) use whole::{Whole, WholeCache};
 
 use std::collections::{BTreeMap, HashMap};

@@ -13,8 +13,9 @@ use serde_json::Value;
 use toml::de::{DeTable, DeValue};
 
 use super::reader::{de_to_json, Reader};
-use super::{Effect, Manifest, Tool};
+use super::{Effect, Manifest, Origin, Tool};
 use crate::error::suggest;
+use crate::error::Diagnostic;
 use crate::reference::{Args, ResolveError};
 
 /// The keys of `verify = { … }`.
@@ -159,6 +160,10 @@ impl Reader<'_> {
                 continue;
             }
             let Some(probe) = m.tools.iter().find(|t| t.name == v.tool) else {
+                if m.whole_servers().next().is_some() {
+                    // A whole server's tool, maybe: known once it is asked (`discovered`).
+                    continue;
+                }
                 let names = m.tools.iter().map(|t| t.name.as_str());
                 let hint = suggest(&v.tool, names)
                     .or_else(|| Some("name a read tool of this manifest".into()));
@@ -169,6 +174,10 @@ impl Reader<'_> {
                 );
                 continue;
             };
+            if probe.effect_origin == Origin::Default && probe.kind.announces_effect() {
+                // Its server says whether it reads: checked once it is asked (`discovered`).
+                continue;
+            }
             if let Some(why) = refusal(tool, probe) {
                 let hint = "a probe only reads: it must never make the effect it looks for";
                 self.error(
@@ -191,6 +200,30 @@ impl Reader<'_> {
             }
         }
     }
+}
+
+/// What [`Reader::verify_checks`] left to the servers, once they have been asked (their
+/// tools learnt, their annotations read): a probe that is still not a tool, or is a write.
+/// Such a write is never settled (its probe is not called); each of `writes` (the ones a run
+/// calls) is an error to say.
+pub(crate) fn discovered(m: &Manifest, writes: &[String]) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for tool in m.tools.iter().filter(|t| writes.contains(&t.name)) {
+        let Some(v) = &tool.verify else { continue };
+        let at = Some(m.file.location(v.span.start, v.span.end));
+        let why = match m.tools.iter().find(|t| t.name == v.tool) {
+            None => Some("is not a tool, nor one its servers offer"),
+            // Not asked about (its write is not called here): nothing known yet.
+            Some(p) if p.effect_origin == Origin::Default && p.kind.announces_effect() => None,
+            Some(probe) => refusal(tool, probe),
+        };
+        if let Some(why) = why {
+            let msg = format!("`verify` of tool `{}`: `{}` {why}", tool.name, v.tool);
+            let hint = "name a read tool of this manifest or of a whole server (as it is served)";
+            out.push(Diagnostic::error(msg).at(at).hint(hint));
+        }
+    }
+    out
 }
 
 /// Why `probe` cannot settle calls of `write` (`None`: it can).
