@@ -585,3 +585,36 @@ fn a_whole_mcp_servers_write_is_settled_by_another_of_its_tools() {
         assert!(said.contains("tools.toml:"), "{said}");
     }
 }
+
+#[test]
+fn each_turn_of_a_long_lived_run_settles_its_cut_off_writes() {
+    use std::io::{BufRead, Write};
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base, "\"find_pay\"", ""));
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .current_dir(p.path())
+        .args(["run", "--turns", "-q"])
+        .env_remove("FLUX_TOOLS_MANIFEST")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run --turns");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    for (turn, mode, settled) in [(1, "applied_late", "applied"), (2, "lost", "not_applied")] {
+        let line = format!("[{{\"id\": \"t{turn}\", \"tool\": \"pay\", \"args\": {{\"mode\": \"{mode}\", \"order\": \"o{turn}\"}}}}]");
+        writeln!(stdin, "{line}").expect("a turn");
+        stdin.flush().expect("flush");
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).expect("its answer");
+        let doc: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
+        assert_eq!(
+            outcomes(&doc),
+            [("ok".into(), settled.into(), if turn == 2 { 2 } else { 1 })],
+            "{doc}"
+        );
+    }
+    drop(stdin);
+    let _ = child.wait();
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+}
