@@ -382,7 +382,8 @@ fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_
     let p = Project::new(&text);
     let store = ["--lane-store", redis.url.as_str()];
     let lease = [("FLUX_TOOLS_LEASE_MS", "1000")];
-    let survivor = crate::serve::HttpGateway::start(&p, &store, &lease);
+    let audited = ["--lane-store", redis.url.as_str(), "--audit", "audit.jsonl"];
+    let survivor = crate::serve::HttpGateway::start(&p, &audited, &lease);
     // Killed once after the service applied the write, once before it ever would.
     for (mode, key) in [("applied_late", "k-applied"), ("lost", "k-lost")] {
         let mut victim = crate::serve::HttpGateway::start(&p, &store, &lease);
@@ -436,6 +437,18 @@ fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_
     }
     // Each effect made exactly once.
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+    // Counted where an operator looks: `/metrics`, and the audit trail.
+    let (_, metrics) = crate::serve_ops::get(&survivor, "/metrics", None);
+    for outcome in ["applied", "not_applied"] {
+        let line = format!("flux_tools_settled_total{{tool=\"pay\",outcome=\"{outcome}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    let audit = std::fs::read_to_string(p.path().join("audit.jsonl")).unwrap_or_default();
+    assert_eq!(
+        audit.matches("\"event\":\"call.settled\"").count(),
+        2,
+        "{audit}"
+    );
 }
 
 #[test]

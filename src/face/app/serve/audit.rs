@@ -27,6 +27,8 @@ pub(crate) enum Event {
     CallAllowed,
     /// A call was refused before it ran: `reason` says why.
     CallRefused,
+    /// A write cut off in flight was settled by its probe (`verify`): `tool`, `outcome`.
+    CallSettled,
     /// A call waits for approval.
     ApprovalAsked,
     /// A waiting call was approved or denied: `decision`, `by`.
@@ -44,6 +46,7 @@ impl Event {
         match self {
             Event::CallAllowed => "call.allowed",
             Event::CallRefused => "call.refused",
+            Event::CallSettled => "call.settled",
             Event::ApprovalAsked => "approval.asked",
             Event::ApprovalAnswered => "approval.answered",
             Event::TokenRejected => "token.rejected",

@@ -525,6 +525,11 @@ impl Gateway {
         };
         let reached = r.attempts > 0 && !r.cached;
         self.metrics.record(&p.caller.tenant, &r, cost);
+        if let Some(s) = r.settled.filter(|_| self.audit.on()) {
+            let fields = serde_json::json!({"tool": r.tool, "outcome": s.as_str()});
+            self.audit
+                .record(Event::CallSettled, Some(&p.caller), fields);
+        }
         self.status.record((&p.caller, session.id), &r, cost);
         if let Some(trace) = p.trace.filter(|_| self.finish.exports()) {
             let wall = started.1.elapsed();

@@ -29,6 +29,7 @@ pub(super) struct Metrics {
     calls: Family<Labels, Counter>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     cache_hits: Family<Labels, Counter>,
+    settled: Family<Labels, Counter>,
     lane_wait: Family<Labels, Histogram, fn() -> Histogram>,
     spent: Family<Labels, Counter<f64, AtomicU64>>,
     lane_limit: Family<Labels, Gauge>,
@@ -47,6 +48,7 @@ impl Default for Metrics {
             calls: Family::default(),
             duration: Family::new_with_constructor(seconds),
             cache_hits: Family::default(),
+            settled: Family::default(),
             lane_wait: Family::new_with_constructor(seconds),
             spent: Family::default(),
             lane_limit: Family::default(),
@@ -73,6 +75,11 @@ impl Default for Metrics {
             "cache_hits",
             "Served calls answered from the read cache",
             m.cache_hits.clone(),
+        );
+        r.register(
+            "settled",
+            "Writes cut off in flight that their probe settled (verify), by what it found",
+            m.settled.clone(),
         );
         r.register(
             "lane_wait_seconds",
@@ -136,6 +143,13 @@ impl Metrics {
             self.duration
                 .get_or_create(&tool)
                 .observe(ms as f64 / 1000.0);
+        }
+        if let Some(s) = r.settled {
+            let labels = vec![
+                ("tool", r.tool.clone()),
+                ("outcome", s.as_str().to_string()),
+            ];
+            self.settled.get_or_create(&labels).inc();
         }
         if let (Some(lane), Some(ms)) = (&r.waited_on, r.queued_ms) {
             let lane = vec![("lane", lane.clone())];

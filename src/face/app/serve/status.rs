@@ -41,6 +41,9 @@ pub(super) struct Recent {
     pub kind: Option<ErrorKind>,
     pub duration_ms: Option<u64>,
     pub queued_ms: Option<u64>,
+    /// A cut-off write its probe settled (`verify`): what it found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settled: Option<crate::events::Settled>,
 }
 
 /// What the page is told besides the lanes and approvals.
@@ -63,6 +66,7 @@ impl Log {
             kind: r.error.as_ref().map(|e| e.kind),
             duration_ms: r.duration_ms,
             queued_ms: r.queued_ms,
+            settled: r.settled,
         };
         if let Ok(mut q) = self.recent.lock() {
             q.push_front(entry);
