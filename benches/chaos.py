@@ -12,13 +12,17 @@ fsyncs it (the effect). After the last resume finishes, it counts:
                            30 ms after a kill (must be 0)
 
     python3 benches/chaos.py [--runs 4] [--kills 4] [--calls 200] [--seed 1] [--bin PATH]
-                             [--shared]
+                             [--shared] [--verify]
+
+With --verify, the chained writes name a probe (`verify = "was_written"`: it reads the ledger
+for the write's idempotency key), so a write in flight at a kill is settled on resume — applied,
+or sent again once — and `indeterminate` must be 0 too.
 
 With --shared, the journal is in Redis (a redis-server with an append-only file, started
 here) and every attempt runs on another "machine": a fresh working directory with no local
 state, the same run id (`--run-id chaos-N --journal redis://…`) and the same ledger.
 
-Exit status 1 if a must-be-0 figure is not 0.
+Exit status 1 if a must-be-0 figure is not 0 (with --verify, `indeterminate` too).
 """
 
 import argparse
@@ -77,6 +81,24 @@ command = ["./effect.sh", "0.03"]
 """
 
 
+# The chained writes' probe (--verify): whether the ledger holds the write's key.
+PROBE_TOOL = """#!/bin/sh
+if grep -q " $FLUX_IDEMPOTENCY_KEY\\$" {ledger} 2>/dev/null; then
+  echo '{{"applied": true}}'
+else
+  echo '{{"applied": false}}'
+fi
+"""
+
+VERIFY = """
+[tools.was_written]
+kind = "command"
+effect = "read"
+stdin = "none"
+command = ["./probe.sh"]
+"""
+
+
 def batch(n, rng):
     lines = []
     for i in range(n):
@@ -85,16 +107,23 @@ def batch(n, rng):
     return "\n".join(lines) + "\n"
 
 
-def machine(work, name, ledger, batch_text):
-    """A working directory with the manifest, the tool (writing to `ledger`) and the batch."""
+def machine(work, name, ledger, batch_text, verify=False):
+    """A working directory with the manifest, the tool (writing to `ledger`), its probe with
+    `verify`, and the batch."""
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
+    manifest = MANIFEST
+    if verify:
+        manifest = manifest.replace('command = ["./effect.sh", "0.05"]',
+                                    'command = ["./effect.sh", "0.05"]\nverify = "was_written"')
+        manifest += VERIFY
     with open(os.path.join(d, "tools.toml"), "w") as f:
-        f.write(MANIFEST)
-    tool = os.path.join(d, "effect.sh")
-    with open(tool, "w") as f:
-        f.write(LEDGER_TOOL.format(ledger=ledger))
-    os.chmod(tool, 0o755)
+        f.write(manifest)
+    for name, text in [("effect.sh", LEDGER_TOOL), ("probe.sh", PROBE_TOOL)]:
+        tool = os.path.join(d, name)
+        with open(tool, "w") as f:
+            f.write(text.format(ledger=ledger))
+        os.chmod(tool, 0o755)
     with open(os.path.join(d, "batch.jsonl"), "w") as f:
         f.write(batch_text)
     return d
@@ -129,7 +158,7 @@ def left_behind(work):
     return sum(1 for _, w in in_work(work) if not w)
 
 
-def one_run(binary, work, calls, kills, rng, shared):
+def one_run(binary, work, calls, kills, rng, shared, verify=False):
     """Kill a run `kills` times and finish it; `shared`: (Redis URL, run id), each attempt on
     a new machine."""
     batch_text = batch(calls, rng)
@@ -140,7 +169,7 @@ def one_run(binary, work, calls, kills, rng, shared):
     first = True
     env = dict(os.environ, FLUX_TOOLS_LEASE_MS="500")
     while True:
-        d = machine(work, f"m{killed}" if shared else "m", ledger, batch_text)
+        d = machine(work, f"m{killed}" if shared else "m", ledger, batch_text, verify)
         args = [binary, "run", "batch.jsonl", "--format", "json", "-q", "--progress", "never"]
         if shared:
             args += ["--journal", shared[0], "--run-id", shared[1]]
@@ -188,6 +217,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "flux-tools"))
     ap.add_argument("--shared", action="store_true",
                     help="journal in Redis, each attempt on a fresh working directory")
+    ap.add_argument("--verify", action="store_true",
+                    help="the chained writes have a probe: nothing may be left indeterminate")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     totals = collections.Counter()
@@ -196,7 +227,8 @@ def main():
     for run in range(a.runs):
         with tempfile.TemporaryDirectory() as work:
             shared = (url, f"chaos-{a.seed}-{run}") if a.shared else None
-            doc, (killed, behind), code, err = one_run(a.bin, work, a.calls, a.kills, rng, shared)
+            doc, (killed, behind), code, err = one_run(a.bin, work, a.calls, a.kills, rng, shared,
+                                                       a.verify)
             results = doc["results"]
             by_id = {r["id"]: r for r in results}
             ledger = collections.Counter()
@@ -213,6 +245,8 @@ def main():
                 "runs": 1, "kills": killed, "duplicate write effects": dupes, "lost results": lost,
                 "processes left behind": behind,
                 "indeterminate": sum(1 for r in results if r["status"] == "indeterminate"),
+                "settled applied": sum(1 for r in results if r.get("settled") == "applied"),
+                "settled not applied": sum(1 for r in results if r.get("settled") == "not_applied"),
                 "effects": sum(ledger.values()),
                 "idempotent re-sends": sum(c - 1 for (cid, _), c in ledger.items()
                                            if c > 1 and cid not in not_idempotent),
@@ -224,6 +258,7 @@ def main():
         server.kill()
     print(json.dumps(dict(totals), indent=2))
     bad = totals["duplicate write effects"] or totals["lost results"] or totals["processes left behind"]
+    bad = bad or (a.verify and totals["indeterminate"])
     return 1 if bad else 0
 
 

@@ -215,3 +215,143 @@ fn unknown(result: &mut CallResult, probe: &str, why: &str) {
     }
     result.settled = Some(Settled::Unknown);
 }
+
+#[cfg(test)]
+mod tests {
+    //! Settling on tokio's paused clock: scripted writes that hang past their timeout, and
+    //! probes that say applied, not applied, nothing readable, or nothing at all.
+
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::batch::Batch;
+    use crate::error::SourceFile;
+    use crate::events::{CallResult, Settled, Status};
+    use crate::manifest::Manifest;
+    use crate::plan::{build, PlanOptions};
+    use crate::run::scheduler::{execute, RunConfig};
+    use crate::run::store::MemoryLanes;
+
+    const MANIFEST: &str = r#"
+[tools.pay]
+kind = "scripted"
+effect = "write"
+hang = true
+timeout = "1s"
+verify = "landed"
+[tools.resent]
+kind = "scripted"
+effect = "write"
+hang = true
+timeout = "1s"
+verify = "never"
+[tools.once]
+kind = "scripted"
+effect = "write"
+hang = true
+timeout = "1s"
+verify = { tool = "never", resend = false }
+[tools.asks_stuck]
+kind = "scripted"
+effect = "write"
+hang = true
+timeout = "1s"
+verify = { tool = "stuck", args = { order = "${args.order}" } }
+[tools.asks_text]
+kind = "scripted"
+effect = "write"
+hang = true
+timeout = "1s"
+verify = "text"
+[tools.landed]
+kind = "scripted"
+effect = "read"
+latency = "100ms"
+[tools.never]
+kind = "scripted"
+effect = "read"
+output = { applied = false }
+[tools.stuck]
+kind = "scripted"
+effect = "read"
+hang = true
+timeout = "2s"
+[tools.text]
+kind = "scripted"
+effect = "read"
+output = "maybe"
+"#;
+
+    /// Run one call of `tool` with `{order: "o-1"}`: its result and how long the run took.
+    async fn one(tool: &str) -> (CallResult, Duration) {
+        let file = SourceFile::new("t.toml", MANIFEST);
+        let m = Manifest::parse(file, PathBuf::from("/t/tools.toml"), crate::tools::KINDS);
+        let m = Arc::new(m.expect("the manifest"));
+        let text = format!("- {{ id: c, tool: {tool}, args: {{ order: o-1 }} }}\n");
+        let (b, _) = Batch::parse(SourceFile::new("b.yaml", text.as_str())).expect("the batch");
+        let plan = Arc::new(build(&m, &b, &PlanOptions::default()).expect("the plan"));
+        let lanes: Arc<dyn crate::run::store::LaneStore> = Arc::new(MemoryLanes::new(&plan.lanes));
+        let (_signals, rx) = tokio::sync::mpsc::unbounded_channel();
+        let started = tokio::time::Instant::now();
+        let report = execute(m, plan, RunConfig::bare("run-s", lanes), rx).await;
+        let r = report.results.into_iter().next().expect("a result");
+        (r, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_applied_write_is_ok_with_its_probes_output() {
+        let (r, took) = one("pay").await;
+        assert_eq!(
+            (r.status, r.settled, r.attempts),
+            (Status::Ok, Some(Settled::Applied), 1)
+        );
+        // The probe got the write's arguments and its key.
+        assert_eq!(r.output, json!({"order": "o-1"}));
+        assert!(r.error.is_none() && r.idempotency_key.is_some());
+        assert_eq!(took, Duration::from_millis(1100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_landed_is_sent_again_once_and_never_a_third_time() {
+        let (r, took) = one("resent").await;
+        assert_eq!(r.status, Status::NotApplied, "{r:?}");
+        assert_eq!((r.settled, r.attempts), (Some(Settled::NotApplied), 2));
+        // Cut off, probed, resent, cut off, probed: two timeouts.
+        assert_eq!(took, Duration::from_secs(2));
+        let (r, _) = one("once").await;
+        assert_eq!((r.status, r.attempts), (Status::NotApplied, 1));
+        let m = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(
+            m.contains("probe `never` found the write never landed; not sent again"),
+            "{m}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_hangs_or_answers_text_leaves_the_write_timed_out_with_why() {
+        let (r, took) = one("asks_stuck").await;
+        assert_eq!(
+            (r.status, r.settled),
+            (Status::TimedOut, Some(Settled::Unknown))
+        );
+        let m = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(
+            m.contains("probe `stuck` could not tell: it did not answer within 2s"),
+            "{m}"
+        );
+        assert_eq!(took, Duration::from_secs(3));
+        let (r, _) = one("asks_text").await;
+        assert_eq!(
+            (r.status, r.settled),
+            (Status::TimedOut, Some(Settled::Unknown))
+        );
+        let m = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(
+            m.ends_with("probe `text` could not tell: its answer is not JSON"),
+            "{m}"
+        );
+    }
+}
