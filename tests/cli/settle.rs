@@ -42,6 +42,26 @@ fn outcomes(doc: &Value) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+/// Wait (at most 10 s) until the service has received a write of `mode`.
+fn until_sent(server: &TestServer, mode: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.requests_to(&format!("/effects/{mode}")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `run BATCH --resume JOURNAL --format json` in `p`: its document.
+fn resume(p: &Project, batch: &std::path::Path, journal: &std::path::Path) -> Value {
+    let out = p
+        .cmd()
+        .args(["run", batch.to_str().unwrap_or_default(), "--resume"])
+        .args([journal.to_str().unwrap_or_default(), "--format", "json"])
+        .output()
+        .expect("resume");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// Every effect the server made, and how many times.
 fn times(server: &TestServer) -> Vec<u32> {
     let mut v: Vec<u32> = server.effects().values().copied().collect();
@@ -216,26 +236,10 @@ fn killed_then_resumed(server: &TestServer, p: &Project, mode: &str) -> Value {
         journal.to_str().unwrap_or_default(),
     ];
     let mut child = p.spawn(&args);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.requests_to(&format!("/effects/{mode}")).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until_sent(server, mode);
     let _ = child.kill();
     let _ = child.wait();
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap_or_default(),
-            "--resume",
-            journal.to_str().unwrap_or_default(),
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("resume");
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    resume(p, &b, &journal)
 }
 
 #[test]
@@ -261,19 +265,7 @@ fn a_write_in_flight_when_its_run_was_killed_is_settled_on_resume_not_left_indet
     // A second resume asks no probe again: the settlement is in the journal.
     let before = server.requests_to("/effects").len();
     let b = p.path().join("one.yaml");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap_or_default(),
-            "--resume",
-            p.path().join("lost.jsonl").to_str().unwrap_or_default(),
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("resume");
-    let again: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let again = resume(&p, &b, &p.path().join("lost.jsonl"));
     assert_eq!(results(&again)[0]["settled"], "not_applied", "{again}");
     assert_eq!(server.requests_to("/effects").len(), before);
 }
@@ -292,10 +284,7 @@ fn interrupted(server: &TestServer, p: &Project, mode: &str) -> Value {
         "json",
     ];
     let child = p.spawn(&args);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.requests_to(&format!("/effects/{mode}")).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until_sent(server, mode);
     // SAFETY: sending SIGINT to our own child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
@@ -330,19 +319,7 @@ fn a_write_cut_off_by_ctrl_c_is_settled_as_the_run_ends_and_a_lost_one_is_sent_o
     // Resumed, it is asked about again and sent, once.
     let b = p.path().join("one.yaml");
     let journal = p.path().join("int-lost.jsonl");
-    let out = p
-        .cmd()
-        .args([
-            "run",
-            b.to_str().unwrap_or_default(),
-            "--resume",
-            journal.to_str().unwrap_or_default(),
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("resume");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let doc = resume(&p, &b, &journal);
     assert_eq!(
         outcomes(&doc),
         [("ok".into(), "not_applied".into(), 1)],
@@ -389,12 +366,7 @@ fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_
         let mut victim = crate::serve::HttpGateway::start(&p, &store, &lease);
         let addr = victim.addr();
         let inflight = std::thread::spawn(move || through(&addr, key, mode));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.requests_to(&format!("/effects/{mode}")).is_empty()
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        until_sent(&server, mode);
         let _ = victim.child.kill();
         let _ = victim.child.wait();
         let _ = inflight.join();
@@ -484,12 +456,7 @@ fn a_write_in_flight_when_its_worker_was_killed_is_settled_by_the_next_worker_on
         ];
         let lease = [("FLUX_TOOLS_LEASE_MS", "1000")];
         let mut child = first.spawn_env(&args, &lease);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.requests_to(&format!("/effects/{mode}")).is_empty()
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        until_sent(&server, mode);
         let _ = child.kill();
         let _ = child.wait();
         // Two more workers at once, each in a folder of its own: one settles, once.
