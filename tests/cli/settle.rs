@@ -50,6 +50,20 @@ fn until_sent(server: &TestServer, mode: &str) {
     }
 }
 
+/// The service saw one probe of the write whose key `is_key` accepts, and one resend at most
+/// (only for a write of mode `lost`, which never landed).
+fn one_probe_at_most_one_resend(server: &TestServer, mode: &str, is_key: impl Fn(&str) -> bool) {
+    let sent = |method: &str| {
+        let keyed = |r: &&crate::http_server::Request| {
+            r.method == method && r.headers.get("idempotency-key").is_some_and(|k| is_key(k))
+        };
+        server.requests_to("/effects").iter().filter(keyed).count()
+    };
+    assert_eq!(sent("GET"), 1, "{mode}: one probe");
+    let resent = if mode == "lost" { 2 } else { 1 };
+    assert_eq!(sent("POST"), resent, "{mode}: at most one resend");
+}
+
 /// `run BATCH --resume JOURNAL --format json` in `p`: its document.
 fn resume(p: &Project, batch: &std::path::Path, journal: &std::path::Path) -> Value {
     let out = p
@@ -390,22 +404,7 @@ fn a_write_cut_off_by_a_killed_gateway_replica_is_settled_for_the_retry_through_
             answers.iter().all(|a| *a == answers[0]),
             "{mode}: {answers:?}"
         );
-        let sent = |method: &str| {
-            server
-                .requests_to("/effects")
-                .iter()
-                .filter(|r| {
-                    r.method == method
-                        && r.headers.get("idempotency-key").map(String::as_str) == Some(key)
-                })
-                .count()
-        };
-        assert_eq!(sent("GET"), 1, "{mode}: one probe");
-        assert_eq!(
-            sent("POST"),
-            if mode == "lost" { 2 } else { 1 },
-            "{mode}: at most one resend"
-        );
+        one_probe_at_most_one_resend(&server, mode, |k| k == key);
     }
     // Each effect made exactly once.
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
@@ -487,24 +486,7 @@ fn a_write_in_flight_when_its_worker_was_killed_is_settled_by_the_next_worker_on
                     && outcomes(d) == [("ok".into(), settled.into(), 1)]),
             "{mode}: {docs:?}"
         );
-        let sent = |method: &str| {
-            server
-                .requests_to("/effects")
-                .iter()
-                .filter(|r| {
-                    r.method == method
-                        && r.headers
-                            .get("idempotency-key")
-                            .is_some_and(|k| k.starts_with(run_id))
-                })
-                .count()
-        };
-        assert_eq!(sent("GET"), 1, "{mode}: one probe");
-        assert_eq!(
-            sent("POST"),
-            if mode == "lost" { 2 } else { 1 },
-            "{mode}: at most one resend"
-        );
+        one_probe_at_most_one_resend(&server, mode, |k| k.starts_with(run_id));
     }
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
 }
