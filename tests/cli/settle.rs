@@ -137,6 +137,7 @@ fn writes_cut_off_by_their_timeout_are_settled_by_their_probe_and_each_effect_is
     let out = p
         .cmd()
         .args(["run", b.to_str().unwrap_or_default(), "--format", "table"])
+        .args(["--history", "history.jsonl"])
         .output()
         .expect("run");
     let text =
@@ -145,6 +146,29 @@ fn writes_cut_off_by_their_timeout_are_settled_by_their_probe_and_each_effect_is
     assert!(
         text.contains("settled 1 of 1 cut-off write (1 applied, 0 not applied)"),
         "{text}"
+    );
+    // The history keeps the count, and its report says it over every run.
+    let out = p
+        .cmd()
+        .args(["report", "--history", "history.jsonl"])
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("settled 1 of 1 cut-off write"), "{text}");
+    // `tools` says which writes have a probe.
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .expect("tools");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let pay = doc["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "pay"))
+        .cloned();
+    assert_eq!(
+        pay.map(|t| t["verify"].clone()),
+        Some(serde_json::json!({"tool": "find_pay", "resend": true}))
     );
 }
 

@@ -52,6 +52,8 @@ pub(crate) fn tool_json(t: &Tool) -> Value {
         "cost": t.cost,
         "expected": t.expected.map(crate::duration::format),
         "requires_approval": t.requires_approval,
+        // The read that settles a call cut off in flight.
+        "verify": t.verify.as_ref().map(|v| json!({"tool": v.tool, "resend": v.resend})),
         "args": t.args,
         "settings": kind,
     })
@@ -106,6 +108,8 @@ pub(crate) fn to_table(m: &Manifest) -> String {
                 "from server".into()
             } else if tool.idempotent {
                 "yes".into()
+            } else if let Some(v) = &tool.verify {
+                format!("no (verify: {})", v.tool)
             } else {
                 "no".into()
             },
