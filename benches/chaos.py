@@ -40,10 +40,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 LEDGER_TOOL = """#!/bin/sh
-# One effect: a line in the ledger, on disk before the tool answers.
+# One effect: a line in the ledger, on disk before the tool answers — and a moment between the
+# two, where a kill leaves an effect that landed without its answer.
 sleep "$1"
 printf '%s %s\\n' "$FLUX_CALL_ID" "$FLUX_IDEMPOTENCY_KEY" >> {ledger}
 sync {ledger}
+sleep 0.05
 echo '{{"ok": true}}'
 """
 

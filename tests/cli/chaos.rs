@@ -25,3 +25,27 @@ fn killed_and_resumed_runs_never_repeat_a_write_nor_lose_a_result() {
     assert_eq!(figures["processes left behind"], 0, "{figures}");
     assert_eq!(figures["runs"], 1);
 }
+
+#[test]
+fn with_probes_killed_and_resumed_runs_leave_nothing_indeterminate() {
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("benches/chaos.py"))
+        .args([
+            "--runs", "1", "--kills", "3", "--calls", "40", "--seed", "11", "--verify", "--bin",
+        ])
+        .arg(assert_cmd::cargo::cargo_bin("flux-tools"))
+        .output()
+        .expect("python3 runs benches/chaos.py");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let figures: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    for figure in [
+        "duplicate write effects",
+        "lost results",
+        "processes left behind",
+        "indeterminate",
+    ] {
+        assert_eq!(figures[figure], 0, "{figure}: {figures}");
+    }
+    assert_eq!(figures["runs"], 1);
+}
