@@ -815,7 +815,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__run)
-            opts="-o -q -h --tenant --input-format --literal --max-concurrent-tools --lane-store --format --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --turns --journal --resume --run-id --run-id-from-reply --retry-indeterminate --trace --record --replay --approve --emit --max-processes --manifest --quiet --color --help"
+            opts="-o -q -h --tenant --input-format --literal --max-concurrent-tools --lane-store --format --on-tool-error --deadline --max-cost --max-calls --no-cache --refresh --history --otlp --output --progress --stream --turns --journal --resume --run-id --run-id-from-reply --retry-indeterminate --no-resend --trace --record --replay --approve --emit --max-processes --manifest --quiet --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

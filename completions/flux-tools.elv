@@ -71,6 +71,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --turns 'One turn per line of stdin (a model''s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns'
             cand --run-id-from-reply 'Name the run after the model reply''s own id (chatcmpl-…, msg_…, resp_…, responseId)'
             cand --retry-indeterminate 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
+            cand --no-resend 'A write cut off in flight that its probe (`verify`) finds never landed is reported `not_applied` instead of being sent again once with the same idempotency key'
             cand -q 'Print no summary or warnings on stderr (errors still show)'
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
             cand -h 'Print help (see more with ''--help'')'

@@ -89,6 +89,7 @@ complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l stream -d 
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l turns -d 'One turn per line of stdin (a model\'s reply or a batch on one line), each run as a batch and answered with one line (the --emit answer, or the results document); MCP sessions, HTTP connections, lanes and the cache are kept between turns'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l run-id-from-reply -d 'Name the run after the model reply\'s own id (chatcmpl-…, msg_…, resp_…, responseId)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l retry-indeterminate -d 'With --resume: send non-idempotent calls that were in flight again, with the same idempotency key (by default they are reported indeterminate)'
+complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -l no-resend -d 'A write cut off in flight that its probe (`verify`) finds never landed is reported `not_applied` instead of being sent again once with the same idempotency key'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s q -l quiet -d 'Print no summary or warnings on stderr (errors still show)'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c flux-tools -n "__fish_flux_tools_using_subcommand plan" -l tenant -d 'Tenant for the tenant lane (overrides the batch\'s)' -r

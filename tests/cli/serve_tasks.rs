@@ -73,7 +73,7 @@ fn sdk(py: &std::path::Path, action: &[&str]) -> Value {
 }
 
 /// One JSON-RPC request on session `id` at `addr` as the bearer of `token`: its answer.
-fn rpc(addr: &str, token: Option<&str>, id: &str, method: &str, params: Value) -> Value {
+pub(crate) fn rpc(addr: &str, token: Option<&str>, id: &str, method: &str, params: Value) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
     let (_, body) = raw_response(post(addr, token, Some(id), &body.to_string()));
     let line = body
@@ -86,7 +86,7 @@ fn rpc(addr: &str, token: Option<&str>, id: &str, method: &str, params: Value) -
 }
 
 /// Start `tool` with `args` as a task (raw): its id.
-fn start(addr: &str, token: Option<&str>, id: &str, tool: &str, args: Value) -> String {
+pub(crate) fn start(addr: &str, token: Option<&str>, id: &str, tool: &str, args: Value) -> String {
     let params = json!({"name": tool, "arguments": args, "task": {"ttl": 600000}});
     let r = rpc(addr, token, id, "tools/call", params);
     r["result"]["task"]["taskId"]

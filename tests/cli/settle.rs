@@ -604,3 +604,73 @@ fn each_turn_of_a_long_lived_run_settles_its_cut_off_writes() {
     let _ = child.wait();
     assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
 }
+
+#[test]
+fn a_task_whose_replica_died_mid_write_is_settled_by_the_replica_that_takes_it_over() {
+    use crate::serve_tasks::{rpc, start};
+    let Some(redis) = crate::common::Redis::start() else {
+        return;
+    };
+    let server = TestServer::start();
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    let p = Project::new(&text);
+    let store = ["--lane-store", redis.url.as_str()];
+    let lease = [("FLUX_TOOLS_LEASE_MS", "1000")];
+    let other = crate::serve::HttpGateway::start(&p, &store, &lease);
+    let addr = other.addr();
+    let s = crate::serve_keys::session(&addr, None);
+    for mode in ["applied_late", "lost"] {
+        let mut victim = crate::serve::HttpGateway::start(&p, &store, &lease);
+        let (va, vs) = (
+            victim.addr(),
+            crate::serve_keys::session(&victim.addr(), None),
+        );
+        let task = start(
+            &va,
+            None,
+            &vs,
+            "pay",
+            serde_json::json!({"mode": mode, "order": "o"}),
+        );
+        until_sent(&server, mode);
+        let _ = victim.child.kill();
+        let _ = victim.child.wait();
+        // Asked through the other replica, the task is taken over once the lease lapsed, and
+        // its write settled by its probe: completed, not `indeterminate`.
+        let r = rpc(
+            &addr,
+            None,
+            &s,
+            "tasks/result",
+            serde_json::json!({"taskId": task}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{mode}: {r}");
+        let task_key = format!("task:{task}");
+        one_probe_at_most_one_resend(&server, mode, |k| k == task_key);
+    }
+    assert_eq!(times(&server), [1, 1], "{:?}", server.effects());
+}
+
+#[test]
+fn a_write_cut_off_by_the_runs_deadline_is_settled_as_the_run_ends() {
+    let server = TestServer::start();
+    let text = manifest(&server.base, "\"find_pay\"", "")
+        .replace("timeout = \"600ms\"", "timeout = \"20s\"");
+    let p = Project::new(&text);
+    let (doc, _) = p.run_json(&batch(&["applied_late"]), &["--deadline", "1s"]);
+    assert_eq!(doc["outcome"], "deadline_exceeded", "{doc}");
+    assert_eq!(
+        outcomes(&doc),
+        [("ok".into(), "applied".into(), 1)],
+        "{doc}"
+    );
+    let (doc, _) = p.run_json(&batch(&["lost"]), &["--deadline", "1s"]);
+    // It never landed, and a run that is ending sends nothing again.
+    assert_eq!(
+        outcomes(&doc),
+        [("not_applied".into(), "not_applied".into(), 1)],
+        "{doc}"
+    );
+    assert_eq!(times(&server), [1], "{:?}", server.effects());
+}

@@ -583,7 +583,10 @@ impl Tasks {
     /// by its probe when it has one (`verify`), else answer it `indeterminate`.
     async fn adopt(self: &Arc<Self>, gateway: &Arc<Gateway>, mut r: Record) -> Record {
         let claim = self.claim(&r.id);
-        let probed = r.started && !safe_to_repeat(gateway, &r.tool) && has_probe(gateway, &r.tool);
+        // A write with a probe is asked about first, started or not: the record may not say yet
+        // that the call reached its tool (it is saved at the next tick), and a probe of one
+        // that never did says so.
+        let probed = !safe_to_repeat(gateway, &r.tool) && has_probe(gateway, &r.tool);
         let again = !r.started || safe_to_repeat(gateway, &r.tool) || probed;
         super::say::line(format!(
             "flux-tools mcp serve: task {} of `{}`, left by a replica that stopped, is taken over here{}",
