@@ -14,8 +14,9 @@ use super::progress::ProgressSink;
 pub(in crate::face::app::serve) struct CallCx {
     /// Who makes it (its tenant spends; its roles decide what it sees).
     pub caller: Caller,
-    /// The client's `_meta.traceparent`: the call's span is its child.
-    pub traceparent: Option<String>,
+    /// The client's `_meta.traceparent`: the call's span is its child (boxed: a call's
+    /// future holds this, and every byte of it is copied per call).
+    pub traceparent: Option<Box<str>>,
     pub cancel: CancellationToken,
     pub progress: Option<ProgressSink>,
     /// The client, when it can be asked to approve a call (MCP elicitation).

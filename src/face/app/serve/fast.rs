@@ -71,7 +71,7 @@ pub(super) async fn answer(
         }) as ProgressSink
     });
     let cx = CallCx {
-        traceparent,
+        traceparent: traceparent.map(Box::from),
         progress,
         arrival,
         // Ended with its session (a DELETE), as rmcp's calls are.

@@ -558,7 +558,7 @@ impl Handler {
             cancelling.cancel();
         };
         let cx = CallCx {
-            traceparent: traceparent.map(str::to_string),
+            traceparent: traceparent.map(Box::from),
             progress: progress_sink(context),
             elicit: elicit(context),
             arrival: arrival(context),

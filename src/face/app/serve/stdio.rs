@@ -329,7 +329,7 @@ async fn on_a_wire(
         }) as super::progress::ProgressSink
     });
     let cx = super::gateway::CallCx {
-        traceparent,
+        traceparent: traceparent.map(Box::from),
         progress,
         arrival,
         ..super::gateway::CallCx::new(short.caller.clone(), cancel.clone())
