@@ -155,6 +155,13 @@ fn writes_cut_off_by_their_timeout_are_settled_by_their_probe_and_each_effect_is
         .expect("report");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("settled 1 of 1 cut-off write"), "{text}");
+    // A write with a probe is not warned of as unprotected.
+    let out = p.cmd().args(["validate"]).output().expect("validate");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !said.contains("no idempotency protection"),
+        "{said}"
+    );
     // `tools` says which writes have a probe.
     let out = p
         .cmd()

@@ -103,11 +103,13 @@ impl Reader<'_> {
         let retries = self.retries(t, name, ctx, idempotent);
         // A tool whose server announces its effect is judged once the server is asked.
         let effect_pending = effect_origin == Origin::Default && kind.announces_effect();
-        if effect == Effect::Write && !idempotent && !effect_pending {
+        let verify = self.verify(t, ctx);
+        // A write with a probe is settled when cut off: it has its protection.
+        if effect == Effect::Write && !idempotent && !effect_pending && verify.is_none() {
             self.warn(
                 span.clone(),
                 format!("write tool `{name}` has no idempotency protection"),
-                Some("a call cut off in flight is reported indeterminate and never retried; declare idempotent = true if the tool dedupes by FLUX_IDEMPOTENCY_KEY / Idempotency-Key".into()),
+                Some("a call cut off in flight is reported indeterminate and never retried; declare idempotent = true if the tool dedupes by FLUX_IDEMPOTENCY_KEY / Idempotency-Key, or name a read that can tell whether it landed: verify = \"TOOL\"".into()),
             );
         }
         let timeout = self.timeout(t, ctx);
@@ -138,7 +140,7 @@ impl Reader<'_> {
             requires_approval: approval.0,
             approval: approval.1,
             cache,
-            verify: self.verify(t, ctx),
+            verify,
             args: self.arg_schema(t, ctx),
             span,
             discovered_from: None,

@@ -88,6 +88,7 @@ pub(crate) async fn annotate(manifest: &mut Manifest, hub: &McpHub, used: &[Stri
         if tool.effect == Effect::Write
             && !tool.idempotent
             && tool.effect_origin != Origin::Manifest
+            && tool.verify.is_none()
         {
             diags.push(
                 Diagnostic::warning(format!("write tool `{}` has no idempotency protection", tool.name))
