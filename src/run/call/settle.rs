@@ -77,7 +77,7 @@ impl Job {
             Said::NotApplied if probe.resend && !self.ending() => {
                 return self.resend(probe, result, leases, dispatched).await;
             }
-            Said::NotApplied => not_applied(result, &probe.verify.tool, self.ending()),
+            Said::NotApplied => not_applied(result, &probe.verify.tool, self.held_back()),
         }
         (false, 0)
     }
@@ -93,7 +93,7 @@ impl Job {
                 result.settled = Some(Settled::NotApplied);
                 return true;
             }
-            Said::NotApplied => not_applied(result, &probe.verify.tool, false),
+            Said::NotApplied => not_applied(result, &probe.verify.tool, Held::Off),
             Said::Unknown(why) => {
                 result.status = Status::Indeterminate;
                 result.error = Some(ErrorInfo {
@@ -123,12 +123,21 @@ impl Job {
         if cut_off(result) {
             match self.ask(probe).await {
                 Said::Applied(output) => applied(result, output),
-                Said::NotApplied => not_applied(result, &probe.verify.tool, self.ending()),
+                Said::NotApplied => not_applied(result, &probe.verify.tool, Held::Resent),
                 Said::Unknown(why) => unknown(result, &probe.verify.tool, &why),
             }
         }
         result.settled.get_or_insert(Settled::NotApplied);
         (ceiling_hit, rejections)
+    }
+
+    /// Why a write that never landed is not sent now: the run is ending, or resending is off.
+    fn held_back(&self) -> Held {
+        if self.ending() {
+            Held::Ending
+        } else {
+            Held::Off
+        }
     }
 
     /// Whether the run is ending (nothing is sent again then: a resumed journal sends it).
@@ -190,11 +199,22 @@ fn applied(result: &mut CallResult, output: Value) {
     result.settled = Some(Settled::Applied);
 }
 
-fn not_applied(result: &mut CallResult, probe: &str, ending: bool) {
-    let why = if ending {
-        "not sent again: the run was ending (a resumed journal sends it)"
-    } else {
-        "not sent again (resend = false, or --no-resend)"
+/// Why a write its probe found never landed was not sent (again).
+#[derive(Clone, Copy)]
+enum Held {
+    /// `resend = false`, or `--no-resend`.
+    Off,
+    /// The run was ending.
+    Ending,
+    /// It was sent again once already, and that was cut off too.
+    Resent,
+}
+
+fn not_applied(result: &mut CallResult, probe: &str, held: Held) {
+    let why = match held {
+        Held::Ending => "not sent again: the run was ending (a resumed journal sends it)",
+        Held::Off => "not sent again (resend = false, or --no-resend)",
+        Held::Resent => "sent again once and cut off again; not sent a third time",
     };
     let kind = result
         .error
@@ -319,6 +339,11 @@ output = "maybe"
         let (r, took) = one("resent").await;
         assert_eq!(r.status, Status::NotApplied, "{r:?}");
         assert_eq!((r.settled, r.attempts), (Some(Settled::NotApplied), 2));
+        let m = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(
+            m.ends_with("sent again once and cut off again; not sent a third time"),
+            "{m}"
+        );
         // Cut off, probed, resent, cut off, probed: two timeouts.
         assert_eq!(took, Duration::from_secs(2));
         let (r, _) = one("once").await;
