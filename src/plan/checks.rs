@@ -74,14 +74,19 @@ impl Builder<'_> {
     pub(super) fn check_weights(&mut self, calls: &[CallPlan], lanes: &[LaneSpec]) {
         for c in calls {
             for &l in c.lanes.iter() {
-                let Some(lim) = lanes[l].limit.filter(|lim| c.weight > *lim) else {
+                let Some(lim) = lanes[l].floor().filter(|lim| c.weight > *lim) else {
                     continue;
+                };
+                let learned = if lanes[l].auto.is_some() {
+                    ", the floor of its learned limit"
+                } else {
+                    ""
                 };
                 let at = self.batch.locate(c.index, Some("tool"), &c.tool_name);
                 self.call_error(
                     c.index,
                     Diagnostic::error(format!(
-                        "call `{}`: tool `{}` has weight {}, more than lane {} allows ({lim}): it could never run",
+                        "call `{}`: tool `{}` has weight {}, more than lane {} allows ({lim}{learned}): it could never run",
                         c.id, c.tool_name, c.weight, lanes[l].name
                     ))
                     .at(at),
@@ -105,7 +110,7 @@ impl Builder<'_> {
                 }
             }
             let wide = per_lane.into_iter().enumerate().filter(|&(l, w)| {
-                lanes[l].limit.is_some_and(|lim| w > u64::from(lim))
+                lanes[l].planned().is_some_and(|lim| w > u64::from(lim))
                     && !matches!(lanes[l].key, LaneKey::Turn)
             });
             for (l, w) in wide {
@@ -113,7 +118,7 @@ impl Builder<'_> {
                     Diagnostic::warning(format!(
                         "phase {pi} fans out {w} permits onto lane {} (limit {}): the rest queue",
                         lanes[l].name,
-                        lanes[l].limit.unwrap_or(0)
+                        lanes[l].planned().unwrap_or(0)
                     ))
                     .in_file(&self.batch.file.name),
                 );

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{LaneKey, LaneSpec, PlanOptions, RunSettings};
 use crate::batch::{narrow, Batch, OnToolError};
 use crate::error::Diagnostic;
-use crate::manifest::{Hazards, Manifest, Rate, Tool};
+use crate::manifest::{AutoLimit, Hazards, Manifest, Rate, Tool};
 
 /// A lane table plans start from, indexed once: a stream plans each chunk, and the gateway
 /// each call, against the same table, so a lane has the same index in every plan and one lane
@@ -80,13 +80,14 @@ impl LaneTable {
             manifest.concurrency.per_tenant,
             None,
             None,
+            None,
         );
         t.batch_tenant = batch
             .concurrency
             .per_tenant
             .filter(|b| manifest.concurrency.per_tenant.is_none_or(|m| *b < m))
-            .map(|b| t.intern(LaneKey::BatchTenant(tenant), Some(b), None, None));
-        t.turn = t.intern(LaneKey::Turn, turn, None, None);
+            .map(|b| t.intern(LaneKey::BatchTenant(tenant), Some(b), None, None, None));
+        t.turn = t.intern(LaneKey::Turn, turn, None, None, None);
         t
     }
 
@@ -96,6 +97,7 @@ impl LaneTable {
         limit: Option<u32>,
         rate: Option<Rate>,
         burst: Option<u32>,
+        auto: Option<AutoLimit>,
     ) -> usize {
         let seeded = self.seed.as_ref().and_then(|s| s.0.ids.get(&key));
         if let Some(&i) = seeded.or_else(|| self.ids.get(&key)) {
@@ -106,6 +108,7 @@ impl LaneTable {
             name: key.display(),
             key: key.clone(),
             limit,
+            auto,
             rate,
             burst,
             borrowed: false,
@@ -140,10 +143,11 @@ impl LaneTable {
         l.extend(self.batch_tenant);
         l.push(self.turn);
         let per_tool = manifest.concurrency.per_tool.get(&tool.name).copied();
-        l.push(self.intern(LaneKey::Tool(tool.name.clone()), per_tool, None, None));
+        let auto = manifest.concurrency.per_tool_auto.get(&tool.name).copied();
+        l.push(self.intern(LaneKey::Tool(tool.name.clone()), per_tool, None, None, auto));
         if let Some(&b) = batch.concurrency.per_tool.get(&tool.name) {
             if per_tool.is_none_or(|m| b < m) {
-                l.push(self.intern(LaneKey::BatchTool(tool.name.clone()), Some(b), None, None));
+                l.push(self.intern(LaneKey::BatchTool(tool.name.clone()), Some(b), None, None, None));
             } else if per_tool.is_some_and(|m| b > m) {
                 warnings.push(
                     Diagnostic::warning(format!(
@@ -178,11 +182,12 @@ impl LaneTable {
                     d.concurrency,
                     d.rate,
                     d.burst,
+                    d.auto,
                 ));
             }
         }
         if let (true, Some(cap)) = (tool.kind.spawns_process(), opts.max_processes) {
-            l.push(self.intern(LaneKey::Processes, Some(cap), None, None));
+            l.push(self.intern(LaneKey::Processes, Some(cap), None, None, None));
         }
     }
 }

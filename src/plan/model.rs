@@ -130,12 +130,27 @@ impl LaneKey {
 pub struct LaneSpec {
     pub key: LaneKey,
     pub name: String,
+    /// Its limit; for a learned one, the ceiling.
     pub limit: Option<u32>,
+    /// `concurrency = "auto"`: the limit moves with what the backend answers, in these bounds.
+    pub auto: Option<crate::manifest::AutoLimit>,
     pub rate: Option<Rate>,
     pub burst: Option<u32>,
     /// Held for us by the run that started this one (`FLUX_TOOLS_LEASE`): the lane is this
     /// run's own copy, limited to what the parent holds, and never queues behind the parent.
     pub borrowed: bool,
+}
+
+impl LaneSpec {
+    /// What the lane is sure to allow: its limit, or a learned one's floor (`min`).
+    pub fn floor(&self) -> Option<u32> {
+        self.auto.map(|a| a.min).or(self.limit)
+    }
+
+    /// The limit a schedule is simulated with: its limit, or a learned one's start.
+    pub fn planned(&self) -> Option<u32> {
+        self.auto.map(|a| a.start).or(self.limit)
+    }
 }
 
 /// A phase: a contiguous range of calls.

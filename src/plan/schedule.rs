@@ -169,7 +169,7 @@ impl<'p> Sim<'p> {
             let w = u64::from(plan.calls[head].weight);
             let fits = self.group_sig[g].iter().all(|&l| {
                 plan.lanes[l]
-                    .limit
+                    .planned()
                     .is_none_or(|lim| self.in_use[l] + w <= u64::from(lim))
             });
             if fits && best.is_none_or(|b| head < self.groups[b][0]) {

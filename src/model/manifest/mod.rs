@@ -15,6 +15,7 @@
 //! lanes, weights against limits, placeholders).
 
 mod access;
+mod auto;
 mod checks;
 mod kinds;
 pub(crate) mod reader;
@@ -43,6 +44,7 @@ use toml::de::{DeTable, DeValue};
 use crate::error::{suggest, Diagnostic, SourceFile};
 use crate::schema::ArgSchema;
 use crate::template::Template;
+pub(crate) use auto::AutoLimit;
 use reader::{quote_key, Reader};
 
 /// The parsed manifest.
@@ -81,7 +83,10 @@ pub struct Manifest {
 pub struct Concurrency {
     pub max_concurrent_tools: Option<u32>,
     pub per_tenant: Option<u32>,
+    /// Each tool's limit; for a learned one, the ceiling.
     pub per_tool: BTreeMap<String, u32>,
+    /// The tools whose limit is learned (`"auto"`), with its bounds.
+    pub per_tool_auto: BTreeMap<String, AutoLimit>,
     /// Which calls are ordered for their side effects (`hazards`).
     pub hazards: Hazards,
 }
@@ -177,7 +182,10 @@ impl std::fmt::Display for Rate {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaneDecl {
     pub name: String,
+    /// Its limit; for a learned one (`auto`), the ceiling.
     pub concurrency: Option<u32>,
+    /// `concurrency = "auto"`: the limit is learned within these bounds.
+    pub auto: Option<AutoLimit>,
     pub rate: Option<Rate>,
     pub burst: Option<u32>,
 }

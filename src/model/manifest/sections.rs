@@ -51,7 +51,11 @@ impl Reader<'_> {
         if let Some(pt) = self.table(t, "per_tool", ctx) {
             for (k, v) in pt.iter() {
                 let name = k.get_ref().to_string();
-                if let Some(n) = self.count(v, &format!("`per_tool.{name}`")) {
+                let (n, auto) = self.per_tool_limit(v, &format!("`per_tool.{name}`"));
+                if let Some(a) = auto {
+                    c.per_tool_auto.insert(name.clone(), a);
+                }
+                if let Some(n) = n {
                     c.per_tool.insert(name, n);
                 }
             }
@@ -71,7 +75,11 @@ impl Reader<'_> {
                 self.type_error(v.span(), &ctx, "a table", v.get_ref());
                 continue;
             };
-            self.check_keys(lt, &["concurrency", "rate", "burst"], &ctx);
+            self.check_keys(
+                lt,
+                &["concurrency", "rate", "burst", "min", "max", "start"],
+                &ctx,
+            );
             let rate = self
                 .string(lt, "rate", &ctx)
                 .and_then(|(s, span)| match Rate::parse(&s) {
@@ -81,9 +89,11 @@ impl Reader<'_> {
                         None
                     }
                 });
+            let (concurrency, auto) = self.lane_limit(lt, &ctx);
             let lane = LaneDecl {
                 name: name.clone(),
-                concurrency: self.count_field(lt, "concurrency", &ctx),
+                concurrency,
+                auto,
                 rate,
                 burst: self.count_field(lt, "burst", &ctx),
             };

@@ -339,6 +339,7 @@ mod tests {
 
     fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
         LaneSpec {
+            auto: None,
             key: LaneKey::Turn,
             name: "turn".into(),
             limit,
