@@ -48,6 +48,9 @@ struct TenantQueue {
 struct State {
     total: u64,
     available: u64,
+    /// Permits still held above a lowered limit (`resize`): paid off by releases before any
+    /// is available again. Held = total + debt − available.
+    debt: u64,
     flows: HashMap<u64, FlowQueue>,
     tenants: HashMap<Arc<str>, TenantQueue>,
     /// The pass of the tenant served last: a tenant that starts waiting begins here, so an
@@ -158,17 +161,44 @@ impl OrderedSemaphore {
     /// Permits held now, by every flow.
     pub(crate) fn held(&self) -> u64 {
         let s = self.lock();
-        s.total.saturating_sub(s.available)
+        (s.total + s.debt).saturating_sub(s.available)
     }
 
     pub(crate) fn release(&self, weight: u64) {
         let mut s = self.lock();
-        s.available += weight;
+        s.give_back(weight);
+        s.grant();
+    }
+
+    /// Make the limit `total` (a learned lane's limit moved): a raise is granted to waiters at
+    /// once; permits held above a lowered limit are kept until their calls end, and new calls
+    /// wait until the lane is under it.
+    pub(crate) fn resize(&self, total: u64) {
+        let mut s = self.lock();
+        if total >= s.total {
+            let up = total - s.total;
+            let paid = up.min(s.debt);
+            s.debt -= paid;
+            s.available += up - paid;
+        } else {
+            let cut = s.total - total;
+            let taken = cut.min(s.available);
+            s.available -= taken;
+            s.debt += cut - taken;
+        }
+        s.total = total;
         s.grant();
     }
 }
 
 impl State {
+    /// Permits a call gave back: they pay off a lowered limit's debt first.
+    fn give_back(&mut self, weight: u64) {
+        let paid = weight.min(self.debt);
+        self.debt -= paid;
+        self.available += weight - paid;
+    }
+
     fn enqueue(&mut self, flow: &Flow, key: u64, waiter: Waiter) {
         let q = self.flows.entry(flow.id).or_insert_with(|| FlowQueue {
             tenant: flow.tenant.clone(),
@@ -292,7 +322,7 @@ impl Drop for WaitGuard<'_> {
                 }
             }
             // Granted while we were being dropped: hand the permits on.
-            _ => s.available += self.weight,
+            _ => s.give_back(self.weight),
         }
         s.grant();
     }

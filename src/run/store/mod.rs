@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::plan::LaneSpec;
 
 mod fair;
+pub(crate) mod learn;
 mod local;
 mod memory;
 mod redis;

@@ -1,0 +1,319 @@
+//! Lanes that learn (`concurrency = "auto"`): the law that moves a lane's limit by what its
+//! backend answers ([`Law`]), and a lane's learner in one process ([`Learner`]).
+//!
+//! The law (`choices.md` says why this one): answers are gathered in windows, each at least
+//! two unloaded round trips long. From a window's mean latency `rtt` and the lowest latency
+//! seen (`base`: the backend unloaded), the calls queued at the backend are estimated as
+//! `limit × (1 − base / rtt)`, as TCP Vegas does. Few queued (under α = max(2, 3·log₁₀ limit)):
+//! grow — doubling until the first sign of queueing or overload (a slow start), then by
+//! √limit. Many queued (over 2α): shrink to what the backend serves plus α
+//! (`limit × base / rtt + α`, at most halving). An overload — a 429, a 502/503/504, a
+//! `Retry-After`, a refused connection, a timeout — halves it (once a window). A window whose
+//! calls never held half the limit does not grow it (the lane is not what holds calls back).
+//! At the floor, the base is taken afresh: the backend got slower for everyone.
+//!
+//! In one process ([`MemoryLanes`](super::MemoryLanes)) the learner judges its own windows; on
+//! a shared store each process gathers its answers and hands them to the store every
+//! [`EXCHANGE`], which judges the windows of all of them as one and answers the limit.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::OrderedSemaphore;
+use crate::manifest::AutoLimit;
+
+/// The shortest window judged.
+const MIN_WINDOW: Duration = Duration::from_millis(50);
+/// How often a process on a shared store hands its answers over and learns the limit.
+pub(crate) const EXCHANGE: Duration = Duration::from_millis(100);
+/// The most moves a lane remembers (for the history and the report).
+const MOVES_KEPT: usize = 240;
+
+/// What one attempt said of its backend.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Sample {
+    /// It answered (well, or with an error of its own) after this long.
+    Answered(Duration),
+    /// It pushed back: a 429, a 5xx gateway error, `Retry-After`, a refusal, a timeout.
+    Overloaded,
+}
+
+/// One window's answers (of one process, or merged from all of them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Window {
+    pub answered: u64,
+    pub sum_ms: f64,
+    /// The quickest answer (0: none).
+    pub min_ms: f64,
+    pub overloads: u64,
+    /// The most permits held while it was gathered.
+    pub peak: u64,
+}
+
+impl Window {
+    pub(crate) fn add(&mut self, sample: Sample, held: u64) {
+        self.peak = self.peak.max(held);
+        match sample {
+            Sample::Answered(d) => {
+                let ms = d.as_secs_f64() * 1000.0;
+                self.answered += 1;
+                self.sum_ms += ms;
+                self.min_ms = if self.min_ms > 0.0 {
+                    self.min_ms.min(ms)
+                } else {
+                    ms.max(f64::MIN_POSITIVE)
+                };
+            }
+            Sample::Overloaded => self.overloads += 1,
+        }
+    }
+
+    pub(crate) fn merge(&mut self, o: &Window) {
+        self.answered += o.answered;
+        self.sum_ms += o.sum_ms;
+        self.overloads += o.overloads;
+        self.peak = self.peak.max(o.peak);
+        if o.min_ms > 0.0 && (self.min_ms <= 0.0 || o.min_ms < self.min_ms) {
+            self.min_ms = o.min_ms;
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.answered == 0 && self.overloads == 0
+    }
+}
+
+/// Why a learned limit moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Why {
+    /// Calls were answered at the unloaded latency with the limit in use.
+    Grew,
+    /// The latency rose well above the unloaded one: calls queue at the backend.
+    Queueing,
+    /// The backend pushed back (429, 503, `Retry-After`, a refusal, a timeout).
+    Overloaded,
+}
+
+impl Why {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Why::Grew => "grew",
+            Why::Queueing => "queueing",
+            Why::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// A move of a learned limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Move {
+    pub from: u32,
+    pub to: u32,
+    pub why: Why,
+}
+
+/// The law's state: the limit (fractional, rounded when used), the unloaded latency, and
+/// whether it is still in its slow start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Law {
+    pub limit: f64,
+    pub base_ms: f64,
+    pub slow_start: bool,
+}
+
+impl Law {
+    pub(crate) fn new(b: AutoLimit) -> Law {
+        Law {
+            limit: f64::from(b.start),
+            base_ms: 0.0,
+            slow_start: true,
+        }
+    }
+
+    /// The limit in force.
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit.round().max(1.0) as u32
+    }
+
+    /// Whether `w`, gathered over `elapsed`, is enough to judge: twice the unloaded latency
+    /// and twice its own mean (the slow answers of a round come last; a window closed on
+    /// the quick ones alone would see no queue).
+    pub(crate) fn ready(&self, w: &Window, elapsed: Duration) -> bool {
+        let mean = if w.answered > 0 {
+            w.sum_ms / w.answered as f64
+        } else {
+            0.0
+        };
+        let span = Duration::from_secs_f64(self.base_ms.max(w.min_ms).max(mean) * 2.0 / 1000.0);
+        !w.is_empty() && elapsed >= span.max(MIN_WINDOW)
+    }
+
+    /// Judge window `w`: the move it makes, if any.
+    pub(crate) fn step(&mut self, w: &Window, b: AutoLimit) -> Option<Move> {
+        let from = self.limit();
+        let l = self.limit;
+        let (lo, hi) = (f64::from(b.min), f64::from(b.max));
+        if w.min_ms > 0.0 && (self.base_ms <= 0.0 || w.min_ms < self.base_ms) {
+            self.base_ms = w.min_ms;
+        }
+        let (next, why) = if w.overloads > 0 {
+            self.slow_start = false;
+            (l * 0.5, Why::Overloaded)
+        } else if w.answered == 0 {
+            return None;
+        } else {
+            let rtt = w.sum_ms / w.answered as f64;
+            let served = (self.base_ms / rtt).min(1.0);
+            let queued = l * (1.0 - served);
+            let alpha = (3.0 * l.log10()).max(2.0);
+            if queued > 2.0 * alpha {
+                self.slow_start = false;
+                ((l * served + alpha).max(l * 0.5), Why::Queueing)
+            } else if queued >= alpha {
+                self.slow_start = false;
+                return None;
+            } else if (w.peak as f64) * 2.0 < l {
+                return None;
+            } else if self.slow_start {
+                (l * 2.0, Why::Grew)
+            } else {
+                (l + l.sqrt(), Why::Grew)
+            }
+        };
+        self.limit = next.clamp(lo, hi);
+        if self.limit <= lo && why != Why::Grew {
+            // At the floor: what it answers now is its unloaded latency.
+            self.base_ms = 0.0;
+        }
+        let to = self.limit();
+        (to != from).then_some(Move { from, to, why })
+    }
+}
+
+/// A learned lane in this process: the limit in force (the lane's semaphore sized to it), and
+/// the answers gathered since the last judgement (or the last exchange with a shared store).
+pub(crate) struct Learner {
+    pub bounds: AutoLimit,
+    /// Whether a shared store judges the windows (this process only gathers).
+    shared: bool,
+    limit: AtomicU32,
+    sem: Arc<OrderedSemaphore>,
+    state: Mutex<Learning>,
+}
+
+struct Learning {
+    law: Law,
+    window: Window,
+    since: Instant,
+    /// When the limit last moved here: an answer to a call sent before says nothing of it.
+    moved_at: Instant,
+    /// A move not yet told (to the call whose answer came next).
+    untold: Option<Move>,
+    /// Every move here, with when (ms since the learner began), the newest last.
+    moves: VecDeque<(u64, Move)>,
+    began: Instant,
+}
+
+impl Learner {
+    /// A learner for a lane of `bounds` whose permits are `sem` (sized to the start).
+    pub(crate) fn new(bounds: AutoLimit, sem: Arc<OrderedSemaphore>, shared: bool) -> Learner {
+        let now = Instant::now();
+        Learner {
+            bounds,
+            shared,
+            limit: AtomicU32::new(bounds.start),
+            sem,
+            state: Mutex::new(Learning {
+                law: Law::new(bounds),
+                window: Window::default(),
+                since: now,
+                moved_at: now,
+                untold: None,
+                moves: VecDeque::new(),
+                began: now,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Learning> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The limit in force now.
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The answer to an attempt sent at `sent`: gathered (unless it was sent before the limit
+    /// last moved), and judged when its window is long enough (in a process of its own). A
+    /// move made since the last answer is returned, to be told.
+    pub(crate) fn observe(&self, sample: Sample, sent: Instant) -> Option<Move> {
+        let held = self.sem.held();
+        let mut st = self.lock();
+        if sent >= st.moved_at {
+            st.window.add(sample, held);
+        }
+        let now = Instant::now();
+        if !self.shared && st.law.ready(&st.window, now - st.since) {
+            let w = std::mem::take(&mut st.window);
+            st.since = now;
+            let moved = st.law.step(&w, self.bounds);
+            if let Some(m) = moved {
+                self.apply(&mut st, m);
+            }
+        }
+        st.untold.take()
+    }
+
+    /// The answers gathered since the last exchange (a shared store's turn).
+    pub(crate) fn take(&self) -> Window {
+        std::mem::take(&mut self.lock().window)
+    }
+
+    /// The shared store's limit: in force here from now on (`why`: the move it made, when it
+    /// was this exchange that judged).
+    pub(crate) fn set(&self, limit: u32, why: Option<Why>) {
+        let to = limit.clamp(self.bounds.min, self.bounds.max);
+        let from = self.limit();
+        if to == from {
+            return;
+        }
+        let mut st = self.lock();
+        st.law.limit = f64::from(to);
+        let why = why.unwrap_or(if to > from { Why::Grew } else { Why::Queueing });
+        self.apply(&mut st, Move { from, to, why });
+    }
+
+    fn apply(&self, st: &mut Learning, m: Move) {
+        self.limit.store(m.to, Ordering::Relaxed);
+        self.sem.resize(u64::from(m.to));
+        st.moved_at = Instant::now();
+        st.window = Window::default();
+        st.since = st.moved_at;
+        let at = u64::try_from(st.began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if st.moves.len() == MOVES_KEPT {
+            st.moves.pop_front();
+        }
+        st.moves.push_back((at, m));
+        st.untold = Some(m);
+    }
+
+    /// Every move remembered, with when (ms since the lane began learning).
+    pub(crate) fn moves(&self) -> Vec<(u64, Move)> {
+        self.lock().moves.iter().copied().collect()
+    }
+
+    /// Which way the limit last moved (for the live display): up, down, or not yet.
+    pub(crate) fn last_move(&self) -> Option<Move> {
+        self.lock().moves.back().map(|(_, m)| *m)
+    }
+}
+
+#[cfg(test)]
+mod tests;
