@@ -56,7 +56,10 @@ pub use model::reference::{Args, StrTemplate};
 /// Planning: a batch and a manifest become a plan of calls in lanes.
 pub use plan::{build as build_plan, simulate as simulate_plan, Estimate, Plan, PlanOptions};
 /// Running a plan: its tools, the lane store it holds its places in, its report.
-pub use run::{execute, runtime_dir, tool_impls, LaneStore, LocalLanes, MemoryLanes, RunConfig};
+pub use run::{
+    execute, runtime_dir, tool_impls, LaneStore, LocalLanes, MemoryLanes, Move, RunConfig, Sample,
+    Why,
+};
 /// What a run holds its tools in (the benchmarks build them once), and the tool kinds a
 /// manifest may use.
 pub use tools::{ToolImpl, KINDS};

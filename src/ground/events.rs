@@ -241,7 +241,11 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LaneStats {
     pub lane: String,
+    /// Its limit (a learned lane's at the end of the run).
     pub limit: Option<u32>,
+    /// A learned lane (`concurrency = "auto"`): where it started, and how it moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned: Option<Learned>,
     pub rate: Option<String>,
     pub peak_in_flight: u64,
     /// Total time calls spent waiting for this lane (permits and tokens).
@@ -255,6 +259,17 @@ pub struct LaneStats {
     /// For a lane shared with other runs: the most permits other runs held while one of ours
     /// waited for it (`None`: not shared, or nobody waited).
     pub peak_held_elsewhere: Option<u64>,
+}
+
+/// How a learned lane's limit went over a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Learned {
+    pub start: u32,
+    pub last: u32,
+    pub lowest: u32,
+    pub highest: u32,
+    /// Its moves: (ms since the lane began learning, the new limit, why), the newest last.
+    pub moves: Vec<(u64, u32, String)>,
 }
 
 /// Run statistics (SPEC section 5).
@@ -325,7 +340,10 @@ impl Settlements {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LaneInfo {
     pub name: String,
+    /// Its limit (a learned lane's start).
     pub limit: Option<u32>,
+    /// Whether it learns its limit (`concurrency = "auto"`).
+    pub auto: bool,
     pub rate: Option<String>,
 }
 
@@ -361,6 +379,14 @@ pub enum Event {
     },
     /// Other runs hold `held` permits of the shared `lane` (seen when one of our calls waited).
     LaneShared { lane: usize, held: u64 },
+    /// A learned lane's limit moved (`concurrency = "auto"`), and why: `grew`, `queueing`
+    /// (its latency rose well above the unloaded one), `overloaded` (429, 503, a refusal…).
+    LaneLimit {
+        lane: usize,
+        from: u32,
+        to: u32,
+        why: &'static str,
+    },
     /// Call `call` began (`waiting`) or stopped waiting for a rate token of `lane`.
     RateWaiting {
         call: usize,
@@ -389,6 +415,7 @@ impl Event {
             Event::CallFinished { result } => result.index += base,
             Event::RunStarted { .. }
             | Event::LaneShared { .. }
+            | Event::LaneLimit { .. }
             | Event::RunExtended { .. }
             | Event::RunFinished { .. } => {}
         }

@@ -141,6 +141,17 @@ pub struct LaneSpec {
     pub borrowed: bool,
 }
 
+impl From<&LaneSpec> for crate::events::LaneInfo {
+    fn from(l: &LaneSpec) -> crate::events::LaneInfo {
+        crate::events::LaneInfo {
+            name: l.name.clone(),
+            limit: l.planned(),
+            auto: l.auto.is_some(),
+            rate: l.rate.map(|r| r.to_string()),
+        }
+    }
+}
+
 impl LaneSpec {
     /// What the lane is sure to allow: its limit, or a learned one's floor (`min`).
     pub fn floor(&self) -> Option<u32> {

@@ -31,4 +31,4 @@ pub(crate) use store::{redact_url, Flow, RedisLanes};
 
 /// What the benchmarks drive directly (a run of a plan, outside any face).
 pub use scheduler::{execute, tool_impls, RunConfig};
-pub use store::{runtime_dir, LaneStore, LocalLanes, MemoryLanes};
+pub use store::{runtime_dir, LaneStore, LocalLanes, MemoryLanes, Move, Sample, Why};

@@ -23,6 +23,8 @@ struct LaneLine {
     token_waiting: u64,
     /// Permits of a shared lane other runs held when last looked at.
     elsewhere: Option<u64>,
+    /// Which way a learned lane's limit last moved: `↑` or `↓`.
+    moved: &'static str,
     bar: Option<ProgressBar>,
 }
 
@@ -167,7 +169,7 @@ impl Progress {
         let limit = l
             .info
             .limit
-            .map_or_else(|| "∞".to_string(), |n| n.to_string());
+            .map_or_else(|| "∞".to_string(), |n| format!("{n}{}", l.moved));
         let rate = l
             .info
             .rate
@@ -238,6 +240,7 @@ impl Reporter for Progress {
                         queued: 0,
                         token_waiting: 0,
                         elsewhere: None,
+                        moved: "",
                         bar: None,
                     })
                     .collect();
@@ -284,6 +287,13 @@ impl Reporter for Progress {
             Event::LaneShared { lane, held } => {
                 if let Some(l) = self.lanes.get_mut(*lane) {
                     l.elsewhere = Some(*held);
+                }
+                self.refresh_lane(*lane);
+            }
+            Event::LaneLimit { lane, from, to, .. } => {
+                if let Some(l) = self.lanes.get_mut(*lane) {
+                    l.info.limit = Some(*to);
+                    l.moved = if to > from { "↑" } else { "↓" };
                 }
                 self.refresh_lane(*lane);
             }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{backoff, Job};
 use crate::events::{CallResult, ErrorInfo, ErrorKind, Event, Status};
 use crate::plan::LaneKey;
-use crate::run::store::{Lanes, Lease};
+use crate::run::store::{Lanes, Lease, Sample};
 use crate::tools::{Failure, Stop, StopCause, StopLevel};
 
 impl Job {
@@ -39,7 +39,9 @@ impl Job {
                 ceiling_at,
                 self.stop_rx.clone(),
             );
+            let sent = Instant::now();
             let outcome = self.tool.invoke(&self.inv, &mut stop).await;
+            self.tell_lanes(leases, &outcome, &stop, sent);
             match outcome {
                 Ok(v) => {
                     result.status = Status::Ok;
@@ -90,6 +92,46 @@ impl Job {
             break;
         }
         (ceiling_hit, rejections)
+    }
+
+    /// What the attempt sent at `sent` said of its backend, told to each learned lane the call
+    /// holds (`concurrency = "auto"`); a move of a lane's limit becomes an event.
+    fn tell_lanes(
+        &self,
+        leases: &[(usize, Lease)],
+        outcome: &Result<serde_json::Value, Failure>,
+        stop: &Stop,
+        sent: Instant,
+    ) {
+        let learned = |l: &usize| self.plan.lanes[*l].auto.is_some();
+        if !leases.iter().any(|(l, _)| learned(l)) {
+            return;
+        }
+        let sample = match outcome {
+            Err(Failure::Failed {
+                kind,
+                transient,
+                retry_after,
+                ..
+            }) if kind.is_rate_limit() || retry_after.is_some() || *transient => {
+                Sample::Overloaded
+            }
+            Err(Failure::Stopped) if stop.cause() == Some(StopCause::Timeout) => {
+                Sample::Overloaded
+            }
+            Err(Failure::Stopped | Failure::Lost(_)) => return,
+            _ => Sample::Answered(sent.elapsed()),
+        };
+        for (lane, _) in leases.iter().filter(|(l, _)| learned(l)) {
+            if let Some(m) = self.lanes.observe(*lane, sample, sent) {
+                self.emitter.lane(|| Event::LaneLimit {
+                    lane: *lane,
+                    from: m.from,
+                    to: m.to,
+                    why: m.why.as_str(),
+                });
+            }
+        }
     }
 
     /// The partner pushed back: the call's tool and shared lanes wait it out, so the other

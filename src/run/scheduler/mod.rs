@@ -236,11 +236,7 @@ pub async fn execute(
             lanes: plan
                 .lanes
                 .iter()
-                .map(|l| LaneInfo {
-                    name: l.name.clone(),
-                    limit: l.limit,
-                    rate: l.rate.map(|r| r.to_string()),
-                })
+                .map(LaneInfo::from)
                 .collect(),
         });
     }

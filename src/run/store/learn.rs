@@ -36,7 +36,7 @@ const MOVES_KEPT: usize = 240;
 
 /// What one attempt said of its backend.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Sample {
+pub enum Sample {
     /// It answered (well, or with an error of its own) after this long.
     Answered(Duration),
     /// It pushed back: a 429, a 5xx gateway error, `Retry-After`, a refusal, a timeout.
@@ -91,7 +91,7 @@ impl Window {
 /// Why a learned limit moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Why {
+pub enum Why {
     /// Calls were answered at the unloaded latency with the limit in use.
     Grew,
     /// The latency rose well above the unloaded one: calls queue at the backend.
@@ -101,7 +101,7 @@ pub(crate) enum Why {
 }
 
 impl Why {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Why::Grew => "grew",
             Why::Queueing => "queueing",
@@ -112,7 +112,7 @@ impl Why {
 
 /// A move of a learned limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Move {
+pub struct Move {
     pub from: u32,
     pub to: u32,
     pub why: Why,
@@ -307,6 +307,22 @@ impl Learner {
     /// Every move remembered, with when (ms since the lane began learning).
     pub(crate) fn moves(&self) -> Vec<(u64, Move)> {
         self.lock().moves.iter().copied().collect()
+    }
+
+    /// How the limit went, for the stats.
+    pub(crate) fn learned(&self) -> crate::events::Learned {
+        let st = self.lock();
+        let limits = st.moves.iter().map(|(_, m)| m.to);
+        let start = self.bounds.start;
+        crate::events::Learned {
+            start,
+            last: self.limit(),
+            lowest: limits.clone().chain([start]).min().unwrap_or(start),
+            highest: limits.chain([start]).max().unwrap_or(start),
+            moves: (st.moves.iter())
+                .map(|(at, m)| (*at, m.to, m.why.as_str().to_string()))
+                .collect(),
+        }
     }
 
     /// Which way the limit last moved (for the live display): up, down, or not yet.

@@ -14,6 +14,7 @@ use super::{
     Admission, Answer, BoxFuture, Counters, Flow, LaneError, LaneStore, Lease, OrderedSemaphore,
     RateSpec, TokenState,
 };
+use super::learn::{Learner, Move, Sample};
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -23,9 +24,41 @@ struct Lane {
     tokens: Arc<Mutex<TokenState>>,
     sem: Option<Arc<OrderedSemaphore>>,
     counters: Arc<Counters>,
+    /// A learned lane's learner (`concurrency = "auto"`), which sizes `sem`.
+    learner: Option<Arc<Learner>>,
 }
 
 impl Lane {
+    /// A new lane of `s` (its bucket full at `now`, seconds on the store's clock); a learned
+    /// one only gathers its answers when `shares` (a shared store judges them).
+    fn new(s: &LaneSpec, now: f64, shares: bool) -> Lane {
+        let sem = s.limit.map(|l| {
+            let start = s.auto.map_or(l, |a| a.start);
+            Arc::new(OrderedSemaphore::new(u64::from(start)))
+        });
+        let shared = shares && s.key.across_runs() && !s.borrowed;
+        let learner = s
+            .auto
+            .zip(sem.clone())
+            .map(|(a, sem)| Arc::new(Learner::new(a, sem, shared)));
+        Lane {
+            spec: s.clone(),
+            rate: RateSpec::of(s),
+            tokens: Arc::new(Mutex::new(TokenState::full(RateSpec::of(s), now))),
+            sem,
+            counters: Arc::new(Counters::default()),
+            learner,
+        }
+    }
+
+    /// The limit in force: a learned lane's current one.
+    fn limit(&self) -> Option<u32> {
+        match &self.learner {
+            Some(l) => Some(l.limit()),
+            None => self.spec.limit,
+        }
+    }
+
     /// The lease of `w` permits just taken from the semaphore (if any): counted as held.
     fn lease(&self, w: u64) -> Lease {
         let now = self.counters.held.fetch_add(w, Ordering::Relaxed) + w;
@@ -51,6 +84,8 @@ pub struct MemoryLanes {
     flow: Flow,
     /// Tenants' spend over their window (this process only).
     ledger: Arc<super::window::Ledger>,
+    /// Whether a shared store judges its learned lanes (this process only gathers answers).
+    shares: bool,
 }
 
 impl MemoryLanes {
@@ -115,24 +150,24 @@ impl MemoryLanes {
     }
 
     pub fn new(specs: &[LaneSpec]) -> MemoryLanes {
+        MemoryLanes::sharing(specs, false)
+    }
+
+    /// The in-process half of a shared store (`shares`: its learned lanes are judged there).
+    pub(crate) fn sharing(specs: &[LaneSpec], shares: bool) -> MemoryLanes {
         MemoryLanes {
             base: Instant::now(),
             cache: Arc::new(crate::run::cache::MemoryCache::new()),
             flow: Flow::default(),
             ledger: Arc::default(),
-            lanes: specs
-                .iter()
-                .map(|s| Lane {
-                    spec: s.clone(),
-                    rate: RateSpec::of(s),
-                    tokens: Arc::new(Mutex::new(TokenState::full(RateSpec::of(s), 0.0))),
-                    sem: s
-                        .limit
-                        .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
-                    counters: Arc::new(Counters::default()),
-                })
-                .collect(),
+            lanes: specs.iter().map(|s| Lane::new(s, 0.0, shares)).collect(),
+            shares,
         }
+    }
+
+    /// Lane `lane`'s learner, if it learns its limit.
+    pub(crate) fn learner(&self, lane: usize) -> Option<Arc<Learner>> {
+        self.lanes.get(lane).and_then(|l| l.learner.clone())
     }
 }
 
@@ -146,7 +181,8 @@ impl MemoryLanes {
         limited
             .map(|(l, sem)| super::Occupancy {
                 lane: l.spec.name.clone(),
-                limit: l.spec.limit,
+                limit: l.limit(),
+                learned: l.learner.as_ref().and_then(|l| l.last_move()),
                 held: if shared {
                     sem.shared_held()
                 } else {
@@ -175,6 +211,7 @@ impl MemoryLanes {
                     s.key.across_runs()
                         && l.spec.key == s.key
                         && l.spec.limit == s.limit
+                        && l.spec.auto == s.auto
                         && l.spec.rate == s.rate
                         && l.spec.burst == s.burst
                 });
@@ -185,19 +222,9 @@ impl MemoryLanes {
                         tokens: l.tokens.clone(),
                         sem: l.sem.clone(),
                         counters: Arc::new(Counters::default()),
+                        learner: l.learner.clone(),
                     },
-                    None => Lane {
-                        spec: s.clone(),
-                        rate: RateSpec::of(s),
-                        tokens: Arc::new(Mutex::new(TokenState::full(
-                            RateSpec::of(s),
-                            self.base.elapsed().as_secs_f64(),
-                        ))),
-                        sem: s
-                            .limit
-                            .map(|l| Arc::new(OrderedSemaphore::new(u64::from(l)))),
-                        counters: Arc::new(Counters::default()),
-                    },
+                    None => Lane::new(s, self.base.elapsed().as_secs_f64(), self.shares),
                 }
             })
             .collect();
@@ -207,6 +234,7 @@ impl MemoryLanes {
             cache: self.cache.clone(),
             flow: flow.clone(),
             ledger: self.ledger.clone(),
+            shares: self.shares,
         }
     }
 }
@@ -260,6 +288,10 @@ impl Lanes for MemoryLanes {
         self.pause(lane, wait);
     }
 
+    fn observe(&self, lane: usize, sample: Sample, sent: Instant) -> Option<Move> {
+        self.lanes.get(lane)?.learner.as_ref()?.observe(sample, sent)
+    }
+
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         if let Some(l) = self.lanes.get(lane) {
             let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
@@ -295,7 +327,8 @@ impl LaneFigures for MemoryLanes {
             .iter()
             .map(|l| LaneStats {
                 lane: l.spec.name.clone(),
-                limit: l.spec.limit,
+                limit: l.limit(),
+                learned: l.learner.as_ref().map(|l| l.learned()),
                 rate: l.spec.rate.map(|r| r.to_string()),
                 peak_in_flight: l.counters.peak.load(Ordering::Relaxed),
                 wait_ms: l.counters.wait_ns.load(Ordering::Relaxed) / 1_000_000,

@@ -21,6 +21,7 @@ use crate::plan::LaneSpec;
 
 mod fair;
 pub(crate) mod learn;
+pub use learn::{Move, Sample, Why};
 mod local;
 mod memory;
 mod redis;
@@ -135,7 +136,10 @@ impl<T: Send + 'static> Answer<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Occupancy {
     pub lane: String,
+    /// Its limit now (a learned lane's current one).
     pub limit: Option<u32>,
+    /// A learned lane's last move, if it moved.
+    pub learned: Option<learn::Move>,
     pub held: u64,
     pub waiting: u64,
     /// Who waits: (flow — a gateway session or a run —, tenant, how many calls).
@@ -283,6 +287,17 @@ pub trait Lanes: Send + Sync {
     /// until it has passed, and the rejection is counted. Returns at once: a store that must
     /// wait on a lock or a server does that work in the background.
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration);
+    /// The answer to an attempt sent at `sent`, for a learned lane (`concurrency = "auto"`):
+    /// the move it made to the lane's limit (or one made since the last answer), if any.
+    fn observe(
+        &self,
+        lane: usize,
+        sample: learn::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<learn::Move> {
+        let _ = (lane, sample, sent);
+        None
+    }
     /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
 }

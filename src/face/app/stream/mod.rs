@@ -63,11 +63,7 @@ fn open_stream(
     let infos = parts
         .table
         .iter()
-        .map(|l| LaneInfo {
-            name: l.name.clone(),
-            limit: l.limit,
-            rate: l.rate.map(|r| r.to_string()),
-        })
+        .map(LaneInfo::from)
         .collect();
     opts.lanes = Some(crate::plan::LaneSeed::new(parts.table.clone()));
     let approver = Arc::new(TerminalApprover);
