@@ -141,17 +141,22 @@ impl Law {
         self.limit.round().max(1.0) as u32
     }
 
-    /// Whether `w`, gathered over `elapsed`, is enough to judge: twice the unloaded latency
-    /// and twice its own mean (the slow answers of a round come last; a window closed on
-    /// the quick ones alone would see no queue).
+    /// Whether `w`, gathered over `elapsed`, is enough to judge: see [`span`](Self::span).
     pub(crate) fn ready(&self, w: &Window, elapsed: Duration) -> bool {
+        !w.is_empty() && elapsed >= self.span(w)
+    }
+
+    /// How long a window like `w` must be: twice the unloaded latency and twice its own mean
+    /// (the slow answers of a round come last; a window closed on the quick ones alone would
+    /// see no queue).
+    pub(crate) fn span(&self, w: &Window) -> Duration {
         let mean = if w.answered > 0 {
             w.sum_ms / w.answered as f64
         } else {
             0.0
         };
-        let span = Duration::from_secs_f64(self.base_ms.max(w.min_ms).max(mean) * 2.0 / 1000.0);
-        !w.is_empty() && elapsed >= span.max(MIN_WINDOW)
+        let ms = self.base_ms.max(w.min_ms).max(mean) * 2.0;
+        Duration::from_secs_f64(ms / 1000.0).max(MIN_WINDOW)
     }
 
     /// Judge window `w`: the move it makes, if any.
@@ -196,12 +201,88 @@ impl Law {
     }
 }
 
+/// Where a learned lane's windows are judged for every process sharing it (a shared store).
+pub(crate) trait Judge: Send + Sync + 'static {
+    /// Hand `mine` (this process's answers since the last exchange) to the lane's shared
+    /// window, judged when it is due: the limit in force, and the move this exchange made.
+    fn exchange(
+        &self,
+        mine: Window,
+        bounds: AutoLimit,
+    ) -> super::BoxFuture<'static, Result<(u32, Option<Move>), super::LaneError>>;
+}
+
+/// The state a shared store keeps for a learned lane: the law, the window gathering since
+/// `since_ms` (its clock's milliseconds), and how long that window must be.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Shared {
+    pub law: Law,
+    pub window: Window,
+    pub since_ms: f64,
+    pub span_ms: f64,
+}
+
+impl Shared {
+    pub(crate) fn new(b: AutoLimit, now_ms: f64) -> Shared {
+        Shared {
+            law: Law::new(b),
+            window: Window::default(),
+            since_ms: now_ms,
+            span_ms: MIN_WINDOW.as_secs_f64() * 1000.0,
+        }
+    }
+
+    /// Merge `mine` at `now_ms`; judge the window when it is due: the move it made.
+    pub(crate) fn exchange(&mut self, mine: &Window, now_ms: f64, b: AutoLimit) -> Option<Move> {
+        self.window.merge(mine);
+        if self.window.is_empty() || now_ms - self.since_ms < self.span_ms {
+            return None;
+        }
+        let w = std::mem::take(&mut self.window);
+        self.since_ms = now_ms;
+        self.judge(&w, b)
+    }
+
+    /// Judge window `w` (closed already): the move, and the next window's length.
+    pub(crate) fn judge(&mut self, w: &Window, b: AutoLimit) -> Option<Move> {
+        let moved = self.law.step(w, b);
+        self.span_ms = self.law.span(w).as_secs_f64() * 1000.0;
+        moved
+    }
+}
+
+/// Exchange `learner`'s answers with `judge` every [`EXCHANGE`] while the lane is in use, for
+/// as long as the learner lives (once per learner, however many stores share it).
+pub(crate) fn keep_exchanging(learner: &Arc<Learner>, judge: Arc<dyn Judge>) {
+    if learner.exchanging.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let weak = Arc::downgrade(learner);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EXCHANGE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(l) = weak.upgrade() else { return };
+            if l.idle() {
+                continue;
+            }
+            let mine = l.take();
+            if let Ok((limit, moved)) = judge.exchange(mine, l.bounds).await {
+                l.set(limit, moved.map(|m| m.why));
+            }
+        }
+    });
+}
+
 /// A learned lane in this process: the limit in force (the lane's semaphore sized to it), and
 /// the answers gathered since the last judgement (or the last exchange with a shared store).
 pub(crate) struct Learner {
     pub bounds: AutoLimit,
     /// Whether a shared store judges the windows (this process only gathers).
     shared: bool,
+    /// Whether a task exchanges its answers with the shared store already.
+    exchanging: std::sync::atomic::AtomicBool,
     limit: AtomicU32,
     sem: Arc<OrderedSemaphore>,
     state: Mutex<Learning>,
@@ -227,6 +308,7 @@ impl Learner {
         Learner {
             bounds,
             shared,
+            exchanging: std::sync::atomic::AtomicBool::new(false),
             limit: AtomicU32::new(bounds.start),
             sem,
             state: Mutex::new(Learning {
@@ -271,6 +353,11 @@ impl Learner {
         st.untold.take()
     }
 
+    /// Whether the lane is not in use here: nothing held, nobody waiting, nothing gathered.
+    fn idle(&self) -> bool {
+        self.sem.held() == 0 && self.sem.waiting() == 0 && self.lock().window.is_empty()
+    }
+
     /// The answers gathered since the last exchange (a shared store's turn).
     pub(crate) fn take(&self) -> Window {
         std::mem::take(&mut self.lock().window)
@@ -302,11 +389,6 @@ impl Learner {
         }
         st.moves.push_back((at, m));
         st.untold = Some(m);
-    }
-
-    /// Every move remembered, with when (ms since the lane began learning).
-    pub(crate) fn moves(&self) -> Vec<(u64, Move)> {
-        self.lock().moves.iter().copied().collect()
     }
 
     /// How the limit went, for the stats.

@@ -30,6 +30,7 @@ use super::{
 };
 
 mod backend;
+mod learn;
 mod board;
 pub(crate) use board::FileBoard;
 mod bell;
@@ -192,11 +193,14 @@ struct FileLane {
     /// The doorbell a freed slot rings, and this process's ear on it.
     bell_path: Arc<PathBuf>,
     bell: tokio::sync::Mutex<Option<bell::Bell>>,
+    /// A learned lane's learner: only its first `limit()` slots are taken.
+    learner: Option<Arc<crate::run::store::learn::Learner>>,
 }
 
 impl FileLane {
     fn open(dir: PathBuf, slots: u32, rate: Option<RateSpec>) -> Result<FileLane, LaneError> {
         Ok(FileLane {
+            learner: None,
             gate: open_rw(&dir.join("gate"))?,
             rate_file: std::sync::Mutex::new(open_rw(&dir.join("rate"))?),
             slots,
@@ -245,9 +249,11 @@ impl FileLane {
         let mut bell = self.bell.lock().await;
         bell::listen(&mut bell, &self.bell_path);
         loop {
-            let start = self.hint.load(Ordering::Relaxed) % self.slots.max(1);
-            for i in 0..self.slots {
-                let k = (start + i) % self.slots;
+            // A learned lane uses the slots under its limit as it stands now.
+            let slots = (self.learner.as_ref()).map_or(self.slots, |l| l.limit().min(self.slots));
+            let start = self.hint.load(Ordering::Relaxed) % slots.max(1);
+            for i in 0..slots {
+                let k = (start + i) % slots;
                 if held.files.len() as u32 >= weight {
                     break;
                 }
@@ -362,11 +368,13 @@ impl LocalLanes {
             }
             let dir = lane_folder(&root, &s.name);
             private_dir(&dir)?;
-            files.push(Some(FileLane::open(
-                dir,
-                s.limit.unwrap_or(0),
-                RateSpec::of(s),
-            )?));
+            let mut lane = FileLane::open(dir, s.limit.unwrap_or(0), RateSpec::of(s))?;
+            lane.learner = mem.learner(files.len());
+            if let Some(l) = &lane.learner {
+                let judge = learn::FileJudge(lane.dir.join("learn"));
+                crate::run::store::learn::keep_exchanging(l, Arc::new(judge));
+            }
+            files.push(Some(lane));
         }
         Ok(LocalLanes {
             mem: Arc::new(mem),
@@ -384,7 +392,7 @@ impl LocalLanes {
             "{:016x}",
             crate::hash::fnv(manifest.as_os_str().as_encoded_bytes())
         ));
-        LocalLanes::with(root, MemoryLanes::new(specs), specs, Arc::default())
+        LocalLanes::with(root, MemoryLanes::sharing(specs, true), specs, Arc::default())
     }
 
     /// How many permits of `lane` other processes hold, found with non-blocking lock attempts.

@@ -69,12 +69,13 @@ impl RedisLanes {
             .map_or(DEFAULT_LEASE, Duration::from_millis)
             .max(Duration::from_millis(300));
         let ns = format!("{:016x}", crate::hash::fnv(namespace.as_bytes()));
-        let lanes = redis_lanes(specs, &ns);
+        let mem = MemoryLanes::sharing(specs, true);
+        let lanes = redis_lanes(specs, &ns, &mem, &conn);
         Ok(RedisLanes {
             // Only ever shown, so only ever kept redacted.
             url: redact_url(url),
             conn,
-            mem: Arc::new(MemoryLanes::new(specs)),
+            mem: Arc::new(mem),
             paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             lanes,
             bells: bell::Bells::new(client.clone(), &ns),

@@ -38,6 +38,7 @@ mod bell;
 mod board;
 mod connect;
 mod intents;
+mod learn;
 mod pending;
 mod permits;
 mod records;
@@ -64,6 +65,15 @@ struct RedisLane {
     key: String,
     limit: u32,
     rate: Option<RateSpec>,
+    /// A learned lane's learner: its limit is the one in force.
+    learner: Option<Arc<crate::run::store::learn::Learner>>,
+}
+
+impl RedisLane {
+    /// The limit in force (a learned lane's current one).
+    fn limit(&self) -> u32 {
+        self.learner.as_ref().map_or(self.limit, |l| l.limit())
+    }
 }
 
 /// Lanes shared through Redis.
@@ -97,18 +107,32 @@ pub(crate) struct RedisLanes {
     flow: (Arc<str>, u32),
 }
 
-/// The lanes of `specs` that live in Redis (shared across runs, with a limit or a rate).
-fn redis_lanes(specs: &[LaneSpec], ns: &str) -> Vec<Option<RedisLane>> {
-    specs
-        .iter()
-        .map(|s| {
-            (s.key.across_runs() && !s.borrowed && (s.limit.is_some() || s.rate.is_some())).then(
-                || RedisLane {
-                    key: format!("flux-tools:{ns}:{}", s.name),
-                    limit: s.limit.unwrap_or(0),
-                    rate: RateSpec::of(s),
-                },
-            )
+/// The lanes of `specs` that live in Redis (shared across runs, with a limit or a rate); a
+/// learned one's learner (in `mem`) exchanges with Redis from now on.
+fn redis_lanes(
+    specs: &[LaneSpec],
+    ns: &str,
+    mem: &MemoryLanes,
+    conn: &ConnectionManager,
+) -> Vec<Option<RedisLane>> {
+    let lane = |(i, s): (usize, &LaneSpec)| {
+        let key = format!("flux-tools:{ns}:{}", s.name);
+        let learner = mem.learner(i);
+        if let Some(l) = &learner {
+            let judge = learn::RedisJudge::new(conn.clone(), &key);
+            crate::run::store::learn::keep_exchanging(l, Arc::new(judge));
+        }
+        RedisLane {
+            key,
+            limit: s.limit.unwrap_or(0),
+            rate: RateSpec::of(s),
+            learner,
+        }
+    };
+    (specs.iter().enumerate())
+        .map(|(i, s)| {
+            let shared = s.key.across_runs() && !s.borrowed;
+            (shared && (s.limit.is_some() || s.rate.is_some())).then(|| lane((i, s)))
         })
         .collect()
 }
@@ -122,11 +146,12 @@ impl RedisLanes {
         } else {
             (flow.name.clone(), flow.weight.max(1))
         };
+        let mem = Arc::new(self.mem.renewed(specs, flow));
         RedisLanes {
             url: self.url.clone(),
             conn: self.conn.clone(),
-            mem: Arc::new(self.mem.renewed(specs, flow)),
-            lanes: redis_lanes(specs, &self.ns),
+            lanes: redis_lanes(specs, &self.ns, &mem, &self.conn),
+            mem,
             paused: specs.iter().map(|_| std::sync::Mutex::new(None)).collect(),
             bells: self.bells.clone(),
             pending: self.pending.clone(),
@@ -394,7 +419,7 @@ impl Backends for RedisLanes {
                 crate::plan::Claim::Write => BACKEND_SLOTS,
             };
             let (held, _, _) = self
-                .take_key(&key, BACKEND_SLOTS, weight, ("", 1), None)
+                .take_key(&key, (BACKEND_SLOTS, None), weight, ("", 1), None)
                 .await?;
             Ok(Box::new(held) as Box<dyn Send + Sync>)
         })

@@ -23,9 +23,10 @@ impl RedisLanes {
             let read = along
                 .filter(|_| l.rate.is_none())
                 .and_then(|a| a.first().map(|(backend, _)| self.backend_key(backend)));
-            let (key, limit, flow) = (l.key.clone(), l.limit, self.flow.clone());
+            let (key, limit, flow) = (l.key.clone(), l.limit(), self.flow.clone());
+            let learner = l.learner.clone();
             let (permits, paused_ms, read) = self
-                .take_key(&key, limit, weight, (&flow.0, flow.1), read.as_deref())
+                .take_key(&key, (limit, learner), weight, (&flow.0, flow.1), read.as_deref())
                 .await?;
             self.note_pause(lane, paused_ms);
             Ok(match read {
@@ -44,13 +45,14 @@ impl RedisLanes {
         })
     }
 
-    /// Take `weight` of the `limit` permits of the Redis lane `key`, queued as `flow` (an empty
-    /// name: by arrival alone); with how long the lane is paused, in ms, and the read of the
-    /// backend at `along` when it came with them.
+    /// Take `weight` of the `limit` permits of the Redis lane `key` (a learned lane's limit
+    /// as it stands at each try), queued as `flow` (an empty name: by arrival alone); with how
+    /// long the lane is paused, in ms, and the read of the backend at `along` when it came
+    /// with them.
     pub(super) async fn take_key(
         self: &Arc<Self>,
         key: &str,
-        limit: u32,
+        (limit, learner): (u32, Option<Arc<crate::run::store::learn::Learner>>),
         weight: u32,
         flow: (&str, u32),
         along: Option<&str>,
@@ -77,6 +79,7 @@ impl RedisLanes {
             if let Some(backend) = along {
                 inv.key(backend);
             }
+            let limit = learner.as_ref().map_or(limit, |l| l.limit());
             inv.arg(limit).arg(lease_ms).arg(&id).arg(queue_ms);
             inv.arg(flow.0).arg(flow.1);
             inv.arg(u32::from(along.is_some())).arg(BACKEND_SLOTS);
