@@ -147,7 +147,13 @@ impl LaneTable {
         l.push(self.intern(LaneKey::Tool(tool.name.clone()), per_tool, None, None, auto));
         if let Some(&b) = batch.concurrency.per_tool.get(&tool.name) {
             if per_tool.is_none_or(|m| b < m) {
-                l.push(self.intern(LaneKey::BatchTool(tool.name.clone()), Some(b), None, None, None));
+                l.push(self.intern(
+                    LaneKey::BatchTool(tool.name.clone()),
+                    Some(b),
+                    None,
+                    None,
+                    None,
+                ));
             } else if per_tool.is_some_and(|m| b > m) {
                 warnings.push(
                     Diagnostic::warning(format!(

@@ -29,6 +29,10 @@ struct State {
     seen: HashMap<String, u32>,
     /// Effects made, by idempotency key: how many times each was applied.
     effects: HashMap<String, u32>,
+    /// `/capacity/C/MS`: calls in (served or queued), calls served now.
+    cap_in: usize,
+    cap_serving: usize,
+    cap_peak: usize,
 }
 
 pub struct TestServer {
@@ -65,6 +69,12 @@ impl TestServer {
 
     pub fn peak_in_flight(&self) -> usize {
         self.state.lock().unwrap().peak
+    }
+
+    /// The most calls `/capacity/C/MS` had in at once (served and queued; answered ones are
+    /// out before their answer is written).
+    pub fn capacity_peak(&self) -> usize {
+        self.state.lock().unwrap().cap_peak
     }
 
     /// How many times each idempotency key's effect was applied (`POST /effects/MODE`).
@@ -119,6 +129,43 @@ fn effects(out: &mut TcpStream, req: &Request, mode: Option<&str>, state: &Arc<M
     }
     let body = serde_json::json!({"key": key, "mode": mode});
     send(out, "200 OK", "application/json", "", &body.to_string());
+}
+
+/// `/capacity/C/MS`: a backend with a hidden capacity — up to `c` calls served at once in
+/// `ms` each, the rest queued (their latency grows), 429 beyond twice its capacity.
+fn capacity(out: &mut TcpStream, state: &Arc<Mutex<State>>, c: usize, ms: u64) {
+    {
+        let mut s = state.lock().unwrap();
+        if s.cap_in >= 2 * c {
+            drop(s);
+            return send(
+                out,
+                "429 Too Many Requests",
+                "text/plain",
+                "",
+                "over capacity",
+            );
+        }
+        s.cap_in += 1;
+        s.cap_peak = s.cap_peak.max(s.cap_in);
+    }
+    loop {
+        {
+            let mut s = state.lock().unwrap();
+            if s.cap_serving < c {
+                s.cap_serving += 1;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(ms));
+    {
+        let mut s = state.lock().unwrap();
+        s.cap_serving -= 1;
+        s.cap_in -= 1;
+    }
+    send(out, "200 OK", "application/json", "", "{\"ok\": true}");
 }
 
 fn handle(stream: TcpStream, state: &Arc<Mutex<State>>) {
@@ -200,6 +247,12 @@ fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
             );
         }
         ["text"] => send(out, "200 OK", "text/plain", "", "plain text"),
+        ["capacity", c, ms] => capacity(
+            out,
+            state,
+            c.parse().unwrap_or(4),
+            ms.parse().unwrap_or(200),
+        ),
         ["effects"] if req.method == "GET" => effects(out, req, None, state),
         ["effects", mode] if req.method == "POST" => effects(out, req, Some(mode), state),
         // An OTLP/HTTP collector: an empty ExportTraceServiceResponse is zero bytes.

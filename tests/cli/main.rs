@@ -17,6 +17,7 @@ mod http_server;
 mod journal;
 mod journal_shared;
 mod lanes;
+mod learn;
 mod limits;
 mod mcp;
 mod newcomer;

@@ -54,11 +54,7 @@ impl Reader<'_> {
 
     /// A `[concurrency.per_tool]` entry: a number, "auto", or `{ min, max, start }` (auto with
     /// bounds).
-    pub(super) fn per_tool_limit(
-        &mut self,
-        v: &toml::Spanned<DeValue<'_>>,
-        ctx: &str,
-    ) -> Limit {
+    pub(super) fn per_tool_limit(&mut self, v: &toml::Spanned<DeValue<'_>>, ctx: &str) -> Limit {
         match v.get_ref() {
             DeValue::String(_) if self.auto_word(v.get_ref(), v.span(), ctx) => {
                 let a = AutoLimit::default();

@@ -113,12 +113,8 @@ impl Job {
                 transient,
                 retry_after,
                 ..
-            }) if kind.is_rate_limit() || retry_after.is_some() || *transient => {
-                Sample::Overloaded
-            }
-            Err(Failure::Stopped) if stop.cause() == Some(StopCause::Timeout) => {
-                Sample::Overloaded
-            }
+            }) if kind.is_rate_limit() || retry_after.is_some() || *transient => Sample::Overloaded,
+            Err(Failure::Stopped) if stop.cause() == Some(StopCause::Timeout) => Sample::Overloaded,
             Err(Failure::Stopped | Failure::Lost(_)) => return,
             _ => Sample::Answered(sent.elapsed()),
         };

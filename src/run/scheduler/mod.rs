@@ -233,11 +233,7 @@ pub async fn execute(
         emitter.emit(Event::RunStarted {
             run_id: config.run_id.clone(),
             total: plan.calls.len(),
-            lanes: plan
-                .lanes
-                .iter()
-                .map(LaneInfo::from)
-                .collect(),
+            lanes: plan.lanes.iter().map(LaneInfo::from).collect(),
         });
     }
     let (done_tx, done_rx) = mpsc::unbounded_channel();

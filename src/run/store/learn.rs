@@ -185,9 +185,10 @@ impl Law {
                 return None;
             } else if (w.peak as f64) * 2.0 < l {
                 return None;
-            } else if self.slow_start {
+            } else if self.slow_start && queued < alpha / 4.0 {
                 (l * 2.0, Why::Grew)
             } else {
+                self.slow_start = false;
                 (l + l.sqrt(), Why::Grew)
             }
         };
@@ -203,11 +204,12 @@ impl Law {
 
 /// Where a learned lane's windows are judged for every process sharing it (a shared store).
 pub(crate) trait Judge: Send + Sync + 'static {
-    /// Hand `mine` (this process's answers since the last exchange) to the lane's shared
-    /// window, judged when it is due: the limit in force, and the move this exchange made.
+    /// Hand `mine` (this process's answers since the last exchange, and the limit it had in
+    /// force) to the lane's shared window, judged when it is due: the limit in force, and the
+    /// move this exchange made.
     fn exchange(
         &self,
-        mine: Window,
+        mine: (Window, u32),
         bounds: AutoLimit,
     ) -> super::BoxFuture<'static, Result<(u32, Option<Move>), super::LaneError>>;
 }
@@ -235,7 +237,8 @@ impl Shared {
     /// Merge `mine` at `now_ms`; judge the window when it is due: the move it made.
     pub(crate) fn exchange(&mut self, mine: &Window, now_ms: f64, b: AutoLimit) -> Option<Move> {
         self.window.merge(mine);
-        if self.window.is_empty() || now_ms - self.since_ms < self.span_ms {
+        let span = self.law.span(&self.window).as_secs_f64() * 1000.0;
+        if self.window.is_empty() || now_ms - self.since_ms < self.span_ms.max(span) {
             return None;
         }
         let w = std::mem::take(&mut self.window);
@@ -252,27 +255,11 @@ impl Shared {
 }
 
 /// Exchange `learner`'s answers with `judge` every [`EXCHANGE`] while the lane is in use, for
-/// as long as the learner lives (once per learner, however many stores share it).
+/// as long as the learner lives (once per learner, however many stores share it) — from now
+/// on when a runtime runs here, else from its first answer.
 pub(crate) fn keep_exchanging(learner: &Arc<Learner>, judge: Arc<dyn Judge>) {
-    if learner.exchanging.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let weak = Arc::downgrade(learner);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(EXCHANGE);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(l) = weak.upgrade() else { return };
-            if l.idle() {
-                continue;
-            }
-            let mine = l.take();
-            if let Ok((limit, moved)) = judge.exchange(mine, l.bounds).await {
-                l.set(limit, moved.map(|m| m.why));
-            }
-        }
-    });
+    let _ = learner.judge.set(judge);
+    learner.start();
 }
 
 /// A learned lane in this process: the limit in force (the lane's semaphore sized to it), and
@@ -283,6 +270,10 @@ pub(crate) struct Learner {
     shared: bool,
     /// Whether a task exchanges its answers with the shared store already.
     exchanging: std::sync::atomic::AtomicBool,
+    /// Where its windows are judged (a shared store).
+    judge: std::sync::OnceLock<Arc<dyn Judge>>,
+    /// Itself, for the task that exchanges while it lives.
+    me: std::sync::Weak<Learner>,
     limit: AtomicU32,
     sem: Arc<OrderedSemaphore>,
     state: Mutex<Learning>,
@@ -303,9 +294,11 @@ struct Learning {
 
 impl Learner {
     /// A learner for a lane of `bounds` whose permits are `sem` (sized to the start).
-    pub(crate) fn new(bounds: AutoLimit, sem: Arc<OrderedSemaphore>, shared: bool) -> Learner {
+    pub(crate) fn new(bounds: AutoLimit, sem: Arc<OrderedSemaphore>, shared: bool) -> Arc<Learner> {
         let now = Instant::now();
-        Learner {
+        Arc::new_cyclic(|me| Learner {
+            judge: std::sync::OnceLock::new(),
+            me: me.clone(),
             bounds,
             shared,
             exchanging: std::sync::atomic::AtomicBool::new(false),
@@ -320,7 +313,36 @@ impl Learner {
                 moves: VecDeque::new(),
                 began: now,
             }),
+        })
+    }
+
+    /// Start exchanging with the judge, once, when there is one and a runtime to run it on.
+    fn start(&self) {
+        let Some(judge) = self.judge.get().cloned() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.exchanging.swap(true, Ordering::Relaxed) {
+            return;
         }
+        let weak = self.me.clone();
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(EXCHANGE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(l) = weak.upgrade() else { return };
+                if l.idle() {
+                    continue;
+                }
+                let mine = (l.take(), l.limit());
+                if let Ok((limit, moved)) = judge.exchange(mine, l.bounds).await {
+                    l.set(limit, moved.map(|m| m.why));
+                }
+            }
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, Learning> {
@@ -336,6 +358,9 @@ impl Learner {
     /// last moved), and judged when its window is long enough (in a process of its own). A
     /// move made since the last answer is returned, to be told.
     pub(crate) fn observe(&self, sample: Sample, sent: Instant) -> Option<Move> {
+        if self.shared && !self.exchanging.load(Ordering::Relaxed) {
+            self.start();
+        }
         let held = self.sem.held();
         let mut st = self.lock();
         if sent >= st.moved_at {

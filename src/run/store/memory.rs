@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::learn::{Learner, Move, Sample};
 use super::{
     Admission, Answer, BoxFuture, Counters, Flow, LaneError, LaneStore, Lease, OrderedSemaphore,
     RateSpec, TokenState,
 };
-use super::learn::{Learner, Move, Sample};
 use crate::events::LaneStats;
 use crate::plan::LaneSpec;
 
@@ -40,7 +40,7 @@ impl Lane {
         let learner = s
             .auto
             .zip(sem.clone())
-            .map(|(a, sem)| Arc::new(Learner::new(a, sem, shared)));
+            .map(|(a, sem)| Learner::new(a, sem, shared));
         Lane {
             spec: s.clone(),
             rate: RateSpec::of(s),
@@ -289,7 +289,11 @@ impl Lanes for MemoryLanes {
     }
 
     fn observe(&self, lane: usize, sample: Sample, sent: Instant) -> Option<Move> {
-        self.lanes.get(lane)?.learner.as_ref()?.observe(sample, sent)
+        self.lanes
+            .get(lane)?
+            .learner
+            .as_ref()?
+            .observe(sample, sent)
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {

@@ -60,11 +60,7 @@ fn open_stream(
         Manifest::load(&run_opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let mcp = start_mcp(run_opts.quiet, &mut manifest, None, rt)?;
     let parts = Parts::of_manifest(run_opts, manifest, mcp, rt)?;
-    let infos = parts
-        .table
-        .iter()
-        .map(LaneInfo::from)
-        .collect();
+    let infos = parts.table.iter().map(LaneInfo::from).collect();
     opts.lanes = Some(crate::plan::LaneSeed::new(parts.table.clone()));
     let approver = Arc::new(TerminalApprover);
     let engine = Engine::open(run_opts, parts, approver);

@@ -25,7 +25,10 @@ fn it_doubles_until_queueing_then_grows_by_the_root() {
     let mut law = Law::new(B);
     let unloaded = window(8, 100.0, 100.0, 0, 4);
     assert_eq!(law.step(&unloaded, B).map(|m| m.to), Some(8));
-    assert_eq!(law.step(&window(16, 100.0, 100.0, 0, 8), B).map(|m| m.to), Some(16));
+    assert_eq!(
+        law.step(&window(16, 100.0, 100.0, 0, 8), B).map(|m| m.to),
+        Some(16)
+    );
     // Latency 2× the unloaded at 16: 8 queued, over 2α (2 × 3.6): back to what it serves
     // (8) plus α — and out of the slow start.
     let m = law.step(&window(16, 200.0, 100.0, 0, 16), B);
@@ -41,7 +44,14 @@ fn an_overload_halves_it_and_it_keeps_to_its_floor_and_ceiling() {
     let mut law = Law::new(B);
     law.limit = 40.0;
     let m = law.step(&window(10, 100.0, 100.0, 1, 40), B);
-    assert_eq!(m, Some(Move { from: 40, to: 20, why: Why::Overloaded }));
+    assert_eq!(
+        m,
+        Some(Move {
+            from: 40,
+            to: 20,
+            why: Why::Overloaded
+        })
+    );
     for _ in 0..5 {
         law.step(&window(0, 0.0, 0.0, 3, 20), B);
     }
@@ -120,7 +130,7 @@ async fn learn(secs: u64, capacity_at: fn(u64) -> u64) -> (Vec<u32>, u64) {
         start: 4,
     };
     let sem = Arc::new(OrderedSemaphore::new(u64::from(bounds.start)));
-    let learner = Arc::new(Learner::new(bounds, sem.clone(), false));
+    let learner = Learner::new(bounds, sem.clone(), false);
     let backend = Arc::new(Backend {
         capacity: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
@@ -202,6 +212,12 @@ async fn it_follows_the_capacity_when_it_doubles_or_halves() {
         _ => 20,
     })
     .await;
-    assert!(between(&seen, 15, 20).iter().all(|l| (40..=60).contains(l)), "{seen:?}");
-    assert!(between(&seen, 25, 30).iter().all(|l| (20..=30).contains(l)), "{seen:?}");
+    assert!(
+        between(&seen, 15, 20).iter().all(|l| (40..=60).contains(l)),
+        "{seen:?}"
+    );
+    assert!(
+        between(&seen, 25, 30).iter().all(|l| (20..=30).contains(l)),
+        "{seen:?}"
+    );
 }

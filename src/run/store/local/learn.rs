@@ -19,7 +19,7 @@ pub(super) struct FileJudge(pub PathBuf);
 impl Judge for FileJudge {
     fn exchange(
         &self,
-        mine: Window,
+        (mine, mine_limit): (Window, u32),
         bounds: AutoLimit,
     ) -> BoxFuture<'static, Result<(u32, Option<Move>), LaneError>> {
         let path = self.0.clone();
@@ -29,7 +29,7 @@ impl Judge for FileJudge {
                 if !flock(&file, libc::LOCK_EX) {
                     return Err(LaneError(format!("cannot lock {}", path.display())));
                 }
-                let done = exchange(&file, &mine, bounds);
+                let done = exchange(&file, (&mine, mine_limit), bounds);
                 flock(&file, libc::LOCK_UN);
                 done.map_err(|e| LaneError(format!("{}: {e}", path.display())))
             })
@@ -42,7 +42,7 @@ impl Judge for FileJudge {
 /// Under the lock: read the state, merge `mine`, judge when due, write it back.
 fn exchange(
     mut file: &File,
-    mine: &Window,
+    (mine, mine_limit): (&Window, u32),
     bounds: AutoLimit,
 ) -> std::io::Result<(u32, Option<Move>)> {
     let now_ms = unix_now() * 1000.0;
@@ -50,6 +50,10 @@ fn exchange(
     file.rewind()?;
     file.read_to_string(&mut text)?;
     let mut state = serde_json::from_str::<Shared>(&text).unwrap_or(Shared::new(bounds, now_ms));
+    // Answers gathered under another limit than the lane's say nothing of it.
+    if state.law.limit() != mine_limit {
+        return Ok((state.law.limit(), None));
+    }
     let moved = state.exchange(mine, now_ms, bounds);
     let out = serde_json::to_string(&state).unwrap_or_default();
     file.set_len(0)?;

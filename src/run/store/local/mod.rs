@@ -30,8 +30,8 @@ use super::{
 };
 
 mod backend;
-mod learn;
 mod board;
+mod learn;
 pub(crate) use board::FileBoard;
 mod bell;
 mod spend;
@@ -392,7 +392,12 @@ impl LocalLanes {
             "{:016x}",
             crate::hash::fnv(manifest.as_os_str().as_encoded_bytes())
         ));
-        LocalLanes::with(root, MemoryLanes::sharing(specs, true), specs, Arc::default())
+        LocalLanes::with(
+            root,
+            MemoryLanes::sharing(specs, true),
+            specs,
+            Arc::default(),
+        )
     }
 
     /// How many permits of `lane` other processes hold, found with non-blocking lock attempts.
@@ -506,6 +511,15 @@ impl Lanes for LocalLanes {
                 }
             });
         }
+    }
+
+    fn observe(
+        &self,
+        lane: usize,
+        sample: crate::run::store::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<crate::run::store::Move> {
+        self.mem.observe(lane, sample, sent)
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {

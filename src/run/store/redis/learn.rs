@@ -19,7 +19,8 @@ use crate::run::store::{BoxFuture, LaneError};
 /// Merge a process's answers into the lane's window; answer the limit and the law, and — to
 /// the one exchange that finds the window due — the window itself (then begun afresh).
 /// KEYS: the learning hash, the lane's permits. ARGV: answered, sum ms, min ms, overloads,
-/// the start limit.
+/// the start limit, the limit the process had in force (answers gathered under another are
+/// dropped: the process only learns the limit).
 const FEED: &str = r#"
 local h = KEYS[1]
 local t = redis.call('TIME')
@@ -27,6 +28,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', h) == 0 then
   redis.call('HSET', h, 'limit', ARGV[5], 'since', now, 'span', 50, 'answered', 0, 'sum', 0,
     'min', 0, 'over', 0, 'peak', 0)
+end
+-- Answers gathered under another limit than the lane's say nothing of it.
+if redis.call('HGET', h, 'limit') ~= ARGV[6] then
+  return {redis.call('HGET', h, 'limit'), '', '0'}
 end
 local answered = redis.call('HINCRBY', h, 'answered', ARGV[1])
 local sum = tonumber(redis.call('HINCRBYFLOAT', h, 'sum', ARGV[2]))
@@ -44,6 +49,9 @@ local limit = redis.call('HGET', h, 'limit')
 local law = redis.call('HGET', h, 'law') or ''
 local since = tonumber(redis.call('HGET', h, 'since'))
 local span = tonumber(redis.call('HGET', h, 'span')) or 50
+if answered > 0 then
+  span = math.max(span, 2 * sum / answered)
+end
 if answered + over > 0 and now - since >= span then
   redis.call('HSET', h, 'since', now, 'answered', 0, 'sum', 0, 'min', 0, 'over', 0, 'peak', 0)
   return {limit, law, '1', tostring(answered), tostring(sum), tostring(min), tostring(over),
@@ -87,7 +95,7 @@ impl RedisJudge {
 impl Judge for RedisJudge {
     fn exchange(
         &self,
-        mine: Window,
+        (mine, mine_limit): (Window, u32),
         bounds: AutoLimit,
     ) -> BoxFuture<'static, Result<(u32, Option<Move>), LaneError>> {
         let (mut conn, key) = (self.conn.clone(), self.key.clone());
@@ -100,14 +108,19 @@ impl Judge for RedisJudge {
                 .arg(mine.sum_ms)
                 .arg(mine.min_ms)
                 .arg(mine.overloads)
-                .arg(bounds.start);
+                .arg(bounds.start)
+                .arg(mine_limit);
             let out: Vec<String> = inv
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|e| LaneError(format!("learning the lane's limit: {e}")))?;
             let limit = out.first().and_then(|l| l.parse::<u32>().ok());
             let limit = limit.unwrap_or(bounds.start);
-            let num = |i: usize| out.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            let num = |i: usize| {
+                out.get(i)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
             if out.get(2).map(String::as_str) != Some("1") {
                 return Ok((limit, None));
             }

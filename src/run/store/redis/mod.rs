@@ -368,6 +368,15 @@ impl Lanes for RedisLanes {
         }
     }
 
+    fn observe(
+        &self,
+        lane: usize,
+        sample: crate::run::store::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<crate::run::store::Move> {
+        self.mem.observe(lane, sample, sent)
+    }
+
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         self.mem.record_wait(lane, wait, token);
     }

@@ -26,7 +26,13 @@ impl RedisLanes {
             let (key, limit, flow) = (l.key.clone(), l.limit(), self.flow.clone());
             let learner = l.learner.clone();
             let (permits, paused_ms, read) = self
-                .take_key(&key, (limit, learner), weight, (&flow.0, flow.1), read.as_deref())
+                .take_key(
+                    &key,
+                    (limit, learner),
+                    weight,
+                    (&flow.0, flow.1),
+                    read.as_deref(),
+                )
                 .await?;
             self.note_pause(lane, paused_ms);
             Ok(match read {

@@ -1,0 +1,137 @@
+//! Lanes that learn (`concurrency = "auto"`) against a real HTTP backend with a hidden
+//! capacity (4 calls at once in 200 ms, queued beyond, 429 beyond 8): one process, two
+//! processes on the local store, and two on one Redis — one limit for all of them.
+
+use serde_json::Value;
+
+use crate::common::{results, Project, Redis};
+use crate::http_server::TestServer;
+
+/// `partner` (learned, starting at 2) in front of `/capacity/4/200`.
+fn manifest(base: &str) -> String {
+    format!(
+        "[concurrency]\nmax_concurrent_tools = 64\n\n\
+         [lanes.partner]\nconcurrency = \"auto\"\nmin = 1\nmax = 32\nstart = 2\n\n\
+         [tools.fetch]\nkind = \"http\"\nurl = \"{base}/capacity/4/200\"\neffect = \"read\"\nlanes = [\"partner\"]\nretries = 4\ntimeout = \"10s\"\n"
+    )
+}
+
+fn batch(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("- {{ id: c{i}, tool: fetch }}\n"))
+        .collect()
+}
+
+/// The `partner` lane's figures in a run's stats.
+fn partner(doc: &Value) -> Value {
+    let lanes = doc["stats"]["lanes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    lanes
+        .into_iter()
+        .find(|l| l["lane"] == "lane:partner")
+        .unwrap_or(Value::Null)
+}
+
+/// Every call answered, or refused by the backend after its retries (classified).
+fn all_answered(doc: &Value) -> bool {
+    results(doc)
+        .iter()
+        .all(|r| r["status"] == "ok" || r["error"]["kind"] == "rate_limited")
+}
+
+#[test]
+fn a_learned_lane_grows_from_its_start_to_the_backends_capacity() {
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base));
+    let (doc, _) = p.run_json(&batch(48), &[]);
+    assert!(all_answered(&doc), "{doc}");
+    let lane = partner(&doc);
+    let learned = &lane["learned"];
+    // It began at 2 and grew to at least the capacity (4) …
+    assert_eq!(learned["start"], 2, "{lane}");
+    assert!(learned["highest"].as_u64() >= Some(4), "{lane}");
+    // … and every move says why.
+    let moves = learned["moves"].as_array().cloned().unwrap_or_default();
+    assert!(moves.iter().any(|m| m[2] == "grew"), "{lane}");
+    // What the lane held never passed what it had learned.
+    assert!(
+        lane["peak_in_flight"].as_u64() <= learned["highest"].as_u64(),
+        "{lane}"
+    );
+    assert!(
+        server.capacity_peak() >= 4,
+        "peak {}",
+        server.capacity_peak()
+    );
+}
+
+/// Two processes at once on one lane store (`extra`: its flag), each with 40 calls: each
+/// one's `partner` lane figures.
+fn two_at_once(p: &Project, extra: &[&str]) -> Vec<Value> {
+    let path = p.write("batch.yaml", &batch(40));
+    let mut args = vec!["run", path.to_str().unwrap_or_default(), "--format", "json"];
+    args.extend_from_slice(extra);
+    let children: Vec<_> = (0..2).map(|_| p.spawn(&args)).collect();
+    let mut lanes = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert!(all_answered(&doc), "{doc}");
+        lanes.push(partner(&doc));
+    }
+    lanes
+}
+
+/// Each lane learned, and the limit it held never passed the one limit they shared.
+fn learned_together(lanes: &[Value]) {
+    for lane in lanes {
+        assert!(lane["learned"]["highest"].as_u64() >= Some(4), "{lane}");
+    }
+    let highest = lanes
+        .iter()
+        .filter_map(|l| l["learned"]["highest"].as_u64())
+        .max();
+    let held: u64 = lanes
+        .iter()
+        .filter_map(|l| l["peak_in_flight"].as_u64())
+        .sum();
+    // Two lanes learning apart would each hold up to their own limit; sharing one, what
+    // both held at their peaks stays within twice the highest limit either saw.
+    assert!(Some(held) <= highest.map(|h| 2 * h), "{lanes:?}");
+}
+
+#[test]
+fn two_processes_on_the_local_store_learn_one_limit() {
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base));
+    learned_together(&two_at_once(&p, &[]));
+    // The limit lives in the lane's folder, for every process (and the next run).
+    let learn = crate::common::files_under(&runtime_dir())
+        .into_iter()
+        .filter(|f| f.ends_with("learn"))
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .any(|t| t.contains("\"law\""));
+    assert!(learn, "no learned state in the lane folders");
+}
+
+/// Where the local store keeps its lane folders.
+fn runtime_dir() -> std::path::PathBuf {
+    flux_tools::runtime_dir().expect("the lane folder")
+}
+
+#[test]
+fn two_processes_on_one_redis_learn_one_limit_kept_in_redis() {
+    let Some(redis) = Redis::start() else { return };
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base));
+    learned_together(&two_at_once(&p, &["--lane-store", &redis.url]));
+    // The limit and its moves live in Redis.
+    let keys = std::process::Command::new("redis-cli")
+        .args(["-u", &redis.url, "--scan", "--pattern", "*partner:learn*"])
+        .output()
+        .expect("redis-cli");
+    let keys = String::from_utf8_lossy(&keys.stdout).to_string();
+    assert!(keys.contains(":learn"), "{keys}");
+}
