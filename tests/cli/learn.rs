@@ -84,8 +84,12 @@ fn two_at_once(p: &Project, extra: &[&str]) -> Vec<Value> {
     lanes
 }
 
-/// Each lane learned, and the limit it held never passed the one limit they shared.
-fn learned_together(lanes: &[Value]) {
+/// Each lane learned, and the limit it held never passed the one limit they shared: the
+/// backend never had more than twice its capacity in (two lanes learning apart would each send
+/// up to about 6).
+fn learned_together(lanes: &[Value], server: &TestServer) {
+    let peak = server.capacity_peak();
+    assert!(peak <= 8, "peak {peak}: {lanes:?}");
     for lane in lanes {
         assert!(lane["learned"]["highest"].as_u64() >= Some(4), "{lane}");
     }
@@ -106,14 +110,39 @@ fn learned_together(lanes: &[Value]) {
 fn two_processes_on_the_local_store_learn_one_limit() {
     let server = TestServer::start();
     let p = Project::new(&manifest(&server.base));
-    learned_together(&two_at_once(&p, &[]));
+    learned_together(&two_at_once(&p, &[]), &server);
     // The limit lives in the lane's folder, for every process (and the next run).
-    let learn = crate::common::files_under(&runtime_dir())
-        .into_iter()
-        .filter(|f| f.ends_with("learn"))
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .any(|t| t.contains("\"law\""));
-    assert!(learn, "no learned state in the lane folders");
+    starts_from_the_stores_limit(&p, &[], set_local_limit);
+}
+
+/// A run after them starts from the limit the store holds (set to 7 by `set`), told within
+/// its first exchange — long before it could have learned it itself (two windows of 400 ms or
+/// more).
+fn starts_from_the_stores_limit(p: &Project, extra: &[&str], set: impl FnOnce()) {
+    set();
+    let (doc, _) = p.run_json(&batch(8), extra);
+    let lane = partner(&doc);
+    let first = lane["learned"]["moves"][0].clone();
+    assert!(first[0].as_u64() < Some(600), "{lane}");
+    assert_eq!(first[1], 7, "{lane}");
+}
+
+/// The local store's learned state of `partner` (in its lane folder), set to limit 7.
+fn set_local_limit() {
+    let files = crate::common::files_under(&runtime_dir());
+    let mine = files.iter().filter(|f| f.ends_with("learn"));
+    let mut set = false;
+    for f in mine.filter(|f| f.to_string_lossy().contains("lane_partner")) {
+        let Ok(mut state) =
+            serde_json::from_str::<Value>(&std::fs::read_to_string(f).unwrap_or_default())
+        else {
+            continue;
+        };
+        state["law"]["limit"] = 7.into();
+        std::fs::write(f, state.to_string()).expect("write");
+        set = true;
+    }
+    assert!(set, "no learned state in the lane folders");
 }
 
 /// Where the local store keeps its lane folders.
@@ -126,12 +155,25 @@ fn two_processes_on_one_redis_learn_one_limit_kept_in_redis() {
     let Some(redis) = Redis::start() else { return };
     let server = TestServer::start();
     let p = Project::new(&manifest(&server.base));
-    learned_together(&two_at_once(&p, &["--lane-store", &redis.url]));
+    let store = ["--lane-store", redis.url.as_str()];
+    learned_together(&two_at_once(&p, &store), &server);
     // The limit and its moves live in Redis.
-    let keys = std::process::Command::new("redis-cli")
-        .args(["-u", &redis.url, "--scan", "--pattern", "*partner:learn*"])
-        .output()
-        .expect("redis-cli");
-    let keys = String::from_utf8_lossy(&keys.stdout).to_string();
-    assert!(keys.contains(":learn"), "{keys}");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-u", &redis.url])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let keys = cli(&["--scan", "--pattern", "*partner:learn*"]);
+    let hash = keys
+        .lines()
+        .find(|k| k.ends_with(":learn"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(keys.contains(":learn:moves"), "{keys}");
+    starts_from_the_stores_limit(&p, &store, || {
+        cli(&["HSET", &hash, "limit", "7"]);
+    });
 }

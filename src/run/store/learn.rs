@@ -176,7 +176,7 @@ impl Law {
             let rtt = w.sum_ms / w.answered as f64;
             let served = (self.base_ms / rtt).min(1.0);
             let queued = l * (1.0 - served);
-            let alpha = (3.0 * l.log10()).max(2.0);
+            let alpha = (3.0 * l.log10()).min(l / 4.0).max(1.0);
             if queued > 2.0 * alpha {
                 self.slow_start = false;
                 ((l * served + alpha).max(l * 0.5), Why::Queueing)
@@ -338,7 +338,11 @@ impl Learner {
                     continue;
                 }
                 let mine = (l.take(), l.limit());
-                if let Ok((limit, moved)) = judge.exchange(mine, l.bounds).await {
+                let got = judge.exchange(mine, l.bounds).await;
+                if std::env::var_os("FLUX_DBG").is_some() {
+                    eprintln!("DBG {:?} {mine:?} {got:?}", l.began_ms());
+                }
+                if let Ok((limit, moved)) = got {
                     l.set(limit, moved.map(|m| m.why));
                 }
             }

@@ -137,6 +137,10 @@ impl Judge for RedisJudge {
                 .unwrap_or_else(|| Law::new(bounds));
             let mut shared = Shared::new(bounds, 0.0);
             shared.law = law;
+            // The hash's limit is the one in force (an operator may have set it).
+            if shared.law.limit() != limit {
+                shared.law.limit = f64::from(limit);
+            }
             let moved = shared.judge(&window, bounds);
             let text = moved.map_or(String::new(), |m| {
                 let at = std::time::SystemTime::now()
