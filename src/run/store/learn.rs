@@ -338,11 +338,7 @@ impl Learner {
                     continue;
                 }
                 let mine = (l.take(), l.limit());
-                let got = judge.exchange(mine, l.bounds).await;
-                if std::env::var_os("FLUX_DBG").is_some() {
-                    eprintln!("DBG {:?} {mine:?} {got:?}", l.began_ms());
-                }
-                if let Ok((limit, moved)) = got {
+                if let Ok((limit, moved)) = judge.exchange(mine, l.bounds).await {
                     l.set(limit, moved.map(|m| m.why));
                 }
             }
