@@ -380,7 +380,8 @@ pub enum Event {
     /// Other runs hold `held` permits of the shared `lane` (seen when one of our calls waited).
     LaneShared { lane: usize, held: u64 },
     /// A learned lane's limit moved (`concurrency = "auto"`), and why: `grew`, `queueing`
-    /// (its latency rose well above the unloaded one), `overloaded` (429, 503, a refusal…).
+    /// (its latency rose well above the unloaded one), `overloaded` (429, 503, a refusal…),
+    /// `adopted` (learned by another process sharing the lane, or an earlier run).
     LaneLimit {
         lane: usize,
         from: u32,

@@ -116,9 +116,14 @@ impl Builder<'_> {
             for (l, w) in wide {
                 self.warnings.push(
                     Diagnostic::warning(format!(
-                        "phase {pi} fans out {w} permits onto lane {} (limit {}): the rest queue",
+                        "phase {pi} fans out {w} permits onto lane {} (limit {}{}): the rest queue",
                         lanes[l].name,
-                        lanes[l].planned().unwrap_or(0)
+                        lanes[l].planned().unwrap_or(0),
+                        if lanes[l].auto.is_some() {
+                            ", learned from here"
+                        } else {
+                            ""
+                        }
                     ))
                     .in_file(&self.batch.file.name),
                 );

@@ -109,6 +109,7 @@ impl LaneTable {
             key: key.clone(),
             limit,
             auto,
+            learned: None,
             rate,
             burst,
             borrowed: false,

@@ -134,6 +134,8 @@ pub struct LaneSpec {
     pub limit: Option<u32>,
     /// `concurrency = "auto"`: the limit moves with what the backend answers, in these bounds.
     pub auto: Option<crate::manifest::AutoLimit>,
+    /// A learned lane's last limit in the history (`plan` simulates with it).
+    pub learned: Option<u32>,
     pub rate: Option<Rate>,
     pub burst: Option<u32>,
     /// Held for us by the run that started this one (`FLUX_TOOLS_LEASE`): the lane is this
@@ -158,9 +160,12 @@ impl LaneSpec {
         self.auto.map(|a| a.min).or(self.limit)
     }
 
-    /// The limit a schedule is simulated with: its limit, or a learned one's start.
+    /// The limit a schedule is simulated with: its limit, or a learned one's last learned
+    /// limit (else its start).
     pub fn planned(&self) -> Option<u32> {
-        self.auto.map(|a| a.start).or(self.limit)
+        (self.auto)
+            .map(|a| self.learned.unwrap_or(a.start))
+            .or(self.limit)
     }
 }
 

@@ -125,6 +125,7 @@ fn starts_from_the_stores_limit(p: &Project, extra: &[&str], set: impl FnOnce())
     let first = lane["learned"]["moves"][0].clone();
     assert!(first[0].as_u64() < Some(600), "{lane}");
     assert_eq!(first[1], 7, "{lane}");
+    assert_eq!(first[2], "adopted", "{lane}");
 }
 
 /// The local store's learned state of `partner` (in its lane folder), set to limit 7.
@@ -176,4 +177,44 @@ fn two_processes_on_one_redis_learn_one_limit_kept_in_redis() {
     starts_from_the_stores_limit(&p, &store, || {
         cli(&["HSET", &hash, "limit", "7"]);
     });
+}
+
+#[test]
+fn plan_shows_a_learned_lane_and_its_last_limit_and_the_history_draws_it() {
+    let server = TestServer::start();
+    let p = Project::new(&format!(
+        "{}\n[history]\npath = \"runs.jsonl\"\n",
+        manifest(&server.base)
+    ));
+    p.write("plan.yaml", &batch(4));
+    let plan = |format: &str| {
+        let out = p
+            .cmd()
+            .args(["plan", "plan.yaml", "--format", format])
+            .output();
+        String::from_utf8_lossy(&out.expect("plan").stdout).to_string()
+    };
+    // Before any run: auto, from its start.
+    let table = plan("table");
+    assert!(table.contains("lane:partner (auto, from 2)"), "{table}");
+    let (doc, _) = p.run_json(&batch(24), &[]);
+    let last = partner(&doc)["learned"]["last"].as_u64().unwrap_or(0);
+    assert!(last >= 2, "{doc}");
+    // After it: the last learned limit, in the table and the JSON.
+    let table = plan("table");
+    let said = format!("lane:partner (auto, learned {last})");
+    assert!(table.contains(&said), "{table}");
+    let json: Value = serde_json::from_str(&plan("json")).expect("plan json");
+    let lanes = json["lanes"].as_array().cloned().unwrap_or_default();
+    let lane = lanes.into_iter().find(|l| l["name"] == "lane:partner");
+    let lane = lane.unwrap_or(Value::Null);
+    let seen = (lane["learned"].as_u64(), lane["auto"]["start"].as_u64());
+    assert_eq!(seen, (Some(last), Some(2)), "{lane}");
+    // The history draws it.
+    let out = p.cmd().args(["report", "--history", "runs.jsonl"]).output();
+    let text = String::from_utf8_lossy(&out.expect("report").stdout).to_string();
+    assert!(text.contains("learned limit of lane:partner:"), "{text}");
+    let drawn = format!(" {last} (");
+    let bar = text.lines().any(|l| l.contains('█') && l.contains(&drawn));
+    assert!(bar, "{text}");
 }

@@ -27,7 +27,9 @@ pub(super) fn plan(args: &Args, p: &PlanArgs, terminal: Terminal) -> Result<u8, 
     };
     let batch = (c.batch.as_deref(), terminal.stdin);
     let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
-    let (manifest, plan, hub) = read_inputs(&path, batch, reading)?.plan(args.quiet, &opts, &rt)?;
+    let (manifest, mut plan, hub) =
+        read_inputs(&path, batch, reading)?.plan(args.quiet, &opts, &rt)?;
+    learned_from_history(&manifest, &mut plan);
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }
@@ -53,6 +55,23 @@ pub(super) fn plan(args: &Args, p: &PlanArgs, terminal: Terminal) -> Result<u8, 
     };
     stdout_write(text.as_bytes())?;
     Ok(error::EXIT_OK)
+}
+
+/// Each learned lane's last limit from the history (`[history] path`), which the plan is
+/// simulated and shown with.
+fn learned_from_history(manifest: &crate::manifest::Manifest, plan: &mut crate::plan::Plan) {
+    let Some(path) = &manifest.history else {
+        return;
+    };
+    if !plan.lanes.iter().any(|l| l.auto.is_some()) {
+        return;
+    }
+    let learned = crate::reporters::history::learned_limits(path);
+    for l in std::sync::Arc::make_mut(&mut plan.lanes) {
+        if let Some(auto) = l.auto {
+            l.learned = learned.get(&l.name).map(|n| (*n).clamp(auto.min, auto.max));
+        }
+    }
 }
 
 /// Which calls the read cache would answer now: those to a `cache` tool whose arguments are

@@ -59,6 +59,8 @@ struct LaneLine {
     lane: String,
     peak: u64,
     held_elsewhere: Option<u64>,
+    #[serde(default)]
+    learned: Option<crate::events::Learned>,
 }
 
 #[derive(Deserialize)]
@@ -79,10 +81,22 @@ pub(crate) struct Row {
     /// Per lane shared across runs: the most permits held at once by a run and the others
     /// it saw (its peak plus what others held while it waited).
     pub lane_peaks: BTreeMap<String, u64>,
+    /// Per learned lane (`concurrency = "auto"`): its lowest and highest limit over the
+    /// period's runs, and the last one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lane_limits: BTreeMap<String, LimitSpan>,
     pub http_429: u64,
     pub tool_cost_per_turn: f64,
     /// `None` when no run of the period priced its model.
     pub model_cost_per_turn: Option<f64>,
+}
+
+/// A learned lane's limit over a period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct LimitSpan {
+    pub lowest: u32,
+    pub highest: u32,
+    pub last: u32,
 }
 
 /// The first period whose width moved.
@@ -121,6 +135,7 @@ struct Acc {
     model_cost: f64,
     priced: usize,
     lanes: BTreeMap<String, u64>,
+    limits: BTreeMap<String, LimitSpan>,
 }
 
 impl Acc {
@@ -135,6 +150,16 @@ impl Acc {
             self.priced += 1;
         }
         for lane in l.lanes.into_iter().filter(|x| shared(&x.lane)) {
+            if let Some(learned) = &lane.learned {
+                let e = self.limits.entry(lane.lane.clone()).or_insert(LimitSpan {
+                    lowest: learned.lowest,
+                    highest: learned.highest,
+                    last: learned.last,
+                });
+                e.lowest = e.lowest.min(learned.lowest);
+                e.highest = e.highest.max(learned.highest);
+                e.last = learned.last;
+            }
             let seen = lane.peak + lane.held_elsewhere.unwrap_or(0);
             let e = self.lanes.entry(lane.lane).or_default();
             *e = (*e).max(seen);
@@ -153,6 +178,7 @@ impl Acc {
             width_max: self.widths.last().copied().unwrap_or(0),
             speedup: round2(self.tool_ms as f64 / self.wall_ms.max(1) as f64),
             lane_peaks: self.lanes,
+            lane_limits: self.limits,
             http_429: self.http_429,
             tool_cost_per_turn: round9(self.tool_cost / turns),
             model_cost_per_turn: (self.priced > 0).then(|| round9(self.model_cost / turns)),

@@ -69,6 +69,39 @@ pub(crate) struct LaneRecord {
     pub held_elsewhere: Option<u64>,
     /// Partner rejections (HTTP 429/503 with a wait) met in this lane.
     pub rejections: u64,
+    /// A learned lane (`concurrency = "auto"`): its limit over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<crate::events::Learned>,
+}
+
+/// Each learned lane's last limit in the history at `path` (its newest run that used it):
+/// what `plan` simulates with. Nothing when there is no history or it cannot be read.
+pub(crate) fn learned_limits(path: &Path) -> std::collections::BTreeMap<String, u32> {
+    #[derive(Deserialize)]
+    struct Line {
+        #[serde(default)]
+        lanes: Vec<Lane>,
+    }
+    #[derive(Deserialize)]
+    struct Lane {
+        lane: String,
+        learned: Option<crate::events::Learned>,
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return out;
+    };
+    for line in text.lines() {
+        let Ok(l) = serde_json::from_str::<Line>(line) else {
+            continue;
+        };
+        for lane in l.lanes {
+            if let Some(learned) = lane.learned {
+                out.insert(lane.lane, learned.last);
+            }
+        }
+    }
+    out
 }
 
 /// A model reply's usage and what it cost.
@@ -114,6 +147,7 @@ impl Record {
                     peak: l.peak_in_flight,
                     held_elsewhere: l.peak_held_elsewhere,
                     rejections: l.rejections,
+                    learned: l.learned.clone(),
                 })
                 .collect(),
             model: facts.usage.map(|u| model_record(u, manifest)),

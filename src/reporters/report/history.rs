@@ -61,6 +61,7 @@ pub(crate) fn to_table(a: &Analysis) -> String {
         ]);
     }
     let _ = writeln!(out, "{t}");
+    draw_limits(&mut out, a);
     if !a.settled.is_empty() {
         let phrase = super::summary::settled_phrase(&a.settled);
         let _ = writeln!(out, "{phrase}");
@@ -205,4 +206,31 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// Each learned lane's limit by period, drawn: a bar to its last limit (scaled to the highest
+/// seen), and its range.
+fn draw_limits(out: &mut String, a: &Analysis) {
+    let lanes: std::collections::BTreeSet<&String> =
+        a.rows.iter().flat_map(|r| r.lane_limits.keys()).collect();
+    for lane in lanes {
+        let spans: Vec<_> = (a.rows.iter())
+            .filter_map(|r| r.lane_limits.get(lane).map(|s| (&r.period, s)))
+            .collect();
+        let top = spans
+            .iter()
+            .map(|(_, s)| s.highest)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let _ = writeln!(out, "learned limit of {lane}:");
+        for (period, s) in spans {
+            let bar = "█".repeat((s.last as usize * 24).div_ceil(top as usize));
+            let _ = writeln!(
+                out,
+                "  {period:<16} {bar:<24} {} ({}–{})",
+                s.last, s.lowest, s.highest
+            );
+        }
+    }
 }

@@ -102,6 +102,12 @@ struct CallView<'a> {
 struct LaneView<'a> {
     name: &'a str,
     limit: Option<u32>,
+    /// A learned lane's bounds (`concurrency = "auto"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auto: Option<crate::manifest::AutoLimit>,
+    /// A learned lane's last limit in the history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    learned: Option<u32>,
     rate: Option<String>,
     burst: Option<u32>,
 }
@@ -162,6 +168,8 @@ pub(crate) fn write_json(
             .map(|l| LaneView {
                 name: &l.name,
                 limit: l.limit,
+                auto: l.auto,
+                learned: l.learned,
                 rate: l.rate.map(|r| r.to_string()),
                 burst: l.burst,
             })
@@ -302,9 +310,11 @@ pub(crate) fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
                 .iter()
                 .map(|&l| {
                     let lane = &plan.lanes[l];
-                    match lane.limit {
-                        Some(n) => format!("{} ({n})", lane.name),
-                        None => lane.name.clone(),
+                    match (lane.auto, lane.learned, lane.limit) {
+                        (Some(_), Some(n), _) => format!("{} (auto, learned {n})", lane.name),
+                        (Some(a), None, _) => format!("{} (auto, from {})", lane.name, a.start),
+                        (None, _, Some(n)) => format!("{} ({n})", lane.name),
+                        (None, _, None) => lane.name.clone(),
                     }
                 })
                 .collect();

@@ -31,6 +31,8 @@ use crate::manifest::AutoLimit;
 const MIN_WINDOW: Duration = Duration::from_millis(50);
 /// How often a process on a shared store hands its answers over and learns the limit.
 pub(crate) const EXCHANGE: Duration = Duration::from_millis(100);
+/// A shared window older than this many spans is begun afresh (the lane lay idle).
+pub(crate) const STALE_SPANS: f64 = 10.0;
 /// The most moves a lane remembers (for the history and the report).
 const MOVES_KEPT: usize = 240;
 
@@ -98,6 +100,8 @@ pub enum Why {
     Queueing,
     /// The backend pushed back (429, 503, `Retry-After`, a refusal, a timeout).
     Overloaded,
+    /// Learned elsewhere: by another process or replica sharing the lane, or an earlier run.
+    Adopted,
 }
 
 impl Why {
@@ -106,6 +110,7 @@ impl Why {
             Why::Grew => "grew",
             Why::Queueing => "queueing",
             Why::Overloaded => "overloaded",
+            Why::Adopted => "adopted",
         }
     }
 }
@@ -234,8 +239,14 @@ impl Shared {
         }
     }
 
-    /// Merge `mine` at `now_ms`; judge the window when it is due: the move it made.
+    /// Merge `mine` at `now_ms`; judge the window when it is due: the move it made. A window
+    /// nobody fed for ten of its spans (the lane lay idle) begins afresh: its age says nothing
+    /// of the answers coming in now.
     pub(crate) fn exchange(&mut self, mine: &Window, now_ms: f64, b: AutoLimit) -> Option<Move> {
+        if now_ms - self.since_ms > STALE_SPANS * self.span_ms.max(1.0) {
+            self.window = Window::default();
+            self.since_ms = now_ms;
+        }
         self.window.merge(mine);
         let span = self.law.span(&self.window).as_secs_f64() * 1000.0;
         if self.window.is_empty() || now_ms - self.since_ms < self.span_ms.max(span) {
@@ -398,7 +409,7 @@ impl Learner {
         }
         let mut st = self.lock();
         st.law.limit = f64::from(to);
-        let why = why.unwrap_or(if to > from { Why::Grew } else { Why::Queueing });
+        let why = why.unwrap_or(Why::Adopted);
         self.apply(&mut st, Move { from, to, why });
     }
 

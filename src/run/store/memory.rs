@@ -377,6 +377,7 @@ mod tests {
     fn spec(limit: Option<u32>, rate: Option<Rate>, burst: Option<u32>) -> LaneSpec {
         LaneSpec {
             auto: None,
+            learned: None,
             key: LaneKey::Turn,
             name: "turn".into(),
             limit,

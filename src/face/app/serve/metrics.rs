@@ -91,7 +91,11 @@ impl Default for Metrics {
             "What each tenant's served calls cost",
             m.spent.clone(),
         );
-        r.register("lane_limit", "Each lane's limit", m.lane_limit.clone());
+        r.register(
+            "lane_limit",
+            "Each lane's limit (a learned lane's as it stands now)",
+            m.lane_limit.clone(),
+        );
         r.register(
             "lane_in_flight",
             "Permits of each lane held in this process",

@@ -101,7 +101,8 @@ impl Log {
                     .filter(|(_, tenant, _)| mine(tenant))
                     .map(|(flow, tenant, n)| json!({"session": flow, "tenant": tenant, "waiting": n}))
                     .collect();
-                json!({"lane": l.lane, "limit": l.limit, "in_flight": l.held, "waiting": l.waiting, "queue": queue})
+                let learned = l.learned.map(|m| json!({"from": m.from, "to": m.to, "why": m.why.as_str()}));
+                json!({"lane": l.lane, "limit": l.limit, "learned": learned, "in_flight": l.held, "waiting": l.waiting, "queue": queue})
             })
             .collect();
         let recent: Vec<Recent> = self

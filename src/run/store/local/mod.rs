@@ -629,6 +629,7 @@ mod tests {
     fn spec(limit: u32) -> LaneSpec {
         LaneSpec {
             auto: None,
+            learned: None,
             key: LaneKey::Tool("t".into()),
             name: "tool:t".into(),
             limit: Some(limit),
