@@ -272,14 +272,25 @@ impl HttpTool {
 
     async fn call(&self, inv: &Invocation, stop: &mut Stop) -> Result<Value, Failure> {
         let req = self.request(inv)?;
-        tokio::select! {
-            r = self.send(req) => r,
+        let mut quota = None;
+        let r = tokio::select! {
+            r = self.send(req, &mut quota) => r,
             _ = stop.stopped() => Err(Failure::Stopped),
+        };
+        if let Some(q) = quota {
+            stop.tell_quota(q);
         }
+        r
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
+    /// Send the request and read its answer (and the quota its headers state into `quota`).
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        quota: &mut Option<super::quota::Quota>,
+    ) -> Result<Value, Failure> {
         let mut resp = req.send().await.map_err(|e| self.transport_error(e))?;
+        *quota = super::quota::of(resp.headers());
         let status = resp.status();
         let json = resp
             .headers()

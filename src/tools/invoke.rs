@@ -49,6 +49,8 @@ pub struct Stop {
     /// cut-off write while the run ends: only a second Ctrl-C cuts it short).
     level: StopLevel,
     cause: Option<StopCause>,
+    /// What the backend said of its rate quota in its answer (HTTP headers), for the lanes.
+    quota: Option<super::quota::Quota>,
 }
 
 impl Stop {
@@ -63,7 +65,18 @@ impl Stop {
             run,
             level: StopLevel::Graceful,
             cause: None,
+            quota: None,
         }
+    }
+
+    /// The backend stated its rate quota in its answer (the call's lanes heed it).
+    pub(crate) fn tell_quota(&mut self, quota: super::quota::Quota) {
+        self.quota = Some(quota);
+    }
+
+    /// The quota the backend stated, if it did.
+    pub(crate) fn quota(&self) -> Option<super::quota::Quota> {
+        self.quota
     }
 
     /// A stop for a probe (`verify`): its own timeout, and the run ending only when forced.

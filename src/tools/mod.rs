@@ -18,6 +18,7 @@
 mod groups;
 mod invoke;
 mod kind;
+pub(crate) mod quota;
 pub(crate) mod reaper;
 
 use std::any::Any;

@@ -32,6 +32,8 @@ struct State {
     /// `/capacity/C/MS`: calls in (served or queued), calls served now.
     cap_in: usize,
     cap_serving: usize,
+    /// `/quota/N/SECS`: calls in the current window, and when it began.
+    quota: (u64, Option<Instant>),
     cap_peak: usize,
 }
 
@@ -129,6 +131,45 @@ fn effects(out: &mut TcpStream, req: &Request, mode: Option<&str>, state: &Arc<M
     }
     let body = serde_json::json!({"key": key, "mode": mode});
     send(out, "200 OK", "application/json", "", &body.to_string());
+}
+
+/// `/quota/N/SECS`: N calls a window of SECS seconds (from its first call), each answer stating
+/// what remains and when the window resets (`X-RateLimit-*`); a call beyond them gets 429.
+fn quota(out: &mut TcpStream, state: &Arc<Mutex<State>>, n: u64, secs: u64) {
+    let (used, reset) = {
+        let mut s = state.lock().unwrap();
+        let now = Instant::now();
+        let began = match s.quota.1 {
+            Some(b) if now.duration_since(b) < Duration::from_secs(secs) => b,
+            _ => {
+                s.quota = (0, Some(now));
+                now
+            }
+        };
+        s.quota.0 += 1;
+        let left = Duration::from_secs(secs).saturating_sub(now.duration_since(began));
+        (s.quota.0, left.as_secs_f64().ceil() as u64)
+    };
+    let extra = format!(
+        "X-RateLimit-Limit: {n}\r\nX-RateLimit-Remaining: {}\r\nX-RateLimit-Reset: {reset}\r\n",
+        n.saturating_sub(used)
+    );
+    if used > n {
+        return send(
+            out,
+            "429 Too Many Requests",
+            "text/plain",
+            &extra,
+            "quota spent",
+        );
+    }
+    send(
+        out,
+        "200 OK",
+        "application/json",
+        &extra,
+        &format!("{{\"call\": {used}}}"),
+    );
 }
 
 /// `/capacity/C/MS`: a backend with a hidden capacity — up to `c` calls served at once in
@@ -247,6 +288,12 @@ fn respond(out: &mut TcpStream, req: &Request, state: &Arc<Mutex<State>>) {
             );
         }
         ["text"] => send(out, "200 OK", "text/plain", "", "plain text"),
+        ["quota", n, secs] => quota(
+            out,
+            state,
+            n.parse().unwrap_or(3),
+            secs.parse().unwrap_or(1),
+        ),
         ["capacity", c, ms] => capacity(
             out,
             state,

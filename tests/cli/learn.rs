@@ -218,3 +218,25 @@ fn plan_shows_a_learned_lane_and_its_last_limit_and_the_history_draws_it() {
     let bar = text.lines().any(|l| l.contains('█') && l.contains(&drawn));
     assert!(bar, "{text}");
 }
+
+#[test]
+fn a_quota_the_backend_states_is_heeded_before_it_refuses() {
+    let server = TestServer::start();
+    let p = Project::new(&format!(
+        "[lanes.partner]\nconcurrency = 1\n\n\
+         [tools.fetch]\nkind = \"http\"\nurl = \"{}/quota/3/1\"\neffect = \"read\"\nlanes = [\"partner\"]\nretries = 3\n",
+        server.base
+    ));
+    let (doc, code) = p.run_json(&batch(6), &[]);
+    assert_eq!(code, 0, "{doc}");
+    // The third answer said none remain until the window resets: the fourth call waited for
+    // it instead of drawing a 429.
+    assert_eq!(doc["stats"]["http_429"], 0, "{doc}");
+    let started = |i: usize| results(&doc)[i]["started_ms"].as_u64().unwrap_or(0);
+    assert!(started(3) >= started(2) + 500, "{doc}");
+    let attempts: Vec<u64> = results(&doc)
+        .iter()
+        .filter_map(|r| r["attempts"].as_u64())
+        .collect();
+    assert_eq!(attempts, [1; 6], "{doc}");
+}

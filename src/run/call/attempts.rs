@@ -42,6 +42,9 @@ impl Job {
             let sent = Instant::now();
             let outcome = self.tool.invoke(&self.inv, &mut stop).await;
             self.tell_lanes(leases, &outcome, &stop, sent);
+            if let Some(q) = stop.quota() {
+                self.heed_quota(leases, q);
+            }
             match outcome {
                 Ok(v) => {
                     result.status = Status::Ok;
@@ -130,16 +133,32 @@ impl Job {
         }
     }
 
+    /// The partner stated its rate quota: the call's tool and shared lanes heed it (spent,
+    /// they wait for its reset — as everyone sharing them does).
+    fn heed_quota(&self, leases: &[(usize, Lease)], q: crate::tools::quota::Quota) {
+        for lane in self.partner_lanes(leases) {
+            self.lanes.clone().quota(lane, q.remaining, q.reset);
+        }
+    }
+
+    /// The call's lanes that stand for its partner: its tool's and the shared ones.
+    fn partner_lanes<'a>(
+        &'a self,
+        leases: &'a [(usize, Lease)],
+    ) -> impl Iterator<Item = usize> + 'a {
+        leases.iter().map(|(l, _)| *l).filter(|&l| {
+            matches!(
+                self.plan.lanes[l].key,
+                LaneKey::Tool(_) | LaneKey::BatchTool(_) | LaneKey::Shared(_)
+            )
+        })
+    }
+
     /// The partner pushed back: the call's tool and shared lanes wait it out, so the other
     /// calls in them do not keep hammering it.
     fn push_back(&self, leases: &[(usize, Lease)], wait: Duration) {
-        for &(lane, _) in leases {
-            if matches!(
-                self.plan.lanes[lane].key,
-                LaneKey::Tool(_) | LaneKey::BatchTool(_) | LaneKey::Shared(_)
-            ) {
-                self.lanes.clone().back_off(lane, wait);
-            }
+        for lane in self.partner_lanes(leases) {
+            self.lanes.clone().back_off(lane, wait);
         }
     }
 

@@ -144,8 +144,30 @@ impl MemoryLanes {
             return;
         };
         l.counters.rejections.fetch_add(1, Ordering::Relaxed);
+        self.hold(lane, wait);
+    }
+
+    /// Pause `lane` for `wait` (a partner's spent quota: no rejection).
+    pub(crate) fn hold(&self, lane: usize, wait: Duration) {
+        let Some(l) = self.lanes.get(lane) else {
+            return;
+        };
         if let Ok(mut st) = l.tokens.lock() {
             st.back_off(self.base.elapsed().as_secs_f64(), wait, l.rate.is_some());
+        }
+    }
+
+    /// A stated quota: a rate lane's bucket holds no more tokens than remain; spent, the lane
+    /// waits for the reset.
+    pub(crate) fn heed(&self, lane: usize, remaining: u64, reset: Duration) {
+        let Some(l) = self.lanes.get(lane) else {
+            return;
+        };
+        if remaining == 0 {
+            return self.hold(lane, reset);
+        }
+        if let (Some(_), Ok(mut st)) = (l.rate, l.tokens.lock()) {
+            st.tokens = st.tokens.min(remaining as f64);
         }
     }
 
@@ -286,6 +308,10 @@ impl Lanes for MemoryLanes {
 
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.pause(lane, wait);
+    }
+
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        self.heed(lane, remaining, reset);
     }
 
     fn observe(&self, lane: usize, sample: Sample, sent: Instant) -> Option<Move> {

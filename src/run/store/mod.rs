@@ -287,6 +287,14 @@ pub trait Lanes: Send + Sync {
     /// until it has passed, and the rejection is counted. Returns at once: a store that must
     /// wait on a lock or a server does that work in the background.
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration);
+    /// The backend stated its rate quota (`RateLimit`, `X-RateLimit-*` headers): `remaining`
+    /// calls before `reset`. Spent, nothing more is admitted to `lane` until it resets — for
+    /// every run sharing the lane, and not counted as a rejection.
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        if remaining == 0 {
+            self.back_off(lane, reset);
+        }
+    }
     /// The answer to an attempt sent at `sent`, for a learned lane (`concurrency = "auto"`):
     /// the move it made to the lane's limit (or one made since the last answer), if any.
     fn observe(

@@ -497,19 +497,13 @@ impl Lanes for LocalLanes {
 
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.mem.pause(lane, wait);
-        let Some(f) = self.file(lane) else { return };
-        let has_rate = f.rate.is_some();
-        let pause = move |st: &mut TokenState, now: f64| st.back_off(now, wait, has_rate);
-        if let Ok(Some(())) = f.with_tokens(false, pause) {
-            return;
-        }
-        // Another process is at the bucket: record the pause from a blocking thread.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn_blocking(move || {
-                if let Some(f) = self.file(lane) {
-                    let _ = f.with_tokens(true, pause);
-                }
-            });
+        self.pause_shared(lane, wait);
+    }
+
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        self.mem.heed(lane, remaining, reset);
+        if remaining == 0 {
+            self.pause_shared(lane, reset);
         }
     }
 
@@ -524,6 +518,26 @@ impl Lanes for LocalLanes {
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
         self.mem.record_wait(lane, wait, token);
+    }
+}
+
+impl LocalLanes {
+    /// Pause `lane` in its rate file for `wait`, for every process of the machine.
+    fn pause_shared(self: Arc<Self>, lane: usize, wait: Duration) {
+        let Some(f) = self.file(lane) else { return };
+        let has_rate = f.rate.is_some();
+        let pause = move |st: &mut TokenState, now: f64| st.back_off(now, wait, has_rate);
+        if let Ok(Some(())) = f.with_tokens(false, pause) {
+            return;
+        }
+        // Another process is at the bucket: record the pause from a blocking thread.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || {
+                if let Some(f) = self.file(lane) {
+                    let _ = f.with_tokens(true, pause);
+                }
+            });
+        }
     }
 }
 
