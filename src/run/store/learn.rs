@@ -184,7 +184,9 @@ impl Law {
             let alpha = (3.0 * l.log10()).min(l / 4.0).max(1.0);
             if queued > 2.0 * alpha {
                 self.slow_start = false;
-                ((l * served + alpha).max(l * 0.5), Why::Queueing)
+                // Half way to what it serves plus α: the queue drains over a window or two,
+                // and a window judged while it drains must not cut the limit twice.
+                ((l + l * served + alpha) / 2.0, Why::Queueing)
             } else if queued >= alpha {
                 self.slow_start = false;
                 return None;
@@ -248,7 +250,7 @@ impl Shared {
             self.since_ms = now_ms;
         }
         self.window.merge(mine);
-        let span = self.law.span(&self.window).as_secs_f64() * 1000.0;
+        let span = shared_span(&self.law, &self.window);
         if self.window.is_empty() || now_ms - self.since_ms < self.span_ms.max(span) {
             return None;
         }
@@ -260,9 +262,16 @@ impl Shared {
     /// Judge window `w` (closed already): the move, and the next window's length.
     pub(crate) fn judge(&mut self, w: &Window, b: AutoLimit) -> Option<Move> {
         let moved = self.law.step(w, b);
-        self.span_ms = self.law.span(w).as_secs_f64() * 1000.0;
+        self.span_ms = shared_span(&self.law, w);
         moved
     }
+}
+
+/// How long a shared window must be, in ms: the law's span, and two exchanges more — every
+/// process hears of a move at its next exchange, and only its calls sent after that speak for
+/// the new limit.
+pub(crate) fn shared_span(law: &Law, w: &Window) -> f64 {
+    (law.span(w) + 2 * EXCHANGE).as_secs_f64() * 1000.0
 }
 
 /// Exchange `learner`'s answers with `judge` every [`EXCHANGE`] while the lane is in use, for

@@ -29,14 +29,14 @@ fn it_doubles_until_queueing_then_grows_by_the_root() {
         law.step(&window(16, 100.0, 100.0, 0, 8), B).map(|m| m.to),
         Some(16)
     );
-    // Latency 2× the unloaded at 16: 8 queued, over 2α (2 × 3.6): back to what it serves
-    // (8) plus α — and out of the slow start.
+    // Latency 2× the unloaded at 16: 8 queued, over 2α (2 × 3.6): half way to what it
+    // serves (8) plus α — 13.8 — and out of the slow start.
     let m = law.step(&window(16, 200.0, 100.0, 0, 16), B);
-    assert_eq!(m.map(|m| (m.to, m.why)), Some((12, Why::Queueing)));
+    assert_eq!(m.map(|m| (m.to, m.why)), Some((14, Why::Queueing)));
     assert!(!law.slow_start);
     // Unloaded again: by √limit, not doubling.
-    let m = law.step(&window(16, 100.0, 100.0, 0, 12), B);
-    assert_eq!(m.map(|m| m.to), Some(15));
+    let m = law.step(&window(16, 100.0, 100.0, 0, 14), B);
+    assert_eq!(m.map(|m| m.to), Some(18));
 }
 
 #[test]

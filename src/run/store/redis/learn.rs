@@ -13,14 +13,15 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::manifest::AutoLimit;
-use crate::run::store::learn::{Judge, Law, Move, Shared, Window};
+use crate::run::store::learn::{Judge, Law, Move, Shared, Window, EXCHANGE};
 use crate::run::store::{BoxFuture, LaneError};
 
 /// Merge a process's answers into the lane's window; answer the limit and the law, and — to
 /// the one exchange that finds the window due — the window itself (then begun afresh).
 /// KEYS: the learning hash, the lane's permits. ARGV: answered, sum ms, min ms, overloads,
 /// the start limit, the limit the process had in force (answers gathered under another are
-/// dropped: the process only learns the limit).
+/// dropped: the process only learns the limit), two exchanges in ms (a window's least margin:
+/// `learn::shared_span`).
 const FEED: &str = r#"
 local h = KEYS[1]
 local t = redis.call('TIME')
@@ -55,7 +56,7 @@ local law = redis.call('HGET', h, 'law') or ''
 local since = tonumber(redis.call('HGET', h, 'since'))
 local span = tonumber(redis.call('HGET', h, 'span')) or 50
 if answered > 0 then
-  span = math.max(span, 2 * sum / answered)
+  span = math.max(span, 2 * sum / answered + tonumber(ARGV[7]))
 end
 if answered + over > 0 and now - since >= span then
   redis.call('HSET', h, 'since', now, 'answered', 0, 'sum', 0, 'min', 0, 'over', 0, 'peak', 0)
@@ -114,7 +115,8 @@ impl Judge for RedisJudge {
                 .arg(mine.min_ms)
                 .arg(mine.overloads)
                 .arg(bounds.start)
-                .arg(mine_limit);
+                .arg(mine_limit)
+                .arg(2 * EXCHANGE.as_millis() as u64);
             let out: Vec<String> = inv
                 .invoke_async(&mut conn)
                 .await
