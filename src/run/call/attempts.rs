@@ -41,7 +41,7 @@ impl Job {
             );
             let sent = Instant::now();
             let outcome = self.tool.invoke(&self.inv, &mut stop).await;
-            self.tell_lanes(leases, &outcome, &stop, sent);
+            self.tell_lanes(leases, &outcome, &stop, (sent, dispatched));
             if let Some(q) = stop.quota() {
                 self.heed_quota(leases, q);
             }
@@ -98,13 +98,15 @@ impl Job {
     }
 
     /// What the attempt sent at `sent` said of its backend, told to each learned lane the call
-    /// holds (`concurrency = "auto"`); a move of a lane's limit becomes an event.
+    /// holds (`concurrency = "auto"`) as of when the call took its permits (`dispatched`: a
+    /// retry of a call sent under an older limit says nothing of the new one); a move of a
+    /// lane's limit becomes an event.
     fn tell_lanes(
         &self,
         leases: &[(usize, Lease)],
         outcome: &Result<serde_json::Value, Failure>,
         stop: &Stop,
-        sent: Instant,
+        (sent, dispatched): (Instant, Instant),
     ) {
         let learned = |l: &usize| self.plan.lanes[*l].auto.is_some();
         if !leases.iter().any(|(l, _)| learned(l)) {
@@ -122,7 +124,7 @@ impl Job {
             _ => Sample::Answered(sent.elapsed()),
         };
         for (lane, _) in leases.iter().filter(|(l, _)| learned(l)) {
-            if let Some(m) = self.lanes.observe(*lane, sample, sent) {
+            if let Some(m) = self.lanes.observe(*lane, sample, dispatched) {
                 self.emitter.lane(|| Event::LaneLimit {
                     lane: *lane,
                     from: m.from,
