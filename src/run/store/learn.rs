@@ -10,7 +10,8 @@
 //! (`limit × base / rtt + α`, at most halving). An overload — a 429, a 502/503/504, a
 //! `Retry-After`, a refused connection, a timeout — halves it (once a window). A window whose
 //! calls never held half the limit does not grow it (the lane is not what holds calls back).
-//! At the floor, the base is taken afresh: the backend got slower for everyone.
+//! At the floor and still queueing, the base drifts up a tenth of the way a window: the
+//! backend may have got slower for everyone.
 //!
 //! In one process ([`MemoryLanes`](super::MemoryLanes)) the learner judges its own windows; on
 //! a shared store each process gathers its answers and hands them to the store every
@@ -200,9 +201,11 @@ impl Law {
             }
         };
         self.limit = next.clamp(lo, hi);
-        if self.limit <= lo && why != Why::Grew {
-            // At the floor: what it answers now is its unloaded latency.
-            self.base_ms = 0.0;
+        if self.limit <= lo && why == Why::Queueing && w.min_ms > self.base_ms {
+            // At the floor and still queueing: the backend may have got slower for everyone.
+            // The unloaded latency drifts a tenth of the way up a window (a queue draining
+            // after an overload must not become the new unloaded latency at once).
+            self.base_ms += (w.min_ms - self.base_ms) * 0.1;
         }
         let to = self.limit();
         (to != from).then_some(Move { from, to, why })
