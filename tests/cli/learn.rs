@@ -240,3 +240,43 @@ fn a_quota_the_backend_states_is_heeded_before_it_refuses() {
         .collect();
     assert_eq!(attempts, [1; 6], "{doc}");
 }
+
+#[test]
+fn a_learned_limit_is_checked_where_it_is_written() {
+    for (text, said) in [
+        (
+            "[lanes.a]\nconcurrency = \"atuo\"\n",
+            "error: `concurrency` in [lanes.a] is \"atuo\"; it is a number or \"auto\"\n  ——▶ tools.toml:2:15",
+        ),
+        (
+            "[lanes.a]\nconcurrency = 4\nmax = 9\n",
+            "error: `max` in [lanes.a] bounds a learned limit\n  ——▶ tools.toml:3:1",
+        ),
+        (
+            "[lanes.a]\nconcurrency = \"auto\"\nmin = 8\nmax = 4\n",
+            "error: the bounds in [lanes.a] are min 8, start 8, max 4; they must be min ≤ start ≤ max",
+        ),
+        (
+            "[concurrency.per_tool]\nt = { min = 2, mx = 9 }\n[tools.t]\nkind = \"scripted\"\neffect = \"read\"\n",
+            "error: unknown field `mx` in `per_tool.t`",
+        ),
+    ] {
+        let p = Project::new(text);
+        let out = p.cmd().args(["validate"]).output().expect("validate");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_ne!(out.status.code(), Some(0), "{text}");
+        assert!(err.contains(said), "{text}\n{err}");
+        assert_eq!(err.matches("error:").count(), 1, "{err}");
+    }
+    // A tool's weight above an auto lane's floor could wait forever there.
+    let p = Project::new(
+        "[concurrency.per_tool]\nt = { min = 1, max = 8 }\n[tools.t]\nkind = \"scripted\"\neffect = \"read\"\nweight = 2\n",
+    );
+    p.write("b.yaml", "- { id: c, tool: t }\n");
+    let out = p.cmd().args(["plan", "b.yaml"]).output().expect("plan");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        err.contains("allows (1, the floor of its learned limit)"),
+        "{err}"
+    );
+}

@@ -33,7 +33,10 @@ impl Reader<'_> {
     pub(super) fn lane_limit(&mut self, t: &DeTable<'_>, ctx: &str) -> Limit {
         let auto = match Self::entry(t, "concurrency").map(|(_, v)| v) {
             Some(v) if matches!(v.get_ref(), DeValue::String(_)) => {
-                self.auto_word(v.get_ref(), v.span(), ctx)
+                if !self.auto_word(v.get_ref(), v.span(), ctx) {
+                    return (None, None);
+                }
+                true
             }
             _ => false,
         };
