@@ -232,6 +232,9 @@ pub(crate) struct Shared {
     pub window: Window,
     pub since_ms: f64,
     pub span_ms: f64,
+    /// When answers were last handed over (a window nobody feeds goes stale).
+    #[serde(default)]
+    pub fed_ms: f64,
 }
 
 impl Shared {
@@ -241,16 +244,20 @@ impl Shared {
             window: Window::default(),
             since_ms: now_ms,
             span_ms: MIN_WINDOW.as_secs_f64() * 1000.0,
+            fed_ms: now_ms,
         }
     }
 
     /// Merge `mine` at `now_ms`; judge the window when it is due: the move it made. A window
-    /// nobody fed for ten of its spans (the lane lay idle) begins afresh: its age says nothing
-    /// of the answers coming in now.
+    /// nobody fed for ten spans (the lane lay idle) begins afresh: its age says nothing of the
+    /// answers coming in now.
     pub(crate) fn exchange(&mut self, mine: &Window, now_ms: f64, b: AutoLimit) -> Option<Move> {
-        if now_ms - self.since_ms > STALE_SPANS * self.span_ms.max(1.0) {
+        if now_ms - self.fed_ms.max(self.since_ms) > STALE_SPANS * self.span_ms.max(1.0) {
             self.window = Window::default();
             self.since_ms = now_ms;
+        }
+        if !mine.is_empty() {
+            self.fed_ms = now_ms;
         }
         self.window.merge(mine);
         let span = shared_span(&self.law, &self.window);

@@ -221,3 +221,22 @@ async fn it_follows_the_capacity_when_it_doubles_or_halves() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn a_shared_window_fed_every_exchange_is_judged_however_long_its_span() {
+    let b = AutoLimit {
+        min: 1,
+        max: 64,
+        start: 2,
+    };
+    // Answers of 200 ms: the first window needs 2 × 200 + 200 ms; fed every 100 ms, it never
+    // goes stale on the way (it did, at ten times the initial 50 ms span, and never judged).
+    let mut shared = Shared::new(b, 0.0);
+    let mine = window(1, 200.0, 200.0, 0, 2);
+    let moved = (1..=10).find_map(|t| shared.exchange(&mine, f64::from(t) * 100.0, b));
+    assert_eq!(moved.map(|m| m.to), Some(4));
+    // Left idle for ten spans, a window begins afresh.
+    let since = shared.since_ms;
+    shared.exchange(&Window::default(), 60_000.0, b);
+    assert!(shared.since_ms > since && shared.window.is_empty());
+}

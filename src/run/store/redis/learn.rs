@@ -30,10 +30,14 @@ if redis.call('EXISTS', h) == 0 then
   redis.call('HSET', h, 'limit', ARGV[5], 'since', now, 'span', 50, 'answered', 0, 'sum', 0,
     'min', 0, 'over', 0, 'peak', 0)
 end
--- A window nobody fed for ten of its spans (the lane lay idle) begins afresh.
+-- A window nobody fed for ten spans (the lane lay idle) begins afresh.
 local last_span = tonumber(redis.call('HGET', h, 'span')) or 50
-if now - tonumber(redis.call('HGET', h, 'since')) > 10 * last_span then
+local fed = math.max(tonumber(redis.call('HGET', h, 'fed')) or 0, tonumber(redis.call('HGET', h, 'since')))
+if now - fed > 10 * last_span then
   redis.call('HSET', h, 'since', now, 'answered', 0, 'sum', 0, 'min', 0, 'over', 0, 'peak', 0)
+end
+if tonumber(ARGV[1]) + tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', h, 'fed', now)
 end
 -- Answers gathered under another limit than the lane's say nothing of it.
 if redis.call('HGET', h, 'limit') ~= ARGV[6] then
