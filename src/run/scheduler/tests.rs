@@ -241,6 +241,8 @@ impl Connection for SlowToRelease {
     }
 }
 
+impl crate::run::store::Heeds for SlowToRelease {}
+
 impl Lanes for SlowToRelease {
     fn acquire(
         self: Arc<Self>,

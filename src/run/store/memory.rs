@@ -271,6 +271,20 @@ impl Connection for MemoryLanes {
     }
 }
 
+impl crate::run::store::Heeds for MemoryLanes {
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        self.heed(lane, remaining, reset);
+    }
+
+    fn observe(&self, lane: usize, sample: Sample, sent: Instant) -> Option<Move> {
+        self.lanes
+            .get(lane)?
+            .learner
+            .as_ref()?
+            .observe(sample, sent)
+    }
+}
+
 impl Lanes for MemoryLanes {
     fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
         let l = self.lanes.get(lane)?;
@@ -308,18 +322,6 @@ impl Lanes for MemoryLanes {
 
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.pause(lane, wait);
-    }
-
-    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
-        self.heed(lane, remaining, reset);
-    }
-
-    fn observe(&self, lane: usize, sample: Sample, sent: Instant) -> Option<Move> {
-        self.lanes
-            .get(lane)?
-            .learner
-            .as_ref()?
-            .observe(sample, sent)
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {

@@ -238,8 +238,31 @@ pub trait Connection: Send + Sync {
     }
 }
 
-/// Lane permits and rate tokens: what a call waits for before its tool starts.
-pub trait Lanes: Send + Sync {
+/// What a partner's answers tell its lanes: the latency and refusals a learned lane learns
+/// from, and the quota it states. A store that keeps neither ignores them.
+pub trait Heeds: Send + Sync {
+    /// The answer to an attempt sent at `sent`, for a learned lane (`concurrency = "auto"`):
+    /// the move it made to the lane's limit (or one made since the last answer), if any.
+    fn observe(
+        &self,
+        lane: usize,
+        sample: learn::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<learn::Move> {
+        let _ = (lane, sample, sent);
+        None
+    }
+    /// The backend stated its rate quota (`RateLimit`, `X-RateLimit-*` headers): `remaining`
+    /// calls before `reset`. Spent, nothing more is admitted to `lane` until it resets — for
+    /// every run sharing the lane, and not counted as a rejection.
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        let _ = (lane, remaining, reset);
+    }
+}
+
+/// Lane permits and rate tokens: what a call waits for before its tool starts (and, through
+/// [`Heeds`], what its partner's answers tell them).
+pub trait Lanes: Heeds + Send + Sync {
     /// `weight` permits of `lane` at once, when that needs no I/O and nobody waits for the
     /// lane (`None`: ask [`acquire`](Self::acquire), which queues in call order). What a call
     /// on a lane without a limit, or with room, pays: no future, no allocation.
@@ -287,25 +310,6 @@ pub trait Lanes: Send + Sync {
     /// until it has passed, and the rejection is counted. Returns at once: a store that must
     /// wait on a lock or a server does that work in the background.
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration);
-    /// The backend stated its rate quota (`RateLimit`, `X-RateLimit-*` headers): `remaining`
-    /// calls before `reset`. Spent, nothing more is admitted to `lane` until it resets — for
-    /// every run sharing the lane, and not counted as a rejection.
-    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
-        if remaining == 0 {
-            self.back_off(lane, reset);
-        }
-    }
-    /// The answer to an attempt sent at `sent`, for a learned lane (`concurrency = "auto"`):
-    /// the move it made to the lane's limit (or one made since the last answer), if any.
-    fn observe(
-        &self,
-        lane: usize,
-        sample: learn::Sample,
-        sent: tokio::time::Instant,
-    ) -> Option<learn::Move> {
-        let _ = (lane, sample, sent);
-        None
-    }
     /// Record that a call waited `wait` for `lane` (`token`: for a rate token).
     fn record_wait(&self, lane: usize, wait: Duration, token: bool);
 }

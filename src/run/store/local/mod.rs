@@ -447,6 +447,24 @@ impl Connection for LocalLanes {
     }
 }
 
+impl crate::run::store::Heeds for LocalLanes {
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        self.mem.heed(lane, remaining, reset);
+        if remaining == 0 {
+            self.pause_shared(lane, reset);
+        }
+    }
+
+    fn observe(
+        &self,
+        lane: usize,
+        sample: crate::run::store::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<crate::run::store::Move> {
+        self.mem.observe(lane, sample, sent)
+    }
+}
+
 impl Lanes for LocalLanes {
     fn try_acquire(&self, lane: usize, weight: u32) -> Option<Lease> {
         match self.file(lane) {
@@ -498,22 +516,6 @@ impl Lanes for LocalLanes {
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.mem.pause(lane, wait);
         self.pause_shared(lane, wait);
-    }
-
-    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
-        self.mem.heed(lane, remaining, reset);
-        if remaining == 0 {
-            self.pause_shared(lane, reset);
-        }
-    }
-
-    fn observe(
-        &self,
-        lane: usize,
-        sample: crate::run::store::Sample,
-        sent: tokio::time::Instant,
-    ) -> Option<crate::run::store::Move> {
-        self.mem.observe(lane, sample, sent)
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {

@@ -303,6 +303,37 @@ impl Connection for RedisLanes {
     }
 }
 
+impl RedisLanes {
+    /// Pause `lane` in Redis for `wait`, for every process (in the background).
+    fn pause_shared(self: Arc<Self>, lane: usize, wait: Duration) {
+        if self.lane(lane).is_some() {
+            tokio::spawn(async move {
+                let _ = self
+                    .run_tokens(lane, wait.max(Duration::from_micros(1)))
+                    .await;
+            });
+        }
+    }
+}
+
+impl crate::run::store::Heeds for RedisLanes {
+    fn quota(self: Arc<Self>, lane: usize, remaining: u64, reset: Duration) {
+        self.mem.heed(lane, remaining, reset);
+        if remaining == 0 {
+            self.pause_shared(lane, reset);
+        }
+    }
+
+    fn observe(
+        &self,
+        lane: usize,
+        sample: crate::run::store::Sample,
+        sent: tokio::time::Instant,
+    ) -> Option<crate::run::store::Move> {
+        self.mem.observe(lane, sample, sent)
+    }
+}
+
 impl Lanes for RedisLanes {
     fn acquire(
         self: Arc<Self>,
@@ -359,22 +390,7 @@ impl Lanes for RedisLanes {
 
     fn back_off(self: Arc<Self>, lane: usize, wait: Duration) {
         self.mem.pause(lane, wait);
-        if self.lane(lane).is_some() {
-            tokio::spawn(async move {
-                let _ = self
-                    .run_tokens(lane, wait.max(Duration::from_micros(1)))
-                    .await;
-            });
-        }
-    }
-
-    fn observe(
-        &self,
-        lane: usize,
-        sample: crate::run::store::Sample,
-        sent: tokio::time::Instant,
-    ) -> Option<crate::run::store::Move> {
-        self.mem.observe(lane, sample, sent)
+        self.pause_shared(lane, wait);
     }
 
     fn record_wait(&self, lane: usize, wait: Duration, token: bool) {
