@@ -13,7 +13,7 @@ the limit first reached C (convergence) and, with --change, when it was back wit
 [C2, 2·C2] after the change, from the lane's learned moves.
 
     python3 benches/learn.py [--calls 2000] [--capacity 16] [--base 50] [--procs 8]
-                             [--change 3:8] [--only auto,16] [--bin PATH] [--no-redis]
+                             [--change 3:8] [--only auto,16] [--bin PATH] [--no-redis] [--moves]
 
 Targets (issue 71): auto ≥ 0.9× the best static throughput; its 429s ≤ 1 % of the calls
 (static 4C ≥ 20 %); it converges within 3 s of start and within 5 s after C halves or
@@ -211,6 +211,8 @@ def row(binary, setting, args, backend, url, store):
             at, to = args.change
             back = converged(moves(docs[0]), to, 2 * to, int(at * 1000))
             out["after change (s)"] = None if back is None else round((back - at * 1000) / 1000, 2)
+        if args.moves:
+            out["moves"] = [f"{at / 1000:.2f}s→{to} {why}" for at, to, why in moves(docs[0])]
     return out
 
 
@@ -224,6 +226,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "flux-tools"))
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--moves", action="store_true", help="print the learned lane's moves (first process)")
     args = ap.parse_args()
     if args.change:
         args.change = (args.change[0], int(args.change[1]))

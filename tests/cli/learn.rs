@@ -159,14 +159,7 @@ fn two_processes_on_one_redis_learn_one_limit_kept_in_redis() {
     let store = ["--lane-store", redis.url.as_str()];
     learned_together(&two_at_once(&p, &store), &server);
     // The limit and its moves live in Redis.
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-u", &redis.url])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let cli = |args: &[&str]| redis_cli(&redis, args);
     let keys = cli(&["--scan", "--pattern", "*partner:learn*"]);
     let hash = keys
         .lines()
@@ -279,4 +272,117 @@ fn a_learned_limit_is_checked_where_it_is_written() {
         err.contains("allows (1, the floor of its learned limit)"),
         "{err}"
     );
+}
+
+/// `redis-cli` on `redis`: what it printed.
+fn redis_cli(redis: &Redis, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-u", &redis.url])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The lane's `flux_tools_lane_limit` in a gateway's `/metrics`.
+fn metric_limit(gw: &crate::serve::HttpGateway) -> Option<u64> {
+    let (_, text) = crate::serve_ops::get(gw, "/metrics", None);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("flux_tools_lane_limit{") && l.contains("partner"))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn two_gateway_replicas_on_one_redis_hold_one_learned_limit_between_them() {
+    let (Some(py), Some(redis)) = (crate::serve::python(), Redis::start()) else {
+        return;
+    };
+    let server = TestServer::start();
+    let p = Project::new(&manifest(&server.base));
+    let store = ["--lane-store", redis.url.as_str()];
+    let gws: Vec<_> = (0..2)
+        .map(|_| crate::serve::HttpGateway::start(&p, &store, &[]))
+        .collect();
+    // A real client on each replica, 40 calls at once each.
+    let clients: Vec<_> = gws
+        .iter()
+        .map(|gw| {
+            let how = crate::serve::http(&gw.url);
+            crate::serve::client(&py, &how, &["many", "fetch", "40", "{}"])
+        })
+        .collect();
+    for c in clients {
+        let out = crate::serve::finish(c);
+        let results = out["results"].as_array().cloned().unwrap_or_default();
+        assert_eq!(results.len(), 40, "{out}");
+        for r in &results {
+            let refused = r.to_string().contains("rate_limited");
+            assert!(r["isError"] == false || refused, "{r}");
+        }
+    }
+    // One limit, in Redis: it grew from its start, and every move is kept there.
+    let keys = redis_cli(&redis, &["--scan", "--pattern", "*partner:learn:moves"]);
+    let moves = redis_cli(&redis, &["LRANGE", keys.trim(), "0", "-1"]);
+    assert!(moves.contains("grew"), "{keys}: {moves}");
+    let highest = moves
+        .lines()
+        .filter_map(|m| m.split(' ').nth(1)?.parse::<usize>().ok())
+        .chain([2])
+        .max()
+        .unwrap_or(2);
+    // The sum of what both replicas had in at the backend never passed that one limit (two
+    // replicas learning apart would each send up to their own).
+    let peak = server.capacity_peak();
+    assert!((4..=highest).contains(&peak), "peak {peak}, limits {moves}");
+    // Both replicas show a limit the lane learned (one of its moves).
+    for gw in &gws {
+        let limit = metric_limit(gw).unwrap_or(0);
+        let known = moves
+            .lines()
+            .any(|m| m.split(' ').nth(1) == Some(&limit.to_string()));
+        assert!(known, "a replica shows {limit}; the lane's moves: {moves}");
+    }
+}
+
+#[test]
+fn a_lowered_limit_holds_for_permits_handed_on_by_calls_taken_under_the_old_one() {
+    let Some(redis) = Redis::start() else { return };
+    let p = Project::new(
+        "[concurrency]\nmax_concurrent_tools = 64\n\n\
+         [lanes.partner]\nconcurrency = \"auto\"\nmin = 1\nmax = 8\nstart = 8\n\n\
+         [tools.slow]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"600ms\"\nlanes = [\"partner\"]\n",
+    );
+    let store = ["--lane-store", redis.url.as_str()];
+    let calls = (0..12)
+        .map(|i| format!("- {{ id: c{i}, tool: slow }}\n"))
+        .collect::<String>();
+    // A first run makes the lane's learning hash; an operator then lowers its limit to 2.
+    p.run_json(&calls, &store);
+    let keys = redis_cli(&redis, &["--scan", "--pattern", "*partner:learn"]);
+    let hash = keys.lines().next().unwrap_or_default().to_string();
+    assert!(!hash.is_empty(), "no learning hash: {keys}");
+    redis_cli(&redis, &["HSET", &hash, "limit", "2"]);
+    // Two runs at once (started within a few ms of each other) take 8 between them before their first exchange tells them the limit
+    // is 2. When those 8 end (at 600 ms), they hand their permits on to the lane's queue at
+    // the limit in force (2), not at the one they were taken under (8: each run's next two
+    // would start). Nothing moves the limit before its first window is judged (two answers'
+    // time and two exchanges: 1.4 s).
+    let path = p.write("batch.yaml", &calls);
+    let mut args = vec!["run", path.to_str().unwrap_or_default(), "--format", "json"];
+    args.extend_from_slice(&store);
+    let children: Vec<_> = (0..2).map(|_| p.spawn(&args)).collect();
+    let mut started = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+        started.extend(
+            results(&doc)
+                .iter()
+                .filter_map(|r| r["started_ms"].as_u64()),
+        );
+    }
+    let first = started.iter().filter(|s| **s < 400).count();
+    let next = started.iter().filter(|s| (400..1100).contains(*s)).count();
+    assert_eq!((first, next), (8, 2), "{started:?}");
 }

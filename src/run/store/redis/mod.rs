@@ -444,7 +444,13 @@ impl Backends for RedisLanes {
                 crate::plan::Claim::Write => BACKEND_SLOTS,
             };
             let (held, _, _) = self
-                .take_key(&key, (BACKEND_SLOTS, None), weight, ("", 1), None)
+                .take_key(
+                    &key,
+                    permits::Live(BACKEND_SLOTS, None),
+                    weight,
+                    ("", 1),
+                    None,
+                )
                 .await?;
             Ok(Box::new(held) as Box<dyn Send + Sync>)
         })

@@ -28,7 +28,7 @@ impl RedisLanes {
             let (permits, paused_ms, read) = self
                 .take_key(
                     &key,
-                    (limit, learner),
+                    Live(limit, learner),
                     weight,
                     (&flow.0, flow.1),
                     read.as_deref(),
@@ -58,7 +58,7 @@ impl RedisLanes {
     pub(super) async fn take_key(
         self: &Arc<Self>,
         key: &str,
-        (limit, learner): (u32, Option<Arc<crate::run::store::learn::Learner>>),
+        limit: Live,
         weight: u32,
         flow: (&str, u32),
         along: Option<&str>,
@@ -73,7 +73,7 @@ impl RedisLanes {
         let mut place = Place {
             store: self.clone(),
             key: key.to_string(),
-            limit,
+            limit: limit.clone(),
             ticket: id.clone(),
             members: members.clone(),
             along: along.map(str::to_string),
@@ -85,8 +85,7 @@ impl RedisLanes {
             if let Some(backend) = along {
                 inv.key(backend);
             }
-            let limit = learner.as_ref().map_or(limit, |l| l.limit());
-            inv.arg(limit).arg(lease_ms).arg(&id).arg(queue_ms);
+            inv.arg(limit.now()).arg(lease_ms).arg(&id).arg(queue_ms);
             inv.arg(flow.0).arg(flow.1);
             inv.arg(u32::from(along.is_some())).arg(BACKEND_SLOTS);
             for m in &members {
@@ -111,7 +110,7 @@ impl RedisLanes {
         place.waiting = false;
         let read = along.filter(|_| came).map(|backend| {
             let members = vec![format!("{id}#0")];
-            self.permits(backend, BACKEND_SLOTS, members, handed)
+            self.permits(backend, Live(BACKEND_SLOTS, None), members, handed)
         });
         Ok((self.permits(key, limit, members, handed), paused_ms, read))
     }
@@ -120,7 +119,7 @@ impl RedisLanes {
     pub(super) fn permits(
         self: &Arc<Self>,
         key: &str,
-        limit: u32,
+        limit: Live,
         members: Vec<String>,
         handed: bool,
     ) -> Permits {
@@ -189,7 +188,7 @@ fn lane_keys<'a>(script: &'a Script, key: &str) -> redis::ScriptInvocation<'a> {
 struct Place {
     store: Arc<RedisLanes>,
     key: String,
-    limit: u32,
+    limit: Live,
     ticket: String,
     members: Vec<String>,
     /// The backend whose read the ticket asked for along with the lane.
@@ -211,7 +210,7 @@ impl Drop for Place {
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.ticket),
             std::mem::take(&mut self.members),
-            self.limit,
+            self.limit.now(),
         );
         let along = self.along.take();
         // If this never runs, the ticket (and anything granted to it) lapses after
@@ -230,11 +229,24 @@ impl Drop for Place {
     }
 }
 
+/// A lane's limit: a number, or — for a learned lane — the one in force when it is read. A
+/// release hands permits on up to the limit in force then, not the one they were taken under
+/// (after a cut, permits taken under the old limit would hand on up to it).
+#[derive(Clone)]
+pub(super) struct Live(pub u32, pub Option<Arc<crate::run::store::learn::Learner>>);
+
+impl Live {
+    fn now(&self) -> u32 {
+        self.1.as_ref().map_or(self.0, |l| l.limit())
+    }
+}
+
 /// Permits held in Redis for one lease.
 pub(super) struct Permits {
     store: Arc<RedisLanes>,
     key: String,
-    limit: u32,
+    /// What a release hands on up to: the limit in force when it runs.
+    limit: Live,
     members: Vec<String>,
     renewer: tokio::task::JoinHandle<()>,
     /// The backend read that came with these permits, while the call holds it.
@@ -260,14 +272,14 @@ impl Drop for Permits {
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
         let members = std::mem::take(&mut self.members);
-        let limit = self.limit;
+        let limit = self.limit.now();
         let read = self.along.take().and_then(|a| {
             let mut read = a.lock().unwrap_or_else(|e| e.into_inner()).take()?;
             read.renewer.abort();
             Some((
                 std::mem::take(&mut read.key),
                 std::mem::take(&mut read.members),
-                read.limit,
+                read.limit.now(),
             ))
         });
         // If this never runs, the lease lapses on its own.
