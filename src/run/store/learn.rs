@@ -4,12 +4,16 @@
 //! The law (`choices.md` says why this one): answers are gathered in windows, each at least
 //! two unloaded round trips long. From a window's mean latency `rtt` and the lowest latency
 //! seen (`base`: the backend unloaded), the calls queued at the backend are estimated as
-//! `limit × (1 − base / rtt)`, as TCP Vegas does. Few queued (under α = max(2, 3·log₁₀ limit)):
+//! `limit × (1 − base / rtt)`, as TCP Vegas does. Few queued (under α = 3·log₁₀ limit, within
+//! [1, limit / 4]):
 //! grow — doubling until the first sign of queueing or overload (a slow start), then by
 //! √limit. Many queued (over 2α): shrink to what the backend serves plus α
 //! (`limit × base / rtt + α`, at most halving). An overload — a 429, a 502/503/504, a
-//! `Retry-After`, a refused connection, a timeout — halves it (once a window). A window whose
-//! calls never held half the limit does not grow it (the lane is not what holds calls back).
+//! `Retry-After`, a refused connection, a timeout — halves it (once a window; the answers to
+//! calls sent within a round trip after any cut are not counted: they met the queue the old
+//! limit built, not the new one). A window whose
+//! calls never held the whole limit (half of it in the slow start) does not grow it: the lane is
+//! not what holds calls back.
 //! At the floor and still queueing, the base drifts up a tenth of the way a window: the
 //! backend may have got slower for everyone.
 //!
@@ -147,9 +151,17 @@ impl Law {
         self.limit.round().max(1.0) as u32
     }
 
-    /// Whether `w`, gathered over `elapsed`, is enough to judge: see [`span`](Self::span).
+    /// Whether `w`, gathered over `elapsed`, is enough to judge: long enough (see
+    /// [`span`](Self::span)) and a whole round — as many answers as the limit, or an overload.
     pub(crate) fn ready(&self, w: &Window, elapsed: Duration) -> bool {
-        !w.is_empty() && elapsed >= self.span(w)
+        self.a_round(w) && elapsed >= self.span(w)
+    }
+
+    /// Whether `w` holds a round of answers: as many as the limit (the first answers after a
+    /// cut come from a backend whose queue drained meanwhile; judged on them alone, the lane
+    /// would grow straight back), or any overload (judged at once).
+    pub(crate) fn a_round(&self, w: &Window) -> bool {
+        w.overloads > 0 || w.answered >= u64::from(self.limit())
     }
 
     /// How long a window like `w` must be: twice the unloaded latency and twice its own mean
@@ -163,6 +175,19 @@ impl Law {
         };
         let ms = self.base_ms.max(w.min_ms).max(mean) * 2.0;
         Duration::from_secs_f64(ms / 1000.0).max(MIN_WINDOW)
+    }
+
+    /// Whether the lane held calls back in window `w` (only then is growing it any use): in
+    /// the slow start, calls held half the limit; after it, all of it (RFC 7661's "limited
+    /// by the window" — a lane that is not what holds calls back, grown on, bursts far past
+    /// the backend when the real bottleneck clears).
+    fn held_back(&self, w: &Window) -> bool {
+        let peak = w.peak as f64;
+        if self.slow_start {
+            peak * 2.0 >= self.limit
+        } else {
+            peak >= f64::from(self.limit())
+        }
     }
 
     /// Judge window `w`: the move it makes, if any.
@@ -191,7 +216,7 @@ impl Law {
             } else if queued >= alpha {
                 self.slow_start = false;
                 return None;
-            } else if (w.peak as f64) * 2.0 < l {
+            } else if !self.held_back(w) {
                 return None;
             } else if self.slow_start && queued < alpha / 4.0 {
                 (l * 2.0, Why::Grew)
@@ -261,7 +286,7 @@ impl Shared {
         }
         self.window.merge(mine);
         let span = shared_span(&self.law, &self.window);
-        if self.window.is_empty() || now_ms - self.since_ms < self.span_ms.max(span) {
+        if !self.law.a_round(&self.window) || now_ms - self.since_ms < self.span_ms.max(span) {
             return None;
         }
         let w = std::mem::take(&mut self.window);
@@ -313,8 +338,11 @@ struct Learning {
     law: Law,
     window: Window,
     since: Instant,
-    /// When the limit last moved here: an answer to a call sent before says nothing of it.
+    /// When the limit last moved here: an answer to a call sent before says nothing of it
+    /// (after a cut, a round trip later: until then calls meet the old limit's queue).
     moved_at: Instant,
+    /// The recent answers' latency (a moving mean): how long a cut's queue takes to drain.
+    recent: Duration,
     /// A move not yet told (to the call whose answer came next).
     untold: Option<Move>,
     /// Every move here, with when (ms since the learner began), the newest last.
@@ -339,6 +367,7 @@ impl Learner {
                 window: Window::default(),
                 since: now,
                 moved_at: now,
+                recent: Duration::ZERO,
                 untold: None,
                 moves: VecDeque::new(),
                 began: now,
@@ -393,6 +422,13 @@ impl Learner {
         }
         let held = self.sem.held();
         let mut st = self.lock();
+        if let Sample::Answered(d) = sample {
+            st.recent = if st.recent.is_zero() {
+                d
+            } else {
+                (st.recent * 7 + d) / 8
+            };
+        }
         if sent >= st.moved_at {
             st.window.add(sample, held);
         }
@@ -435,8 +471,11 @@ impl Learner {
     fn apply(&self, st: &mut Learning, m: Move) {
         self.limit.store(m.to, Ordering::Relaxed);
         self.sem.resize(u64::from(m.to));
-        st.moved_at = Instant::now();
+        let now = Instant::now();
+        st.moved_at = if m.to < m.from { now + st.recent } else { now };
         st.window = Window::default();
+        // The window begins with the calls it counts (closed on the quick answers of calls
+        // sent late, it would see no queue).
         st.since = st.moved_at;
         let at = u64::try_from(st.began.elapsed().as_millis()).unwrap_or(u64::MAX);
         if st.moves.len() == MOVES_KEPT {

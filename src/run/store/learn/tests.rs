@@ -72,6 +72,60 @@ fn a_lane_not_in_use_does_not_grow_and_a_quiet_band_holds() {
     // 20 in flight at 1.25× the unloaded latency: 4 queued, between α and 2α: held.
     assert_eq!(law.step(&window(20, 125.0, 100.0, 0, 20), B), None);
     assert_eq!(law.limit(), 20);
+    // Unloaded, but calls held 19 of 20: past its slow start, only a full lane grows …
+    assert_eq!(law.step(&window(20, 100.0, 100.0, 0, 19), B), None);
+    assert_eq!(
+        law.step(&window(20, 100.0, 100.0, 0, 20), B).map(|m| m.to),
+        Some(24)
+    );
+    // … while in it, half the limit held is enough.
+    let mut law = Law::new(B);
+    law.limit = 20.0;
+    assert_eq!(
+        law.step(&window(20, 100.0, 100.0, 0, 10), B).map(|m| m.to),
+        Some(40)
+    );
+}
+
+#[test]
+fn a_window_is_judged_on_a_whole_round_or_an_overload() {
+    let mut law = Law::new(B);
+    law.limit = 20.0;
+    let long = Duration::from_secs(1);
+    assert!(!law.ready(&window(19, 100.0, 100.0, 0, 20), long));
+    assert!(law.ready(&window(20, 100.0, 100.0, 0, 20), long));
+    assert!(law.ready(&window(3, 100.0, 100.0, 1, 20), long));
+    // A round, but not yet two round trips long.
+    assert!(!law.ready(&window(20, 100.0, 100.0, 0, 20), Duration::from_millis(150)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_answers_to_calls_sent_within_a_round_trip_of_a_cut_are_not_counted() {
+    let bounds = AutoLimit {
+        min: 1,
+        max: 100,
+        start: 8,
+    };
+    let learner = Learner::new(bounds, Arc::new(OrderedSemaphore::new(8)), false);
+    // Answers of 200 ms: the round trip a cut's queue takes to drain.
+    for _ in 0..3 {
+        learner.observe(Sample::Answered(Duration::from_millis(200)), Instant::now());
+    }
+    learner.set(4, Some(Why::Overloaded));
+    let cut = Instant::now();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // A 429 to a call sent 100 ms after the cut met the old limit's queue: not counted.
+    learner.observe(Sample::Overloaded, cut + Duration::from_millis(100));
+    assert_eq!(learner.limit(), 4);
+    // One sent after a round trip speaks for the new limit: halved.
+    learner.observe(Sample::Overloaded, cut + Duration::from_millis(210));
+    assert_eq!(learner.limit(), 2);
+    // After a rise, every answer counts at once.
+    learner.set(6, None);
+    let rise = Instant::now();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    learner.observe(Sample::Overloaded, rise);
+    assert_eq!(learner.limit(), 3);
 }
 
 /// A backend that serves `capacity` calls at once in `base` each, queues the rest in order

@@ -62,7 +62,8 @@ local span = tonumber(redis.call('HGET', h, 'span')) or 50
 if answered > 0 then
   span = math.max(span, 2 * sum / answered + tonumber(ARGV[7]))
 end
-if answered + over > 0 and now - since >= span then
+-- A whole round: as many answers as the limit, or an overload (`Law::a_round`).
+if (over > 0 or answered >= tonumber(limit)) and now - since >= span then
   redis.call('HSET', h, 'since', now, 'answered', 0, 'sum', 0, 'min', 0, 'over', 0, 'peak', 0)
   return {limit, law, '1', tostring(answered), tostring(sum), tostring(min), tostring(over),
     tostring(peak)}
