@@ -9,7 +9,7 @@
 //! grow — doubling until the first sign of queueing or overload (a slow start), then by
 //! √limit. Many queued (over 2α): shrink to what the backend serves plus α
 //! (`limit × base / rtt + α`, at most halving). An overload — a 429, a 502/503/504, a
-//! `Retry-After`, a refused connection, a timeout — halves it (once a window; the answers to
+//! `Retry-After`, a refused connection, a timeout — halves it at once (the answers to
 //! calls sent within a round trip after any cut are not counted: they met the queue the old
 //! limit built, not the new one). A window whose
 //! calls never held the whole limit (half of it in the slow start) does not grow it: the lane is
@@ -151,17 +151,18 @@ impl Law {
         self.limit.round().max(1.0) as u32
     }
 
-    /// Whether `w`, gathered over `elapsed`, is enough to judge: long enough (see
-    /// [`span`](Self::span)) and a whole round — as many answers as the limit, or an overload.
+    /// Whether `w`, gathered over `elapsed`, is enough to judge: an overload at once (every
+    /// call sent meanwhile would meet it too), else a whole round — as many answers as the
+    /// limit — and long enough (see [`span`](Self::span)).
     pub(crate) fn ready(&self, w: &Window, elapsed: Duration) -> bool {
-        self.a_round(w) && elapsed >= self.span(w)
+        w.overloads > 0 || (self.a_round(w) && elapsed >= self.span(w))
     }
 
     /// Whether `w` holds a round of answers: as many as the limit (the first answers after a
     /// cut come from a backend whose queue drained meanwhile; judged on them alone, the lane
-    /// would grow straight back), or any overload (judged at once).
+    /// would grow straight back).
     pub(crate) fn a_round(&self, w: &Window) -> bool {
-        w.overloads > 0 || w.answered >= u64::from(self.limit())
+        w.answered >= u64::from(self.limit())
     }
 
     /// How long a window like `w` must be: twice the unloaded latency and twice its own mean
@@ -286,7 +287,8 @@ impl Shared {
         }
         self.window.merge(mine);
         let span = shared_span(&self.law, &self.window);
-        if !self.law.a_round(&self.window) || now_ms - self.since_ms < self.span_ms.max(span) {
+        let long = now_ms - self.since_ms >= self.span_ms.max(span);
+        if self.window.overloads == 0 && !(self.law.a_round(&self.window) && long) {
             return None;
         }
         let w = std::mem::take(&mut self.window);

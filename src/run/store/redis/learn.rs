@@ -62,8 +62,9 @@ local span = tonumber(redis.call('HGET', h, 'span')) or 50
 if answered > 0 then
   span = math.max(span, 2 * sum / answered + tonumber(ARGV[7]))
 end
--- A whole round: as many answers as the limit, or an overload (`Law::a_round`).
-if (over > 0 or answered >= tonumber(limit)) and now - since >= span then
+-- An overload at once; else a whole round (as many answers as the limit) and long enough
+-- (`Law::ready`).
+if over > 0 or (answered >= tonumber(limit) and now - since >= span) then
   redis.call('HSET', h, 'since', now, 'answered', 0, 'sum', 0, 'min', 0, 'over', 0, 'peak', 0)
   return {limit, law, '1', tostring(answered), tostring(sum), tostring(min), tostring(over),
     tostring(peak)}
