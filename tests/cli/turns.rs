@@ -299,3 +299,31 @@ fn a_hook_cut_off_by_a_turn_s_deadline_is_reaped_while_the_process_lives_on() {
     );
     assert_eq!(co.finish(), 3);
 }
+
+#[test]
+fn a_learned_lane_keeps_its_limit_from_turn_to_turn() {
+    let p = Project::new(
+        "[concurrency]\nmax_concurrent_tools = 64\n\n\
+         [lanes.partner]\nconcurrency = \"auto\"\nmin = 1\nmax = 32\nstart = 2\n\n\
+         [tools.slow]\nkind = \"scripted\"\neffect = \"read\"\nlatency = \"200ms\"\nlanes = [\"partner\"]\n",
+    );
+    let mut co = Coprocess::start(&p, &["--format", "json"]);
+    let calls = |turn: usize| {
+        let calls: Vec<Value> = (0..24)
+            .map(|i| serde_json::json!({"id": format!("t{turn}c{i}"), "tool": "slow"}))
+            .collect();
+        Value::Array(calls).to_string()
+    };
+    let learned = |doc: &Value| {
+        let lanes = doc["stats"]["lanes"].as_array().cloned().unwrap_or_default();
+        let lane = lanes.into_iter().find(|l| l["lane"] == "lane:partner");
+        lane.map(|l| l["learned"].clone()).unwrap_or(Value::Null)
+    };
+    let first = learned(&co.turn(&calls(1)));
+    let grown = first["last"].as_u64().unwrap_or(0);
+    assert!(grown > 2, "{first}");
+    // The second turn goes on from the limit the first learned (a turn never starts over).
+    let second = learned(&co.turn(&calls(2)));
+    assert!(second["last"].as_u64() >= Some(grown), "{second}");
+    assert_eq!(co.finish(), 0);
+}
