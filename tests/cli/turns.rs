@@ -315,7 +315,10 @@ fn a_learned_lane_keeps_its_limit_from_turn_to_turn() {
         Value::Array(calls).to_string()
     };
     let learned = |doc: &Value| {
-        let lanes = doc["stats"]["lanes"].as_array().cloned().unwrap_or_default();
+        let lanes = doc["stats"]["lanes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let lane = lanes.into_iter().find(|l| l["lane"] == "lane:partner");
         lane.map(|l| l["learned"].clone()).unwrap_or(Value::Null)
     };
