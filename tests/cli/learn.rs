@@ -65,6 +65,19 @@ fn a_learned_lane_grows_from_its_start_to_the_backends_capacity() {
         "peak {}",
         server.capacity_peak()
     );
+    // The summary says the limit as it went, not a peak over the last limit.
+    let path = p.write("batch.yaml", &batch(24));
+    let out = p
+        .cmd()
+        .args(["run", path.to_str().unwrap_or_default()])
+        .output();
+    let err = String::from_utf8_lossy(&out.expect("run").stderr).to_string();
+    let said = err.lines().find(|l| l.contains("lane lane:partner: peak"));
+    let said = said.unwrap_or_default();
+    assert!(
+        said.contains(", limit learned ") && said.contains(" at most)"),
+        "{err}"
+    );
 }
 
 /// Two processes at once on one lane store (`extra`: its flag), each with 40 calls: each

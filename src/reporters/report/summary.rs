@@ -70,18 +70,25 @@ pub(crate) fn settled_phrase(s: &crate::events::Settlements) -> String {
     )
 }
 
-/// Lanes that held calls back: `lane tool:search: peak 4/4, waited 1.2s over 6 calls`.
+/// Lanes that held calls back: `lane tool:search: peak 4/4, waited 1.2s over 6 calls`; a
+/// learned lane's limit as it went: `peak 16, limit learned 2→14 (16 at most), …`.
 pub(crate) fn lane_lines(stats: &Stats) -> Vec<String> {
     stats
         .lanes
         .iter()
         .filter(|l| l.waits > 0)
         .map(|l| {
-            let limit = l.limit.map_or_else(|| "∞".to_string(), |n| n.to_string());
+            let peak = match (&l.learned, l.limit) {
+                (Some(k), _) => format!(
+                    "{}, limit learned {}→{} ({} at most)",
+                    l.peak_in_flight, k.start, k.last, k.highest
+                ),
+                (None, Some(n)) => format!("{}/{n}", l.peak_in_flight),
+                (None, None) => format!("{}/∞", l.peak_in_flight),
+            };
             let mut s = format!(
-                "lane {}: peak {}/{limit}, waited {} over {}",
+                "lane {}: peak {peak}, waited {} over {}",
                 l.lane,
-                l.peak_in_flight,
                 ms(l.wait_ms),
                 plural(l.waits as usize, "call")
             );
