@@ -31,6 +31,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
+            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'Pin what the model is shown in tools.lock beside the manifest: every tool''s definition (and a whole server''s prompts and resource templates), hashed')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it')
@@ -95,6 +96,17 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'flux-tools;lock' {
+            [CompletionResult]::new('--manifest', '--manifest', [CompletionResultType]::ParameterName, 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use color (NO_COLOR is honoured)')
+            [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Write nothing: exit 1 and name each change when the servers differ from the lock')
+            [CompletionResult]::new('--update', '--update', [CompletionResultType]::ParameterName, 'Accept every change: write the lock as the servers are now')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no summary or warnings on stderr (errors still show)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'flux-tools;validate' {
@@ -268,6 +280,7 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
         'flux-tools;help' {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Execute a batch')
             [CompletionResult]::new('plan', 'plan', [CompletionResultType]::ParameterValue, 'Dry run: phases, dependency graph, lanes, critical path; executes nothing')
+            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'Pin what the model is shown in tools.lock beside the manifest: every tool''s definition (and a whole server''s prompts and resource templates), hashed')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check the manifest (and batches) and report every problem with its location')
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it')
@@ -283,6 +296,9 @@ Register-ArgumentCompleter -Native -CommandName 'flux-tools' -ScriptBlock {
             break
         }
         'flux-tools;help;plan' {
+            break
+        }
+        'flux-tools;help;lock' {
             break
         }
         'flux-tools;help;validate' {

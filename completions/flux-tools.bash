@@ -31,6 +31,9 @@ _flux__tools() {
             flux__tools,help)
                 cmd="flux__tools__subcmd__help"
                 ;;
+            flux__tools,lock)
+                cmd="flux__tools__subcmd__lock"
+                ;;
             flux__tools,mcp)
                 cmd="flux__tools__subcmd__mcp"
                 ;;
@@ -63,6 +66,9 @@ _flux__tools() {
                 ;;
             flux__tools__subcmd__help,help)
                 cmd="flux__tools__subcmd__help__subcmd__help"
+                ;;
+            flux__tools__subcmd__help,lock)
+                cmd="flux__tools__subcmd__help__subcmd__lock"
                 ;;
             flux__tools__subcmd__help,mcp)
                 cmd="flux__tools__subcmd__help__subcmd__mcp"
@@ -131,7 +137,7 @@ _flux__tools() {
 
     case "${cmd}" in
         flux__tools)
-            opts="-q -h -V --manifest --quiet --color --help --version run plan validate approvals approve deny tools mcp report completions help"
+            opts="-q -h -V --manifest --quiet --color --help --version run plan lock validate approvals approve deny tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -257,7 +263,7 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help)
-            opts="run plan validate approvals approve deny tools mcp report completions help"
+            opts="run plan lock validate approvals approve deny tools mcp report completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -327,6 +333,20 @@ _flux__tools() {
             return 0
             ;;
         flux__subcmd__tools__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__help__subcmd__lock)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -473,6 +493,28 @@ _flux__tools() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        flux__subcmd__tools__subcmd__lock)
+            opts="-q -h --check --update --manifest --quiet --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --manifest)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -28,6 +28,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --version 'Print version'
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+            cand lock 'Pin what the model is shown in tools.lock beside the manifest: every tool''s definition (and a whole server''s prompts and resource templates), hashed'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand approvals 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each'
             cand approve 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it'
@@ -90,6 +91,16 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
             cand --quiet 'Print no summary or warnings on stderr (errors still show)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
+        }
+        &'flux-tools;lock'= {
+            cand --manifest 'The tool manifest [default: $FLUX_TOOLS_MANIFEST, else tools.toml here or in the nearest parent]'
+            cand --color 'When to use color (NO_COLOR is honoured)'
+            cand --check 'Write nothing: exit 1 and name each change when the servers differ from the lock'
+            cand --update 'Accept every change: write the lock as the servers are now'
+            cand -q 'Print no summary or warnings on stderr (errors still show)'
+            cand --quiet 'Print no summary or warnings on stderr (errors still show)'
+            cand -h 'Print help'
+            cand --help 'Print help'
         }
         &'flux-tools;validate'= {
             cand --format 'Output format [default: table]'
@@ -244,6 +255,7 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;help'= {
             cand run 'Execute a batch'
             cand plan 'Dry run: phases, dependency graph, lanes, critical path; executes nothing'
+            cand lock 'Pin what the model is shown in tools.lock beside the manifest: every tool''s definition (and a whole server''s prompts and resource templates), hashed'
             cand validate 'Check the manifest (and batches) and report every problem with its location'
             cand approvals 'List the calls a paused run waits to have approved (from its journal) — or, with no journal, the calls `mcp serve` holds for approval — and how to approve each'
             cand approve 'Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it'
@@ -257,6 +269,8 @@ set edit:completion:arg-completer[flux-tools] = {|@words|
         &'flux-tools;help;run'= {
         }
         &'flux-tools;help;plan'= {
+        }
+        &'flux-tools;help;lock'= {
         }
         &'flux-tools;help;validate'= {
         }

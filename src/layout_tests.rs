@@ -33,6 +33,7 @@ const LAYERS: &[&[&str]] = &[
         "reference",
         "manifest",
         "batch",
+        "lock",
     ],
     &["plan"],
     &["tools"],

@@ -5,7 +5,7 @@
 //! The layers, lowest first (`ARCHITECTURE.md`; `layout_tests.rs` keeps them): the ground
 //! (`events`, `error`, `duration`, `hash`, `trace_context`, `yaml` — the only module that
 //! touches serde_yaml —, `schema`); the model (`template`, `model_formats`, `reference`,
-//! `manifest`, `batch`); `plan` (pure, no I/O); `tools`; `run` (the scheduler and the lane
+//! `manifest`, `batch`, `lock`); `plan` (pure, no I/O); `tools`; `run` (the scheduler and the lane
 //! store: it emits events and never prints); the reporters (`history`, `report`); the face
 //! (`cli`, then `app`).
 //!
@@ -30,7 +30,7 @@ pub(crate) use face::{app, cli};
 pub(crate) use ground::error;
 pub(crate) use ground::{duration, events, glob, hash, ids, schema, trace_context, yaml};
 pub(crate) use model::template;
-pub(crate) use model::{batch, manifest, model_formats, reference};
+pub(crate) use model::{batch, lock, manifest, model_formats, reference};
 pub(crate) use reporters::{history, report};
 
 #[cfg(test)]

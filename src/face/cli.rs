@@ -118,6 +118,16 @@ pub(crate) enum Command {
     Run(Box<RunArgs>),
     /// Dry run: phases, dependency graph, lanes, critical path; executes nothing
     Plan(PlanArgs),
+    /// Pin what the model is shown in tools.lock beside the manifest: every tool's definition
+    /// (and a whole server's prompts and resource templates), hashed
+    Lock {
+        /// Write nothing: exit 1 and name each change when the servers differ from the lock
+        #[arg(long, conflicts_with = "update")]
+        check: bool,
+        /// Accept every change: write the lock as the servers are now
+        #[arg(long)]
+        update: bool,
+    },
     /// Check the manifest (and batches) and report every problem with its location
     Validate {
         /// Batches to check against the manifest

@@ -19,6 +19,7 @@ mod journal_shared;
 mod lanes;
 mod learn;
 mod limits;
+mod lock;
 mod mcp;
 mod newcomer;
 mod otlp;

@@ -14,6 +14,7 @@ pub(crate) mod config;
 mod controls;
 mod engine;
 mod finish;
+mod lock;
 mod login;
 mod mcp;
 mod options;
@@ -141,6 +142,7 @@ fn dispatch(args: Args) -> Result<u8, Error> {
         Command::Mcp {
             command: McpCommand::Serve(s),
         } => serve::serve(&options::ServeOptions::resolve(&args, s, terminal)?),
+        Command::Lock { check, update } => lock::lock(&args, *check, *update),
         Command::Validate { batches, format } => validate::validate(&args, batches, *format),
         Command::Plan(p) => plan::plan(&args, p, terminal),
         Command::Approvals {

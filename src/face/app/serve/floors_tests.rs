@@ -25,7 +25,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ),
     (
         "protocol",
-        &["handler", "passthrough", "shaped", "subscriptions"],
+        &["handler", "passthrough", "pins", "shaped", "subscriptions"],
     ),
     (
         "core",

@@ -34,6 +34,7 @@ mod open;
 mod ops;
 mod order;
 mod passthrough;
+pub(super) mod pins;
 mod progress;
 mod record;
 mod reload;

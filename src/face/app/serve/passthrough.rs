@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use super::answer::Outcome;
 use super::audit::Event;
 use super::caller::Caller;
-use super::catalog::wholes;
+use super::catalog::{wholes, Catalog};
 use super::fault::Fault;
 use super::followers::{Listener, Offer};
 use super::gateway::{CallCx, Gateway, Session, Target};
@@ -44,16 +44,16 @@ pub(super) fn offered(manifest: &Manifest) -> bool {
 /// The whole servers that are up (each given [`LIST_WAIT`] to start) and whose
 /// capabilities `has` accepts.
 async fn up(
-    g: &Gateway,
+    catalog: &Catalog,
     has: fn(&rmcp::model::ServerCapabilities) -> bool,
 ) -> Vec<(String, Whole, Arc<McpHub>)> {
-    let now = g.catalog.now();
+    let now = catalog.now();
     let Some(hub) = now.hub() else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for (server, whole) in wholes(&now.manifest) {
-        let started = tokio::time::timeout(LIST_WAIT, g.catalog.ensure(&server)).await;
+        let started = tokio::time::timeout(LIST_WAIT, catalog.ensure(&server)).await;
         if !matches!(started, Ok(Ok(()))) {
             continue;
         }
@@ -300,7 +300,7 @@ pub(super) async fn resources(
 ) -> Result<ListResourcesResult, ErrorData> {
     let mut all = Vec::new();
     let m = g.catalog.manifest();
-    for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
+    for (server, w, hub) in up(&g.catalog, |c| c.resources.is_some()).await {
         let items = all_pages(&hub, &server, RESOURCES).await?;
         all.extend(
             rewrite(items, "uri", &w).into_iter().filter(|r| {
@@ -316,16 +316,27 @@ pub(super) async fn templates(
     g: &Gateway,
     caller: &Caller,
 ) -> Result<ListResourceTemplatesResult, ErrorData> {
+    let all = template_items(&g.catalog, caller).await?;
+    from_json(json!({ "resourceTemplates": all.into_iter().map(|(_, t)| t).collect::<Vec<_>>() }))
+}
+
+/// Every whole server's resource templates `caller` sees, under served URIs, with the server
+/// each came from.
+pub(super) async fn template_items(
+    catalog: &Catalog,
+    caller: &Caller,
+) -> Result<Vec<(String, Value)>, ErrorData> {
     let mut all = Vec::new();
-    let m = g.catalog.manifest();
-    for (server, w, hub) in up(g, |c| c.resources.is_some()).await {
+    let m = catalog.manifest();
+    for (server, w, hub) in up(catalog, |c| c.resources.is_some()).await {
         let items = all_pages(&hub, &server, TEMPLATES).await?;
-        all.extend(rewrite(items, "uriTemplate", &w).into_iter().filter(|t| {
+        let seen = rewrite(items, "uriTemplate", &w).into_iter().filter(|t| {
             let template = t["uriTemplate"].as_str().unwrap_or_default();
             caller.sees(&m, Subject::Resource, template)
-        }));
+        });
+        all.extend(seen.map(|t| (server.clone(), t)));
     }
-    from_json(json!({ "resourceTemplates": all }))
+    Ok(all)
 }
 
 /// The items `w` admits (by their `key`), with `key` made a served URI.
@@ -392,9 +403,19 @@ pub(super) async fn read(
 
 /// `prompts/list`: every whole server's prompts it admits, under served names.
 pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsResult, ErrorData> {
+    let all = prompt_items(&g.catalog, caller).await?;
+    from_json(json!({ "prompts": all.into_iter().map(|(_, p)| p).collect::<Vec<_>>() }))
+}
+
+/// Every whole server's prompts `caller` sees, under served names, with the server each came
+/// from.
+pub(super) async fn prompt_items(
+    catalog: &Catalog,
+    caller: &Caller,
+) -> Result<Vec<(String, Value)>, ErrorData> {
     let mut all = Vec::new();
-    let m = g.catalog.manifest();
-    for (server, w, hub) in up(g, |c| c.prompts.is_some()).await {
+    let m = catalog.manifest();
+    for (server, w, hub) in up(catalog, |c| c.prompts.is_some()).await {
         let items = all_pages(&hub, &server, PROMPTS).await?;
         for mut p in items {
             let Some(own) = p["name"].as_str().map(str::to_string) else {
@@ -403,11 +424,11 @@ pub(super) async fn prompts(g: &Gateway, caller: &Caller) -> Result<ListPromptsR
             let served = prompt_name(&w, &own);
             if w.admits(&own) && caller.sees(&m, Subject::Prompt, &served) {
                 p["name"] = json!(served);
-                all.push(p);
+                all.push((server.clone(), p));
             }
         }
     }
-    from_json(json!({ "prompts": all }))
+    Ok(all)
 }
 
 /// Where a request that reads a whole server stands: its session, its place on its wire, and

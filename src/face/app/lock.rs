@@ -1,0 +1,128 @@
+//! `flux-tools lock`: pin what the model is shown in `tools.lock` beside the manifest. With no
+//! lock yet, it is written; with one, what differs is named and nothing is written unless
+//! `--update` accepts it; `--check` never writes (for CI: exit 1 when anything differs).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::{config, load_manifest, runtime};
+use crate::cli::Args;
+use crate::error::{Error, EXIT_CALLS_FAILED, EXIT_OK};
+use crate::lock::{self, Change, Pin, FILE};
+
+pub(super) fn lock(args: &Args, check: bool, update: bool) -> Result<u8, Error> {
+    let manifest = config::manifest_path(args.manifest.as_deref())?;
+    let path = manifest.parent().unwrap_or(Path::new("")).join(FILE);
+    let shown = shown(args)?;
+    let say = |line: String| {
+        if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    let locked = match std::fs::read_to_string(&path) {
+        Ok(text) => match lock::parse(&path.display().to_string(), &text) {
+            Ok(pins) => Some(pins),
+            // `--update` writes a lock it cannot trust anew: every definition is new to it.
+            Err(why) if update && !check => {
+                say(format!(
+                    "warning: {}; writing it anew",
+                    why.lines().next().unwrap_or("")
+                ));
+                Some(Vec::new())
+            }
+            Err(why) => return Err(Error::Usage(why)),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+    };
+    let Some(locked) = locked else {
+        if check {
+            return Err(Error::Usage(format!(
+                "no {} beside the manifest\nhint: write it with `flux-tools lock`, review it, and check it in",
+                path.display()
+            )));
+        }
+        write(&path, &shown)?;
+        say(format!("wrote {}: {}", path.display(), counted(&shown)));
+        return Ok(EXIT_OK);
+    };
+    let changes = lock::changes(&locked, &shown);
+    if changes.is_empty() {
+        say(format!(
+            "{} is up to date: {}",
+            path.display(),
+            counted(&shown)
+        ));
+        return Ok(EXIT_OK);
+    }
+    let text: String = changes.iter().map(Change::describe).collect();
+    super::stdout_write(text.as_bytes())?;
+    if update && !check {
+        write(&path, &shown)?;
+        say(format!(
+            "accepted {} in {}",
+            plural(changes.len()),
+            path.display()
+        ));
+        return Ok(EXIT_OK);
+    }
+    say(format!(
+        "{} differs from what the servers offer ({})\nhint: review them, then accept with `flux-tools lock --update`",
+        path.display(),
+        plural(changes.len())
+    ));
+    Ok(EXIT_CALLS_FAILED)
+}
+
+/// The pins of everything the manifest serves (its servers started, and stopped again).
+fn shown(args: &Args) -> Result<Vec<Pin>, Error> {
+    let m = load_manifest(args)?;
+    let hub = crate::tools::mcp::hub_for(&m);
+    let rt = runtime()?;
+    let pins = rt.block_on(super::serve::pins::shown(m, hub.clone()));
+    if let Some(hub) = hub {
+        rt.block_on(hub.shutdown());
+    }
+    pins.map_err(Error::Usage)
+}
+
+/// Write the lock of `pins` at `path` whole or not at all (a file beside it, renamed over it).
+fn write(path: &Path, pins: &[Pin]) -> Result<(), Error> {
+    let text = lock::render(pins);
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+    let temp: PathBuf = path.with_file_name(format!(
+        ".{}.{}",
+        name.unwrap_or_else(|| FILE.into()),
+        std::process::id()
+    ));
+    let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(cannot)?;
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+    let renamed = written.and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&temp);
+        return Err(cannot(e));
+    }
+    Ok(())
+}
+
+/// `3 tools, 1 prompt, 2 resource templates`.
+fn counted(pins: &[Pin]) -> String {
+    use crate::lock::Kind;
+    let n = |k: Kind| pins.iter().filter(|p| p.kind == k).count();
+    let of = |count: usize, noun: &str| crate::report::summary::plural(count, noun);
+    format!(
+        "{}, {}, {}",
+        of(n(Kind::Tool), "tool"),
+        of(n(Kind::Prompt), "prompt"),
+        of(n(Kind::ResourceTemplate), "resource template")
+    )
+}
+
+fn plural(changes: usize) -> String {
+    crate::report::summary::plural(changes, "change")
+}
