@@ -74,6 +74,18 @@ pub(super) fn lock(args: &Args, check: bool, update: bool) -> Result<u8, Error> 
     Ok(EXIT_CALLS_FAILED)
 }
 
+/// The lock beside the manifest at `manifest`, read and checked (`None`: there is none).
+pub(super) fn in_force(manifest: &Path) -> Result<Option<Vec<Pin>>, Error> {
+    let path = manifest.parent().unwrap_or(Path::new("")).join(FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => lock::parse(&path.display().to_string(), &text)
+            .map(Some)
+            .map_err(Error::Usage),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+    }
+}
+
 /// The pins of everything the manifest serves (its servers started, and stopped again).
 fn shown(args: &Args) -> Result<Vec<Pin>, Error> {
     let m = load_manifest(args)?;

@@ -77,6 +77,8 @@ pub(super) struct Catalog {
     /// The lists made, for what they depend on: made once, answered to every caller alike.
     listed: Mutex<Listed>,
     quiet: bool,
+    /// `tools.lock` in force, and the tools it holds back.
+    pinned: super::pinned::Pinned,
 }
 
 /// What a `tools/list` answer depends on: the manifest in force (generation, shape), the
@@ -125,7 +127,53 @@ impl Catalog {
             changed: tokio::sync::watch::Sender::new(0),
             listed: Mutex::default(),
             quiet,
+            pinned: super::pinned::Pinned::default(),
         })
+    }
+
+    /// The same catalog serving only what `lock` pins (`None`: everything): the manifest's
+    /// own tools are judged now, an upstream's when its server is asked.
+    pub(super) fn pinned_by(mut self, lock: Option<Vec<crate::lock::Pin>>) -> Catalog {
+        self.pinned = super::pinned::Pinned::new(lock);
+        let now = self.now();
+        self.judge_local(&now.manifest, &now.served);
+        self
+    }
+
+    /// Judge the served tools of the manifest's own kinds against the lock.
+    fn judge_local(&self, manifest: &Manifest, served: &[usize]) {
+        if !self.pinned.is_on() {
+            return;
+        }
+        let entries = (served.iter().map(|&i| &manifest.tools[i]))
+            .filter(|t| t.settings_of::<McpSpec>().is_none())
+            .map(|t| {
+                let entry = local_entry(manifest, t);
+                (export_name(&t.name), ("manifest".to_string(), entry))
+            });
+        self.pinned.judge(entries.collect(), self.quiet);
+    }
+
+    /// Judge the served tools of `server` (its list: `remote`) against the lock.
+    fn judge_server(&self, manifest: &Manifest, server: &str, remote: &[Value]) {
+        if !self.pinned.is_on() {
+            return;
+        }
+        let served = served_of(manifest, self.select.as_deref());
+        let whole = manifest
+            .mcp_servers
+            .get(server)
+            .and_then(|s| s.whole.as_ref());
+        let entries = served.iter().filter_map(|&i| {
+            let tool = &manifest.tools[i];
+            let spec = tool
+                .settings_of::<McpSpec>()
+                .filter(|s| s.server == server)?;
+            let r = remote.iter().find(|r| r["name"] == spec.tool.as_str())?;
+            let entry = mcp_entry(tool, r, whole);
+            Some((export_name(&tool.name), (format!("mcp:{server}"), entry)))
+        });
+        self.pinned.judge(entries.collect(), self.quiet);
     }
 
     /// Put `manifest` in force (a reload) with `hub` for its MCP servers: its tools are
@@ -152,6 +200,8 @@ impl Catalog {
         if let Ok(mut u) = self.upstreams.lock() {
             u.clear();
         }
+        let now = self.now();
+        self.judge_local(&now.manifest, &now.served);
         self.changed.send_modify(|n| *n += 1);
         Ok(generation)
     }
@@ -183,7 +233,10 @@ impl Catalog {
         caller: &Caller,
     ) -> Result<usize, String> {
         let served = self.now().served;
-        let sees = |i: usize| caller.sees(manifest, Subject::Tool, &manifest.tools[i].name);
+        let sees = |i: usize| {
+            let tool = &manifest.tools[i].name;
+            caller.sees(manifest, Subject::Tool, tool) && !self.pinned.holds(&export_name(tool))
+        };
         match manifest.tool_position(name) {
             Some(i) if served.contains(&i) && sees(i) => Ok(i),
             _ => {
@@ -288,6 +341,7 @@ impl Catalog {
             .collect();
         let diags = mcp::annotate(&mut copy, hub, &used).await;
         destructive_needs_approval(&mut copy, server, &remote);
+        self.judge_server(&copy, server, &remote);
         for d in diags.iter().filter(|_| !self.quiet) {
             eprintln!("warning: mcp serve: {}", d.message);
         }
@@ -400,6 +454,7 @@ impl Catalog {
         let remote = self.remote_tools(now, up).await;
         let entries = (now.served.iter())
             .filter(|&&i| caller.sees(&manifest, Subject::Tool, &manifest.tools[i].name))
+            .filter(|&&i| !self.pinned.holds(&export_name(&manifest.tools[i].name)))
             .filter_map(|&i| {
                 let tool = &manifest.tools[i];
                 match tool.settings_of::<McpSpec>() {

@@ -36,6 +36,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "session",
             "sessions",
             "catalog",
+            "pinned",
             "force",
             "record",
             "reload",

@@ -34,6 +34,7 @@ mod open;
 mod ops;
 mod order;
 mod passthrough;
+mod pinned;
 pub(super) mod pins;
 mod progress;
 mod record;
@@ -95,13 +96,16 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     if let Some(hub) = &hub {
         super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
     }
+    // What `tools.lock` pins is all that is served (a changed or new tool is held back).
+    let lock = super::lock::in_force(&opts.manifest)?;
     let catalog = Catalog::new(
         manifest.clone(),
         s.tools.as_deref(),
         hub.clone(),
         opts.quiet,
     )
-    .map_err(Error::Usage)?;
+    .map_err(Error::Usage)?
+    .pinned_by(lock);
     let parts = Parts::of_manifest(opts, manifest, hub, &rt)?;
     let lanes = parts.lanes.clone();
     let approver = Arc::new(crate::run::gate::NoApprover);

@@ -1,0 +1,74 @@
+//! `tools.lock` in force at the gateway: a served tool whose definition is not the one pinned
+//! — changed since, or new — is held back: left out of `tools/list`, and a call to it answered
+//! as for a tool that does not exist, with a warning on stderr naming the change (once per
+//! definition). A definition is judged when it is learnt (a manifest's tools when it is put in
+//! force, an upstream's when its server is asked) and the judgement kept until the next.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::lock::{Change, Kind, Pin};
+
+/// The lock in force, and what it made of each served tool.
+#[derive(Default)]
+pub(super) struct Pinned {
+    /// `None`: no lock — everything is served.
+    lock: Option<Vec<Pin>>,
+    /// Served names held back.
+    held: Mutex<HashSet<String>>,
+    /// The definitions warned about (name, hash): each once.
+    warned: Mutex<HashSet<(String, String)>>,
+}
+
+impl Pinned {
+    pub(super) fn new(lock: Option<Vec<Pin>>) -> Pinned {
+        Pinned {
+            lock,
+            ..Pinned::default()
+        }
+    }
+
+    /// Judge `entries` (served name → where it comes from and its definition as listed)
+    /// afresh: each one the lock does not pin as it is now is held back, the rest served.
+    pub(super) fn judge(&self, entries: HashMap<String, (String, Value)>, quiet: bool) {
+        let Some(lock) = &self.lock else { return };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, (from, entry)) in entries {
+            let now = Pin::new(Kind::Tool, &name, from, &entry);
+            let pinned = lock.iter().find(|p| p.kind == Kind::Tool && p.name == name);
+            let change = match pinned {
+                Some(was) if was.hash == now.hash => None,
+                Some(was) => Some(Change::Changed { was, now: &now }.describe()),
+                None => Some(Change::New(&now).describe()),
+            };
+            let Some(change) = change else {
+                held.remove(&name);
+                continue;
+            };
+            held.insert(name.clone());
+            let fresh = (self.warned.lock())
+                .map(|mut w| w.insert((name.clone(), now.hash.clone())))
+                .unwrap_or(false);
+            if fresh && !quiet {
+                super::say::line(format!(
+                    "warning: mcp serve: tool `{name}` is held back: its definition is not the one tools.lock pins\n{change}hint: review it, then accept it with `flux-tools lock --update`"
+                ));
+            }
+        }
+    }
+
+    /// Whether the served tool `name` is held back.
+    pub(super) fn holds(&self, name: &str) -> bool {
+        self.lock.is_some()
+            && (self.held.lock())
+                .map(|h| h.contains(name))
+                .unwrap_or(false)
+    }
+
+    /// Whether a lock is in force (judging is needed at all).
+    pub(super) fn is_on(&self) -> bool {
+        self.lock.is_some()
+    }
+}
