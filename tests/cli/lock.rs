@@ -260,15 +260,25 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
         said.contains("new: tool `drift_delete_all` (from mcp:drift)"),
         "{said}"
     );
-    drop(gw);
-    // Accepted: served again.
+    // Accepted, and the gateway reloaded (SIGHUP): served, by it and by a new one.
     assert_eq!(lock(&p, &["--update"]).0, 0);
-    let listed = crate::serve::finish(crate::serve::client(&py, &how, &["list"]));
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &gw.child.id().to_string()])
+        .status();
+    assert!(hup.is_ok_and(|s| s.success()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !heard().contains("reloaded") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let all = [
         "drift_delete_all",
         "drift_lookup",
         "drift_send_email",
         "search",
     ];
+    let http = crate::serve::http(&gw.url);
+    let listed = crate::serve::finish(crate::serve::client(&py, &http, &["list"]));
+    assert_eq!(names(&listed), all, "{listed}\n{}", heard());
+    let listed = crate::serve::finish(crate::serve::client(&py, &how, &["list"]));
     assert_eq!(names(&listed), all, "{listed}");
 }

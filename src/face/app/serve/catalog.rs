@@ -140,6 +140,12 @@ impl Catalog {
         self
     }
 
+    /// Put `lock` in force (a reload): the next [`replace`](Self::replace) and every server
+    /// asked again are judged by it.
+    pub(super) fn repin(&self, lock: Option<Vec<crate::lock::Pin>>) {
+        self.pinned.set(lock);
+    }
+
     /// Judge the served tools of the manifest's own kinds against the lock.
     fn judge_local(&self, manifest: &Manifest, served: &[usize]) {
         if !self.pinned.is_on() {

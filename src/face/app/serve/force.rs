@@ -89,6 +89,7 @@ impl Gateway {
     pub(super) async fn reload(
         self: &Arc<Self>,
         manifest: crate::manifest::Manifest,
+        lock: Option<Vec<crate::lock::Pin>>,
     ) -> Result<usize, String> {
         let _one = self.reloading.lock().await;
         let old = self.catalog.now();
@@ -114,6 +115,7 @@ impl Gateway {
         let fresh = hub
             .clone()
             .filter(|h| !old.hub().is_some_and(|o| Arc::ptr_eq(&o, h)));
+        self.catalog.repin(lock);
         let generation = self.catalog.replace(manifest, hub).await?;
         if let Some(hub) = fresh {
             tokio::spawn(super::followers::follow(self.clone(), hub));

@@ -5,7 +5,7 @@
 //! force, an upstream's when its server is asked) and the judgement kept until the next.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use serde_json::Value;
 
@@ -15,7 +15,7 @@ use crate::lock::{Change, Kind, Pin};
 #[derive(Default)]
 pub(super) struct Pinned {
     /// `None`: no lock — everything is served.
-    lock: Option<Vec<Pin>>,
+    lock: RwLock<Option<Vec<Pin>>>,
     /// Served names held back.
     held: Mutex<HashSet<String>>,
     /// The definitions warned about (name, hash): each once.
@@ -25,15 +25,27 @@ pub(super) struct Pinned {
 impl Pinned {
     pub(super) fn new(lock: Option<Vec<Pin>>) -> Pinned {
         Pinned {
-            lock,
+            lock: RwLock::new(lock),
             ..Pinned::default()
         }
+    }
+
+    /// Put `lock` in force (a reload read it again): every tool is judged afresh as it is
+    /// learnt again.
+    pub(super) fn set(&self, lock: Option<Vec<Pin>>) {
+        *self.lock.write().unwrap_or_else(|e| e.into_inner()) = lock;
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Judge `entries` (served name → where it comes from and its definition as listed)
     /// afresh: each one the lock does not pin as it is now is held back, the rest served.
     pub(super) fn judge(&self, entries: HashMap<String, (String, Value)>, quiet: bool) {
-        let Some(lock) = &self.lock else { return };
+        let lock = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        let Some(lock) = lock.as_ref() else { return };
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         for (name, (from, entry)) in entries {
             let now = Pin::new(Kind::Tool, &name, from, &entry);
@@ -61,14 +73,13 @@ impl Pinned {
 
     /// Whether the served tool `name` is held back.
     pub(super) fn holds(&self, name: &str) -> bool {
-        self.lock.is_some()
-            && (self.held.lock())
-                .map(|h| h.contains(name))
-                .unwrap_or(false)
+        (self.held.lock())
+            .map(|h| !h.is_empty() && h.contains(name))
+            .unwrap_or(false)
     }
 
     /// Whether a lock is in force (judging is needed at all).
     pub(super) fn is_on(&self) -> bool {
-        self.lock.is_some()
+        self.lock.read().map(|l| l.is_some()).unwrap_or(true)
     }
 }

@@ -79,7 +79,15 @@ async fn reload_once(gateway: &Arc<Gateway>, path: &Path, why: &str, quiet: bool
     if !quiet && !manifest.warnings.is_empty() {
         eprint!("{}", crate::error::render_all(&manifest.warnings));
     }
-    match gateway.reload(manifest).await {
+    // The lock beside it is read again too (accepted changes are served from now on).
+    let lock = match super::super::lock::in_force(path) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}); the manifest in force stays: {e}");
+            return;
+        }
+    };
+    match gateway.reload(manifest, lock).await {
         Ok(n) => eprintln!("flux-tools mcp serve: reloaded {shown} ({why}): {n} tools, in force for new calls"),
         Err(e) => eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}); the manifest in force stays: {e}"),
     }
