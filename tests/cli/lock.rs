@@ -260,6 +260,15 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
         said.contains("new: tool `drift_delete_all` (from mcp:drift)"),
         "{said}"
     );
+    let held = |n: u32| {
+        let (_, text) = crate::serve_ops::get(&gw, "/metrics", None);
+        text.contains(&format!("\nflux_tools_catalog_held {n}\n"))
+    };
+    assert!(
+        held(2),
+        "{}",
+        crate::serve_ops::get(&gw, "/metrics", None).1
+    );
     // Accepted, and the gateway reloaded (SIGHUP): served, by it and by a new one.
     assert_eq!(lock(&p, &["--update"]).0, 0);
     let hup = std::process::Command::new("kill")
@@ -279,6 +288,7 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
     let http = crate::serve::http(&gw.url);
     let listed = crate::serve::finish(crate::serve::client(&py, &http, &["list"]));
     assert_eq!(names(&listed), all, "{listed}\n{}", heard());
+    assert!(held(0));
     let listed = crate::serve::finish(crate::serve::client(&py, &how, &["list"]));
     assert_eq!(names(&listed), all, "{listed}");
 }

@@ -146,6 +146,11 @@ impl Catalog {
         self.pinned.set(lock);
     }
 
+    /// How many served tools the lock holds back now.
+    pub(super) fn held(&self) -> usize {
+        self.pinned.count()
+    }
+
     /// Judge the served tools of the manifest's own kinds against the lock.
     fn judge_local(&self, manifest: &Manifest, served: &[usize]) {
         if !self.pinned.is_on() {

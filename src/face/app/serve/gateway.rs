@@ -612,7 +612,7 @@ impl Gateway {
         let sessions = self.http_sessions.counts();
         self.metrics.render(
             &self.base().occupancy(),
-            (approvals, self.tasks.running()),
+            (approvals, self.tasks.running(), self.catalog.held()),
             sessions,
         )
     }

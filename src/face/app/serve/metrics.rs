@@ -36,6 +36,7 @@ pub(super) struct Metrics {
     lane_in_flight: Family<Labels, Gauge>,
     lane_waiting: Family<Labels, Gauge>,
     approvals: Gauge,
+    held: Gauge,
     sessions: Gauge,
     reopened: Counter,
     tasks: Gauge,
@@ -55,6 +56,7 @@ impl Default for Metrics {
             lane_in_flight: Family::default(),
             lane_waiting: Family::default(),
             approvals: Gauge::default(),
+            held: Gauge::default(),
             sessions: Gauge::default(),
             reopened: Counter::default(),
             tasks: Gauge::default(),
@@ -110,6 +112,11 @@ impl Default for Metrics {
             "approvals_waiting",
             "Calls waiting for approval out of band on this machine",
             m.approvals.clone(),
+        );
+        r.register(
+            "catalog_held",
+            "Served tools held back: their definition is not the one tools.lock pins",
+            m.held.clone(),
         );
         r.register(
             "sessions",
@@ -171,10 +178,11 @@ impl Metrics {
     pub(super) fn render(
         &self,
         lanes: &[Occupancy],
-        (approvals, tasks): (usize, usize),
+        (approvals, tasks, held): (usize, usize, usize),
         (sessions, reopened): (usize, u64),
     ) -> String {
         self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        self.held.set(i64::try_from(held).unwrap_or(i64::MAX));
         self.sessions
             .set(i64::try_from(sessions).unwrap_or(i64::MAX));
         let seen = self.reopened.get();

@@ -78,6 +78,11 @@ impl Pinned {
             .unwrap_or(false)
     }
 
+    /// How many served tools are held back.
+    pub(super) fn count(&self) -> usize {
+        self.held.lock().map(|h| h.len()).unwrap_or(0)
+    }
+
     /// Whether a lock is in force (judging is needed at all).
     pub(super) fn is_on(&self) -> bool {
         self.lock.read().map(|l| l.is_some()).unwrap_or(true)
