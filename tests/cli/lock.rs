@@ -115,6 +115,35 @@ fn a_lock_pins_every_definition_and_check_names_each_change_until_it_is_accepted
         "{out}"
     );
     assert!(out.contains("  +         \"maxLength\": 5,"), "{out}");
+    // `tools --emit` offers none of them, and says so; `tools` marks them.
+    let out = p
+        .cmd()
+        .args(["tools", "--emit", "openai"])
+        .output()
+        .expect("emit");
+    let offered: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let offered: Vec<&str> = (offered.as_array().into_iter().flatten())
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(offered, ["search"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note: tool `drift_send_email` is held back"),
+        "{err}"
+    );
+    let out = p
+        .cmd()
+        .args(["tools", "--format", "json"])
+        .output()
+        .expect("tools");
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let held = (listed["tools"].as_array().into_iter().flatten())
+        .filter(|t| t["held_back"] == true)
+        .count();
+    assert_eq!(held, 3, "{listed}");
+    let table = p.cmd().arg("tools").output().expect("tools");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("(held back)"), "{table}");
     // Plain `lock` does not accept a change either; nothing was written.
     assert_eq!(lock(&p, &[]).0, 1);
     let again = std::fs::read_to_string(p.path().join("tools.lock")).expect("tools.lock");

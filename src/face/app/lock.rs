@@ -86,6 +86,25 @@ pub(super) fn in_force(manifest: &Path) -> Result<Option<Vec<Pin>>, Error> {
     }
 }
 
+/// The served tool names `tools.lock` holds back now: changed since it was written, or new
+/// (empty: no lock beside the manifest). Asks every server, as `lock` does.
+pub(super) fn held(args: &Args) -> Result<std::collections::HashSet<String>, Error> {
+    let manifest = config::manifest_path(args.manifest.as_deref())?;
+    let Some(locked) = in_force(&manifest)? else {
+        return Ok(Default::default());
+    };
+    let shown = shown(args)?;
+    let names = lock::changes(&locked, &shown)
+        .into_iter()
+        .filter_map(|c| match c {
+            Change::Changed { now, .. } | Change::New(now) => Some(now),
+            Change::Removed(_) => None,
+        })
+        .filter(|p| p.kind == lock::Kind::Tool)
+        .map(|p| p.name.clone());
+    Ok(names.collect())
+}
+
 /// The pins of everything the manifest serves (its servers started, and stopped again).
 fn shown(args: &Args) -> Result<Vec<Pin>, Error> {
     let m = load_manifest(args)?;

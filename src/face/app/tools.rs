@@ -10,11 +10,13 @@ use crate::tools::mcp::McpHub;
 
 pub(super) fn tools(args: &Args, format: Option<ListFormat>) -> Result<u8, Error> {
     let (m, _) = learnt(args, |_, _, _| Ok(()))?;
+    // Marked: what `tools.lock` holds back (its definition changed since, or it is new).
+    let held = super::lock::held(args)?;
     let text = match format {
         Some(ListFormat::Json | ListFormat::Jsonl) => {
-            format!("{}\n", report::tools::to_json(&m))
+            format!("{}\n", report::tools::to_json(&m, &held))
         }
-        Some(ListFormat::Table) | None => report::tools::to_table(&m),
+        Some(ListFormat::Table) | None => report::tools::to_table(&m, &held),
     };
     stdout_write(text.as_bytes())?;
     Ok(error::EXIT_OK)
@@ -29,8 +31,17 @@ pub(super) fn offer(
     strict: bool,
 ) -> Result<u8, Error> {
     let (m, remote) = learnt(args, |m, hub, rt| remote_schemas(m, select, hub, rt))?;
-    let (offers, notes) =
+    let (mut offers, mut notes) =
         report::definitions::offers(&m, select, strict, &remote).map_err(Error::Usage)?;
+    // What `tools.lock` holds back is not offered (as `mcp serve` does not list it).
+    let held = super::lock::held(args)?;
+    offers.retain(|o| {
+        let keep = !held.contains(&o.name);
+        if !keep {
+            notes.push(format!("tool `{}` is held back: its definition is not the one tools.lock pins (`flux-tools lock --check` says how)", o.name));
+        }
+        keep
+    });
     if !args.quiet {
         for n in notes {
             eprintln!("note: {n}");

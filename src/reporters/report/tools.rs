@@ -59,7 +59,16 @@ pub(crate) fn tool_json(t: &Tool) -> Value {
     })
 }
 
-pub(crate) fn to_json(m: &Manifest) -> Value {
+/// The manifest's tools as JSON; each tool `held` names (exported names: held back by
+/// `tools.lock`) says `"held_back": true`.
+pub(crate) fn to_json(m: &Manifest, held: &std::collections::HashSet<String>) -> Value {
+    let tool = |t: &Tool| {
+        let mut v = tool_json(t);
+        if held.contains(&crate::manifest::export_name(&t.name)) {
+            v["held_back"] = json!(true);
+        }
+        v
+    };
     json!({
         "manifest": m.file.name,
         "concurrency": {
@@ -70,7 +79,7 @@ pub(crate) fn to_json(m: &Manifest) -> Value {
         "lanes": m.lanes.values().map(|l| json!({
             "name": l.name, "concurrency": l.concurrency, "rate": l.rate.map(|r| r.to_string()), "burst": l.burst,
         })).collect::<Vec<_>>(),
-        "tools": m.tools.iter().filter(|t| t.listed).map(tool_json).collect::<Vec<_>>(),
+        "tools": m.tools.iter().filter(|t| t.listed).map(tool).collect::<Vec<_>>(),
     })
 }
 
@@ -84,7 +93,8 @@ const DROPPED_FIRST: [&str; 6] = [
     "idempotent",
 ];
 
-pub(crate) fn to_table(m: &Manifest) -> String {
+/// The manifest's tools as a table; each tool `held` names is marked `(held back)`.
+pub(crate) fn to_table(m: &Manifest, held: &std::collections::HashSet<String>) -> String {
     let mut rows = Vec::new();
     for tool in m.tools.iter().filter(|t| t.listed) {
         let effect = match tool.effect_origin {
@@ -100,8 +110,12 @@ pub(crate) fn to_table(m: &Manifest) -> String {
                 format!("{:?} (annotation)", tool.effect).to_lowercase()
             }
         };
+        let name = match held.contains(&crate::manifest::export_name(&tool.name)) {
+            true => format!("{} (held back)", tool.name),
+            false => tool.name.clone(),
+        };
         rows.push(vec![
-            tool.name.clone(),
+            name,
             tool.kind_name().to_string(),
             effect,
             if tool.idempotent_origin == Origin::Default && tool.kind.announces_effect() {
