@@ -231,6 +231,16 @@ impl CallPlan {
             invalid: Some(String::new()),
         }
     }
+
+    /// Make it a call that is never dispatched, for `why`: invalid calls take no lanes and
+    /// wait for nothing — they are answered at once (`invalid_call`).
+    pub(crate) fn refuse(&mut self, why: String) {
+        self.invalid = Some(why);
+        self.lanes = std::sync::Arc::new([]);
+        self.edges.clear();
+        self.weight = 0;
+        self.cost = 0.0;
+    }
 }
 
 /// The plan of a batch.
@@ -272,6 +282,22 @@ impl Plan {
             .ids
             .get_or_init(|| self.calls.iter().map(|c| (c.id.clone(), c.index)).collect());
         ids.get(id).copied()
+    }
+
+    /// Hold back every call of a tool `held` names (by its exported name: `tools.lock` does
+    /// not pin its definition as it is now): answered `invalid_call` with `why` of its tool,
+    /// never dispatched; the other calls run.
+    pub(crate) fn hold_back(
+        &mut self,
+        held: &std::collections::HashSet<String>,
+        why: impl Fn(&str) -> String,
+    ) {
+        for c in &mut self.calls {
+            let name = crate::manifest::export_name(&c.tool_name);
+            if c.invalid.is_none() && held.contains(&name) {
+                c.refuse(why(&name));
+            }
+        }
     }
 }
 

@@ -93,8 +93,33 @@ pub(super) fn held(args: &Args) -> Result<std::collections::HashSet<String>, Err
     let Some(locked) = in_force(&manifest)? else {
         return Ok(Default::default());
     };
-    let shown = shown(args)?;
-    let names = lock::changes(&locked, &shown)
+    Ok(held_of(&locked, &shown(args)?))
+}
+
+/// The served tool names `locked` holds back of `manifest` as its servers (through `hub`, or
+/// a hub of its own, stopped again) offer them now.
+pub(super) fn held_in(
+    manifest: &crate::manifest::Manifest,
+    hub: Option<std::sync::Arc<crate::tools::mcp::McpHub>>,
+    locked: &[Pin],
+    rt: &tokio::runtime::Runtime,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let own = hub
+        .is_none()
+        .then(|| crate::tools::mcp::hub_for(manifest))
+        .flatten();
+    let asked = hub.or_else(|| own.clone());
+    let shown = rt.block_on(super::serve::pins::shown(manifest.clone(), asked));
+    if let Some(own) = own {
+        rt.block_on(own.shutdown());
+    }
+    let shown = shown.map_err(|e| Error::Usage(format!("cannot check tools.lock: {e}")))?;
+    Ok(held_of(locked, &shown))
+}
+
+/// The names of the tools whose definition in `shown` is not the one `locked` pins.
+fn held_of(locked: &[Pin], shown: &[Pin]) -> std::collections::HashSet<String> {
+    let names = lock::changes(locked, shown)
         .into_iter()
         .filter_map(|c| match c {
             Change::Changed { now, .. } | Change::New(now) => Some(now),
@@ -102,7 +127,7 @@ pub(super) fn held(args: &Args) -> Result<std::collections::HashSet<String>, Err
         })
         .filter(|p| p.kind == lock::Kind::Tool)
         .map(|p| p.name.clone());
-    Ok(names.collect())
+    names.collect()
 }
 
 /// The pins of everything the manifest serves (its servers started, and stopped again).

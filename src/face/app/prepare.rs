@@ -81,6 +81,8 @@ pub(super) struct Inputs {
     manifest: Manifest,
     batch: Batch,
     warnings: Vec<Diagnostic>,
+    /// `tools.lock` beside the manifest, when there is one.
+    lock: Option<Vec<crate::lock::Pin>>,
 }
 
 /// Read and parse the manifest and the batch (see [`Inputs::plan`]).
@@ -89,6 +91,7 @@ pub(super) fn read_inputs(
     (batch_arg, stdin_terminal): (Option<&str>, bool),
     reading: Reading,
 ) -> Result<Inputs, Error> {
+    let lock = super::lock::in_force(manifest)?;
     let manifest = Manifest::load(manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
@@ -96,6 +99,7 @@ pub(super) fn read_inputs(
         manifest,
         batch,
         warnings,
+        lock,
     })
 }
 
@@ -123,16 +127,27 @@ impl Inputs {
             mut manifest,
             batch,
             warnings,
+            lock,
         } = self;
         let used: Vec<String> = batch.calls.iter().map(|c| c.tool.clone()).collect();
         let hub = start_mcp(quiet, &mut manifest, Some(&used), rt)?;
-        let plan = match plan::build(&manifest, &batch, opts) {
-            Ok(p) => p,
-            Err(d) => {
+        let built = plan::build(&manifest, &batch, opts).map_err(Error::Invalid);
+        let held = match (&built, lock) {
+            (Ok(_), Some(locked)) => super::lock::held_in(&manifest, hub.clone(), &locked, rt),
+            _ => Ok(Default::default()),
+        };
+        let plan = match built.and_then(|p| held.map(|h| (p, h))) {
+            Ok((mut plan, held)) => {
+                plan.hold_back(&held, |name| {
+                    format!("tool `{name}` is held back: its definition is not the one tools.lock pins\nhint: `flux-tools lock --check` says what changed; accept it with `flux-tools lock --update`")
+                });
+                plan
+            }
+            Err(e) => {
                 if let Some(hub) = &hub {
                     rt.block_on(hub.shutdown());
                 }
-                return Err(Error::Invalid(d));
+                return Err(e);
             }
         };
         print_warnings(quiet, &warnings);

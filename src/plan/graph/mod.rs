@@ -145,11 +145,7 @@ impl<'a> Builder<'a> {
     fn mark_invalid(&mut self, calls: &mut [CallPlan]) {
         for c in calls.iter_mut() {
             if let Some(why) = self.invalid[c.index].take() {
-                c.invalid = Some(why);
-                c.lanes = std::sync::Arc::new([]);
-                c.edges.clear();
-                c.weight = 0;
-                c.cost = 0.0;
+                c.refuse(why);
             }
         }
     }
