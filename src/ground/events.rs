@@ -95,6 +95,9 @@ pub enum ErrorKind {
     ServerExited,
     /// A model asked for a call that cannot be made (unknown tool, arguments that are not a JSON object, …).
     InvalidCall,
+    /// The call names a tool that is not served: none of that name, or one whose definition
+    /// `tools.lock` does not pin as it is now (held back).
+    UnknownTool,
     /// The run reached its `max_calls`.
     CallLimit,
     /// It needs an approval nobody can give now (journaled: `flux-tools approvals`, then
@@ -126,6 +129,7 @@ impl ErrorKind {
             ErrorKind::ConnectionLost => "connection_lost",
             ErrorKind::ServerExited => "server_exited",
             ErrorKind::InvalidCall => "invalid_call",
+            ErrorKind::UnknownTool => "unknown_tool",
             ErrorKind::CallLimit => "call_limit",
             ErrorKind::AwaitingApproval => "awaiting_approval",
         }

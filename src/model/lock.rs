@@ -176,6 +176,34 @@ pub(crate) fn parse(name: &str, text: &str) -> Result<Vec<Pin>, String> {
     Ok(file.pins)
 }
 
+/// A lock in force: what it pins, and whether a tool new to it is served (`[serve] pin =
+/// "new-allowed"`) or held back like a changed one (`"strict"`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct InForce {
+    pub pins: Vec<Pin>,
+    pub new_allowed: bool,
+}
+
+impl InForce {
+    /// What holds the tool `now` back, as a person reads it (`None`: it is served as it is).
+    pub(crate) fn holds(&self, now: &Pin) -> Option<String> {
+        let pinned = (self.pins.iter()).find(|p| (p.kind, &p.name) == (now.kind, &now.name));
+        match pinned {
+            Some(was) if was.hash == now.hash => None,
+            Some(was) => Some(Change::Changed { was, now }.describe()),
+            None if self.new_allowed => None,
+            None => Some(Change::New(now).describe()),
+        }
+    }
+
+    /// The lock with `pin` accepted in place of what it pinned under its name.
+    pub(crate) fn accept(&mut self, pin: Pin) {
+        self.pins
+            .retain(|p| (p.kind, &p.name) != (pin.kind, &pin.name));
+        self.pins.push(pin);
+    }
+}
+
 /// How the definitions now differ from a lock.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Change<'a> {

@@ -232,6 +232,15 @@ impl CallPlan {
         }
     }
 
+    /// The kind an invalid call is answered with: `unknown_tool` when it names no tool that is
+    /// served, else `invalid_call`.
+    pub(crate) fn refusal_kind(&self) -> crate::events::ErrorKind {
+        match self.tool {
+            None => crate::events::ErrorKind::UnknownTool,
+            Some(_) => crate::events::ErrorKind::InvalidCall,
+        }
+    }
+
     /// Make it a call that is never dispatched, for `why`: invalid calls take no lanes and
     /// wait for nothing — they are answered at once (`invalid_call`).
     pub(crate) fn refuse(&mut self, why: String) {
@@ -285,8 +294,8 @@ impl Plan {
     }
 
     /// Hold back every call of a tool `held` names (by its exported name: `tools.lock` does
-    /// not pin its definition as it is now): answered `invalid_call` with `why` of its tool,
-    /// never dispatched; the other calls run.
+    /// not pin its definition as it is now): answered `unknown_tool` with `why` of its tool,
+    /// as for a tool that is not served, never dispatched; the other calls run.
     pub(crate) fn hold_back(
         &mut self,
         held: &std::collections::HashSet<String>,
@@ -296,6 +305,7 @@ impl Plan {
             let name = crate::manifest::export_name(&c.tool_name);
             if c.invalid.is_none() && held.contains(&name) {
                 c.refuse(why(&name));
+                c.tool = None;
             }
         }
     }

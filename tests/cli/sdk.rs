@@ -1,6 +1,6 @@
 //! Replies made with the providers' own SDKs (`tests/fixtures/sdk/`, written by
 //! `tests/sdk/make_fixtures.py` with `model_dump_json()`), piped through `flux-tools run`:
-//! every call answered, bad calls answered as `invalid_call`, arguments byte for byte, zero-call
+//! every call answered, bad calls answered as `unknown_tool` or `invalid_call`, arguments byte for byte, zero-call
 //! replies, and every emitted message validated by the same SDK's types
 //! (`tests/sdk/validate.py`, in the virtualenv `.ci/run` makes).
 
@@ -157,9 +157,17 @@ fn one_bad_call_costs_only_itself_in_every_providers_reply() {
             ["ok", "never_dispatched", "never_dispatched", "ok"],
             "{provider}: {doc}"
         );
-        for bad in &r[1..3] {
-            assert_eq!(bad["error"]["kind"], "invalid_call", "{provider}: {bad}");
-        }
+        // A tool the manifest does not serve, and arguments that are not JSON.
+        assert_eq!(
+            r[1]["error"]["kind"], "unknown_tool",
+            "{provider}: {}",
+            r[1]
+        );
+        assert_eq!(
+            r[2]["error"]["kind"], "invalid_call",
+            "{provider}: {}",
+            r[2]
+        );
         assert!(r[1]["error"]["message"]
             .as_str()
             .unwrap()

@@ -4,10 +4,12 @@
 use std::path::Path;
 
 use super::parked::{Decision, Parked, Waiting};
+use super::review::{HeldTool, Review};
 use super::stdout_write;
 use crate::cli::{Args, LaneStoreChoice, ListFormat};
 use crate::error::{self, Error};
 use crate::report;
+use crate::run::store::BoardOf;
 use crate::run::Resume;
 
 pub(super) fn approvals(journal: &Path, format: Option<ListFormat>) -> Result<u8, Error> {
@@ -26,29 +28,39 @@ pub(super) fn approvals(journal: &Path, format: Option<ListFormat>) -> Result<u8
     Ok(error::EXIT_OK)
 }
 
-/// The parked calls of the manifest `args` names, on `store`'s board (Redis) or this
-/// machine's files; with the runtime the board is read on.
-fn registry(
-    args: &Args,
-    store: Option<&LaneStoreChoice>,
-) -> Result<(std::path::PathBuf, Parked, tokio::runtime::Runtime), Error> {
+/// The boards of the manifest `args` names — its parked calls and the tools `tools.lock` holds
+/// back — on `store`'s (Redis) or this machine's files; with the runtime they are read on.
+struct Boards {
+    path: std::path::PathBuf,
+    parked: Parked,
+    review: Review,
+    rt: tokio::runtime::Runtime,
+}
+
+fn registry(args: &Args, store: Option<&LaneStoreChoice>) -> Result<Boards, Error> {
     let path = crate::app::config::manifest_path(args.manifest.as_deref())?;
     let canonical = path
         .canonicalize()
         .map_err(|e| Error::Usage(format!("cannot read manifest `{}`: {e}", path.display())))?;
     let rt = super::runtime()?;
-    let board = match store {
+    let board = |of| match store {
         Some(LaneStoreChoice::Redis(url)) => {
             let ns = canonical.display().to_string();
             let lanes = rt
                 .block_on(crate::run::RedisLanes::connect(url, &[], &ns))
                 .map_err(|e| Error::Usage(e.to_string()))?;
-            crate::run::store::Connection::board(&lanes)
+            Ok(crate::run::store::Connection::board(&lanes, of))
         }
-        _ => None,
+        _ => Ok(None),
     };
-    let parked = Parked::of(&canonical, board).map_err(Error::Usage)?;
-    Ok((path, parked, rt))
+    let parked = Parked::of(&canonical, board(BoardOf::Calls)?).map_err(Error::Usage)?;
+    let review = Review::of(&canonical, board(BoardOf::Catalog)?).map_err(Error::Usage)?;
+    Ok(Boards {
+        path,
+        parked,
+        review,
+        rt,
+    })
 }
 
 pub(super) fn parked(
@@ -56,14 +68,21 @@ pub(super) fn parked(
     store: Option<&LaneStoreChoice>,
     format: Option<ListFormat>,
 ) -> Result<u8, Error> {
-    let (path, parked, rt) = registry(args, store)?;
+    let Boards {
+        path,
+        parked,
+        review,
+        rt,
+    } = registry(args, store)?;
     let waiting = rt.block_on(parked.list());
+    let held = rt.block_on(review.list()).map_err(Error::Usage)?;
     let text = match format {
         Some(ListFormat::Json | ListFormat::Jsonl) => {
-            format!(
-                "{}\n",
-                serde_json::to_string(&waiting).unwrap_or_else(|_| "[]".into())
-            )
+            let mut items: Vec<serde_json::Value> = (waiting.iter())
+                .filter_map(|w| serde_json::to_value(w).ok())
+                .collect();
+            items.extend(held.iter().map(held_json));
+            format!("{}\n", serde_json::Value::Array(items))
         }
         Some(ListFormat::Table) | None => {
             let now = super::parked::unix_now();
@@ -75,11 +94,31 @@ pub(super) fn parked(
                 })
                 .collect();
             let shown: Vec<crate::events::Awaiting> = waiting.iter().map(awaiting).collect();
+            let shown_held: Vec<(String, String, String)> = (held.iter())
+                .map(|h| (h.handle(), h.now.from.clone(), h.change.clone()))
+                .collect();
             report::approvals::parked_to_text(&path.display().to_string(), &shown, &left)
+                + &report::approvals::held_to_text(&shown_held)
         }
     };
     stdout_write(text.as_bytes())?;
     Ok(error::EXIT_OK)
+}
+
+/// A held-back tool as `approvals --format json` lists it, beside the parked calls: marked
+/// `"kind": "tool"`.
+fn held_json(h: &HeldTool) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "tool",
+        "handle": h.handle(),
+        "tool": h.now.name,
+        "from": h.now.from,
+        "hash": h.now.hash,
+        "was": h.was,
+        "change": h.change,
+        "definition": h.now.definition,
+        "since": h.since,
+    })
 }
 
 fn awaiting(w: &Waiting) -> crate::events::Awaiting {
@@ -99,14 +138,26 @@ fn answerer() -> String {
     format!("flux-tools approve (uid {uid})")
 }
 
-/// `approve ID@HASH` / `deny ID[@HASH]`.
+/// `approve ID@HASH` / `deny ID[@HASH]`; `approve tool:NAME@HASH` / `deny tool:NAME@HASH`
+/// decide on a held-back definition, for every gateway on the board.
 pub(super) fn answer(
     args: &Args,
     store: Option<&LaneStoreChoice>,
     call: &str,
     d: Decision,
 ) -> Result<u8, Error> {
-    let (_, parked, rt) = registry(args, store)?;
+    let Boards {
+        parked, review, rt, ..
+    } = registry(args, store)?;
+    if call.starts_with("tool:") {
+        let h = (rt.block_on(review.decide(call, d, &answerer()))).map_err(Error::Usage)?;
+        let what = match d {
+            Decision::Approve => "approved: it is served by every gateway on this board from their next look (within a second)",
+            Decision::Deny => "denied: it stays held back",
+        };
+        eprintln!("tool `{}` ({}) {what}", h.now.name, h.now.hash);
+        return Ok(error::EXIT_OK);
+    }
     let (id, hash) = match call.split_once('@') {
         Some((id, hash)) => (id, Some(hash)),
         None => (call, None),

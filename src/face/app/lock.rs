@@ -74,23 +74,36 @@ pub(super) fn lock(args: &Args, check: bool, update: bool) -> Result<u8, Error> 
     Ok(EXIT_CALLS_FAILED)
 }
 
-/// The lock beside the manifest at `manifest`, read and checked (`None`: there is none).
-pub(super) fn in_force(manifest: &Path) -> Result<Option<Vec<Pin>>, Error> {
-    let path = manifest.parent().unwrap_or(Path::new("")).join(FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => lock::parse(&path.display().to_string(), &text)
-            .map(Some)
-            .map_err(Error::Usage),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+/// The lock in force for the manifest at `manifest` under its `[serve] pin` (absent: strict
+/// when `tools.lock` is beside it, else none), read and checked (`None`: nothing is pinned).
+pub(super) fn in_force(
+    manifest: &Path,
+    pin: Option<crate::manifest::Pin>,
+) -> Result<Option<lock::InForce>, Error> {
+    use crate::manifest::Pin as Way;
+    if pin == Some(Way::Off) {
+        return Ok(None);
     }
+    let path = manifest.parent().unwrap_or(Path::new("")).join(FILE);
+    let pins = match std::fs::read_to_string(&path) {
+        Ok(text) => lock::parse(&path.display().to_string(), &text).map_err(Error::Usage)?,
+        // No lock: strict holds back everything, new-allowed only what a lock would change.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && pin.is_some() => Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+    };
+    Ok(Some(lock::InForce {
+        pins,
+        new_allowed: pin == Some(Way::NewAllowed),
+    }))
 }
 
-/// The served tool names `tools.lock` holds back now: changed since it was written, or new
-/// (empty: no lock beside the manifest). Asks every server, as `lock` does.
+/// The served tool names the lock in force holds back now: changed since it was written, or
+/// new (empty: nothing is pinned). Asks every server, as `lock` does.
 pub(super) fn held(args: &Args) -> Result<std::collections::HashSet<String>, Error> {
     let manifest = config::manifest_path(args.manifest.as_deref())?;
-    let Some(locked) = in_force(&manifest)? else {
+    let pin = load_manifest(args)?.serve.pin;
+    let Some(locked) = in_force(&manifest, pin)? else {
         return Ok(Default::default());
     };
     Ok(held_of(&locked, &shown(args)?))
@@ -101,7 +114,7 @@ pub(super) fn held(args: &Args) -> Result<std::collections::HashSet<String>, Err
 pub(super) fn held_in(
     manifest: &crate::manifest::Manifest,
     hub: Option<std::sync::Arc<crate::tools::mcp::McpHub>>,
-    locked: &[Pin],
+    locked: &lock::InForce,
     rt: &tokio::runtime::Runtime,
 ) -> Result<std::collections::HashSet<String>, Error> {
     let own = hub
@@ -117,17 +130,12 @@ pub(super) fn held_in(
     Ok(held_of(locked, &shown))
 }
 
-/// The names of the tools whose definition in `shown` is not the one `locked` pins.
-fn held_of(locked: &[Pin], shown: &[Pin]) -> std::collections::HashSet<String> {
-    let names = lock::changes(locked, shown)
-        .into_iter()
-        .filter_map(|c| match c {
-            Change::Changed { now, .. } | Change::New(now) => Some(now),
-            Change::Removed(_) => None,
-        })
-        .filter(|p| p.kind == lock::Kind::Tool)
-        .map(|p| p.name.clone());
-    names.collect()
+/// The names of the tools of `shown` that `locked` holds back.
+fn held_of(locked: &lock::InForce, shown: &[Pin]) -> std::collections::HashSet<String> {
+    (shown.iter())
+        .filter(|p| p.kind == lock::Kind::Tool && locked.holds(p).is_some())
+        .map(|p| p.name.clone())
+        .collect()
 }
 
 /// The pins of everything the manifest serves (its servers started, and stopped again).
@@ -143,7 +151,7 @@ fn shown(args: &Args) -> Result<Vec<Pin>, Error> {
 }
 
 /// Write the lock of `pins` at `path` whole or not at all (a file beside it, renamed over it).
-fn write(path: &Path, pins: &[Pin]) -> Result<(), Error> {
+pub(super) fn write(path: &Path, pins: &[Pin]) -> Result<(), Error> {
     let text = lock::render(pins);
     let name = path.file_name().map(|n| n.to_string_lossy().to_string());
     let temp: PathBuf = path.with_file_name(format!(

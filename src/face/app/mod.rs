@@ -23,6 +23,7 @@ mod plan;
 mod prepare;
 mod report;
 mod reporters;
+mod review;
 mod run;
 mod serve;
 mod signals;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::run::store::{Board, FileBoard};
+use crate::run::store::{Board, BoardOf, FileBoard};
 
 /// How long an entry its gateway stopped renewing stays listed (seconds).
 const STALE: f64 = 10.0;
@@ -96,7 +96,7 @@ impl Parked {
             });
         }
         Ok(Parked {
-            board: Arc::new(FileBoard::for_manifest(manifest)?),
+            board: Arc::new(FileBoard::for_manifest(manifest, BoardOf::Calls)?),
             leaving: Default::default(),
         })
     }

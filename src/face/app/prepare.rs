@@ -82,7 +82,7 @@ pub(super) struct Inputs {
     batch: Batch,
     warnings: Vec<Diagnostic>,
     /// `tools.lock` beside the manifest, when there is one.
-    lock: Option<Vec<crate::lock::Pin>>,
+    lock: Option<crate::lock::InForce>,
 }
 
 /// Read and parse the manifest and the batch (see [`Inputs::plan`]).
@@ -91,8 +91,9 @@ pub(super) fn read_inputs(
     (batch_arg, stdin_terminal): (Option<&str>, bool),
     reading: Reading,
 ) -> Result<Inputs, Error> {
-    let lock = super::lock::in_force(manifest)?;
-    let manifest = Manifest::load(manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
+    let path = manifest;
+    let manifest = Manifest::load(path, crate::tools::KINDS).map_err(Error::Invalid)?;
+    let lock = super::lock::in_force(path, manifest.serve.pin)?;
     let file = config::read_batch(batch_arg, stdin_terminal)?;
     let (batch, warnings) = Batch::parse_with(file, reading).map_err(Error::Invalid)?;
     Ok(Inputs {
@@ -138,9 +139,7 @@ impl Inputs {
         };
         let plan = match built.and_then(|p| held.map(|h| (p, h))) {
             Ok((mut plan, held)) => {
-                plan.hold_back(&held, |name| {
-                    format!("tool `{name}` is held back: its definition is not the one tools.lock pins\nhint: `flux-tools lock --check` says what changed; accept it with `flux-tools lock --update`")
-                });
+                hold_back(&mut plan, &held);
                 plan
             }
             Err(e) => {
@@ -152,6 +151,29 @@ impl Inputs {
         };
         print_warnings(quiet, &warnings);
         Ok((manifest, plan, hub))
+    }
+}
+
+/// Hold back every call of `plan` to a tool of `held` (`tools.lock` does not pin it as it is):
+/// answered `unknown_tool` with the reason, never sent.
+pub(super) fn hold_back(plan: &mut Plan, held: &std::collections::HashSet<String>) {
+    plan.hold_back(held, |name| {
+        format!("tool `{name}` is held back: its definition is not the one tools.lock pins\nhint: `flux-tools lock --check` says what changed; accept it with `flux-tools lock --update`")
+    });
+}
+
+/// The served tools the lock in force for the manifest at `path` holds back (none without
+/// one), its servers asked through `hub`: what a stream or a session of turns holds back
+/// from its first call to its last.
+pub(super) fn held_back(
+    path: &Path,
+    manifest: &Manifest,
+    hub: Option<Arc<McpHub>>,
+    rt: &tokio::runtime::Runtime,
+) -> Result<std::collections::HashSet<String>, Error> {
+    match super::lock::in_force(path, manifest.serve.pin)? {
+        Some(locked) => super::lock::held_in(manifest, hub, &locked, rt),
+        None => Ok(Default::default()),
     }
 }
 

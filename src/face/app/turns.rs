@@ -49,6 +49,8 @@ pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Resul
     if let Some(hub) = &hub {
         super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
     }
+    // What `tools.lock` holds back is held back from every turn.
+    let held = super::prepare::held_back(&opts.manifest, &manifest, hub.clone(), &rt)?;
     let parts = Parts::of_manifest(opts, manifest, hub.clone(), &rt)?;
     let store = parts.lanes.clone();
     // Each turn's answer is one line this face writes itself: nothing streams.
@@ -64,6 +66,7 @@ pub(super) fn run_turns(opts: &RunOptions, rt: tokio::runtime::Runtime) -> Resul
         store,
         hub,
         annotated: HashSet::new(),
+        held,
         worst: EXIT_OK,
         out: std::io::BufWriter::new(std::io::stdout()),
     };
@@ -102,6 +105,8 @@ struct Turns<'a> {
     hub: Option<Arc<McpHub>>,
     /// MCP tools whose servers' annotations are applied to the manifest already.
     annotated: HashSet<String>,
+    /// The tools `tools.lock` holds back (judged when the session opened).
+    held: HashSet<String>,
     worst: u8,
     out: std::io::BufWriter<std::io::Stdout>,
 }
@@ -160,6 +165,7 @@ impl Turns<'_> {
         let (batch, warnings) = Batch::parse_with(file, self.opts.reading)?;
         self.annotate(session, rt, &batch)?;
         let mut plan = plan::build(&session.core.manifest, &batch, &self.opts.plan)?;
+        super::prepare::hold_back(&mut plan, &self.held);
         print_warnings(self.opts.quiet, &warnings);
         print_warnings(self.opts.quiet, &plan.warnings);
         lease::borrow(

@@ -322,6 +322,20 @@ pub struct Serve {
     pub session: SessionLimits,
     /// `[serve.limits]`: what the gateway holds for its clients, each bounded.
     pub limits: ServeLimits,
+    /// `pin = "strict" | "new-allowed" | "off"`: how `tools.lock` is held to (absent: strict
+    /// when there is a lock, off when there is none).
+    pub pin: Option<Pin>,
+}
+
+/// `[serve] pin`: what a definition `tools.lock` does not pin as it is gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// Held back, changed or new (no lock: everything is new).
+    Strict,
+    /// A changed one held back; a tool new to the lock served.
+    NewAllowed,
+    /// The lock is not read: everything is served as the servers offer it.
+    Off,
 }
 
 /// `[serve.limits]`: the bounds of a gateway shared by careless and hostile clients.

@@ -244,6 +244,7 @@ impl Reader<'_> {
                 "admin_token",
                 "limits",
                 "auth",
+                "pin",
             ],
             "[serve]",
         );
@@ -264,6 +265,26 @@ impl Reader<'_> {
             admin_token: self
                 .string(t, "admin_token", "[serve]")
                 .map(|(text, span)| self.template(&text, span, false)),
+            pin: self.pin(t),
+        }
+    }
+
+    /// `[serve] pin = "strict" | "new-allowed" | "off"`.
+    fn pin(&mut self, serve: &DeTable<'_>) -> Option<super::Pin> {
+        let (text, span) = self.string(serve, "pin", "[serve]")?;
+        match text.as_str() {
+            "strict" => Some(super::Pin::Strict),
+            "new-allowed" => Some(super::Pin::NewAllowed),
+            "off" => Some(super::Pin::Off),
+            other => {
+                let hint = "write pin = \"strict\", \"new-allowed\" or \"off\"".to_string();
+                self.error(
+                    span,
+                    format!("[serve] pin = \"{other}\" is not a way to pin"),
+                    Some(hint),
+                );
+                None
+            }
         }
     }
 

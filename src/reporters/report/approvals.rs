@@ -67,6 +67,30 @@ pub(crate) fn parked_to_text(
     out
 }
 
+/// The tools `tools.lock` holds back at `mcp serve`, each as (`tool:NAME@HASH`, where it comes
+/// from, what changed): what a reviewer reads, and how to answer (nothing when none is).
+pub(crate) fn held_to_text(held: &[(String, String, String)]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n{} held back by tools.lock (not listed, a call answered as unknown):\n",
+        crate::report::summary::plural(held.len(), "tool")
+    );
+    for (handle, from, change) in held {
+        let name = handle.trim_start_matches("tool:");
+        let name = name.rsplit_once('@').map_or(name, |(n, _)| n);
+        out.push_str(&format!("\n  {name} (from {from})\n"));
+        for line in change.lines() {
+            out.push_str(&format!("    {line}\n"));
+        }
+        out.push_str(&format!(
+            "    approve:   flux-tools approve {handle}\n    deny:      flux-tools deny {handle}\n"
+        ));
+    }
+    out
+}
+
 /// `[{index, id, tool, args, hash}]`.
 pub(crate) fn to_json(waiting: &[Awaiting]) -> String {
     serde_json::to_string(waiting).unwrap_or_else(|_| "[]".into())

@@ -181,7 +181,8 @@ impl Coordinator {
             .invalid
             .clone()
             .unwrap_or_else(|| "the call names no tool".into());
-        let r = never_dispatched(&self.plan, p, ErrorKind::InvalidCall, &why);
+        let kind = self.plan.calls[p].refusal_kind();
+        let r = never_dispatched(&self.plan, p, kind, &why);
         self.finish(p, r);
     }
 }

@@ -64,7 +64,7 @@ impl Coordinator {
                 let why = why
                     .clone()
                     .unwrap_or_else(|| "the call names no tool".into());
-                return Err((ErrorKind::InvalidCall, why));
+                return Err((call.refusal_kind(), why));
             }
         };
         self.check_dependencies(p)?;

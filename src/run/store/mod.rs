@@ -153,6 +153,24 @@ pub trait Board: Entries + Answers + Beats {}
 
 impl<T: Entries + Answers + Beats> Board for T {}
 
+/// Which board: the calls `mcp serve` parks for approval, or the definitions `tools.lock`
+/// holds back and the decisions on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoardOf {
+    Calls,
+    Catalog,
+}
+
+impl BoardOf {
+    /// Its name (a Redis key's, a folder's): the calls' board keeps its first name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BoardOf::Calls => "approval",
+            BoardOf::Catalog => "catalog",
+        }
+    }
+}
+
 /// The board's entries: one per parked call, under its id.
 pub trait Entries: Send + Sync {
     fn put(self: Arc<Self>, id: String, entry: String)
@@ -215,8 +233,8 @@ pub trait Connection: Send + Sync {
     /// `flow` (each turn of `run --turns` plans its own lanes; each session of `mcp serve` is
     /// a flow of its own, served fairly beside the others).
     fn for_lanes(&self, specs: &[LaneSpec], flow: &Flow) -> Result<Arc<dyn LaneStore>, LaneError>;
-    /// The board of parked approvals this store shares with other machines (Redis), if any.
-    fn board(&self) -> Option<Arc<dyn Board>> {
+    /// The board `of` this store shares with other machines (Redis), if any.
+    fn board(&self, _of: BoardOf) -> Option<Arc<dyn Board>> {
         None
     }
     /// The intents (idempotency keys) this store shares with other machines (Redis), if any.

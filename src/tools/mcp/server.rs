@@ -645,6 +645,10 @@ pub(super) async fn start(
         ));
     };
     let peer = service.peer().clone();
+    // The lists are kept here (`Session::tools`, forgotten on `list_changed`); rmcp's own cache
+    // would answer a failed re-list with the stale list, in silence.
+    peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+        .await;
     Ok(Session {
         service: tokio::sync::Mutex::new(Some(service)),
         peer,

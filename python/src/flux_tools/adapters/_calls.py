@@ -27,8 +27,8 @@ QUIET_TURNS = 32
 #: How a failure reads in an answer: `ERROR (status, kind): message`.
 _FAILURE = re.compile(r"^ERROR \((?P<status>[a-z_]+), (?P<kind>[a-z_]+)\): (?P<message>.*)$", re.S)
 
-#: Kinds a model fixes by calling again with other arguments.
-RETRYABLE = ("invalid_call", "guardrail")
+#: Kinds a model fixes by calling again with other arguments (or another tool).
+RETRYABLE = ("invalid_call", "unknown_tool", "guardrail")
 
 
 @dataclass

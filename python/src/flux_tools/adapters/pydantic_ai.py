@@ -10,7 +10,7 @@ the `DeferredToolResults` to continue with.
                                 deferred_tool_results=asyncio.run(execute(result.output)))
 
 Failures reach the model as pydantic-ai expects: a call the model can fix by calling again with
-other arguments (kind `invalid_call` or `guardrail`) is a `ModelRetry`, which counts against the
+other arguments or another tool (kind `invalid_call`, `unknown_tool` or `guardrail`) is a `ModelRetry`, which counts against the
 tool's retries; any other failure is a `ToolFailed` carrying flux-tools' classified message.
 """
 

@@ -37,6 +37,13 @@ pub(crate) enum Event {
     TokenRejected,
     /// A request of the operations face (status, metrics, answers) was refused.
     OpsRefused,
+    /// A served tool is held back: `tools.lock` does not pin its definition as it is now
+    /// (`tool`, `from`, `was`, `now`, `change`).
+    CatalogChanged,
+    /// A held-back definition was approved and is served: `tool`, `hash`, `by`.
+    CatalogApproved,
+    /// A held-back definition was denied and stays held back: `tool`, `hash`, `by`.
+    CatalogDenied,
     /// Lines were dropped while the queue was full: `count`.
     Dropped,
 }
@@ -51,6 +58,9 @@ impl Event {
             Event::ApprovalAnswered => "approval.answered",
             Event::TokenRejected => "token.rejected",
             Event::OpsRefused => "ops.refused",
+            Event::CatalogChanged => "catalog.changed",
+            Event::CatalogApproved => "catalog.approved",
+            Event::CatalogDenied => "catalog.denied",
             Event::Dropped => "audit.dropped",
         }
     }

@@ -133,7 +133,7 @@ impl Catalog {
 
     /// The same catalog serving only what `lock` pins (`None`: everything): the manifest's
     /// own tools are judged now, an upstream's when its server is asked.
-    pub(super) fn pinned_by(mut self, lock: Option<Vec<crate::lock::Pin>>) -> Catalog {
+    pub(super) fn pinned_by(mut self, lock: Option<crate::lock::InForce>) -> Catalog {
         self.pinned = super::pinned::Pinned::new(lock);
         let now = self.now();
         self.judge_local(&now.manifest, &now.served);
@@ -142,13 +142,28 @@ impl Catalog {
 
     /// Put `lock` in force (a reload): the next [`replace`](Self::replace) and every server
     /// asked again are judged by it.
-    pub(super) fn repin(&self, lock: Option<Vec<crate::lock::Pin>>) {
+    pub(super) fn repin(&self, lock: Option<crate::lock::InForce>) {
         self.pinned.set(lock);
     }
 
     /// How many served tools the lock holds back now.
     pub(super) fn held(&self) -> usize {
         self.pinned.count()
+    }
+
+    /// What the lock holds back, and the lock in force itself.
+    pub(super) fn pinned(&self) -> &super::pinned::Pinned {
+        &self.pinned
+    }
+
+    /// Serve `pin` (approved on the review board) if it is what is held back under its name
+    /// now; every session that listed is told. Whether it was.
+    pub(super) fn accept(&self, pin: &crate::lock::Pin) -> bool {
+        let accepted = self.pinned.accept(pin);
+        if accepted {
+            self.changed.send_modify(|n| *n += 1);
+        }
+        accepted
     }
 
     /// Judge the served tools of the manifest's own kinds against the lock.
@@ -160,9 +175,9 @@ impl Catalog {
             .filter(|t| t.settings_of::<McpSpec>().is_none())
             .map(|t| {
                 let entry = local_entry(manifest, t);
-                (export_name(&t.name), ("manifest".to_string(), entry))
+                (export_name(&t.name), entry)
             });
-        self.pinned.judge(entries.collect(), self.quiet);
+        self.pinned.judge("manifest", entries.collect(), self.quiet);
     }
 
     /// Judge the served tools of `server` (its list: `remote`) against the lock.
@@ -182,9 +197,10 @@ impl Catalog {
                 .filter(|s| s.server == server)?;
             let r = remote.iter().find(|r| r["name"] == spec.tool.as_str())?;
             let entry = mcp_entry(tool, r, whole);
-            Some((export_name(&tool.name), (format!("mcp:{server}"), entry)))
+            Some((export_name(&tool.name), entry))
         });
-        self.pinned.judge(entries.collect(), self.quiet);
+        self.pinned
+            .judge(&format!("mcp:{server}"), entries.collect(), self.quiet);
     }
 
     /// Put `manifest` in force (a reload) with `hub` for its MCP servers: its tools are
@@ -391,11 +407,26 @@ impl Catalog {
         hub.forget_tools(server);
         let _one = self.starting.lock().await;
         if let Err(why) = self.learn(&hub, server).await {
+            // Never the old list in silence: its tools are left out until it answers again.
             if !self.quiet {
-                eprintln!("warning: mcp serve: {why}");
+                eprintln!("warning: mcp serve: `{server}` said its tools changed, and asking for them again failed: {why}; its tools are left out until it answers (tried again every {}s)", RETRY_AFTER.as_secs());
+            }
+            if let Ok(mut u) = self.upstreams.lock() {
+                u.insert(server.to_string(), Upstream::Failed(why, Instant::now()));
             }
         }
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The servers whose tools are left out now, and why (the status page).
+    pub(super) fn failing(&self) -> Vec<(String, String)> {
+        let u = self.upstreams.lock();
+        let failed = u.iter().flat_map(|u| u.iter());
+        (failed.filter_map(|(s, up)| match up {
+            Upstream::Failed(why, _) => Some((s.clone(), why.clone())),
+            Upstream::Ready => None,
+        }))
+        .collect()
     }
 
     fn state(&self, server: &str) -> Option<Upstream> {

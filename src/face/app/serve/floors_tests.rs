@@ -37,6 +37,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "sessions",
             "catalog",
             "pinned",
+            "reviewer",
             "force",
             "record",
             "reload",

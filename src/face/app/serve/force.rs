@@ -89,7 +89,7 @@ impl Gateway {
     pub(super) async fn reload(
         self: &Arc<Self>,
         manifest: crate::manifest::Manifest,
-        lock: Option<Vec<crate::lock::Pin>>,
+        lock: Option<crate::lock::InForce>,
     ) -> Result<usize, String> {
         let _one = self.reloading.lock().await;
         let old = self.catalog.now();

@@ -79,6 +79,8 @@ pub(super) struct Gateway {
     pub(super) tasks: Arc<super::tasks::Tasks>,
     /// 2026-07-28 clients' calls waiting for the follow-up that answers their upstream.
     pub(super) rounds: Arc<super::rounds::Rounds>,
+    /// The board of definitions `tools.lock` holds back (set once its reviewer runs).
+    pub(super) review: std::sync::OnceLock<crate::app::review::Review>,
 }
 
 pub(super) use super::session::{TenantLanes, Version};
@@ -145,7 +147,7 @@ impl Gateway {
     ) -> Gateway {
         let catalog_path = catalog.manifest().path.clone();
         let limits = catalog.manifest().serve.limits.clone();
-        let board = store.board();
+        let board = store.board(crate::run::store::BoardOf::Calls);
         let store_intents = store.intents();
         let http_sessions =
             super::sessions::Sessions::new(&limits, store.records(RecordKind::Session));
@@ -185,6 +187,7 @@ impl Gateway {
             keys: super::keys::Keys::new(store_intents, &limits),
             tasks: Arc::new(tasks),
             rounds: Arc::new(super::rounds::Rounds::new(id_for_rounds, &limits)),
+            review: std::sync::OnceLock::new(),
         }
     }
 
@@ -629,6 +632,11 @@ impl Gateway {
             .snapshot(&self.base().occupancy(), &approvals, only);
         if only.is_none() {
             snap["approvals_waiting"] = total.into();
+            let held = self.catalog.pinned().held();
+            snap["held_tools"] = super::status::held(&held);
+            let down = self.catalog.failing().into_iter();
+            let down = down.map(|(server, why)| serde_json::json!({"server": server, "why": why}));
+            snap["servers_down"] = down.collect::<Vec<_>>().into();
         }
         snap
     }
@@ -664,7 +672,10 @@ impl Gateway {
                 let anyone = Caller::local(caller.tenant.clone());
                 let hidden =
                     matches!(name, Target::Tool(n) if self.catalog.served(&m, n, &anyone).is_ok());
-                let why = if hidden {
+                let held = matches!(name, Target::Tool(n) if self.catalog.pinned().holds(n));
+                let why = if held {
+                    format!("`{what}` is held back: its definition is not the one tools.lock pins (the caller was told: {why})")
+                } else if hidden {
                     format!("its roles do not allow `{what}` (the caller was told: {why})")
                 } else {
                     why.clone()

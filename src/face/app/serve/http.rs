@@ -447,6 +447,13 @@ impl Route {
         };
         let reply = match super::status::parse_answer(&body.to_bytes()) {
             Err(e) => (StatusCode::BAD_REQUEST, e),
+            Ok((id, hash, d)) if id.starts_with("tool:") => {
+                match super::reviewer::decide(&self.gateway, &format!("{id}@{hash}"), d, &by).await
+                {
+                    Ok(said) => (StatusCode::OK, said),
+                    Err(e) => (StatusCode::CONFLICT, e),
+                }
+            }
             Ok((id, hash, d)) => match self.gateway.answer_parked(&id, &hash, d, &by).await {
                 Ok(w) => (
                     StatusCode::OK,

@@ -40,6 +40,7 @@ mod progress;
 mod record;
 mod reload;
 mod repoll;
+mod reviewer;
 mod rounds;
 mod say;
 mod session;
@@ -97,7 +98,7 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
         super::prepare::learn_whole(opts.quiet, &mut manifest, hub, &rt);
     }
     // What `tools.lock` pins is all that is served (a changed or new tool is held back).
-    let lock = super::lock::in_force(&opts.manifest)?;
+    let lock = super::lock::in_force(&opts.manifest, manifest.serve.pin)?;
     let catalog = Catalog::new(
         manifest.clone(),
         s.tools.as_deref(),
@@ -126,6 +127,9 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     ));
     if let Some(hub) = gateway.catalog.now().hub() {
         rt.spawn(followers::follow(gateway.clone(), hub));
+    }
+    if let Some(review) = rt.block_on(async { reviewer::start(&gateway, opts.quiet) }) {
+        let _ = gateway.review.set(review);
     }
     let path = opts.manifest.clone();
     let reloading = {

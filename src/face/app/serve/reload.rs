@@ -80,7 +80,7 @@ async fn reload_once(gateway: &Arc<Gateway>, path: &Path, why: &str, quiet: bool
         eprint!("{}", crate::error::render_all(&manifest.warnings));
     }
     // The lock beside it is read again too (accepted changes are served from now on).
-    let lock = match super::super::lock::in_force(path) {
+    let lock = match super::super::lock::in_force(path, manifest.serve.pin) {
         Ok(lock) => lock,
         Err(e) => {
             eprintln!("flux-tools mcp serve: {shown} was not reloaded ({why}); the manifest in force stays: {e}");

@@ -117,6 +117,16 @@ impl Log {
     }
 }
 
+/// The tools `tools.lock` holds back, as the page lists them beside the parked calls (a tenant's
+/// view has none: a definition is everyone's).
+pub(super) fn held(held: &[crate::app::review::HeldTool]) -> Value {
+    let items = held.iter().map(|h| {
+        let hash = crate::app::review::short(&h.now.hash);
+        json!({"id": format!("tool:{}", h.now.name), "hash": hash, "tool": h.now.name, "from": h.now.from, "change": h.change})
+    });
+    Value::Array(items.collect())
+}
+
 /// What an answer from the page asks: the call, its hash, approve or deny.
 pub(super) fn parse_answer(body: &[u8]) -> Result<(String, String, Decision), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;

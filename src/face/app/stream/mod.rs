@@ -17,7 +17,7 @@
 //! explicit `id` (its output is kept; default-id calls are not, so memory is bounded by the
 //! explicitly named calls).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,15 +50,16 @@ const GATHER: Duration = Duration::from_millis(5);
 
 /// A stream's engine: every MCP tool annotated (which the stream calls is not known yet),
 /// one lane table for all its chunks, and the run announced. Returns the plan options its
-/// chunks are planned with (that table in them).
+/// chunks are planned with (that table in them), and the tools `tools.lock` holds back.
 fn open_stream(
     run_opts: &RunOptions,
     rt: &tokio::runtime::Runtime,
-) -> Result<(Engine, PlanOptions), Error> {
+) -> Result<(Engine, PlanOptions, HashSet<String>), Error> {
     let mut opts = run_opts.plan.clone();
     let mut manifest =
         Manifest::load(&run_opts.manifest, crate::tools::KINDS).map_err(Error::Invalid)?;
     let mcp = start_mcp(run_opts.quiet, &mut manifest, None, rt)?;
+    let held = super::prepare::held_back(&run_opts.manifest, &manifest, mcp.clone(), rt)?;
     let parts = Parts::of_manifest(run_opts, manifest, mcp, rt)?;
     let infos = parts.table.iter().map(LaneInfo::from).collect();
     opts.lanes = Some(crate::plan::LaneSeed::new(parts.table.clone()));
@@ -70,7 +71,7 @@ fn open_stream(
         total: 0,
         lanes: infos,
     });
-    Ok((engine, opts))
+    Ok((engine, opts, held))
 }
 
 /// A stream of JSON Lines: one session, its chunks run as segments, results written as they
@@ -85,7 +86,7 @@ pub(super) fn run_stream(
             "{flag} needs a whole batch; it cannot be used with a --stream of JSON Lines on stdin"
         )));
     }
-    let (mut session, mut opts) = open_stream(run_opts, &rt)?;
+    let (mut session, mut opts, held) = open_stream(run_opts, &rt)?;
     let mut ledger = Ledger {
         running: VecDeque::new(),
         external: Arc::default(),
@@ -125,7 +126,10 @@ pub(super) fn run_stream(
         }
         opts.external = Some(ledger.external.clone());
         let plan = match plan::build(&session.core.manifest, &batch, &opts) {
-            Ok(p) => p,
+            Ok(mut p) => {
+                super::prepare::hold_back(&mut p, &held);
+                p
+            }
             Err(d) => {
                 failed = Some(Error::Invalid(d));
                 break;

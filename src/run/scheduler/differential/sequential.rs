@@ -84,7 +84,7 @@ impl<'a> Sequential<'a> {
         }
         let args = self.resolve(p, out);
         let Some(t) = call.tool else {
-            return Seen::never(ErrorKind::InvalidCall);
+            return Seen::never(ErrorKind::UnknownTool);
         };
         let tool = &self.manifest.tools[t];
         let key = format!(

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::run::store::{Answers, Beats, BoxFuture, Entries, LaneError};
+use crate::run::store::{Answers, Beats, BoardOf, BoxFuture, Entries, LaneError};
 
 /// The board as files in a private folder: an entry per parked call (`ID.json`), and beside
 /// them the answers (`answers/ID.answer`) and the gateways' beats (`beats/GW.beat`) — in
@@ -17,11 +17,13 @@ pub(crate) struct FileBoard {
 }
 
 impl FileBoard {
-    /// The board of the manifest at canonical path `manifest`, in its private lane folder.
-    pub(crate) fn for_manifest(manifest: &Path) -> Result<FileBoard, String> {
+    /// The board `of` the manifest at canonical path `manifest`, in its private lane folder
+    /// (`approvals`, `catalogs`).
+    pub(crate) fn for_manifest(manifest: &Path, of: BoardOf) -> Result<FileBoard, String> {
         let root = crate::run::runtime_dir().map_err(|e| e.to_string())?;
         let key = crate::hash::fnv(manifest.as_os_str().as_encoded_bytes());
-        FileBoard::new(root.join(format!("{key:016x}")).join("approvals"))
+        let folder = format!("{}s", of.name());
+        FileBoard::new(root.join(format!("{key:016x}")).join(folder))
     }
 
     /// The board in `dir`, its folders made private (0700) when missing.

@@ -24,18 +24,21 @@ pub(super) struct RedisBoard {
     pub conn: ConnectionManager,
     pub ns: String,
     pub url: String,
+    pub of: crate::run::store::BoardOf,
 }
 
 impl RedisBoard {
+    /// `flux-tools:NS:approvals` and `…:approval-answers` (the catalog's: `catalogs`, …).
     fn keys(&self) -> (String, String) {
+        let (ns, of) = (&self.ns, self.of.name());
         (
-            format!("flux-tools:{}:approvals", self.ns),
-            format!("flux-tools:{}:approval-answers", self.ns),
+            format!("flux-tools:{ns}:{of}s"),
+            format!("flux-tools:{ns}:{of}-answers"),
         )
     }
 
     fn beats_key(&self) -> String {
-        format!("flux-tools:{}:approval-gateways", self.ns)
+        format!("flux-tools:{}:{}-gateways", self.ns, self.of.name())
     }
 
     fn run<T: redis::FromRedisValue + Send + 'static>(

@@ -247,11 +247,12 @@ impl Connection for RedisLanes {
         Ok(Arc::new(self.renewed(specs, flow)))
     }
 
-    fn board(&self) -> Option<Arc<dyn super::Board>> {
+    fn board(&self, of: super::BoardOf) -> Option<Arc<dyn super::Board>> {
         Some(Arc::new(board::RedisBoard {
             conn: self.conn.clone(),
             ns: self.ns.clone(),
             url: self.url.clone(),
+            of,
         }))
     }
 
