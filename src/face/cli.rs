@@ -149,15 +149,18 @@ pub(crate) enum Command {
         #[arg(long, value_enum)]
         format: Option<ListFormat>,
     },
-    /// Approve a call `mcp serve` holds for approval, as `flux-tools approvals` names it
+    /// Approve a call `mcp serve` holds for approval, or a tool definition tools.lock holds
+    /// back (tool:NAME@HASH), as `flux-tools approvals` names it
     Approve {
-        /// ID@HASH: the call and the hash of the arguments you approve
+        /// ID@HASH: the call and the hash of the arguments you approve; or tool:NAME@HASH
+        /// the definition you approve
         call: String,
         /// The gateways' `--lane-store` (redis://… for replicas on one Redis)
         #[arg(long, value_name = "STORE", value_parser = LaneStoreChoice::parse)]
         lane_store: Option<LaneStoreChoice>,
     },
-    /// Refuse a call `mcp serve` holds for approval (it is answered approval_denied)
+    /// Refuse a call `mcp serve` holds for approval (it is answered approval_denied), or a
+    /// held-back tool definition (tool:NAME@HASH: it stays held back)
     Deny {
         /// ID, or ID@HASH
         call: String,

@@ -300,6 +300,30 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
         "{}",
         crate::serve_ops::get(&gw, "/metrics", None).1
     );
+    // With this machine's store, the board is its files: `approvals` lists both, and an
+    // approval of the new tool serves it.
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let handles: Vec<&str> = (doc.as_array().into_iter().flatten())
+        .filter(|i| i["kind"] == "tool")
+        .filter_map(|i| i["handle"].as_str())
+        .collect();
+    assert_eq!(handles.len(), 2, "{doc}");
+    let delete = handles
+        .iter()
+        .find(|h| h.contains("drift_delete_all"))
+        .expect("listed");
+    let out = p.cmd().args(["approve", delete]).output().expect("approve");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(until(5, || held(1)), "{}", heard());
     // Accepted, and the gateway reloaded (SIGHUP): served, by it and by a new one.
     assert_eq!(lock(&p, &["--update"]).0, 0);
     let hup = std::process::Command::new("kill")
@@ -357,6 +381,18 @@ fn a_run_naming_a_held_back_tool_fails_that_call_and_runs_its_siblings() {
     // The held-back call never reached its server.
     let log = std::fs::read_to_string(p.path().join("calls.log")).unwrap_or_default();
     assert_eq!(log, "lookup\n");
+    // `plan` says it before anything runs, reason and all.
+    let b = p.write("b.yaml", batch);
+    let out = (p
+        .cmd()
+        .args(["plan", b.to_str().unwrap_or_default(), "--format", "table"]))
+    .output()
+    .expect("plan");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("never dispatched: a (unknown_tool): tool `drift_send_email` is held back"),
+        "{table}"
+    );
     // The same from a stream of JSON Lines and from a session of turns.
     let calls = [
         json!({"id": "a", "tool": "drift_send_email", "args": {"to": "x"}}),
@@ -700,4 +736,32 @@ fn serve_pin_says_how_the_lock_is_held_to() {
         err.contains("\"strict\", \"new-allowed\" or \"off\""),
         "{err}"
     );
+}
+
+#[test]
+fn two_offers_of_one_name_are_refused_as_before_and_the_lock_pins_the_one_served() {
+    let Some(py) = crate::serve::python() else {
+        return;
+    };
+    let (p, _) = project(&py);
+    // The manifest's own tool takes the name the server's `lookup` would be served under.
+    let m = std::fs::read_to_string(p.path().join("tools.toml")).expect("manifest");
+    p.write(
+        "tools.toml",
+        &format!("[tools.drift_lookup]\nkind = \"scripted\"\neffect = \"read\"\n\n{m}"),
+    );
+    let (code, _, err) = lock(&p, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("MCP server `drift`'s tool `drift.lookup` is left out"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(p.path().join("tools.lock")).expect("tools.lock");
+    let doc: toml::Table = toml::from_str(&text).expect("toml");
+    let pins = doc["pin"].as_array().cloned().unwrap_or_default();
+    let lookup: Vec<_> = (pins.iter())
+        .filter(|p| p["name"].as_str() == Some("drift_lookup"))
+        .map(|p| p["from"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(lookup, ["manifest"], "{text}");
 }

@@ -122,7 +122,7 @@ pub(super) fn held_in(
         .then(|| crate::tools::mcp::hub_for(manifest))
         .flatten();
     let asked = hub.or_else(|| own.clone());
-    let shown = rt.block_on(super::serve::pins::shown(manifest.clone(), asked));
+    let shown = rt.block_on(super::serve::pins::shown(manifest.clone(), asked, true));
     if let Some(own) = own {
         rt.block_on(own.shutdown());
     }
@@ -143,7 +143,7 @@ fn shown(args: &Args) -> Result<Vec<Pin>, Error> {
     let m = load_manifest(args)?;
     let hub = crate::tools::mcp::hub_for(&m);
     let rt = runtime()?;
-    let pins = rt.block_on(super::serve::pins::shown(m, hub.clone()));
+    let pins = rt.block_on(super::serve::pins::shown(m, hub.clone(), args.quiet));
     if let Some(hub) = hub {
         rt.block_on(hub.shutdown());
     }

@@ -322,10 +322,10 @@ pub(crate) fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
             rows.push(vec![
                 c.index.to_string(),
                 c.id.clone(),
-                if cached.get(p).copied().unwrap_or(false) {
-                    format!("{} (cached)", c.tool_name)
-                } else {
-                    c.tool_name.clone()
+                match (c.invalid.is_some(), cached.get(p).copied().unwrap_or(false)) {
+                    (true, _) => format!("{} (never dispatched)", c.tool_name),
+                    (false, true) => format!("{} (cached)", c.tool_name),
+                    (false, false) => c.tool_name.clone(),
                 },
                 lanes.join(", "),
                 if edges.is_empty() {
@@ -339,6 +339,20 @@ pub(crate) fn to_table(plan: &Plan, est: &Estimate, cached: &[bool]) -> String {
         let header = ["#", "id", "tool", "lanes", "waits for", "est. start → end"];
         let t = super::term::table(&header, &rows, &["lanes"]);
         let _ = writeln!(out, "{t}");
+    }
+    for c in plan.calls.iter().filter(|c| c.invalid.is_some()) {
+        let why = c
+            .invalid
+            .as_deref()
+            .and_then(|w| w.lines().next())
+            .unwrap_or("");
+        let why = if why.is_empty() {
+            "the call names no tool"
+        } else {
+            why
+        };
+        let kind = c.refusal_kind().as_str();
+        let _ = writeln!(out, "never dispatched: {} ({kind}): {why}", c.id);
     }
     let path: Vec<&str> = est
         .critical_path

@@ -14,13 +14,15 @@ use crate::tools::mcp::McpHub;
 use crate::tools::McpSpec;
 
 /// The pins of everything `manifest` serves (its MCP servers through `hub`). A server that
-/// does not start is an error: a lock without its tools would be a lie.
+/// does not start is an error: a lock without its tools would be a lie. Unless `quiet`, what
+/// the gateway would warn of is said (a server's tool left out for a name already served).
 pub(in crate::face::app) async fn shown(
     manifest: Manifest,
     hub: Option<Arc<McpHub>>,
+    quiet: bool,
 ) -> Result<Vec<Pin>, String> {
     let servers = used_servers(&manifest);
-    let catalog = Arc::new(Catalog::new(manifest, None, hub, true)?);
+    let catalog = Arc::new(Catalog::new(manifest, None, hub, quiet)?);
     for server in &servers {
         catalog.ensure(server).await.map_err(|why| {
             format!("{why}\nhint: the lock pins what MCP server `{server}` offers; check [mcp_servers.{server}] and that it runs by hand")
