@@ -216,6 +216,32 @@ fn names(listed: &Value) -> Vec<String> {
     names
 }
 
+/// With this machine's store the board is its files: `approvals` lists both held tools, and
+/// the new one is approved from the command line.
+fn approve_on_this_machine(p: &Project) {
+    let out = p
+        .cmd()
+        .args(["approvals", "--format", "json"])
+        .output()
+        .expect("approvals");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let handles: Vec<&str> = (doc.as_array().into_iter().flatten())
+        .filter(|i| i["kind"] == "tool")
+        .filter_map(|i| i["handle"].as_str())
+        .collect();
+    assert_eq!(handles.len(), 2, "{doc}");
+    let delete = handles
+        .iter()
+        .find(|h| h.contains("drift_delete_all"))
+        .expect("listed");
+    let out = p.cmd().args(["approve", delete]).output().expect("approve");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
     let Some(py) = crate::serve::python() else {
@@ -300,29 +326,7 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
         "{}",
         crate::serve_ops::get(&gw, "/metrics", None).1
     );
-    // With this machine's store, the board is its files: `approvals` lists both, and an
-    // approval of the new tool serves it.
-    let out = p
-        .cmd()
-        .args(["approvals", "--format", "json"])
-        .output()
-        .expect("approvals");
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    let handles: Vec<&str> = (doc.as_array().into_iter().flatten())
-        .filter(|i| i["kind"] == "tool")
-        .filter_map(|i| i["handle"].as_str())
-        .collect();
-    assert_eq!(handles.len(), 2, "{doc}");
-    let delete = handles
-        .iter()
-        .find(|h| h.contains("drift_delete_all"))
-        .expect("listed");
-    let out = p.cmd().args(["approve", delete]).output().expect("approve");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    approve_on_this_machine(&p);
     assert!(until(5, || held(1)), "{}", heard());
     // Accepted, and the gateway reloaded (SIGHUP): served, by it and by a new one.
     assert_eq!(lock(&p, &["--update"]).0, 0);
