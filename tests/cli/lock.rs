@@ -216,6 +216,45 @@ fn names(listed: &Value) -> Vec<String> {
     names
 }
 
+/// What an SDK 2.x client (2026-07-28) is listed by `gw`: `served` (skipped, said, without it).
+fn assert_modern_lists(gw: &crate::serve::HttpGateway, served: &[&str]) {
+    let modern = repo().join("target/mcp2-venv/bin/python");
+    if modern.exists() {
+        let out = std::process::Command::new(&modern)
+            .arg(repo().join("tests/fixtures/mcp_modern.py"))
+            .args([
+                gw.url.as_str(),
+                "accept",
+                "drift_lookup",
+                r#"{"q": "y"}"#,
+                "1",
+            ])
+            .output()
+            .expect("the SDK 2.x client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let doc: Value = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
+        assert_eq!(names(&doc["tools"]), served, "{text}");
+    } else {
+        crate::common::skip(
+            "the Python mcp SDK 2.x is not installed at target/mcp2-venv",
+            "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
+        );
+    }
+}
+
+/// The names of the spans `collector` was sent.
+fn span_names(collector: &crate::http_server::TestServer) -> Vec<String> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    (collector.requests_to("/v1/traces").iter())
+        .filter_map(|r| ExportTraceServiceRequest::decode(r.raw.as_slice()).ok())
+        .flat_map(|r| r.resource_spans)
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .map(|s| s.name)
+        .collect()
+}
+
 /// With this machine's store the board is its files: `approvals` lists both held tools, and
 /// the new one is approved from the command line.
 fn approve_on_this_machine(p: &Project) {
@@ -273,29 +312,9 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
     let log = std::fs::read_to_string(p.path().join("calls.log")).unwrap_or_default();
     assert_eq!(log, "lookup\n");
     // SDK 2.x (2026-07-28) over HTTP: the same list; the gateway named each change.
-    let gw = crate::serve::HttpGateway::start(&p, &[], &[]);
-    let modern = repo().join("target/mcp2-venv/bin/python");
-    if modern.exists() {
-        let out = std::process::Command::new(&modern)
-            .arg(repo().join("tests/fixtures/mcp_modern.py"))
-            .args([
-                gw.url.as_str(),
-                "accept",
-                "drift_lookup",
-                r#"{"q": "y"}"#,
-                "1",
-            ])
-            .output()
-            .expect("the SDK 2.x client");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let doc: Value = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
-        assert_eq!(names(&doc["tools"]), served, "{text}");
-    } else {
-        crate::common::skip(
-            "the Python mcp SDK 2.x is not installed at target/mcp2-venv",
-            "python3 -m venv target/mcp2-venv && target/mcp2-venv/bin/pip install 'mcp==2.3.0'",
-        );
-    }
+    let collector = crate::http_server::TestServer::start();
+    let gw = crate::serve::HttpGateway::start(&p, &["--otlp", &collector.base], &[]);
+    assert_modern_lists(&gw, &served);
     // What it said is read off its stderr by a thread: given a moment to arrive.
     let heard = || gw.stderr.lock().map(|s| s.clone()).unwrap_or_default();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -328,6 +347,18 @@ fn a_gateway_serves_only_what_the_lock_pins_to_both_sdk_generations() {
     );
     approve_on_this_machine(&p);
     assert!(until(5, || held(1)), "{}", heard());
+    // Each decision on the catalog is a span too.
+    for name in [
+        "catalog.changed drift_send_email",
+        "catalog.changed drift_delete_all",
+        "catalog.approved drift_delete_all",
+    ] {
+        assert!(
+            until(10, || span_names(&collector).contains(&name.to_string())),
+            "{name}: {:?}",
+            span_names(&collector)
+        );
+    }
     // Accepted, and the gateway reloaded (SIGHUP): served, by it and by a new one.
     assert_eq!(lock(&p, &["--update"]).0, 0);
     let hup = std::process::Command::new("kill")

@@ -83,6 +83,18 @@ impl Finish {
         }
     }
 
+    /// Send a gateway's decision on its catalog as a span (`catalog.changed TOOL`, …), when
+    /// spans go anywhere; a collector that is away is said once, as for calls.
+    pub(crate) async fn event(&self, name: String, attributes: Vec<opentelemetry::KeyValue>) {
+        let Some(target) = &self.otlp else { return };
+        let Err(e) = otlp::export_event(target.as_deref(), name, attributes).await else {
+            return;
+        };
+        if !self.quiet && !self.served_failed.swap(true, Ordering::Relaxed) {
+            eprintln!("warning: mcp serve: a span {e} (said once)");
+        }
+    }
+
     /// Append the run's history line, if it leaves one and runs keep a history.
     pub(crate) fn record(&self, end: &RunEnd<'_>) {
         let Some(path) = &self.history else { return };

@@ -50,6 +50,51 @@ pub(crate) async fn export(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<u
 }
 
 async fn send(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String> {
+    send_spans(endpoint, spans(run)).await
+}
+
+/// A gateway's decision on its catalog as a span of its own trace (`catalog.changed TOOL`,
+/// `catalog.approved TOOL`, …): a point in time, with `attributes`.
+pub(crate) async fn export_event(
+    endpoint: Option<&str>,
+    name: String,
+    attributes: Vec<KeyValue>,
+) -> Result<usize, String> {
+    let scope = InstrumentationScope::builder("flux-tools")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
+    let at = SystemTime::now();
+    let span = SpanData {
+        span_context: SpanContext::new(
+            TraceId::from_bytes(fastrand::u128(1..).to_be_bytes()),
+            SpanId::from_bytes(fastrand::u64(1..).to_be_bytes()),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: SpanId::INVALID,
+        parent_span_is_remote: false,
+        span_kind: SpanKind::Internal,
+        name: Cow::Owned(name),
+        start_time: at,
+        end_time: at,
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: Status::Unset,
+        instrumentation_scope: scope,
+    };
+    send_spans(endpoint, vec![span]).await.map_err(|e| {
+        let to = endpoint.map_or_else(
+            || "the OTEL_EXPORTER_OTLP endpoint".to_string(),
+            crate::run::redact_url,
+        );
+        format!("could not be exported to {to}: {e}")
+    })
+}
+
+async fn send_spans(endpoint: Option<&str>, spans: Vec<SpanData>) -> Result<usize, String> {
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -59,7 +104,6 @@ async fn send(endpoint: Option<&str>, run: &RunEnd<'_>) -> Result<usize, String>
     }
     let mut exporter = builder.build().map_err(|e| e.to_string())?;
     exporter.set_resource(&resource());
-    let spans = spans(run);
     let n = spans.len();
     let sent = tokio::time::timeout(
         EXPORT_TIMEOUT + Duration::from_secs(1),

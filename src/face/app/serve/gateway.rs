@@ -191,6 +191,11 @@ impl Gateway {
         }
     }
 
+    /// Where spans go (the engine's).
+    pub(super) fn finish(&self) -> &Arc<Finish> {
+        &self.finish
+    }
+
     /// A new client session.
     pub(super) fn session(&self) -> Arc<Session> {
         let id = self.sessions.fetch_add(1, Ordering::Relaxed);

@@ -97,7 +97,7 @@ impl Reviewer {
             }
             self.shown.insert(h.now.name.clone(), h.now.hash.clone());
             let fields = json!({"tool": h.now.name, "from": h.now.from, "was": h.was, "now": h.now.hash, "change": h.change});
-            g.audit.record(Event::CatalogChanged, None, fields);
+            tell(g, Event::CatalogChanged, fields);
         }
         let gone: Vec<String> = (self.shown.keys())
             .filter(|name| !held.iter().any(|h| &h.now.name == *name))
@@ -118,7 +118,7 @@ impl Reviewer {
             if !g.catalog.accept(&v.pin) {
                 return;
             }
-            g.audit.record(Event::CatalogApproved, None, fields);
+            tell(g, Event::CatalogApproved, fields);
             let written = match g.catalog.pinned().pins() {
                 Some(pins) => {
                     super::super::lock::write(&self.lock, &pins).map_err(|e| e.to_string())
@@ -137,7 +137,7 @@ impl Reviewer {
                 self.shown.remove(name);
             }
         } else {
-            g.audit.record(Event::CatalogDenied, None, fields);
+            tell(g, Event::CatalogDenied, fields);
             self.say(format!(
                 "mcp serve: tool `{name}` denied by {}: it stays held back",
                 v.by
@@ -153,6 +153,30 @@ impl Reviewer {
             super::say::line(line);
         }
     }
+}
+
+/// Say `event` of the catalog in the audit trail and, when spans go somewhere, as a span of its
+/// own (`catalog.changed TOOL`, its `fields` as `flux_tools.catalog.*` attributes).
+fn tell(g: &Gateway, event: Event, fields: serde_json::Value) {
+    g.audit.record(event, None, fields.clone());
+    if !g.finish().exports() {
+        return;
+    }
+    let tool = fields["tool"].as_str().unwrap_or_default();
+    let name = format!("{} {tool}", event.as_str());
+    let mut attributes = vec![opentelemetry::KeyValue::new(
+        "gen_ai.tool.name",
+        tool.to_string(),
+    )];
+    let more = (fields.as_object().into_iter().flatten()).filter(|(k, _)| *k != "tool");
+    for (k, v) in more.filter_map(|(k, v)| Some((k, v.as_str()?))) {
+        attributes.push(opentelemetry::KeyValue::new(
+            format!("flux_tools.catalog.{k}"),
+            v.to_string(),
+        ));
+    }
+    let finish = g.finish().clone();
+    tokio::spawn(async move { finish.event(name, attributes).await });
 }
 
 /// Decide on `handle` (`tool:NAME@HASH`) for `by` from the status page: on the board, so every
