@@ -20,6 +20,7 @@ mod lanes;
 mod learn;
 mod limits;
 mod lock;
+mod lock_review;
 mod mcp;
 mod newcomer;
 mod otlp;
