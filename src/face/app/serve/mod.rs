@@ -128,6 +128,11 @@ pub(super) fn serve(s: &ServeOptions) -> Result<u8, Error> {
     if let Some(hub) = gateway.catalog.now().hub() {
         rt.spawn(followers::follow(gateway.clone(), hub));
     }
+    // Whole servers are judged against the lock now, not at the first `tools/list`: what is
+    // held back is on the board, the page and `/metrics` before any client comes.
+    if gateway.catalog.pinned().is_on() {
+        rt.block_on(gateway.catalog.ensure_wholes());
+    }
     if let Some(review) = rt.block_on(async { reviewer::start(&gateway, opts.quiet) }) {
         let _ = gateway.review.set(review);
     }
