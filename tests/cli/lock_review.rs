@@ -266,6 +266,12 @@ fn the_status_page_in_a_real_browser_shows_a_held_back_tool_with_its_diff_and_ap
     let gw = crate::serve::HttpGateway::start(&p, &[], &[("ADMIN", "admin-secret")]);
     // Judged at start: held back before any client listed.
     assert!(until(10, || held_count(&gw) == Some(1)));
+    // A client that listed is told when the approved tool is served (`list_changed`).
+    let marker = p.path().join("listed");
+    let how = crate::serve::http(&gw.url);
+    let marker_arg = marker.to_str().unwrap_or_default();
+    let waiting = crate::serve::client(&py, &how, &["await_change", "30", marker_arg]);
+    assert!(until(20, || marker.exists()));
     let shot = crate::common::repo().join("target/status-held.png");
     let page = format!("{}/", gw.url.trim_end_matches("/mcp"));
     let out = std::process::Command::new(&py)
@@ -289,6 +295,14 @@ fn the_status_page_in_a_real_browser_shows_a_held_back_tool_with_its_diff_and_ap
         "{seen}"
     );
     assert!(until(5, || held_count(&gw) == Some(0)));
+    let told = crate::serve::finish(waiting);
+    assert_eq!(told["changed"], true, "{told}");
+    let first = told["first"].to_string();
+    assert!(!first.contains("drift_send_email"), "{told}");
+    assert!(
+        told["second"].to_string().contains("drift_send_email"),
+        "{told}"
+    );
     let written = std::fs::read_to_string(p.path().join("tools.lock")).expect("tools.lock");
     assert!(written.contains(POISONED), "{written}");
 }
