@@ -43,18 +43,20 @@ fn registry(args: &Args, store: Option<&LaneStoreChoice>) -> Result<Boards, Erro
         .canonicalize()
         .map_err(|e| Error::Usage(format!("cannot read manifest `{}`: {e}", path.display())))?;
     let rt = super::runtime()?;
-    let board = |of| match store {
+    // One connection for both boards.
+    let lanes = match store {
         Some(LaneStoreChoice::Redis(url)) => {
             let ns = canonical.display().to_string();
             let lanes = rt
                 .block_on(crate::run::RedisLanes::connect(url, &[], &ns))
                 .map_err(|e| Error::Usage(e.to_string()))?;
-            Ok(crate::run::store::Connection::board(&lanes, of))
+            Some(lanes)
         }
-        _ => Ok(None),
+        _ => None,
     };
-    let parked = Parked::of(&canonical, board(BoardOf::Calls)?).map_err(Error::Usage)?;
-    let review = Review::of(&canonical, board(BoardOf::Catalog)?).map_err(Error::Usage)?;
+    let board = |of| (lanes.as_ref()).and_then(|l| crate::run::store::Connection::board(l, of));
+    let parked = Parked::of(&canonical, board(BoardOf::Calls)).map_err(Error::Usage)?;
+    let review = Review::of(&canonical, board(BoardOf::Catalog)).map_err(Error::Usage)?;
     Ok(Boards {
         path,
         parked,
