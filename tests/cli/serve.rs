@@ -97,7 +97,7 @@ pub(crate) fn run_client(py: &Path, how: &[String], action: &[&str]) -> Value {
 pub(crate) struct HttpGateway {
     pub(crate) child: Child,
     pub(crate) url: String,
-    /// What it has said on stderr since it listened.
+    /// What it has said on stderr, before it listened and since.
     pub(crate) stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
@@ -144,6 +144,10 @@ impl HttpGateway {
                 .strip_prefix("flux-tools mcp serve: listening on ")
             {
                 gw.url = rest.to_string();
+                // What it said before it listened is kept too (a lock's judgement at start).
+                if let Ok(mut kept) = gw.stderr.lock() {
+                    kept.push_str(&said);
+                }
                 // Keep draining stderr so the gateway never blocks on it.
                 let said = gw.stderr.clone();
                 std::thread::spawn(move || {
