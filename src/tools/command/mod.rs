@@ -29,6 +29,7 @@ use crate::manifest::Tool;
 use crate::template::{redacted_map, RenderError, Template};
 
 mod capture;
+mod clone3;
 mod pipes;
 mod process;
 mod spawn;

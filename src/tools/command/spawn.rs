@@ -5,10 +5,13 @@
 //! glibc's child resets the disposition of every signal its (fully blocked) mask holds: a
 //! read and a write for each of 62 signals, 124 system calls, about 25 µs on the spawning
 //! thread per program — as much again as all the rest of our work for a call — plus an `mmap`
-//! and `munmap` of a stack and six `getrlimit`s for three `dup2` actions. Ours reads each
-//! disposition and writes back only those that hold a handler of this process (a handler must
-//! never run in a child that shares our memory; `execve` would reset them anyway), and reuses
-//! its stack. The child gets what it got from `posix_spawn`: a process group of its own,
+//! and `munmap` of a stack and six `getrlimit`s for three `dup2` actions. A handler must never
+//! run in a child that shares our memory (`execve` would reset them anyway). On Linux x86-64
+//! ours asks the kernel to start the child with every handler of this process back at its
+//! default (`clone3` with `CLONE_CLEAR_SIGHAND`, Linux 5.5): no system call a signal. Where
+//! `clone3` is refused (an older kernel, or a seccomp filter that refuses it, as container
+//! runtimes' default profiles do) it falls back, once and for all, to `clone` and a child that
+//! reads each disposition and writes back only those that hold a handler. The stack is reused. The child gets what it got from `posix_spawn`: a process group of its own,
 //! SIGPIPE at its default, ignored signals still ignored, an empty mask, descriptors 0–2 and
 //! the working directory asked for; a bare name is looked up on this process's `PATH` as
 //! `execvp` does. Why the program could not start comes back through shared memory, as
@@ -19,7 +22,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The child's stack: it calls only thin system-call wrappers, a few frames deep.
 const STACK: usize = 64 * 1024;
@@ -40,6 +43,8 @@ struct Plan<'a> {
     cwd: Option<&'a CStr>,
     /// The errno of the step that failed; 0 while none has.
     err: AtomicI32,
+    /// The child started with this process's handlers already at their defaults.
+    cleared: AtomicBool,
 }
 
 /// Start `program` with `argv` and `envp` (NUL-terminated arrays of pointers to C strings that
@@ -63,6 +68,7 @@ pub(super) fn start(
         fds,
         cwd,
         err: AtomicI32::new(0),
+        cleared: AtomicBool::new(false),
     };
     let pid = STACKS.with(|s| {
         let mut stack = s.borrow_mut();
@@ -91,7 +97,7 @@ fn clone_child(plan: &Plan<'_>, stack: *mut u8, len: usize) -> io::Result<libc::
     let mut old = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: `all` is filled by sigfillset before use; `old` is written by pthread_sigmask
     // and read only after it succeeded. The stack top stays inside the buffer (16-byte
-    // aligned, as the ABI wants); the child only reads `plan` and stores into its atomic,
+    // aligned, as the ABI wants); the child only reads `plan` and stores into its atomics,
     // and the parent does not run until the child has exec'd or exited (CLONE_VFORK).
     unsafe {
         libc::sigfillset(all.as_mut_ptr());
@@ -100,14 +106,14 @@ fn clone_child(plan: &Plan<'_>, stack: *mut u8, len: usize) -> io::Result<libc::
         }
         let top = (stack as usize + len) & !15;
         let arg = std::ptr::from_ref(plan).cast_mut().cast::<c_void>();
-        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-        let pid = libc::clone(child, top as *mut c_void, flags, arg);
-        let error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-        if pid < 0 {
-            return Err(error);
+        let mut made = super::clone3::clone(child, stack, top, arg, &plan.cleared);
+        if made.is_none() {
+            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+            let pid = libc::clone(child, top as *mut c_void, flags, arg);
+            made = Some(if pid < 0 { Err(io::Error::last_os_error()) } else { Ok(pid) });
         }
-        Ok(pid)
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+        made.unwrap_or_else(|| Err(io::Error::other("cannot start a program")))
     }
 }
 
@@ -148,7 +154,16 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 
 /// Signals, process group, descriptors, directory and mask, as `posix_spawn` sets them up.
 fn setup(plan: &Plan<'_>) -> Result<(), c_int> {
-    reset_handlers();
+    if plan.cleared.load(Ordering::Relaxed) {
+        // SAFETY: a zeroed sigaction is SIG_DFL; this child's own disposition of SIGPIPE
+        // (Rust ignores it; a program expects its default).
+        unsafe {
+            let default: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGPIPE, &default, std::ptr::null_mut());
+        }
+    } else {
+        reset_handlers();
+    }
     // SAFETY: system calls on this child's own process group, descriptors and mask, with
     // arguments prepared by the parent.
     unsafe {
