@@ -16,6 +16,21 @@ pub(super) type Entry = extern "C" fn(*mut c_void) -> c_int;
 /// Whether `clone3` is still worth trying here.
 static WORKS: AtomicBool = AtomicBool::new(true);
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: this thread starts its programs the fallback way.
+    static FALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tests: run `f` with this thread's programs started by `clone` and the per-signal reset.
+#[cfg(test)]
+pub(super) fn with_fallback<R>(f: impl FnOnce() -> R) -> R {
+    FALLBACK.with(|b| b.set(true));
+    let r = f();
+    FALLBACK.with(|b| b.set(false));
+    r
+}
+
 /// `CLONE_CLEAR_SIGHAND` (the `libc` crate types it per target; this is the kernel's value).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const CLEAR_SIGHAND: u64 = 0x1_0000_0000;
@@ -37,6 +52,10 @@ pub(super) unsafe fn clone(
     cleared: &AtomicBool,
 ) -> Option<io::Result<libc::pid_t>> {
     if !WORKS.load(Ordering::Relaxed) {
+        return None;
+    }
+    #[cfg(test)]
+    if FALLBACK.with(std::cell::Cell::get) {
         return None;
     }
     // SAFETY: clone_args is plain integers; zero is "not asked" for every field not set.

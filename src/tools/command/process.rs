@@ -453,6 +453,22 @@ mod tests {
     }
 
     #[test]
+    fn a_program_started_the_fallback_way_gets_the_same_start() {
+        let env = Environment::inherit(&["FLUX_CALL_ID"]);
+        let script = "printf '%s|' \"$FLUX_CALL_ID\"; grep -E '^Sig(Blk|Ign)' /proc/$$/status | \
+                      tr '\\n\\t' '  '; ps -o pgid= -p $$ | tr -d ' '";
+        let l = launch(&env, &["sh", "-c", script], &[("FLUX_CALL_ID", "c7")]);
+        let (usual, pid) = stdout_of(&l);
+        let (fallback, fpid) = super::super::clone3::with_fallback(|| stdout_of(&l));
+        assert_eq!(usual.replace(&pid.to_string(), "PID"), fallback.replace(&fpid.to_string(), "PID"));
+        assert!(usual.starts_with("c7|SigBlk: 0000000000000000 "), "{usual}");
+        let missing = super::super::clone3::with_fallback(|| {
+            spawn_piped(&launch(&env, &["flux-no-such-program"], &[]))
+        });
+        assert_eq!(missing.err().map(|e| e.kind()), Some(io::ErrorKind::NotFound));
+    }
+
+    #[test]
     fn a_bare_name_is_looked_up_on_the_path_the_call_sets_and_a_missing_one_is_not_found() {
         let env = Environment::inherit(&["PATH"]);
         let dir = std::env::temp_dir().join(format!("flux-spawn-{}", std::process::id()));
