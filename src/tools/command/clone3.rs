@@ -8,12 +8,15 @@
 
 use std::ffi::{c_int, c_void};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use std::sync::atomic::Ordering;
 
 /// The child's entry: it gets the argument and never returns (it execs or `_exit`s).
 pub(super) type Entry = extern "C" fn(*mut c_void) -> c_int;
 
 /// Whether `clone3` is still worth trying here.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 static WORKS: AtomicBool = AtomicBool::new(true);
 
 #[cfg(test)]
@@ -118,7 +121,6 @@ pub(super) unsafe fn clone(
     _arg: *mut c_void,
     _cleared: &AtomicBool,
 ) -> Option<io::Result<libc::pid_t>> {
-    let _ = &WORKS;
     None
 }
 
