@@ -258,6 +258,20 @@ fn a_run_of_one_call_at_a_time_has_one_worker_thread() {
 /// The program starts as `posix_spawn` started it: nothing blocked, SIGPIPE at its default, and what flux-tools was started ignoring (as under `nohup`) still ignored.
 #[test]
 fn a_program_keeps_ignored_signals_and_gets_sigpipe_back_with_nothing_blocked() {
+    signals_as_posix_spawn_leaves_them(false);
+}
+
+/// The same where `clone3` is refused, as a container runtime's default seccomp profile
+/// refuses it (ENOSYS): the program is started the other way, with the same start.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn where_clone3_is_refused_a_program_starts_the_other_way_the_same() {
+    signals_as_posix_spawn_leaves_them(true);
+}
+
+/// Run the `signals` tool with SIGHUP and SIGUSR2 ignored (and, when `refuse_clone3`, under a
+/// seccomp filter answering ENOSYS to `clone3`), and check the dispositions it starts with.
+fn signals_as_posix_spawn_leaves_them(refuse_clone3: bool) {
     use std::os::unix::process::CommandExt;
     let p = Project::new(MANIFEST);
     let batch = p.write("batch.yaml", "- tool: signals\n");
@@ -271,16 +285,20 @@ fn a_program_keeps_ignored_signals_and_gets_sigpipe_back_with_nothing_blocked() 
         ])
         .env("CI", "true")
         .env_remove("FLUX_TOOLS_MANIFEST");
-    // SAFETY: signal(2) only, in the child between fork and exec.
+    // SAFETY: signal(2) and prctl(2) only, in the child between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::signal(libc::SIGHUP, libc::SIG_IGN);
             libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+            if refuse_clone3 {
+                refuse_clone3_here()?;
+            }
             Ok(())
         });
     }
     let out = cmd.output().expect("run flux-tools");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let text = results(&doc)[0]["output"]
         .as_str()
         .unwrap_or_default()
@@ -309,6 +327,54 @@ fn a_program_keeps_ignored_signals_and_gets_sigpipe_back_with_nothing_blocked() 
         0,
         "SIGPIPE still ignored: {text}"
     );
+}
+
+/// A seccomp filter on this process (and what it execs) that answers `clone3` with ENOSYS.
+#[cfg(target_arch = "x86_64")]
+fn refuse_clone3_here() -> std::io::Result<()> {
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let filter = [
+        // The system call's number (`seccomp_data.nr`, at offset 0).
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_clone3 as u32,
+        },
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl(2) on this process with a filter that outlives the call.
+    let r = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog)
+        }
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn refuse_clone3_here() -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Why a program could not start comes back from the child: a file that is not executable,
