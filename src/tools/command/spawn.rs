@@ -11,7 +11,8 @@
 //! default (`clone3` with `CLONE_CLEAR_SIGHAND`, Linux 5.5): no system call a signal. Where
 //! `clone3` is refused (an older kernel, or a seccomp filter that refuses it, as container
 //! runtimes' default profiles do) it falls back, once and for all, to `clone` and a child that
-//! reads each disposition and writes back only those that hold a handler. The stack is reused. The child gets what it got from `posix_spawn`: a process group of its own,
+//! reads each disposition and writes back only those that hold a handler. The stack is
+//! reused. The child gets what it got from `posix_spawn`: a process group of its own,
 //! SIGPIPE at its default, ignored signals still ignored, an empty mask, descriptors 0–2 and
 //! the working directory asked for; a bare name is looked up on this process's `PATH` as
 //! `execvp` does. Why the program could not start comes back through shared memory, as
@@ -106,14 +107,20 @@ fn clone_child(plan: &Plan<'_>, stack: *mut u8, len: usize) -> io::Result<libc::
         }
         let top = (stack as usize + len) & !15;
         let arg = std::ptr::from_ref(plan).cast_mut().cast::<c_void>();
-        let mut made = super::clone3::clone(child, stack, top, arg, &plan.cleared);
-        if made.is_none() {
-            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-            let pid = libc::clone(child, top as *mut c_void, flags, arg);
-            made = Some(if pid < 0 { Err(io::Error::last_os_error()) } else { Ok(pid) });
-        }
+        let made = match super::clone3::clone(child, stack, top, arg, &plan.cleared) {
+            Some(made) => made,
+            None => {
+                let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+                let pid = libc::clone(child, top as *mut c_void, flags, arg);
+                if pid < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(pid)
+                }
+            }
+        };
         libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-        made.unwrap_or_else(|| Err(io::Error::other("cannot start a program")))
+        made
     }
 }
 
@@ -155,12 +162,8 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 /// Signals, process group, descriptors, directory and mask, as `posix_spawn` sets them up.
 fn setup(plan: &Plan<'_>) -> Result<(), c_int> {
     if plan.cleared.load(Ordering::Relaxed) {
-        // SAFETY: a zeroed sigaction is SIG_DFL; this child's own disposition of SIGPIPE
-        // (Rust ignores it; a program expects its default).
-        unsafe {
-            let default: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(libc::SIGPIPE, &default, std::ptr::null_mut());
-        }
+        // Rust ignores SIGPIPE; a program expects its default.
+        to_default(libc::SIGPIPE);
     } else {
         reset_handlers();
     }
@@ -216,10 +219,19 @@ fn reset_handlers() {
                     && old.sa_sigaction != libc::SIG_DFL
                     && old.sa_sigaction != libc::SIG_IGN);
             if reset {
-                let default: libc::sigaction = std::mem::zeroed();
-                libc::sigaction(sig, &default, std::ptr::null_mut());
+                to_default(sig);
             }
         }
+    }
+}
+
+/// This child's disposition of `sig` back to its default.
+fn to_default(sig: c_int) {
+    // SAFETY: a zeroed sigaction is a valid value (SIG_DFL, no flags, empty mask), set on
+    // this child's own disposition.
+    unsafe {
+        let default: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, &default, std::ptr::null_mut());
     }
 }
 
